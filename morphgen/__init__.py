@@ -1,0 +1,2 @@
+"""morphgen: a compiler for graph neural network training programs."""
+__version__ = "0.1.0"

@@ -1,0 +1,96 @@
+"""The in-memory graph shared by the data loaders, the IR interpreter and every backend.
+
+A graph is a list of directed edges ``src[e] -> dst[e]`` (COO, int64) with optional edge types
+and node types.  Layouts (CSR by destination for aggregation over incoming edges, CSR by
+source for the transpose) are derived here once and cached, so backends never rebuild them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Optional
+
+import numpy as np
+
+
+class GraphError(ValueError):
+    """Malformed graph data; the message names the offending field."""
+
+
+@dataclass(eq=False)
+class Graph:
+    num_nodes: int
+    src: np.ndarray                      # int64 [E]
+    dst: np.ndarray                      # int64 [E]
+    etype: Optional[np.ndarray] = None   # int64 [E] or None (one edge type)
+    ntype: Optional[np.ndarray] = None   # int64 [N] or None (one node type)
+    num_etypes: int = 1
+    num_ntypes: int = 1
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.src = np.ascontiguousarray(self.src, dtype=np.int64)
+        self.dst = np.ascontiguousarray(self.dst, dtype=np.int64)
+        self.validate()
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.shape[0])
+
+    def validate(self) -> None:
+        n = self.num_nodes
+        if n < 0:
+            raise GraphError(f"num_nodes: must be non-negative, got {n}")
+        if self.src.ndim != 1 or self.dst.ndim != 1 or self.src.shape != self.dst.shape:
+            raise GraphError(f"edge_index: source and destination rows differ in length "
+                             f"({self.src.shape} vs {self.dst.shape})")
+        for name, arr in (("edge_index[0] (source)", self.src), ("edge_index[1] (destination)", self.dst)):
+            if arr.size and (arr.min() < 0 or arr.max() >= n):
+                bad = int(np.flatnonzero((arr < 0) | (arr >= n))[0])
+                raise GraphError(f"{name}: entry {bad} is {int(arr[bad])}, outside [0, {n})")
+        if self.etype is not None:
+            self.etype = np.ascontiguousarray(self.etype, dtype=np.int64)
+            if self.etype.shape != self.src.shape:
+                raise GraphError(f"edge_type: length {self.etype.shape[0]} != number of edges {self.num_edges}")
+            if self.etype.size and (self.etype.min() < 0 or self.etype.max() >= self.num_etypes):
+                raise GraphError(f"edge_type: values must lie in [0, {self.num_etypes})")
+        if self.ntype is not None:
+            self.ntype = np.ascontiguousarray(self.ntype, dtype=np.int64)
+            if self.ntype.shape != (n,):
+                raise GraphError(f"node_type: length {self.ntype.shape[0]} != num_nodes {n}")
+            if self.ntype.size and (self.ntype.min() < 0 or self.ntype.max() >= self.num_ntypes):
+                raise GraphError(f"node_type: values must lie in [0, {self.num_ntypes})")
+
+    # -- derived layouts (computed once) -----------------------------------------------
+    @cached_property
+    def in_degree(self) -> np.ndarray:
+        return np.bincount(self.dst, minlength=self.num_nodes).astype(np.int64)
+
+    @cached_property
+    def out_degree(self) -> np.ndarray:
+        return np.bincount(self.src, minlength=self.num_nodes).astype(np.int64)
+
+    @cached_property
+    def by_dst(self):
+        """CSR over incoming edges: ``(indptr[N+1], edge_ids[E])`` sorted by destination."""
+        return _csr(self.dst, self.num_nodes)
+
+    @cached_property
+    def by_src(self):
+        """CSR over outgoing edges: ``(indptr[N+1], edge_ids[E])`` sorted by source."""
+        return _csr(self.src, self.num_nodes)
+
+    @cached_property
+    def rel_degree(self) -> np.ndarray:
+        """Per edge: number of incoming edges of dst(e) that share e's type (R-GCN's c_{i,r})."""
+        et = self.etype if self.etype is not None else np.zeros(self.num_edges, np.int64)
+        key = self.dst * max(self.num_etypes, 1) + et
+        _, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+        return counts[inverse].astype(np.int64)
+
+
+def _csr(keys: np.ndarray, n: int):
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=indptr[1:])
+    return indptr, order
