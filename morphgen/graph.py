@@ -12,8 +12,10 @@ from typing import Optional
 
 import numpy as np
 
+from .errors import UserError
 
-class GraphError(ValueError):
+
+class GraphError(UserError, ValueError):
     """Malformed graph data; the message names the offending field."""
 
 

@@ -20,13 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from .errors import UserError
+
 Dim = Union[int, str]          # a concrete width or a size symbol bound at load time
 
 ASSOCIATIONS = ("node", "edge", "param", "scalar")
 TYPE_DOMAINS = ("etype", "ntype")
 
 
-class IRError(Exception):
+class IRError(UserError):
     """An inconsistency in an IR program; ``loc`` points into the .mp source when known."""
 
     def __init__(self, message: str, loc: Any = None):

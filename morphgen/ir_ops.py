@@ -23,6 +23,7 @@ bias_add(x, b)               b param [M] added to every row
 relu|exp|sigmoid|tanh(x)     elementwise; leaky_relu(x, alpha), elu(x, alpha)
 dot(a, b)                    rowwise dot product -> [1]
 edge_softmax(s)              edge [H] -> edge [H], softmax over each destination's in-edges
+typed_param(W)               W param [T,K] with domain etype|ntype -> edge|node [K]: row W[type]
 concat(a, b, ...)            same association, widths add up
 dropout(x, p)                inverted dropout during training, identity at evaluation
 cross_entropy(logits, labels) softmax cross entropy, mean over the training mask -> scalar
@@ -78,6 +79,13 @@ def _typed_linear(ins, attrs, loc):
     _need(_same_width(x.width, w.shape[1]),
           f"typed linear: input width {x.width} does not match weight rows {w.shape[1]}", loc)
     return x.assoc, (w.shape[2],), "f32"
+
+
+def _typed_param(ins, attrs, loc):
+    (w,) = ins
+    _need(w.assoc == "param" and len(w.shape) == 2 and w.domain in ("etype", "ntype"),
+          f"typed slice needs a [T,K] weight with a type dimension, got {w.describe()}", loc)
+    return ("edge" if w.domain == "etype" else "node"), (w.shape[1],), "f32"
 
 
 def _gather(ins, attrs, loc):
@@ -187,7 +195,7 @@ def _cross_entropy(ins, attrs, loc):
 
 
 _RULES = {
-    "linear": _linear, "typed_linear": _typed_linear, "gather": _gather, "scatter": _scatter,
+    "linear": _linear, "typed_linear": _typed_linear, "typed_param": _typed_param, "gather": _gather, "scatter": _scatter,
     "aggregate": _aggregate, "graph_scalar": _graph_scalar, "bias_add": _bias_add,
     "scale": _unary, "dot": _dot, "edge_softmax": _edge_softmax, "concat": _concat,
     "dropout": _dropout, "cross_entropy": _cross_entropy,

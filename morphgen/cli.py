@@ -1,0 +1,129 @@
+"""The `morphgen` command line.
+
+Exit status: 0 success, 1 a run that finished but failed (e.g. NaN loss), 2 bad input (program,
+data or arguments), 3 an internal error (a bug in morphgen: generated code failed to build).
+No Python traceback reaches the user unless MORPHGEN_DEBUG=1.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import __version__
+from .errors import UserError, InternalError
+
+BACKENDS = ("openmp", "cuda", "mpi")
+
+
+def _add_common_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="the .mp program")
+    p.add_argument("--backend", default="openmp", choices=BACKENDS, help="code generator (default openmp)")
+
+
+def _add_data_args(p: argparse.ArgumentParser, default="synthetic") -> None:
+    p.add_argument("--dataset", default=default,
+                   help="dataset name (resolved in --data-dir or $MORPHGEN_DATA), an .npz/edge-list "
+                        "path, a raw Planetoid directory, or synthetic[:key=value,...] (default: %(default)s)")
+    p.add_argument("--data-dir", default=None, help="where dataset names are looked up")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="morphgen", description="Compile and train GNN programs written in the morphgen language.")
+    parser.add_argument("--version", action="version", version=f"morphgen {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("check", help="diagnose a program without generating code")
+    p.add_argument("model", help="the .mp program")
+    p.set_defaults(handler=_cmd_check)
+
+    p = sub.add_parser("compile", help="lower a program and generate, build and cache its library")
+    _add_common_model_args(p)
+    p.add_argument("--emit", choices=("ir", "cpp", "lib"), default="lib",
+                   help="ir: print forward and backward IR; cpp: print generated source; lib: build (default)")
+    p.add_argument("-o", "--output", default=None, help="directory for the sources, IR and library")
+    p.set_defaults(handler=_cmd_compile)
+
+    p = sub.add_parser("train", help="compile a program and train it")
+    _add_common_model_args(p)
+    _add_data_args(p)
+    p.add_argument("--epochs", type=int, default=None, help="override the program's epoch count")
+    p.add_argument("--seed", type=int, default=0, help="seed for initialisation and dropout")
+    p.add_argument("--threads", type=int, default=None, help="OpenMP threads (default: all cores)")
+    p.add_argument("--sparsity-threshold", type=float, default=None,
+                   help="feature sparsity above which the sparse feature path is used "
+                        "(default: tau = 1 - rho from this machine's calibration)")
+    p.add_argument("--json", dest="json_out", default=None, help="write the run's metrics to this JSON file")
+    p.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
+    p.add_argument("--resume", default=None, help="start from this checkpoint")
+    p.add_argument("--profile", action="store_true", help="report per-kernel time, GB/s and GFLOP/s")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_cmd_train)
+
+    for name, module in (("partition", "morphgen.partition.cli"), ("bench", "morphgen.bench.cli"),
+                         ("sweep-sparsity", "morphgen.bench.sparsity_cli"),
+                         ("bench-suite", "morphgen.bench.suite_cli")):
+        _add_optional_subcommand(sub, name, module)
+    return parser
+
+
+def _add_optional_subcommand(sub, name: str, module: str) -> None:
+    """Subcommands whose implementation lives in their own package register themselves."""
+    import importlib
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return
+    mod.add_parser(sub)
+
+
+def _cmd_check(args) -> int:
+    from .frontend import check_file
+    diagnostics = check_file(args.model)
+    for d in diagnostics:
+        print(d.render(), file=sys.stderr)
+    errors = [d for d in diagnostics if d.severity == "error"]
+    if errors:
+        print(f"{len(errors)} error{'s' if len(errors) != 1 else ''}", file=sys.stderr)
+        return 2
+    print(f"{args.model}: ok")
+    return 0
+
+
+def _cmd_compile(args) -> int:
+    from . import api
+    return api.compile_command(args)
+
+
+def _cmd_train(args) -> int:
+    from . import api
+    return api.train_command(args)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = os.environ.get("MORPHGEN_DEBUG") == "1"
+    try:
+        return args.handler(args)
+    except UserError as err:
+        if debug:
+            raise
+        print(str(err), file=sys.stderr)
+        return 2
+    except InternalError as err:
+        if debug:
+            raise
+        print(f"morphgen: internal error: {err}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("morphgen: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

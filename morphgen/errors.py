@@ -1,0 +1,14 @@
+"""Error classes that decide how the command line reports a failure.
+
+``UserError``: the user's program, data or arguments are wrong; printed as is, exit status 2.
+``InternalError``: morphgen itself failed (e.g. generated code did not build); exit status 3.
+Every module's own error class derives from one of these, so the CLI needs no list of them.
+"""
+
+
+class UserError(Exception):
+    """Bad input from the user: a located program error, bad data, a bad option."""
+
+
+class InternalError(Exception):
+    """A failure inside morphgen that the user cannot fix by changing their input."""

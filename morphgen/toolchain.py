@@ -1,0 +1,229 @@
+"""Build C++ sources into a cached shared library.
+
+One entry point, `compile_shared`, turns a dict of C++ files into a loadable `.so` built with
+g++ (OpenMP, -march=native) against the BLAS that ships with the `scipy-openblas32` wheel. Builds
+are cached by a hash of everything that can change the binary: the sources, the flags, the kernel
+headers and extra include directories, the compiler version and the host CPU's instruction set.
+
+Concurrency: every build runs in a private temporary directory next to the cache entry and is moved
+into place with one atomic `os.rename`. Two processes racing on the same entry both compile; the
+loser discards its copy and returns the winner's, so a returned path never changes under a loader.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterable, Mapping
+
+__all__ = [
+    "BuildError",
+    "compile_shared",
+    "openblas_flags",
+    "kernel_include_dir",
+    "asan_runtime_path",
+    "cache_root",
+    "compiler",
+]
+
+BASE_FLAGS = ("-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
+OPT_FLAGS = ("-O3",)
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g")
+COMPILED_SUFFIXES = (".cpp", ".cc", ".cxx")
+HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".inc", ".cuh")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+# How many lines of compiler diagnostics a BuildError carries; the full log stays in the build dir.
+_ERROR_LINES = 12
+
+
+class BuildError(RuntimeError):
+    """A C++ build failed. `build_dir` holds the sources and `build.log` for inspection."""
+
+    def __init__(self, message: str, build_dir: Path | None = None, log: str = ""):
+        super().__init__(message)
+        self.build_dir = build_dir
+        self.log = log
+
+
+def compiler() -> str:
+    """The C++ compiler driver (override with $MORPHGEN_CXX)."""
+    return os.environ.get("MORPHGEN_CXX", "g++")
+
+
+def cache_root() -> Path:
+    """Root of morphgen's on-disk cache: $MORPHGEN_CACHE, else ~/.cache/morphgen."""
+    env = os.environ.get("MORPHGEN_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "morphgen"
+
+
+def kernel_include_dir() -> Path:
+    """Directory holding the OpenMP kernel headers (backends/openmp/kernels)."""
+    import morphgen.backends.openmp as openmp_pkg
+
+    return Path(openmp_pkg.__file__).resolve().parent / "kernels"
+
+
+@functools.lru_cache(maxsize=None)
+def _openblas_paths() -> tuple[str, str, str]:
+    try:
+        import scipy_openblas32
+    except ImportError as exc:  # pragma: no cover - dependency declared in pyproject
+        raise BuildError("scipy-openblas32 is not installed; `pip install scipy-openblas32`") from exc
+    return (
+        scipy_openblas32.get_include_dir(),
+        scipy_openblas32.get_lib_dir(),
+        scipy_openblas32.get_library(),
+    )
+
+
+def openblas_flags() -> list[str]:
+    """Compile + link flags for scipy-openblas32 (symbols carry the `scipy_` prefix)."""
+    inc, libdir, lib = _openblas_paths()
+    return [f"-I{inc}", f"-L{libdir}", f"-l{lib}", f"-Wl,-rpath,{libdir}"]
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_identity(cxx: str) -> str:
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BuildError(f"C++ compiler {cxx!r} is not usable: {exc}") from exc
+    return out.stdout.strip()
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_identity() -> str:
+    # -march=native output depends on the host ISA; a cache shared between machines must not mix them.
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return "unknown-cpu"
+    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))][:2]
+    return "\n".join(keep)
+
+
+def asan_runtime_path() -> Path:
+    """Path of libasan.so for LD_PRELOAD when loading a sanitize=True library into Python."""
+    out = subprocess.run(
+        [compiler(), "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    path = Path(out)
+    if not path.is_absolute() or not path.exists():
+        raise BuildError(f"the compiler {compiler()!r} has no AddressSanitizer runtime (got {out!r})")
+    return path.resolve()
+
+
+def _header_digest(dirs: Iterable[Path], h: "hashlib._Hash") -> None:
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for p in sorted(d.rglob("*")):
+            if p.suffix in HEADER_SUFFIXES and p.is_file():
+                h.update(str(p).encode())
+                h.update(b"\0")
+                h.update(p.read_bytes())
+                h.update(b"\0")
+
+
+def _validate(sources: Mapping[str, str], name: str) -> None:
+    if not isinstance(sources, Mapping) or not sources:
+        raise BuildError("compile_shared: `sources` must be a non-empty dict of filename -> C++ text")
+    if not isinstance(name, str) or not _SAFE_NAME.match(name):
+        raise BuildError(f"compile_shared: `name` {name!r} must be letters, digits, '_', '.', '-'")
+    for fname, text in sources.items():
+        if not isinstance(fname, str) or not _SAFE_NAME.match(fname) or ".." in fname:
+            raise BuildError(f"compile_shared: source filename {fname!r} must be a plain file name")
+        if not isinstance(text, str):
+            raise BuildError(f"compile_shared: source {fname!r} must be a str, got {type(text).__name__}")
+    if not any(f.endswith(COMPILED_SUFFIXES) for f in sources):
+        raise BuildError(
+            f"compile_shared: no translation unit among {sorted(sources)}; "
+            f"need a file ending in one of {COMPILED_SUFFIXES}"
+        )
+
+
+def _first_errors(log: str) -> str:
+    lines = log.splitlines()
+    errs = [i for i, ln in enumerate(lines) if "error" in ln.lower()]
+    start = max(errs[0] - 2, 0) if errs else 0
+    return "\n".join(lines[start : start + _ERROR_LINES])
+
+
+def compile_shared(
+    sources: Mapping[str, str],
+    name: str = "module",
+    include_dirs: Iterable[str | os.PathLike] = (),
+    flags: Iterable[str] = (),
+    sanitize: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+) -> Path:
+    """Build `sources` into lib<name>.so and return its path (cached; safe under concurrency).
+
+    sources: file name -> C++ text; files ending in .cpp/.cc/.cxx are compiled, others (headers)
+    are only written next to them. The kernel headers and scipy-openblas32 are on the include path.
+    sanitize=True builds with AddressSanitizer + UBSan (load it with LD_PRELOAD=asan_runtime_path()).
+    cache_dir overrides the build cache directory (default: cache_root()/build).
+    """
+    _validate(sources, name)
+    cxx = compiler()
+    inc_dirs = [kernel_include_dir()] + [Path(d).resolve() for d in include_dirs]
+    opt = SANITIZE_FLAGS if sanitize else OPT_FLAGS
+    user_flags = [str(f) for f in flags]
+    blas = openblas_flags()
+
+    h = hashlib.sha256()
+    for part in (cxx, _compiler_identity(cxx), _cpu_identity(), name, *BASE_FLAGS, *opt, *user_flags, *blas):
+        h.update(part.encode())
+        h.update(b"\0")
+    for fname in sorted(sources):
+        h.update(fname.encode() + b"\0" + sources[fname].encode() + b"\0")
+    _header_digest(inc_dirs, h)
+    digest = h.hexdigest()[:24]
+
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root() / "build"
+    final_dir = root / digest
+    so_name = f"lib{name}.so"
+    final_so = final_dir / so_name
+    if final_so.exists():
+        return final_so
+
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".tmp-{digest}-", dir=root))
+    for fname, text in sources.items():
+        (work / fname).write_text(text)
+    units = [fname for fname in sorted(sources) if fname.endswith(COMPILED_SUFFIXES)]
+    cmd = [
+        cxx, *BASE_FLAGS, *opt, *user_flags,
+        *(f"-I{d}" for d in inc_dirs),
+        *units, "-o", so_name, *blas,
+    ]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    log = "$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr
+    (work / "build.log").write_text(log)
+    if proc.returncode != 0 or not (work / so_name).exists():
+        # Keep the failed directory under a stable, recognisable name for inspection.
+        kept = root / f"failed-{digest}"
+        shutil.rmtree(kept, ignore_errors=True)
+        try:
+            os.rename(work, kept)
+        except OSError:
+            kept = work
+        raise BuildError(
+            f"C++ build of {name!r} failed (exit {proc.returncode}); sources and build.log kept in "
+            f"{kept}\n{_first_errors(proc.stderr or proc.stdout)}",
+            build_dir=kept,
+            log=log,
+        )
+    try:
+        os.rename(work, final_dir)
+    except OSError:
+        # Another process finished the same build first; its copy is identical, use it.
+        shutil.rmtree(work, ignore_errors=True)
+        if not final_so.exists():
+            raise BuildError(f"build cache entry {final_dir} exists but holds no {so_name}")
+    return final_so

@@ -1,0 +1,190 @@
+// The part of a morphgen context that every backend shares: the borrowed graph, features,
+// labels and masks, the error string, kernel timers, and checkpoint file I/O.
+// A generated model derives its own context from mg::ContextBase and adds buffers and weights.
+#ifndef MORPHGEN_CONTEXT_H
+#define MORPHGEN_CONTEXT_H
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mg {
+
+// The error every ABI function turns into a -1 / NaN return and mg_error() text.
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+enum class FeatureKind { None, Dense, Csr, Identity };
+
+struct GraphView {
+    int64_t num_nodes = 0, num_edges = 0;
+    const int64_t *indptr = nullptr, *col = nullptr;                      // CSR over in-edges
+    const int64_t *t_indptr = nullptr, *t_col = nullptr, *t_eid = nullptr;  // CSR over out-edges
+    const int64_t *etype = nullptr, *ntype = nullptr;                     // optional
+    int64_t num_etypes = 1, num_ntypes = 1;
+};
+
+struct FeatureView {
+    FeatureKind kind = FeatureKind::None;
+    int64_t rows = 0, cols = 0;
+    const float *dense = nullptr;
+    const int64_t *indptr = nullptr, *indices = nullptr;  // CSR when kind == Csr
+    const float *data = nullptr;
+};
+
+struct Timer {
+    double seconds = 0, bytes = 0, flops = 0;
+    int64_t calls = 0;
+};
+
+// Accumulates wall time of one kernel call into a Timer, with the bytes moved and flops done
+// (the analytic counts of that call) so achieved GB/s and GFLOP/s can be reported.
+class ScopedTimer {
+  public:
+    ScopedTimer(Timer &t, double bytes, double flops)
+        : t_(t), bytes_(bytes), flops_(flops), start_(std::chrono::steady_clock::now()) {}
+    ~ScopedTimer() {
+        auto end = std::chrono::steady_clock::now();
+        t_.seconds += std::chrono::duration<double>(end - start_).count();
+        t_.bytes += bytes_;
+        t_.flops += flops_;
+        t_.calls += 1;
+    }
+
+  private:
+    Timer &t_;
+    double bytes_, flops_;
+    std::chrono::steady_clock::time_point start_;
+};
+
+struct ContextBase {
+    int threads = 1;
+    uint64_t seed = 0;
+    int64_t epoch = 0;        // completed training epochs (drives dropout streams, Adam's step)
+    std::string error;
+    GraphView graph;
+    FeatureView features;
+    const int64_t *labels = nullptr;
+    const uint8_t *masks[3] = {nullptr, nullptr, nullptr};  // train, val, test
+    int64_t mask_count[3] = {0, 0, 0};
+    bool prepared = false;
+    int64_t allocated_bytes = 0;
+    std::vector<Timer> timers;
+};
+
+// Float buffer owned by a context, 64-byte aligned for AVX-512 loads.
+struct Buffer {
+    float *data = nullptr;
+    int64_t size = 0;
+    void allocate(int64_t n, int64_t &accounted) {
+        release(accounted);
+        size = n;
+        if (n == 0) return;
+        size_t bytes = ((size_t(n) * sizeof(float)) + 63) / 64 * 64;
+        data = static_cast<float *>(std::aligned_alloc(64, bytes));
+        if (!data) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+        std::memset(data, 0, bytes);
+        accounted += int64_t(bytes);
+    }
+    void release(int64_t &accounted) {
+        if (data) {
+            accounted -= int64_t(((size_t(size) * sizeof(float)) + 63) / 64 * 64);
+            std::free(data);
+        }
+        data = nullptr;
+        size = 0;
+    }
+};
+
+// Integer buffer (argmax indices of max aggregation).
+struct IndexBuffer {
+    std::vector<int64_t> data;
+    void allocate(int64_t n, int64_t &accounted) {
+        accounted -= int64_t(data.size() * sizeof(int64_t));
+        data.assign(size_t(n), -1);
+        accounted += int64_t(data.size() * sizeof(int64_t));
+    }
+};
+
+// --- checkpoint files: a magic, a format version, then named float arrays ------------------
+constexpr char kCheckpointMagic[8] = {'M', 'G', 'C', 'K', 'P', 'T', '0', '1'};
+
+class CheckpointWriter {
+  public:
+    explicit CheckpointWriter(const char *path) : f_(std::fopen(path, "wb")), path_(path) {
+        if (!f_) throw Error(std::string("cannot open checkpoint for writing: ") + path);
+        put(kCheckpointMagic, sizeof kCheckpointMagic);
+    }
+    ~CheckpointWriter() {
+        if (f_) std::fclose(f_);
+    }
+    void scalar(int64_t v) { put(&v, sizeof v); }
+    void array(const std::string &name, const float *data, int64_t n) {
+        int64_t len = int64_t(name.size());
+        put(&len, sizeof len);
+        put(name.data(), name.size());
+        put(&n, sizeof n);
+        put(data, size_t(n) * sizeof(float));
+    }
+    void close() {
+        if (std::fclose(f_) != 0) throw Error("error closing checkpoint " + path_);
+        f_ = nullptr;
+    }
+
+  private:
+    void put(const void *p, size_t n) {
+        if (n && std::fwrite(p, 1, n, f_) != n) throw Error("error writing checkpoint " + path_);
+    }
+    std::FILE *f_;
+    std::string path_;
+};
+
+class CheckpointReader {
+  public:
+    explicit CheckpointReader(const char *path) : f_(std::fopen(path, "rb")), path_(path) {
+        if (!f_) throw Error(std::string("cannot open checkpoint: ") + path);
+        char magic[sizeof kCheckpointMagic];
+        get(magic, sizeof magic);
+        if (std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0)
+            throw Error(path_ + " is not a morphgen checkpoint");
+    }
+    ~CheckpointReader() {
+        if (f_) std::fclose(f_);
+    }
+    int64_t scalar() {
+        int64_t v;
+        get(&v, sizeof v);
+        return v;
+    }
+    void array(const std::string &name, float *data, int64_t n) {
+        int64_t len;
+        get(&len, sizeof len);
+        if (len < 0 || len > 4096) throw Error(path_ + ": corrupt checkpoint");
+        std::string got(size_t(len), '\0');
+        get(&got[0], size_t(len));
+        if (got != name) throw Error(path_ + ": expected array '" + name + "', found '" + got + "'");
+        int64_t m;
+        get(&m, sizeof m);
+        if (m != n)
+            throw Error(path_ + ": array '" + name + "' has " + std::to_string(m) + " values, the model needs " +
+                        std::to_string(n) + " (checkpoint of a different model or dataset?)");
+        get(data, size_t(n) * sizeof(float));
+    }
+
+  private:
+    void get(void *p, size_t n) {
+        if (n && std::fread(p, 1, n, f_) != n) throw Error(path_ + ": truncated checkpoint");
+    }
+    std::FILE *f_;
+    std::string path_;
+};
+
+}  // namespace mg
+#endif

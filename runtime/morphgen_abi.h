@@ -1,0 +1,76 @@
+/* The one C ABI shared by every morphgen backend.
+ *
+ * A generated library (OpenMP today; CUDA and MPI later) exports exactly these functions.
+ * Python loads it through cffi and never needs to know which backend built it.
+ *
+ * Ownership: arrays handed to mg_set_* are BORROWED, not copied (the graph and features are the
+ * largest objects of a run and a copy would double peak memory).  The caller keeps them alive
+ * and unchanged until mg_destroy.  Everything the library allocates it frees in mg_destroy.
+ *
+ * Graph layout: edges sorted by destination.  indptr[N+1]/col[E] is the CSR over incoming edges
+ * (col = source node); t_indptr/t_col/t_eid is the CSR over outgoing edges (t_col = destination,
+ * t_eid = position of the edge in the destination-sorted order).  Per-edge arrays (etype) are in
+ * the destination-sorted order.
+ *
+ * Errors: functions returning int give 0 on success and -1 on failure; mg_train_epoch returns NaN
+ * on failure.  mg_error then describes the failure.
+ */
+#ifndef MORPHGEN_ABI_H
+#define MORPHGEN_ABI_H
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mg_ctx mg_ctx;
+
+/* BEGIN CDEF (the text up to END CDEF is handed to cffi verbatim) */
+mg_ctx *mg_create(int threads, uint64_t seed);
+void mg_destroy(mg_ctx *ctx);
+const char *mg_error(mg_ctx *ctx);
+const char *mg_program_name(void);
+const char *mg_backend_name(void);
+
+int mg_num_size_symbols(void);
+const char *mg_size_symbol(int i);
+int mg_set_size(mg_ctx *ctx, int i, int64_t value);
+
+int mg_set_graph(mg_ctx *ctx, int64_t num_nodes, int64_t num_edges,
+                 const int64_t *indptr, const int64_t *col,
+                 const int64_t *t_indptr, const int64_t *t_col, const int64_t *t_eid,
+                 const int64_t *etype, const int64_t *ntype,
+                 int64_t num_etypes, int64_t num_ntypes);
+int mg_set_features_dense(mg_ctx *ctx, const float *x, int64_t rows, int64_t cols);
+int mg_set_features_csr(mg_ctx *ctx, const int64_t *indptr, const int64_t *indices,
+                        const float *data, int64_t rows, int64_t cols);
+int mg_set_features_identity(mg_ctx *ctx, int64_t rows);
+int mg_set_labels(mg_ctx *ctx, const int64_t *labels, const uint8_t *train_mask,
+                  const uint8_t *val_mask, const uint8_t *test_mask);
+int mg_prepare(mg_ctx *ctx);
+
+double mg_train_epoch(mg_ctx *ctx);
+int mg_evaluate(mg_ctx *ctx, double *loss_train_val_test_acc);
+int mg_predict(mg_ctx *ctx, float *logits);
+
+int mg_num_params(void);
+const char *mg_param_name(int i);
+int mg_param_rank(int i);
+int64_t mg_param_numel(mg_ctx *ctx, int i);
+int mg_get_param(mg_ctx *ctx, int i, float *out);
+int mg_set_param(mg_ctx *ctx, int i, const float *in);
+
+int mg_save_checkpoint(mg_ctx *ctx, const char *path);
+int mg_load_checkpoint(mg_ctx *ctx, const char *path);
+
+int64_t mg_allocated_bytes(mg_ctx *ctx);
+int mg_num_timers(void);
+const char *mg_timer_name(int i);
+int mg_read_timer(mg_ctx *ctx, int i, double *seconds, double *bytes, double *flops, int64_t *calls);
+void mg_reset_timers(mg_ctx *ctx);
+/* END CDEF */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
