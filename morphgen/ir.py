@@ -26,6 +26,7 @@ Dim = Union[int, str]          # a concrete width or a size symbol bound at load
 
 ASSOCIATIONS = ("node", "edge", "param", "scalar")
 TYPE_DOMAINS = ("etype", "ntype")
+SIZE_ATTRS = ("types", "start", "stop")   # op attributes that may hold a size symbol
 
 
 class IRError(UserError):
@@ -112,6 +113,7 @@ class Program:
     seed: int = 0
     sizes: dict = field(default_factory=dict)       # size symbol -> int once bound
     featureless: bool = False                       # the features input is the identity
+    fusion: list = field(default_factory=list)      # [FusionGroup] from morphgen.passes.fusion
     _next_id: int = 0
 
     # -- construction -------------------------------------------------------------------
@@ -127,6 +129,126 @@ class Program:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    # -- inspection ---------------------------------------------------------------------
+    def all_ops(self) -> list:
+        """Forward then backward ops: the order in which one training step runs them."""
+        return list(self.forward) + list(self.backward)
+
+    def all_values(self) -> list:
+        """Every distinct value the program mentions (inputs, params, op operands, grads)."""
+        seen, out = set(), []
+
+        def visit(v):
+            if v is not None and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+        for v in self.inputs.values():
+            visit(v)
+        for p in self.params:
+            visit(p.value)
+        for op in self.all_ops():
+            for v in op.inputs:
+                visit(v)
+            visit(op.output)
+        for v in self.grads.values():
+            visit(v)
+        visit(self.loss)
+        visit(self.logits)
+        return out
+
+    def uses(self, ops=None) -> dict:
+        """value id -> list of ops (in order) that read it."""
+        table: dict = {}
+        for op in (self.all_ops() if ops is None else ops):
+            for v in op.inputs:
+                table.setdefault(v.id, []).append(op)
+        return table
+
+    def producer(self, ops=None) -> dict:
+        """value id -> the op that defines it."""
+        return {op.output.id: op for op in (self.all_ops() if ops is None else ops)
+                if op.output is not None}
+
+    def symbols(self) -> set:
+        """Size symbols still unbound anywhere in the program."""
+        found = set()
+        for v in self.all_values():
+            for d in v.shape:
+                if isinstance(d, str):
+                    found |= set(_symbol_terms(d))
+        for op in self.all_ops():
+            for key in SIZE_ATTRS:
+                if isinstance(op.attrs.get(key), str):
+                    found |= set(_symbol_terms(op.attrs[key]))
+        return found
+
+    # -- binding and validation -----------------------------------------------------------
+    def bind(self, sizes: dict) -> "Program":
+        """Resolve symbolic dims (``"F"``, ``"C"``, ``"etypes"``, ``"ntypes"``, sums like
+        ``"F+16"``) to the integers in ``sizes``, everywhere, then :meth:`validate`.
+
+        ``g.etypes`` / ``g.ntypes`` are accepted as spellings of ``etypes`` / ``ntypes``.
+        Raises :class:`IRError` naming the symbol if one stays unbound, if a size is not a
+        positive integer, or if a bound size contradicts an earlier binding or a shape rule.
+        """
+        table = dict(self.sizes)
+        for key, val in sizes.items():
+            name = _canonical_symbol(str(key))
+            if isinstance(val, bool) or not isinstance(val, (int,)) and not hasattr(val, "__index__"):
+                raise IRError(f"size '{key}': expected a positive integer, got {val!r}")
+            val = int(val)
+            if val <= 0:
+                raise IRError(f"size '{key}': expected a positive integer, got {val}")
+            if name in table and table[name] != val:
+                raise IRError(f"size '{key}': already bound to {table[name]}, cannot rebind to {val}")
+            table[name] = val
+        missing = sorted(s for s in self.symbols() if _canonical_symbol(s) not in table)
+        if missing:
+            raise IRError(f"unbound size symbol(s) {', '.join(repr(m) for m in missing)} in program "
+                          f"'{self.name}'; pass them to Program.bind (have: {sorted(table)})")
+        for v in self.all_values():
+            v.shape = tuple(_resolve(d, table) for d in v.shape)
+        for op in self.all_ops():
+            for key in SIZE_ATTRS:
+                if isinstance(op.attrs.get(key), str):
+                    op.attrs[key] = _resolve(op.attrs[key], table)
+        self.sizes = table
+        self.validate()
+        return self
+
+    def validate(self) -> None:
+        """Re-run shape inference over forward and backward; check SSA order and grads.
+
+        Raises :class:`IRError` (with the op's ``loc``) on the first inconsistency.
+        """
+        from .ir_ops import infer_full      # local: ir_ops imports this module
+        defined = {v.id for v in self.inputs.values()} | {p.value.id for p in self.params}
+        for section, ops in (("forward", self.forward), ("backward", self.backward)):
+            for i, op in enumerate(ops):
+                for v in op.inputs:
+                    if v.id not in defined:
+                        raise IRError(f"{section} op {i} ({op.opcode}) reads {v!r} before it is "
+                                      f"defined", op.loc)
+                assoc, shape, dtype, domain = infer_full(op.opcode, list(op.inputs), op.attrs, op.loc)
+                out = op.output
+                if out is None:
+                    continue
+                if (out.assoc != assoc or not _shapes_agree(out.shape, tuple(shape))
+                        or (out.assoc == "param" and out.domain != domain)):
+                    raise IRError(f"{section} op {i} ({op.opcode}): result recorded as "
+                                  f"{out.describe()} but its inputs give {assoc}"
+                                  f"[{','.join(map(str, shape))}]", op.loc)
+                if out.id in defined:
+                    raise IRError(f"{section} op {i} ({op.opcode}) redefines {out!r}", op.loc)
+                defined.add(out.id)
+        for name, g in self.grads.items():
+            p = self.param(name)
+            if g.id not in defined:
+                raise IRError(f"gradient of '{name}' ({g!r}) is never computed")
+            if g.assoc != "param" or not _shapes_agree(g.shape, p.value.shape):
+                raise IRError(f"gradient of '{name}' is {g.describe()}, parameter is "
+                              f"{p.value.describe()}")
 
     def dump(self) -> str:
         """Readable text of the whole program (``morphgen compile --emit ir``)."""
@@ -150,3 +272,33 @@ class Program:
                    f"betas=({o.beta1}, {o.beta2}) eps={o.eps} momentum={o.momentum}")
         out.append(f"epochs {self.epochs}")
         return "\n".join(out)
+
+
+def _canonical_symbol(name: str) -> str:
+    return name[2:] if name.startswith("g.") else name
+
+
+def _symbol_terms(dim: str) -> list:
+    return [t.strip() for t in dim.split("+") if t.strip() and not t.strip().isdigit()]
+
+
+def _resolve(dim, table: dict):
+    """An int for ``dim`` (an int, a symbol, or a ``+``-sum of symbols and ints)."""
+    if not isinstance(dim, str):
+        return dim
+    total = 0
+    for term in (t.strip() for t in dim.split("+")):
+        if term.isdigit():
+            total += int(term)
+        else:
+            key = _canonical_symbol(term)
+            if key not in table:
+                raise IRError(f"unbound size symbol '{term}'")
+            total += table[key]
+    return total
+
+
+def _shapes_agree(a: tuple, b: tuple) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(x == y or isinstance(x, str) or isinstance(y, str) for x, y in zip(a, b))

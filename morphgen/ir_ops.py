@@ -27,16 +27,44 @@ typed_param(W)               W param [T,K] with domain etype|ntype -> edge|node 
 concat(a, b, ...)            same association, widths add up
 dropout(x, p)                inverted dropout during training, identity at evaluation
 cross_entropy(logits, labels) softmax cross entropy, mean over the training mask -> scalar
+
+Ops introduced by passes (forward, on weights)
+----------------------------------------------
+param_slice(W, start, stop)  rows [start, stop) of a [K,M] weight: a view, not a copy
+matvec(W, a)                 [K,M]·[M] -> [K]; typed: [T,K,M]·[T,M] -> [T,K] per type
+linear(W, A) with W a param  [K,M]·[M,J] -> param [K,J] (weight-times-weight product)
+
+Backward ops (emitted by morphgen.autodiff; docs/ir.md is the backend contract)
+--------------------------------------------------------------------------------
+matmul_nt(g, W)              g·Wᵀ (linear's input gradient)
+matmul_tn(x, g)              xᵀ·g -> param (linear's weight gradient; row scatter when x is the
+                             featureless identity or rows of it)
+typed_matmul_nt(g, W)        per row r: g[r]·W[type(r)]ᵀ
+typed_matmul_tn(x, g, types) per type t: Σ_{type(r)=t} x[r]ᵀ g[r] -> param [T,K,M]
+typed_row_sum(g, types)      per type t: Σ_{type(r)=t} g[r] -> param [T,K]
+row_sum(g)                   Σ_r g[r] -> param [M] (bias and broadcast-param gradients)
+feature_sum(g)               Σ_f g[r,f] -> [1] per row (broadcast width-1 gradients)
+act_grad(g, y, act, alpha)   activation derivative expressed with the forward output y
+edge_softmax_grad(g, y)      y ⊙ (g − Σ_{in-edges of dst} y ⊙ g)
+aggregate_max_grad(g, x, y)  route g[v,f] to the argmax source of the forward max
+scatter_max_grad(g, m, y)    route g[v,f] to the argmax edge of the forward max
+dropout_grad(g, p, site)     g ⊙ the forward mask of dropout ``site`` / (1 − p)
+cross_entropy_grad(logits, labels)  (softmax − onehot) / |train mask| on masked rows, 0 elsewhere
+slice(g, start, stop)        columns [start, stop) (concat's gradient)
+row_concat(a, b, ...)        weights stacked along rows (gradient of param_slice views)
+outer(g, a)                  g ⊗ a per type: matvec's weight gradient
+matvec_t(W, g)               Wᵀ·g per type: matvec's vector gradient
 """
 from __future__ import annotations
 
 from .ir import IRError, Op, Value
 
 UNARY = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh", "neg")
+ACTIVATIONS = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")
 BINARY = ("add", "sub", "mul", "div")
 REDUCTIONS = ("sum", "mean", "max")
 GRAPH_SCALARS = {"in_degree": "node", "out_degree": "node", "rel_degree": "edge",
-                 "gcn_norm": "edge"}
+                 "gcn_norm": "edge", "mean_norm": "edge"}
 
 
 def _same_width(a, b) -> bool:
@@ -54,14 +82,29 @@ def _rows(v: Value) -> bool:
 
 def infer(opcode: str, inputs: list, attrs: dict, loc=None):
     """Return ``(assoc, shape, dtype)`` of the op's result, or raise IRError."""
+    return infer_full(opcode, inputs, attrs, loc)[:3]
+
+
+def infer_full(opcode: str, inputs: list, attrs: dict, loc=None):
+    """Return ``(assoc, shape, dtype, domain)``; ``domain`` is set for typed weight results."""
     fn = _RULES.get(opcode)
     if fn is None:
         raise IRError(f"unknown IR opcode '{opcode}'", loc)
-    return fn(inputs, attrs, loc)
+    for i, v in enumerate(inputs):
+        if not isinstance(v, Value):
+            raise IRError(f"{opcode}: operand {i} is {type(v).__name__}, not an IR value", loc)
+    result = tuple(fn(inputs, attrs, loc))
+    return result if len(result) == 4 else result + (None,)
 
 
 def _linear(ins, attrs, loc):
     x, w = ins
+    if x.assoc == "param":       # weight-times-weight product introduced by reordering passes
+        _need(len(x.shape) == 2 and x.domain is None and w.assoc == "param" and len(w.shape) == 2,
+              f"linear of two weights needs [K,M] and [M,J], got {x.describe()} and {w.describe()}", loc)
+        _need(_same_width(x.shape[1], w.shape[0]),
+              f"linear: weight columns {x.shape[1]} do not match weight rows {w.shape[0]}", loc)
+        return "param", (x.shape[0], w.shape[1]), "f32"
     _need(_rows(x), f"linear needs node or edge input, got {x.describe()}", loc)
     _need(w.assoc == "param" and len(w.shape) == 2 and w.domain is None,
           f"linear needs an untyped [K,M] weight, got {w.describe()}", loc)
@@ -112,6 +155,11 @@ def _aggregate(ins, attrs, loc):
     _need(attrs.get("reduce") in REDUCTIONS, f"unknown reduction {attrs.get('reduce')!r}", loc)
     _need(attrs.get("norm", "none") in ("none", "gcn"), "aggregate norm must be none or gcn", loc)
     _need(attrs.get("direction", "in") in ("in", "out"), "aggregate direction must be in or out", loc)
+    _need(attrs.get("norm", "none") == "none" or attrs.get("reduce") == "sum",
+          "aggregate norm=gcn needs reduce=sum", loc)
+    if attrs.get("reduce") == "max":
+        _need(len(ins) == 1, "aggregate reduce=max takes no edge weights", loc)
+        _need(attrs.get("direction", "in") == "in", "aggregate reduce=max only runs over in-edges", loc)
     return "node", x.shape, "f32"
 
 
@@ -125,9 +173,9 @@ def _broadcast(a: Value, b: Value, loc, what: str):
     if a.assoc == "param" and _rows(b):
         a, b = b, a
     if _rows(a) and b.assoc == "param":
-        _need(len(b.shape) == 1 and _same_width(a.width, b.width),
+        _need(len(b.shape) == 1 and (a.width == 1 or _same_width(a.width, b.width)),
               f"{what}: cannot broadcast {b.describe()} over {a.describe()}", loc)
-        return a.assoc, a.shape
+        return a.assoc, (a.shape if a.width != 1 else b.shape)
     if a.assoc == "scalar" or b.assoc == "scalar":
         other = b if a.assoc == "scalar" else a
         return other.assoc, other.shape
@@ -205,9 +253,191 @@ _RULES = {
 FORWARD_OPCODES = tuple(_RULES)
 
 
+# -- ops introduced by passes and by autodiff --------------------------------------------
+def _typed_domain(w: Value) -> str:
+    return "edge" if w.domain == "etype" else "node"
+
+
+def _typed_rows(g: Value, attrs, loc, what):
+    dom = attrs.get("domain")
+    _need(dom in ("etype", "ntype"), f"{what} needs domain etype or ntype, got {dom!r}", loc)
+    want = "edge" if dom == "etype" else "node"
+    _need(g.assoc == want, f"{what} over {dom} needs {want} rows, got {g.describe()}", loc)
+    types = attrs.get("types")
+    _need(isinstance(types, (int, str)) and not isinstance(types, bool),
+          f"{what} needs a type count 'types'", loc)
+    return dom, types
+
+
+def _param_slice(ins, attrs, loc):
+    (w,) = ins
+    _need(w.assoc == "param" and len(w.shape) == 2 and w.domain is None,
+          f"param_slice needs an untyped [K,M] weight, got {w.describe()}", loc)
+    start, stop = attrs.get("start"), attrs.get("stop")
+    _need(start is not None and stop is not None, "param_slice needs start and stop", loc)
+    return "param", (_extent(start, stop), w.shape[1]), "f32"
+
+
+def _extent(start, stop):
+    if isinstance(start, int) and isinstance(stop, int):
+        _need(0 <= start < stop, f"empty or negative slice [{start}, {stop})")
+        return stop - start
+    return f"{stop}-{start}" if start != 0 else stop
+
+
+def _matvec(ins, attrs, loc):
+    w, a = ins
+    _need(w.assoc == "param" and a.assoc == "param", "matvec multiplies two weights", loc)
+    if w.domain is None:
+        _need(len(w.shape) == 2 and len(a.shape) == 1 and a.domain is None,
+              f"matvec needs [K,M] and [M], got {w.describe()} and {a.describe()}", loc)
+        _need(_same_width(w.shape[1], a.shape[0]), "matvec: inner widths differ", loc)
+        return "param", (w.shape[0],), "f32", None
+    _need(len(w.shape) == 3 and len(a.shape) == 2 and a.domain == w.domain,
+          f"typed matvec needs [T,K,M] and [T,M] over one domain, got {w.describe()} and "
+          f"{a.describe()}", loc)
+    _need(_same_width(w.shape[2], a.shape[1]), "matvec: inner widths differ", loc)
+    return "param", (w.shape[0], w.shape[1]), "f32", w.domain
+
+
+def _matmul_nt(ins, attrs, loc):
+    g, w = ins
+    _need(w.assoc == "param" and len(w.shape) == 2 and w.domain is None,
+          f"matmul_nt needs an untyped [K,M] weight, got {w.describe()}", loc)
+    _need(_same_width(g.width, w.shape[1]), f"matmul_nt: width {g.width} vs weight {w.describe()}", loc)
+    if g.assoc == "param":
+        return "param", (g.shape[0], w.shape[0]), "f32"
+    return g.assoc, (w.shape[0],), "f32"
+
+
+def _matmul_tn(ins, attrs, loc):
+    x, g = ins
+    _need(x.assoc == g.assoc, f"matmul_tn: {x.describe()} and {g.describe()} have different rows", loc)
+    return "param", (x.width if x.assoc != "param" else x.shape[1], g.width), "f32"
+
+
+def _typed_matmul_nt(ins, attrs, loc):
+    g, w = ins
+    _need(w.assoc == "param" and len(w.shape) == 3 and w.domain in ("etype", "ntype"),
+          f"typed_matmul_nt needs a [T,K,M] typed weight, got {w.describe()}", loc)
+    _need(g.assoc == _typed_domain(w), f"typed_matmul_nt: rows {g.assoc} vs {w.domain}", loc)
+    return g.assoc, (w.shape[1],), "f32"
+
+
+def _typed_matmul_tn(ins, attrs, loc):
+    x, g = ins
+    dom, types = _typed_rows(g, attrs, loc, "typed_matmul_tn")
+    _need(x.assoc == g.assoc, "typed_matmul_tn: operands have different rows", loc)
+    return "param", (types, x.width, g.width), "f32", dom
+
+
+def _typed_row_sum(ins, attrs, loc):
+    (g,) = ins
+    dom, types = _typed_rows(g, attrs, loc, "typed_row_sum")
+    return "param", (types, g.width), "f32", dom
+
+
+def _row_sum(ins, attrs, loc):
+    (g,) = ins
+    _need(_rows(g), f"row_sum needs node or edge rows, got {g.describe()}", loc)
+    return "param", (g.width,), "f32"
+
+
+def _feature_sum(ins, attrs, loc):
+    (g,) = ins
+    _need(_rows(g), f"feature_sum needs node or edge rows, got {g.describe()}", loc)
+    return g.assoc, (1,), "f32"
+
+
+def _act_grad(ins, attrs, loc):
+    g, y = ins
+    _need(attrs.get("act") in ACTIVATIONS, f"act_grad: unknown activation {attrs.get('act')!r}", loc)
+    _need(g.assoc == y.assoc and _same_width(g.width, y.width), "act_grad: g and y differ", loc)
+    return g.assoc, g.shape, "f32"
+
+
+def _edge_softmax_grad(ins, attrs, loc):
+    g, y = ins
+    _need(g.assoc == "edge" and y.assoc == "edge", "edge_softmax_grad needs edge values", loc)
+    return "edge", g.shape, "f32"
+
+
+def _aggregate_max_grad(ins, attrs, loc):
+    g, x, y = ins
+    _need(g.assoc == x.assoc == y.assoc == "node", "aggregate_max_grad needs node values", loc)
+    return "node", x.shape, "f32"
+
+
+def _scatter_max_grad(ins, attrs, loc):
+    g, m, y = ins
+    _need(g.assoc == "node" and m.assoc == "edge" and y.assoc == "node",
+          "scatter_max_grad needs (node grad, edge messages, node result)", loc)
+    _need(attrs.get("end", "dst") in ("src", "dst"), "scatter end must be src or dst", loc)
+    return "edge", m.shape, "f32"
+
+
+def _dropout_grad(ins, attrs, loc):
+    (g,) = ins
+    _need(isinstance(attrs.get("site"), int), "dropout_grad needs the forward dropout 'site'", loc)
+    _dropout(ins, attrs, loc)
+    return g.assoc, g.shape, "f32"
+
+
+def _cross_entropy_grad(ins, attrs, loc):
+    logits, labels = ins
+    _need(logits.assoc == "node" and labels.assoc == "node", "cross_entropy_grad needs node values", loc)
+    return "node", logits.shape, "f32"
+
+
+def _slice(ins, attrs, loc):
+    (g,) = ins
+    _need(_rows(g), f"slice needs node or edge rows, got {g.describe()}", loc)
+    return g.assoc, (_extent(attrs.get("start"), attrs.get("stop")),), "f32"
+
+
+def _row_concat(ins, attrs, loc):
+    _need(ins and all(v.assoc == "param" and len(v.shape) == 2 for v in ins),
+          "row_concat stacks [K,M] weights", loc)
+    rows = [v.shape[0] for v in ins]
+    total = sum(rows) if all(isinstance(r, int) for r in rows) else "+".join(map(str, rows))
+    return "param", (total, ins[0].shape[1]), "f32"
+
+
+def _outer(ins, attrs, loc):
+    g, a = ins
+    _need(g.assoc == a.assoc == "param" and g.domain == a.domain, "outer multiplies two weights", loc)
+    if g.domain is None:
+        return "param", (g.shape[0], a.shape[0]), "f32", None
+    return "param", (g.shape[0], g.shape[1], a.shape[1]), "f32", g.domain
+
+
+def _matvec_t(ins, attrs, loc):
+    w, g = ins
+    _need(w.assoc == g.assoc == "param", "matvec_t multiplies two weights", loc)
+    if w.domain is None:
+        return "param", (w.shape[1],), "f32", None
+    return "param", (w.shape[0], w.shape[2]), "f32", w.domain
+
+
+PASS_OPCODES = ("param_slice", "matvec")
+BACKWARD_OPCODES = ("matmul_nt", "matmul_tn", "typed_matmul_nt", "typed_matmul_tn", "typed_row_sum",
+                    "row_sum", "feature_sum", "act_grad", "edge_softmax_grad",
+                    "aggregate_max_grad", "scatter_max_grad", "dropout_grad",
+                    "cross_entropy_grad", "slice", "row_concat", "outer", "matvec_t")
+
+
 def register(opcode: str, rule) -> None:
-    """Add an opcode (used by autodiff for its backward-only ops)."""
+    """Add an opcode with its shape rule ``rule(inputs, attrs, loc) -> (assoc, shape, dtype[, domain])``."""
     _RULES[opcode] = rule
+
+
+def opcodes() -> tuple:
+    """Every registered opcode."""
+    return tuple(_RULES)
+
+
+for _name in PASS_OPCODES + BACKWARD_OPCODES:
+    register(_name, globals()["_" + _name])
 
 
 class Builder:
@@ -218,7 +448,7 @@ class Builder:
         self.ops = program.forward if ops is None else ops
 
     def emit(self, opcode: str, *inputs: Value, loc=None, name: str = "", **attrs) -> Value:
-        assoc, shape, dtype = infer(opcode, list(inputs), attrs, loc)
-        out = self.program.new_value(assoc, shape, dtype, name)
+        assoc, shape, dtype, domain = infer_full(opcode, list(inputs), attrs, loc)
+        out = self.program.new_value(assoc, shape, dtype, name, domain)
         self.ops.append(Op(opcode, list(inputs), out, dict(attrs), loc))
         return out

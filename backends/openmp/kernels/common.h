@@ -1,0 +1,75 @@
+// Shared definitions of the OpenMP kernel library (namespace mg).
+//
+// Conventions for every kernel in this folder:
+//   * indices are int64 (mg::idx_t), data is float32, matrices are row-major with an explicit
+//     leading dimension (elements between consecutive rows);
+//   * graph layout: edges are stored sorted by destination. CSR `indptr[N+1]`, `col[E]` = source
+//     node of the edge at CSR position e; per-edge tensors are indexed by that position. The
+//     transpose (scatter-to-source) uses a CSR by source: `t_indptr`, `t_col` (= destination) and
+//     `t_eid` (= position of the edge in destination order), built by mg::transpose_csr (layout.h);
+//   * kernels open their own `omp parallel` regions; none may be called from inside one, and BLAS
+//     (gemm.h) is never called from inside one either.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <omp.h>
+#include <xmmintrin.h>  // _mm_prefetch
+
+// The AVX-512 paths are used when the compiler targets AVX-512F; -DMG_NO_AVX512 forces the
+// portable `#pragma omp simd` paths (the tests build both).
+#if defined(__AVX512F__) && !defined(MG_NO_AVX512)
+#include <immintrin.h>
+#define MG_HAVE_AVX512 1
+#else
+#define MG_HAVE_AVX512 0
+#endif
+
+#define MG_INLINE inline __attribute__((always_inline))
+#define MG_RESTRICT __restrict__
+
+namespace mg {
+
+using idx_t = std::int64_t;
+
+// Status codes returned by kernels that can reject their arguments.
+enum Status : int {
+    kOk = 0,
+    kErrArgument = 1,     // a size or pointer argument is invalid
+    kErrInParallel = 2,   // called from inside an OpenMP parallel region
+    kErrTooLarge = 3,     // a dimension does not fit the 32-bit BLAS interface
+};
+
+enum class Reduce : int { Sum = 0, Mean = 1, Max = 2 };
+
+enum class Act : int { None = 0, Relu = 1, LeakyRelu = 2, Elu = 3 };
+
+// Scalar activation used by fused epilogues. `alpha` is the leaky_relu slope or the elu scale.
+MG_INLINE float activate(Act act, float x, float alpha) {
+    switch (act) {
+        case Act::Relu: return x > 0.f ? x : 0.f;
+        case Act::LeakyRelu: return x > 0.f ? x : alpha * x;
+        case Act::Elu: return x > 0.f ? x : alpha * std::expm1(x);
+        case Act::None:
+        default: return x;
+    }
+}
+
+// Bias add + activation fused into the final write of one output tile.
+struct Epilogue {
+    const float* bias = nullptr;  // [F] or nullptr
+    Act act = Act::None;
+    float alpha = 0.01f;
+};
+
+inline int max_threads() { return omp_get_max_threads(); }
+
+// Prefetch the `bytes` starting at p into L1 (one hint per 64-byte line).
+template <int BYTES>
+MG_INLINE void prefetch_l1(const void* p) {
+    const char* c = static_cast<const char*>(p);
+#pragma GCC unroll 8
+    for (int off = 0; off < BYTES; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+}
+
+}  // namespace mg

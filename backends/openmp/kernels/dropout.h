@@ -1,0 +1,111 @@
+// Inverted dropout with a counter-based random stream.
+//
+// Whether element i is kept is a pure function of (seed, epoch, op_id, i): a splitmix64 hash,
+// no generator state.  The mask is therefore the same for any thread count or schedule, and the
+// backward pass regenerates it instead of storing it.  A variant that stores the mask as a
+// bitmask (1 bit per element) is offered for callers that prefer memory over recomputation.
+//
+// Kept elements are scaled by 1/(1-p) so evaluation needs no rescaling.  Preconditions:
+// 0 <= p < 1 (p == 0 is an identity copy).
+#pragma once
+
+#include <cstdint>
+
+#include "common.h"
+
+namespace mg {
+
+struct DropoutKey {
+    uint64_t seed;
+    uint64_t epoch;
+    uint64_t op_id;  // distinguishes dropout sites within one epoch
+};
+
+namespace dropout_detail {
+
+inline constexpr int64_t kParallelMin = 1 << 15;
+inline constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+
+// splitmix64 finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mixer.
+inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// One stream per (seed, epoch, op): nested mixing so that nearby keys give unrelated streams.
+inline uint64_t stream_base(DropoutKey k) {
+    return mix64(mix64(mix64(k.seed + kGolden) + k.epoch * kGolden) + k.op_id * kGolden);
+}
+
+// Element i is kept when the top 32 bits of its hash are >= threshold = p * 2^32, so that
+// P(keep) = 1 - p up to 2^-32.
+inline uint64_t drop_threshold(float p) {
+    return static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+}
+
+inline bool keep(uint64_t base, uint64_t i, uint64_t threshold) {
+    return (mix64(base + (i + 1) * kGolden) >> 32) >= threshold;
+}
+
+}  // namespace dropout_detail
+
+// The keep decision of element i, exposed for tests and for fused kernels that apply dropout
+// inline.
+inline bool dropout_keep(DropoutKey key, float p, int64_t i) {
+    return dropout_detail::keep(dropout_detail::stream_base(key), static_cast<uint64_t>(i),
+                                dropout_detail::drop_threshold(p));
+}
+
+// y = mask(x) / (1 - p); y may alias x.
+inline void dropout_fwd(const float* x, float* y, int64_t n, float p, DropoutKey key) {
+    using namespace dropout_detail;
+    if (p <= 0.0f) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+        return;
+    }
+    const uint64_t base = stream_base(key), thr = drop_threshold(p);
+    const float s = 1.0f / (1.0f - p);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = keep(base, static_cast<uint64_t>(i), thr) ? x[i] * s : 0.0f;
+}
+
+// gx = mask(gy) / (1 - p) with the mask regenerated from the same key.
+inline void dropout_bwd(const float* gy, float* gx, int64_t n, float p, DropoutKey key) {
+    dropout_fwd(gy, gx, n, p, key);
+}
+
+// Number of uint64 words of a bitmask for n elements.
+inline int64_t dropout_mask_words(int64_t n) { return (n + 63) / 64; }
+
+// As dropout_fwd, and records the mask: bit (i % 64) of bits[i / 64] is 1 when kept.  The mask
+// is identical to the one dropout_fwd would use for the same key.  Parallel over whole words so
+// each word has one writer.
+inline void dropout_fwd_mask(const float* x, float* y, int64_t n, float p, DropoutKey key, uint64_t* bits) {
+    using namespace dropout_detail;
+    const uint64_t base = stream_base(key), thr = p <= 0.0f ? 0 : drop_threshold(p);
+    const float s = p <= 0.0f ? 1.0f : 1.0f / (1.0f - p);
+    const int64_t words = dropout_mask_words(n);
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t w = 0; w < words; ++w) {
+        const int64_t lo = w * 64, hi = lo + 64 < n ? lo + 64 : n;
+        uint64_t word = 0;
+        for (int64_t i = lo; i < hi; ++i) {
+            const bool k = thr == 0 || keep(base, static_cast<uint64_t>(i), thr);
+            word |= static_cast<uint64_t>(k) << (i - lo);
+            y[i] = k ? x[i] * s : 0.0f;
+        }
+        bits[w] = word;
+    }
+}
+
+// Backward from a stored bitmask.
+inline void dropout_bwd_mask(const float* gy, float* gx, int64_t n, float p, const uint64_t* bits) {
+    using namespace dropout_detail;
+    const float s = p <= 0.0f ? 1.0f : 1.0f / (1.0f - p);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) gx[i] = ((bits[i >> 6] >> (i & 63)) & 1u) ? gy[i] * s : 0.0f;
+}
+
+}  // namespace mg

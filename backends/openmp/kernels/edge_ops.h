@@ -1,0 +1,207 @@
+// Edge gather/scatter kernels over the destination-sorted CSR, with their backward.
+//
+// Graph layout (fixed across the kernel library): edges are stored sorted by destination.
+//   indptr[N+1], col[E]      CSR by destination; col[e] is the source of the edge at position e.
+//   t_indptr[N+1], t_col[E], t_eid[E]
+//                            transpose CSR by source; t_col[k] is the destination and t_eid[k]
+//                            the CSR position of the k-th outgoing edge.
+// Edge tensors are [E, F] indexed by CSR position; node tensors are [N, F].
+// Every loop writes each output row from exactly one thread, so no atomics are needed.
+// Backward kernels overwrite their outputs.
+#pragma once
+
+#include <cstdint>
+
+#include "common.h"  // mg::Reduce
+
+namespace mg {
+
+namespace edge_detail {
+inline constexpr int64_t kParallelMin = 1 << 14;
+}
+
+// out[e, :] = x[col[e], :]   (message from the source)
+inline void gather_src(const float* x, const int64_t* col, int64_t num_edges, int64_t F, float* out) {
+#pragma omp parallel for schedule(static) if (num_edges * F > edge_detail::kParallelMin)
+    for (int64_t e = 0; e < num_edges; ++e) {
+        const float* s = x + col[e] * F;
+        float* d = out + e * F;
+#pragma omp simd
+        for (int64_t f = 0; f < F; ++f) d[f] = s[f];
+    }
+}
+
+// out[e, :] = x[v, :] for every edge e in v's CSR segment   (the destination's row)
+inline void gather_dst(const float* x, const int64_t* indptr, int64_t num_nodes, int64_t F, float* out) {
+#pragma omp parallel for schedule(dynamic, 64) if (indptr[num_nodes] * F > edge_detail::kParallelMin)
+    for (int64_t v = 0; v < num_nodes; ++v) {
+        const float* s = x + v * F;
+        for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+            float* d = out + e * F;
+#pragma omp simd
+            for (int64_t f = 0; f < F; ++f) d[f] = s[f];
+        }
+    }
+}
+
+namespace edge_detail {
+
+// Reduces the edge rows m[eid(k)] for k in [begin, end) into one node row.  `argmax` (only for
+// Max) receives the CSR edge position of the maximum per feature, -1 for an empty segment whose
+// output is 0.  Ties keep the first edge in segment order.
+template <Reduce R, class EdgeOf>
+inline void reduce_segment(const float* m, int64_t begin, int64_t end, int64_t F, EdgeOf eid, float* out,
+                           int64_t* argmax) {
+    if constexpr (R == Reduce::Max) {
+        if (begin == end) {
+            for (int64_t f = 0; f < F; ++f) { out[f] = 0.0f; argmax[f] = -1; }
+            return;
+        }
+        const int64_t e0 = eid(begin);
+        for (int64_t f = 0; f < F; ++f) { out[f] = m[e0 * F + f]; argmax[f] = e0; }
+        for (int64_t k = begin + 1; k < end; ++k) {
+            const int64_t e = eid(k);
+            const float* r = m + e * F;
+#pragma omp simd
+            for (int64_t f = 0; f < F; ++f) {
+                const bool bigger = r[f] > out[f];
+                out[f] = bigger ? r[f] : out[f];
+                argmax[f] = bigger ? e : argmax[f];
+            }
+        }
+    } else {
+#pragma omp simd
+        for (int64_t f = 0; f < F; ++f) out[f] = 0.0f;
+        for (int64_t k = begin; k < end; ++k) {
+            const float* r = m + eid(k) * F;
+#pragma omp simd
+            for (int64_t f = 0; f < F; ++f) out[f] += r[f];
+        }
+        if constexpr (R == Reduce::Mean) {
+            if (end > begin) {
+                const float inv = 1.0f / static_cast<float>(end - begin);
+#pragma omp simd
+                for (int64_t f = 0; f < F; ++f) out[f] *= inv;
+            }
+        }
+    }
+}
+
+}  // namespace edge_detail
+
+// out[v, :] = reduce over v's incoming edges e of m[e, :]  (segment reduce over the CSR).
+// argmax [N, F] is required for Max and ignored otherwise.
+template <Reduce R>
+inline void scatter_dst(const float* m, const int64_t* indptr, int64_t num_nodes, int64_t F, float* out,
+                        int64_t* argmax = nullptr) {
+#pragma omp parallel for schedule(dynamic, 64) if (indptr[num_nodes] * F > edge_detail::kParallelMin)
+    for (int64_t v = 0; v < num_nodes; ++v) {
+        edge_detail::reduce_segment<R>(m, indptr[v], indptr[v + 1], F, [](int64_t k) { return k; }, out + v * F,
+                                       argmax ? argmax + v * F : nullptr);
+    }
+}
+
+// out[u, :] = reduce over u's outgoing edges of m[e, :], through the transpose CSR.
+template <Reduce R>
+inline void scatter_src(const float* m, const int64_t* t_indptr, const int64_t* t_eid, int64_t num_nodes,
+                        int64_t F, float* out, int64_t* argmax = nullptr) {
+#pragma omp parallel for schedule(dynamic, 64) if (t_indptr[num_nodes] * F > edge_detail::kParallelMin)
+    for (int64_t u = 0; u < num_nodes; ++u) {
+        edge_detail::reduce_segment<R>(m, t_indptr[u], t_indptr[u + 1], F, [t_eid](int64_t k) { return t_eid[k]; },
+                                       out + u * F, argmax ? argmax + u * F : nullptr);
+    }
+}
+
+// Gradient of scatter_dst: gm[e, :] from g[v, :] of e's destination v.
+template <Reduce R>
+inline void scatter_dst_bwd(const float* g, const int64_t* indptr, int64_t num_nodes, int64_t F,
+                            const int64_t* argmax, float* gm) {
+#pragma omp parallel for schedule(dynamic, 64) if (indptr[num_nodes] * F > edge_detail::kParallelMin)
+    for (int64_t v = 0; v < num_nodes; ++v) {
+        const float* gv = g + v * F;
+        const int64_t deg = indptr[v + 1] - indptr[v];
+        const float w = (R == Reduce::Mean && deg > 0) ? 1.0f / static_cast<float>(deg) : 1.0f;
+        for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+            float* d = gm + e * F;
+            if constexpr (R == Reduce::Max) {
+                const int64_t* a = argmax + v * F;
+#pragma omp simd
+                for (int64_t f = 0; f < F; ++f) d[f] = a[f] == e ? gv[f] : 0.0f;
+            } else {
+#pragma omp simd
+                for (int64_t f = 0; f < F; ++f) d[f] = w * gv[f];
+            }
+        }
+    }
+}
+
+// Gradient of scatter_src: gm[e, :] from g[u, :] of e's source u = col[e].  Parallel over
+// edges: each edge has exactly one source, so every gm row has one writer.
+template <Reduce R>
+inline void scatter_src_bwd(const float* g, const int64_t* col, const int64_t* t_indptr, int64_t num_edges,
+                            int64_t F, const int64_t* argmax, float* gm) {
+#pragma omp parallel for schedule(static) if (num_edges * F > edge_detail::kParallelMin)
+    for (int64_t e = 0; e < num_edges; ++e) {
+        const int64_t u = col[e];
+        const float* gu = g + u * F;
+        float* d = gm + e * F;
+        if constexpr (R == Reduce::Max) {
+            const int64_t* a = argmax + u * F;
+#pragma omp simd
+            for (int64_t f = 0; f < F; ++f) d[f] = a[f] == e ? gu[f] : 0.0f;
+        } else {
+            const int64_t deg = t_indptr[u + 1] - t_indptr[u];  // >= 1: e itself leaves u
+            const float w = R == Reduce::Mean ? 1.0f / static_cast<float>(deg) : 1.0f;
+#pragma omp simd
+            for (int64_t f = 0; f < F; ++f) d[f] = w * gu[f];
+        }
+    }
+}
+
+// Gradient of gather_src: gx[u, :] = sum of g[e, :] over u's outgoing edges (a scatter-sum to
+// the source through the transpose CSR).
+inline void gather_src_bwd(const float* g, const int64_t* t_indptr, const int64_t* t_eid, int64_t num_nodes,
+                           int64_t F, float* gx) {
+    scatter_src<Reduce::Sum>(g, t_indptr, t_eid, num_nodes, F, gx);
+}
+
+// Gradient of gather_dst: gx[v, :] = sum of g[e, :] over v's incoming edges.
+inline void gather_dst_bwd(const float* g, const int64_t* indptr, int64_t num_nodes, int64_t F, float* gx) {
+    scatter_dst<Reduce::Sum>(g, indptr, num_nodes, F, gx);
+}
+
+// Runtime-dispatched forms for callers that hold the reduction as data.
+inline void scatter_dst(Reduce r, const float* m, const int64_t* indptr, int64_t N, int64_t F, float* out,
+                        int64_t* argmax) {
+    switch (r) {
+        case Reduce::Sum: scatter_dst<Reduce::Sum>(m, indptr, N, F, out); break;
+        case Reduce::Mean: scatter_dst<Reduce::Mean>(m, indptr, N, F, out); break;
+        case Reduce::Max: scatter_dst<Reduce::Max>(m, indptr, N, F, out, argmax); break;
+    }
+}
+inline void scatter_dst_bwd(Reduce r, const float* g, const int64_t* indptr, int64_t N, int64_t F,
+                            const int64_t* argmax, float* gm) {
+    switch (r) {
+        case Reduce::Sum: scatter_dst_bwd<Reduce::Sum>(g, indptr, N, F, argmax, gm); break;
+        case Reduce::Mean: scatter_dst_bwd<Reduce::Mean>(g, indptr, N, F, argmax, gm); break;
+        case Reduce::Max: scatter_dst_bwd<Reduce::Max>(g, indptr, N, F, argmax, gm); break;
+    }
+}
+inline void scatter_src(Reduce r, const float* m, const int64_t* t_indptr, const int64_t* t_eid, int64_t N,
+                        int64_t F, float* out, int64_t* argmax) {
+    switch (r) {
+        case Reduce::Sum: scatter_src<Reduce::Sum>(m, t_indptr, t_eid, N, F, out); break;
+        case Reduce::Mean: scatter_src<Reduce::Mean>(m, t_indptr, t_eid, N, F, out); break;
+        case Reduce::Max: scatter_src<Reduce::Max>(m, t_indptr, t_eid, N, F, out, argmax); break;
+    }
+}
+inline void scatter_src_bwd(Reduce r, const float* g, const int64_t* col, const int64_t* t_indptr, int64_t E,
+                            int64_t F, const int64_t* argmax, float* gm) {
+    switch (r) {
+        case Reduce::Sum: scatter_src_bwd<Reduce::Sum>(g, col, t_indptr, E, F, argmax, gm); break;
+        case Reduce::Mean: scatter_src_bwd<Reduce::Mean>(g, col, t_indptr, E, F, argmax, gm); break;
+        case Reduce::Max: scatter_src_bwd<Reduce::Max>(g, col, t_indptr, E, F, argmax, gm); break;
+    }
+}
+
+}  // namespace mg

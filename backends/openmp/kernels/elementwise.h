@@ -1,0 +1,381 @@
+// Elementwise kernels: activations, broadcasting binary ops, bias, row reductions, rowwise dot,
+// concat/slice along the feature axis, each with its backward.
+//
+// Layout: float32 row-major [rows, cols], int64 sizes.  Backward kernels OVERWRITE their
+// gradient outputs (the caller accumulates with `add` when a value has several consumers).
+// A nullptr gradient output means "not needed" and is skipped.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common.h"
+
+namespace mg {
+
+namespace ew_detail {
+// Below this many elements the fork/join costs more than the loop.
+inline constexpr int64_t kParallelMin = 1 << 15;
+
+// Runs f(i) for i in [0, n), vectorised, split over threads when n is large.
+template <class F>
+inline void each(int64_t n, F f) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) f(i);
+}
+}  // namespace ew_detail
+
+// ---------------------------------------------------------------------------------------
+// Activations.  Backward takes the forward OUTPUT where the derivative is a function of it
+// (relu, exp, sigmoid, tanh) and the forward INPUT otherwise (leaky_relu, elu).
+// ---------------------------------------------------------------------------------------
+
+inline void relu_fwd(const float* x, float* y, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
+}
+// gx = gy where y > 0 (PyTorch: zero gradient at x == 0).
+inline void relu_bwd(const float* y, const float* gy, float* gx, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { gx[i] = y[i] > 0.0f ? gy[i] : 0.0f; });
+}
+
+inline void leaky_relu_fwd(const float* x, float* y, int64_t n, float alpha) {
+    ew_detail::each(n, [=](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : alpha * x[i]; });
+}
+inline void leaky_relu_bwd(const float* x, const float* gy, float* gx, int64_t n, float alpha) {
+    ew_detail::each(n, [=](int64_t i) { gx[i] = x[i] > 0.0f ? gy[i] : alpha * gy[i]; });
+}
+
+inline void elu_fwd(const float* x, float* y, int64_t n, float alpha) {
+    ew_detail::each(n, [=](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : alpha * std::expm1(x[i]); });
+}
+// Given the input so that any alpha (including alpha <= 0) is handled.
+inline void elu_bwd(const float* x, const float* gy, float* gx, int64_t n, float alpha) {
+    ew_detail::each(n, [=](int64_t i) { gx[i] = x[i] > 0.0f ? gy[i] : gy[i] * alpha * std::exp(x[i]); });
+}
+
+inline void exp_fwd(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] = std::exp(x[i]); }); }
+inline void exp_bwd(const float* y, const float* gy, float* gx, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { gx[i] = gy[i] * y[i]; });
+}
+
+// Stable for large |x|: exp is only ever taken of a non-positive number.
+inline void sigmoid_fwd(const float* x, float* y, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { const float z = std::exp(-std::fabs(x[i]));
+        y[i] = x[i] >= 0.0f ? 1.0f / (1.0f + z) : z / (1.0f + z); });
+}
+inline void sigmoid_bwd(const float* y, const float* gy, float* gx, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { gx[i] = gy[i] * y[i] * (1.0f - y[i]); });
+}
+
+inline void tanh_fwd(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] = std::tanh(x[i]); }); }
+inline void tanh_bwd(const float* y, const float* gy, float* gx, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { gx[i] = gy[i] * (1.0f - y[i] * y[i]); });
+}
+
+inline void neg_fwd(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] = -x[i]; }); }
+
+// y = c * x; its backward is scale(gy, c).
+inline void scale(const float* x, float* y, int64_t n, float c) { ew_detail::each(n, [=](int64_t i) { y[i] = c * x[i]; }); }
+
+inline void copy(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] = x[i]; }); }
+inline void fill(float* y, int64_t n, float v) { ew_detail::each(n, [=](int64_t i) { y[i] = v; }); }
+// y += x, the accumulation of a gradient with several contributions.
+inline void accumulate(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] += x[i]; }); }
+
+// ---------------------------------------------------------------------------------------
+// Binary ops with broadcasting.  Each operand has a shape relative to the [rows, cols]
+// result: Full [rows,cols], Col [rows,1] (width-1 operand), Row [1,cols] (bias / param row),
+// Scalar [1].
+// ---------------------------------------------------------------------------------------
+
+enum class Bcast : int { Full = 0, Col = 1, Row = 2, Scalar = 3 };
+enum class BinOp : int { Add = 0, Sub = 1, Mul = 2, Div = 3 };
+
+namespace ew_detail {
+
+template <BinOp op>
+inline float apply(float a, float b) {
+    if constexpr (op == BinOp::Add) return a + b;
+    if constexpr (op == BinOp::Sub) return a - b;
+    if constexpr (op == BinOp::Mul) return a * b;
+    return a / b;
+}
+
+// Start of operand row i, and whether it varies along the columns.
+inline const float* row_ptr(const float* p, Bcast s, int64_t i, int64_t cols) {
+    switch (s) {
+        case Bcast::Full: return p + i * cols;
+        case Bcast::Col: return p + i;
+        default: return p;
+    }
+}
+inline bool varies_along_cols(Bcast s) { return s == Bcast::Full || s == Bcast::Row; }
+
+template <BinOp op, bool a_vec, bool b_vec>
+void binary_rows(const float* a, Bcast sa, const float* b, Bcast sb, float* out, int64_t rows,
+                 int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* ar = row_ptr(a, sa, i, cols);
+        const float* br = row_ptr(b, sb, i, cols);
+        float* o = out + i * cols;
+        if constexpr (a_vec && b_vec) {
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) o[j] = apply<op>(ar[j], br[j]);
+        } else if constexpr (a_vec) {
+            const float bv = br[0];
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) o[j] = apply<op>(ar[j], bv);
+        } else if constexpr (b_vec) {
+            const float av = ar[0];
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) o[j] = apply<op>(av, br[j]);
+        } else {
+            const float v = apply<op>(ar[0], br[0]);
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) o[j] = v;
+        }
+    }
+}
+
+template <BinOp op>
+void binary_dispatch(const float* a, Bcast sa, const float* b, Bcast sb, float* out, int64_t rows,
+                     int64_t cols) {
+    const bool av = varies_along_cols(sa), bv = varies_along_cols(sb);
+    if (av && bv) binary_rows<op, true, true>(a, sa, b, sb, out, rows, cols);
+    else if (av) binary_rows<op, true, false>(a, sa, b, sb, out, rows, cols);
+    else if (bv) binary_rows<op, false, true>(a, sa, b, sb, out, rows, cols);
+    else binary_rows<op, false, false>(a, sa, b, sb, out, rows, cols);
+}
+
+// Writes into `out` (shaped by `shape`) the sum of f(i, j) over the broadcast dimensions.
+// The Row and Scalar reductions run over all rows: each thread accumulates its static block
+// of rows in double, then one serial pass adds the per-thread partials, so the result does
+// not depend on scheduling noise and no atomics are needed.
+template <class F>
+void reduce_to(Bcast shape, int64_t rows, int64_t cols, float* out, F f) {
+    if (shape == Bcast::Full) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+        for (int64_t i = 0; i < rows; ++i)
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = f(i, j);
+        return;
+    }
+    if (shape == Bcast::Col) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+        for (int64_t i = 0; i < rows; ++i) {
+            double s = 0.0;
+#pragma omp simd reduction(+ : s)
+            for (int64_t j = 0; j < cols; ++j) s += f(i, j);
+            out[i] = static_cast<float>(s);
+        }
+        return;
+    }
+    const int64_t width = shape == Bcast::Row ? cols : 1;
+    const int nthreads = rows * cols > kParallelMin ? omp_get_max_threads() : 1;
+    std::vector<double> partial(static_cast<size_t>(nthreads) * width, 0.0);
+#pragma omp parallel num_threads(nthreads)
+    {
+        double* acc = partial.data() + static_cast<int64_t>(omp_get_thread_num()) * width;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < rows; ++i) {
+            if (shape == Bcast::Row) {
+#pragma omp simd
+                for (int64_t j = 0; j < cols; ++j) acc[j] += f(i, j);
+            } else {
+                double s = 0.0;
+#pragma omp simd reduction(+ : s)
+                for (int64_t j = 0; j < cols; ++j) s += f(i, j);
+                acc[0] += s;
+            }
+        }
+    }
+    for (int64_t j = 0; j < width; ++j) {
+        double s = 0.0;
+        for (int t = 0; t < nthreads; ++t) s += partial[static_cast<size_t>(t) * width + j];
+        out[j] = static_cast<float>(s);
+    }
+}
+
+inline float at(const float* p, Bcast s, int64_t i, int64_t j, int64_t cols) {
+    switch (s) {
+        case Bcast::Full: return p[i * cols + j];
+        case Bcast::Col: return p[i];
+        case Bcast::Row: return p[j];
+        default: return p[0];
+    }
+}
+
+}  // namespace ew_detail
+
+// out[rows, cols] = a op b with each operand broadcast according to its shape.
+inline void binary_fwd(BinOp op, const float* a, Bcast sa, const float* b, Bcast sb, float* out,
+                       int64_t rows, int64_t cols) {
+    switch (op) {
+        case BinOp::Add: ew_detail::binary_dispatch<BinOp::Add>(a, sa, b, sb, out, rows, cols); break;
+        case BinOp::Sub: ew_detail::binary_dispatch<BinOp::Sub>(a, sa, b, sb, out, rows, cols); break;
+        case BinOp::Mul: ew_detail::binary_dispatch<BinOp::Mul>(a, sa, b, sb, out, rows, cols); break;
+        case BinOp::Div: ew_detail::binary_dispatch<BinOp::Div>(a, sa, b, sb, out, rows, cols); break;
+    }
+}
+
+// Gradients of binary_fwd: ga (shaped like a) and gb (shaped like b), each the sum of the
+// elementwise partial derivatives over the dimensions that operand was broadcast along.
+inline void binary_bwd(BinOp op, const float* a, Bcast sa, const float* b, Bcast sb, const float* g,
+                       float* ga, float* gb, int64_t rows, int64_t cols) {
+    using ew_detail::at;
+    if (ga) {
+        switch (op) {
+            case BinOp::Add:
+            case BinOp::Sub:
+                ew_detail::reduce_to(sa, rows, cols, ga, [&](int64_t i, int64_t j) { return g[i * cols + j]; });
+                break;
+            case BinOp::Mul:
+                ew_detail::reduce_to(sa, rows, cols, ga, [&](int64_t i, int64_t j) {
+                    return g[i * cols + j] * at(b, sb, i, j, cols);
+                });
+                break;
+            case BinOp::Div:
+                ew_detail::reduce_to(sa, rows, cols, ga, [&](int64_t i, int64_t j) {
+                    return g[i * cols + j] / at(b, sb, i, j, cols);
+                });
+                break;
+        }
+    }
+    if (gb) {
+        switch (op) {
+            case BinOp::Add:
+                ew_detail::reduce_to(sb, rows, cols, gb, [&](int64_t i, int64_t j) { return g[i * cols + j]; });
+                break;
+            case BinOp::Sub:
+                ew_detail::reduce_to(sb, rows, cols, gb, [&](int64_t i, int64_t j) { return -g[i * cols + j]; });
+                break;
+            case BinOp::Mul:
+                ew_detail::reduce_to(sb, rows, cols, gb, [&](int64_t i, int64_t j) {
+                    return g[i * cols + j] * at(a, sa, i, j, cols);
+                });
+                break;
+            case BinOp::Div:
+                ew_detail::reduce_to(sb, rows, cols, gb, [&](int64_t i, int64_t j) {
+                    const float bv = at(b, sb, i, j, cols);
+                    return -g[i * cols + j] * at(a, sa, i, j, cols) / (bv * bv);
+                });
+                break;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Bias and row reductions.
+// ---------------------------------------------------------------------------------------
+
+// y[i, :] = x[i, :] + bias[:]  (x may alias y).
+inline void bias_add(const float* x, const float* bias, float* y, int64_t rows, int64_t cols) {
+    ew_detail::binary_dispatch<BinOp::Add>(x, Bcast::Full, bias, Bcast::Row, y, rows, cols);
+}
+
+// out[j] = sum_i x[i, j]: sums the rows together (the bias gradient).  Thread-local partials
+// and one reduction, no atomics.
+inline void row_sum(const float* x, float* out, int64_t rows, int64_t cols) {
+    ew_detail::reduce_to(Bcast::Row, rows, cols, out, [&](int64_t i, int64_t j) { return x[i * cols + j]; });
+}
+
+// Rowwise dot per head: a, b are [rows, heads*dim], out[i, h] = sum_d a[i,h,d] * b[i,h,d].
+// With b_is_row, b is a single [heads*dim] parameter row shared by every row (GAT's a·x).
+inline void rowwise_dot_fwd(const float* a, const float* b, bool b_is_row, float* out, int64_t rows,
+                            int64_t heads, int64_t dim) {
+    const int64_t w = heads * dim;
+#pragma omp parallel for schedule(static) if (rows * w > ew_detail::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* ar = a + i * w;
+        const float* br = b_is_row ? b : b + i * w;
+        for (int64_t h = 0; h < heads; ++h) {
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t d = 0; d < dim; ++d) s += ar[h * dim + d] * br[h * dim + d];
+            out[i * heads + h] = s;
+        }
+    }
+}
+
+// ga[i,h,d] = g[i,h] * b[i,h,d]; gb likewise (summed over rows when b_is_row).
+inline void rowwise_dot_bwd(const float* a, const float* b, bool b_is_row, const float* g, float* ga,
+                            float* gb, int64_t rows, int64_t heads, int64_t dim) {
+    const int64_t w = heads * dim;
+    if (ga) {
+#pragma omp parallel for schedule(static) if (rows * w > ew_detail::kParallelMin)
+        for (int64_t i = 0; i < rows; ++i) {
+            const float* br = b_is_row ? b : b + i * w;
+            for (int64_t h = 0; h < heads; ++h) {
+                const float gv = g[i * heads + h];
+#pragma omp simd
+                for (int64_t d = 0; d < dim; ++d) ga[i * w + h * dim + d] = gv * br[h * dim + d];
+            }
+        }
+    }
+    if (gb) {
+        ew_detail::reduce_to(b_is_row ? Bcast::Row : Bcast::Full, rows, w, gb, [&](int64_t i, int64_t j) {
+            return g[i * heads + j / dim] * a[i * w + j];
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Concat / slice along the feature axis.
+// ---------------------------------------------------------------------------------------
+
+// dst[i, dst_off : dst_off+width] (=|+=) src[i, src_off : src_off+width]
+inline void copy_cols(const float* src, int64_t src_cols, int64_t src_off, float* dst, int64_t dst_cols,
+                      int64_t dst_off, int64_t rows, int64_t width, bool accumulate = false) {
+#pragma omp parallel for schedule(static) if (rows * width > ew_detail::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* s = src + i * src_cols + src_off;
+        float* d = dst + i * dst_cols + dst_off;
+        if (accumulate) {
+#pragma omp simd
+            for (int64_t j = 0; j < width; ++j) d[j] += s[j];
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < width; ++j) d[j] = s[j];
+        }
+    }
+}
+
+// out[rows, sum(widths)] = [parts[0] | parts[1] | ...]
+inline void concat_fwd(const float* const* parts, const int64_t* widths, int64_t nparts, float* out,
+                       int64_t rows) {
+    int64_t total = 0;
+    for (int64_t p = 0; p < nparts; ++p) total += widths[p];
+    int64_t off = 0;
+    for (int64_t p = 0; p < nparts; ++p) {
+        copy_cols(parts[p], widths[p], 0, out, total, off, rows, widths[p]);
+        off += widths[p];
+    }
+}
+
+// Splits the gradient of a concat back into its parts (nullptr parts are skipped).
+inline void concat_bwd(const float* g, const int64_t* widths, int64_t nparts, float* const* grads,
+                       int64_t rows) {
+    int64_t total = 0;
+    for (int64_t p = 0; p < nparts; ++p) total += widths[p];
+    int64_t off = 0;
+    for (int64_t p = 0; p < nparts; ++p) {
+        if (grads[p]) copy_cols(g, total, off, grads[p], widths[p], 0, rows, widths[p]);
+        off += widths[p];
+    }
+}
+
+// y[rows, width] = x[:, start : start+width]
+inline void slice_fwd(const float* x, int64_t rows, int64_t cols, int64_t start, int64_t width, float* y) {
+    copy_cols(x, cols, start, y, width, 0, rows, width);
+}
+
+// gx[rows, cols] = 0 except gx[:, start : start+width] = gy.
+inline void slice_bwd(const float* gy, int64_t rows, int64_t cols, int64_t start, int64_t width, float* gx) {
+    fill(gx, rows * cols, 0.0f);
+    copy_cols(gy, width, 0, gx, cols, start, rows, width);
+}
+
+}  // namespace mg

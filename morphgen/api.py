@@ -1,0 +1,314 @@
+"""The Python API and the `compile` / `train` commands.
+
+    import morphgen
+    model = morphgen.compile("examples/gcn.mp", backend="openmp")
+    history = model.fit(dataset, epochs=200)          # a morphgen.data.Dataset
+    print(model.evaluate())
+
+The pipeline of GUIDE §2: parse + check -> IR -> bind sizes to the data -> autodiff -> passes ->
+backend emitter -> build (cached) -> cffi session.  Python only drives epochs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .errors import UserError
+
+AVAILABLE_BACKENDS = ("openmp",)
+
+
+class BackendUnavailable(UserError):
+    pass
+
+
+def _require_backend(backend: str) -> None:
+    if backend not in AVAILABLE_BACKENDS:
+        raise BackendUnavailable(
+            f"morphgen: error: the {backend} backend is not available yet in this version; "
+            f"available: {', '.join(AVAILABLE_BACKENDS)}")
+
+
+def lower(path, sizes: Optional[dict] = None, featureless: bool = False):
+    """Parse, check and lower a program; bind sizes when given; generate backward; run passes."""
+    from . import autodiff, passes
+    from .frontend import compile_file
+    program = compile_file(str(path))
+    if sizes is not None:
+        program.featureless = featureless
+        program.bind(sizes)
+    autodiff.differentiate(program)
+    passes.run_default(program)
+    return program
+
+
+def sizes_of(program, dataset) -> dict:
+    g = dataset.graph
+    return {"F": dataset.num_features, "C": dataset.num_classes,
+            "etypes": g.num_etypes, "ntypes": g.num_ntypes}
+
+
+def choose_feature_path(dataset, threshold: Optional[float]):
+    """Dense or sparse feature path, decided once at load time (Morphling §IV-B).
+
+    Returns (path, sparsity, tau, source of tau).
+    """
+    if dataset.features is None:
+        return "identity", 1.0, None, "featureless input: embedding lookup"
+    sparsity = float(dataset.feature_sparsity)
+    if threshold is not None:
+        tau, source = float(threshold), "--sparsity-threshold"
+    else:
+        from .calibrate import threshold as calibrated
+        tau, source = calibrated(), "calibrated tau = 1 - rho"
+    return ("sparse" if sparsity > tau else "dense"), sparsity, tau, source
+
+
+def _features_payload(dataset, path: str):
+    import scipy.sparse as sp
+    x = dataset.features
+    if path == "identity":
+        return ("identity", None)
+    if path == "sparse":
+        return ("csr", sp.csr_matrix(x, dtype=np.float32) if not sp.issparse(x) else x.tocsr())
+    return ("dense", x.toarray() if sp.issparse(x) else x)
+
+
+@dataclass
+class TrainResult:
+    history: list = field(default_factory=list)      # per epoch: loss, epoch_time_s, accs when evaluated
+    final: dict = field(default_factory=dict)
+
+
+class CompiledModel:
+    """A program compiled for one backend; `fit` binds it to a dataset and trains."""
+
+    def __init__(self, path, backend: str = "openmp", threads: Optional[int] = None, seed: int = 0,
+                 sparsity_threshold: Optional[float] = None, sanitize: bool = False):
+        _require_backend(backend)
+        self.path = Path(path)
+        self.backend = backend
+        self.threads = threads or os.cpu_count() or 1
+        self.seed = seed
+        self.sparsity_threshold = sparsity_threshold
+        self.sanitize = sanitize
+        self.program = None
+        self.session = None
+        self.dataset = None
+        self.feature_path = None
+        self.compile_seconds = 0.0
+        self.library_path = None
+
+    # -- binding to data -----------------------------------------------------------------
+    def bind(self, dataset):
+        from .backends.openmp.emitter import emit
+        from .layout import GraphLayout
+        from .library import Session
+        from .toolchain import compile_shared
+        from .interp import init_params
+        t0 = time.perf_counter()
+        self.program = lower(self.path, sizes_of(None, dataset), dataset.features is None)
+        sources = emit(self.program)
+        self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
+                                           include_dirs=_include_dirs())
+        self.compile_seconds = time.perf_counter() - t0
+        self.feature_path = choose_feature_path(dataset, self.sparsity_threshold)
+        layout = GraphLayout.from_graph(dataset.graph)
+        masks = (dataset.train_mask, dataset.val_mask, dataset.test_mask)
+        self.session = Session(self.library_path, layout, _features_payload(dataset, self.feature_path[0]),
+                               dataset.labels, masks, self.program.sizes, self.threads, self.seed)
+        self.session.set_params(init_params(self.program, seed=self.seed))
+        self.dataset = dataset
+        return self
+
+    def fit(self, dataset=None, epochs: Optional[int] = None, progress=None, eval_every: int = 1) -> TrainResult:
+        if dataset is not None and dataset is not self.dataset:
+            self.bind(dataset)
+        if self.session is None:
+            raise UserError("morphgen: error: fit() needs a dataset")
+        epochs = self.program.epochs if epochs is None else epochs
+        result = TrainResult()
+        for epoch in range(1, epochs + 1):
+            t0 = time.perf_counter()
+            loss = self.session.train_epoch()
+            row = {"epoch": epoch, "loss": loss, "epoch_time_s": time.perf_counter() - t0}
+            if not np.isfinite(loss):
+                result.history.append(row)
+                raise TrainingDiverged(f"morphgen: error: the loss became {loss} at epoch {epoch}")
+            if epoch == epochs or (eval_every and epoch % eval_every == 0):
+                row.update(self.session.evaluate())
+                row["loss"] = loss
+            result.history.append(row)
+            if progress:
+                progress(row, epochs)
+        result.final = self.evaluate()
+        return result
+
+    def evaluate(self) -> dict:
+        return self.session.evaluate()
+
+    def predict(self) -> np.ndarray:
+        return self.session.predict(self.dataset.graph.num_nodes, self.dataset.num_classes)
+
+    def get_params(self) -> dict:
+        return self.session.get_params()
+
+    def set_params(self, params: dict):
+        self.session.set_params(params)
+
+    def save_checkpoint(self, path):
+        self.session.save_checkpoint(path)
+
+    def load_checkpoint(self, path):
+        self.session.load_checkpoint(path)
+
+
+class TrainingDiverged(UserError):
+    pass
+
+
+def _include_dirs():
+    import morphgen.runtime as runtime_pkg
+    import morphgen.backends.openmp as openmp_pkg
+    return (str(Path(runtime_pkg.__file__).parent), str(Path(openmp_pkg.__file__).parent))
+
+
+def compile(path, backend: str = "openmp", **kwargs) -> CompiledModel:
+    """Check a program and prepare it for `backend`; the library is built when data is bound."""
+    from .frontend import compile_file
+    _require_backend(backend)
+    compile_file(str(path))          # diagnose now, not at fit time
+    return CompiledModel(path, backend=backend, **kwargs)
+
+
+# ----------------------------------------------------------------------------- commands
+def compile_command(args) -> int:
+    if args.emit == "ir":
+        program = lower(args.model)
+        print(program.dump())
+        return 0
+    _require_backend(args.backend)
+    from .backends.openmp.emitter import emit
+    from .toolchain import compile_shared
+    program = lower(args.model)
+    sources = emit(program)
+    if args.emit == "cpp":
+        for name, text in sources.items():
+            print(f"// ---- {name}\n{text}")
+        return 0
+    lib = compile_shared(sources, name=f"mg_{args.backend}", include_dirs=_include_dirs())
+    if args.output:
+        out = Path(args.output)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in sources.items():
+            (out / name).write_text(text)
+        (out / "program.ir").write_text(program.dump() + "\n")
+        target = out / f"lib{_safe_stem(args.model)}_{args.backend}.so"
+        target.write_bytes(Path(lib).read_bytes())
+        print(f"wrote {', '.join(sorted(sources))}, program.ir and {target.name} to {out}")
+    else:
+        print(f"built {lib}")
+    return 0
+
+
+def _safe_stem(path) -> str:
+    import re
+    return re.sub(r"[^A-Za-z0-9_]", "_", Path(path).stem) or "model"
+
+
+class Progress:
+    """One-line progress bar on a terminal; a line every tenth of the run otherwise."""
+
+    def __init__(self, stream=sys.stderr, quiet=False):
+        self.stream = stream
+        self.quiet = quiet
+        self.tty = stream.isatty()
+
+    def __call__(self, row, total):
+        if self.quiet:
+            return
+        e = row["epoch"]
+        width = 24
+        done = int(width * e / total)
+        bar = "#" * done + "." * (width - done)
+        acc = ""
+        if "train_acc" in row:
+            acc = f" train {row['train_acc']:.3f} val {row['val_acc']:.3f} test {row['test_acc']:.3f}"
+        text = f"[{bar}] epoch {e:>4}/{total} loss {row['loss']:.4f}{acc} {row['epoch_time_s'] * 1e3:7.1f} ms"
+        if self.tty:
+            self.stream.write("\r" + text + ("\n" if e == total else ""))
+            self.stream.flush()
+        elif e == total or e % max(1, total // 10) == 0 or e == 1:
+            self.stream.write(text + "\n")
+
+
+def train_command(args) -> int:
+    from .data import load_dataset
+    _require_backend(args.backend)
+    dataset = load_dataset(args.dataset, data_dir=args.data_dir)
+    model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
+                          sparsity_threshold=args.sparsity_threshold)
+    print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)
+    model.bind(dataset)
+    path, sparsity, tau, source = model.feature_path
+    if tau is None:
+        print(f"morphgen: feature path: {path} ({source})", file=sys.stderr)
+    else:
+        print(f"morphgen: feature path: {path} (sparsity {sparsity:.4f} vs tau {tau:.3f}, {source})",
+              file=sys.stderr)
+    print(f"morphgen: {dataset.name}: {dataset.graph.num_nodes} nodes, {dataset.graph.num_edges} edges, "
+          f"{dataset.num_features} features, {dataset.num_classes} classes; {model.threads} threads; "
+          f"compiled in {model.compile_seconds:.2f} s", file=sys.stderr)
+    if args.resume:
+        model.load_checkpoint(args.resume)
+    epochs = args.epochs if args.epochs is not None else model.program.epochs
+    if epochs <= 0:
+        raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
+    eval_every = max(1, epochs // 50)
+    if args.profile:
+        model.session.reset_timers()
+    result = model.fit(epochs=epochs, progress=Progress(quiet=args.quiet), eval_every=eval_every)
+    final = result.final
+    times = [r["epoch_time_s"] for r in result.history]
+    print(f"final: train_acc {final['train_acc']:.4f} val_acc {final['val_acc']:.4f} "
+          f"test_acc {final['test_acc']:.4f} loss {result.history[-1]['loss']:.4f} "
+          f"median epoch {np.median(times) * 1e3:.2f} ms")
+    if args.profile:
+        _print_profile(model.session.timers())
+    if args.checkpoint:
+        model.save_checkpoint(args.checkpoint)
+        print(f"morphgen: checkpoint written to {args.checkpoint}", file=sys.stderr)
+    if args.json_out:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        report = {
+            "model": str(args.model), "backend": args.backend, "dataset": dataset.name,
+            "epochs": epochs, "threads": model.threads, "seed": args.seed,
+            "train_acc": final["train_acc"], "val_acc": final["val_acc"], "test_acc": final["test_acc"],
+            "final_loss": result.history[-1]["loss"], "epoch_times_s": times,
+            "compile_seconds": model.compile_seconds, "feature_path": path,
+            "feature_sparsity": sparsity, "sparsity_threshold": tau,
+            "peak_rss_bytes": peak, "allocated_bytes": model.session.allocated_bytes(),
+            "history": result.history,
+        }
+        if args.profile:
+            report["profile"] = model.session.timers()
+        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def _print_profile(rows):
+    print(f"{'kernel':<28}{'calls':>8}{'seconds':>10}{'GB/s':>9}{'GFLOP/s':>9}")
+    for r in sorted(rows, key=lambda r: -r["seconds"]):
+        if not r["calls"]:
+            continue
+        s = max(r["seconds"], 1e-12)
+        print(f"{r['kernel']:<28}{r['calls']:>8}{r['seconds']:>10.4f}{r['bytes'] / s / 1e9:>9.2f}"
+              f"{r['flops'] / s / 1e9:>9.2f}")

@@ -1,0 +1,149 @@
+"""Load a homogeneous node-classification graph in the canonical npz format (numpy only).
+
+Keys (see the datasets README): `edge_index` int [2, E] (row 0 source, row 1 destination),
+features either dense `x` [N, F] or CSR `x_indptr`/`x_indices`/`x_data`/`x_shape`, `y` int [N],
+`train_mask`/`val_mask`/`test_mask` bool [N]. Every array is checked here so a peer runner fails
+with the name of the offending key instead of a shape error deep inside torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from morphgen.errors import UserError
+
+
+class DatasetError(UserError, ValueError):
+    """A malformed dataset file; the message names the key."""
+
+
+@dataclass(eq=False)
+class NodeClassificationData:
+    num_nodes: int
+    src: np.ndarray                    # int64 [E]
+    dst: np.ndarray                    # int64 [E]
+    num_features: int
+    x_dense: Optional[np.ndarray]      # float32 [N, F] when the file stores dense features
+    x_csr: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (indptr int64, indices int64, data float32)
+    y: np.ndarray                      # int64 [N]
+    train_mask: np.ndarray             # bool [N]
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.y.max()) + 1 if self.y.size else 0
+
+    @property
+    def feature_nnz(self) -> int:
+        if self.x_csr is not None:
+            return int(self.x_csr[2].shape[0])
+        return int(np.count_nonzero(self.x_dense))
+
+    def dense_features(self) -> np.ndarray:
+        """Features as a dense float32 [N, F] array (densified from CSR when needed)."""
+        if self.x_dense is not None:
+            return self.x_dense
+        indptr, indices, data = self.x_csr
+        out = np.zeros((self.num_nodes, self.num_features), dtype=np.float32)
+        rows = np.repeat(np.arange(self.num_nodes), np.diff(indptr))
+        out[rows, indices] = data
+        return out
+
+    def csr_features(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Features as CSR (indptr, indices, data) (built from the dense array when needed)."""
+        if self.x_csr is not None:
+            return self.x_csr
+        rows, cols = np.nonzero(self.x_dense)
+        indptr = np.zeros(self.num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.num_nodes), out=indptr[1:])
+        return indptr, cols.astype(np.int64), self.x_dense[rows, cols].astype(np.float32)
+
+
+def _key(z, key: str, path: Path) -> np.ndarray:
+    if key not in z.files:
+        raise DatasetError(f"{path}: missing key '{key}'")
+    return z[key]
+
+
+def _mask(z, key: str, n: int, path: Path) -> np.ndarray:
+    m = _key(z, key, path)
+    if m.dtype != np.bool_ or m.shape != (n,):
+        raise DatasetError(f"{path}: key '{key}' must be a bool array of shape ({n},), got {m.dtype} {m.shape}")
+    return m
+
+
+def load_node_classification(path: str | Path) -> NodeClassificationData:
+    path = Path(path)
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: cannot be read as an npz archive ({exc})") from exc
+    with z:
+        y = _key(z, "y", path)
+        if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+            raise DatasetError(f"{path}: key 'y' must be a 1-d integer array, got {y.dtype} {y.shape}")
+        n = int(y.shape[0])
+        if y.size and y.min() < 0:
+            raise DatasetError(f"{path}: key 'y' has negative label {int(y.min())} (unlabelled nodes are not supported)")
+        ei = _key(z, "edge_index", path)
+        if ei.ndim != 2 or ei.shape[0] != 2 or not np.issubdtype(ei.dtype, np.integer):
+            raise DatasetError(f"{path}: key 'edge_index' must be an integer array of shape [2, E], got {ei.dtype} {ei.shape}")
+        if ei.size and (ei.min() < 0 or ei.max() >= n):
+            raise DatasetError(f"{path}: key 'edge_index' has node ids outside [0, {n})")
+        x_dense = x_csr = None
+        if "x" in z.files:
+            x_dense = np.ascontiguousarray(z["x"], dtype=np.float32)
+            if x_dense.ndim != 2 or x_dense.shape[0] != n:
+                raise DatasetError(f"{path}: key 'x' must have shape [{n}, F], got {x_dense.shape}")
+            f = int(x_dense.shape[1])
+        elif "x_indptr" in z.files:
+            shape = tuple(int(s) for s in _key(z, "x_shape", path))
+            indptr = _key(z, "x_indptr", path).astype(np.int64)
+            indices = _key(z, "x_indices", path).astype(np.int64)
+            data = _key(z, "x_data", path).astype(np.float32)
+            if len(shape) != 2 or shape[0] != n:
+                raise DatasetError(f"{path}: key 'x_shape' must be [{n}, F], got {list(shape)}")
+            f = shape[1]
+            if indptr.shape != (n + 1,) or indptr[0] != 0 or indptr[-1] != indices.shape[0] or np.any(np.diff(indptr) < 0):
+                raise DatasetError(f"{path}: key 'x_indptr' is not a valid CSR row pointer for {n} rows")
+            if indices.shape != data.shape or (indices.size and (indices.min() < 0 or indices.max() >= f)):
+                raise DatasetError(f"{path}: keys 'x_indices'/'x_data' disagree in length or hold columns outside [0, {f})")
+            x_csr = (indptr, indices, data)
+        else:
+            raise DatasetError(f"{path}: no node features (expected key 'x' or keys 'x_indptr', 'x_indices', 'x_data', 'x_shape')")
+        return NodeClassificationData(
+            num_nodes=n, src=ei[0].astype(np.int64), dst=ei[1].astype(np.int64), num_features=f,
+            x_dense=x_dense, x_csr=x_csr, y=y.astype(np.int64),
+            train_mask=_mask(z, "train_mask", n, path), val_mask=_mask(z, "val_mask", n, path),
+            test_mask=_mask(z, "test_mask", n, path),
+        )
+
+
+def load_init_weights(path: str | Path, layers: tuple[int, ...], bias: bool) -> list[tuple[np.ndarray, Optional[np.ndarray]]]:
+    """Read layer{i}.W [in, out] (and layer{i}.b [out] when bias) for every layer, checking shapes."""
+    path = Path(path)
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"init_weights {path}: cannot be read as an npz archive ({exc})") from exc
+    out = []
+    with z:
+        for i in range(len(layers) - 1):
+            w = _key(z, f"layer{i}.W", path).astype(np.float32)
+            if w.shape != (layers[i], layers[i + 1]):
+                raise DatasetError(f"init_weights {path}: 'layer{i}.W' has shape {w.shape}, expected {(layers[i], layers[i + 1])}")
+            b = None
+            if bias:
+                b = _key(z, f"layer{i}.b", path).astype(np.float32)
+                if b.shape != (layers[i + 1],):
+                    raise DatasetError(f"init_weights {path}: 'layer{i}.b' has shape {b.shape}, expected {(layers[i + 1],)}")
+            out.append((w, b))
+    return out

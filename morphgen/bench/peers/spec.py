@@ -1,0 +1,111 @@
+"""The benchmark spec shared by every peer runner: parsing and validation (no torch here).
+
+A spec is a JSON object; every field is checked once, here, so a runner never starts a model on a
+half-valid configuration, and a bad spec is reported with the name of the offending field.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from morphgen.errors import UserError
+
+
+class SpecError(UserError, ValueError):
+    """A malformed benchmark spec; the message names the field."""
+
+
+SUPPORTED_MODELS = ("gcn",)
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    model: str
+    layers: tuple[int, ...]          # widths, input first and class count last: [F, 32, 32, C]
+    dropout: float
+    lr: float
+    weight_decay: float
+    epochs: int
+    warmup: int
+    threads: int
+    bias: bool
+    self_loops: bool
+    init_weights: Optional[str]      # npz with layer{i}.W [in, out] and layer{i}.b [out]
+    sparse_features: bool
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers) - 1
+
+
+_DEFAULTS = {
+    "model": "gcn", "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "epochs": 200,
+    "warmup": 3, "threads": 1, "bias": True, "self_loops": True, "init_weights": None,
+    "sparse_features": False,
+}
+
+
+def _number(d: dict, key: str, lo: float, hi: float) -> float:
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        raise SpecError(f"spec field '{key}': expected a number in [{lo}, {hi}], got {v!r}")
+    return float(v)
+
+
+def _integer(d: dict, key: str, lo: int) -> int:
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise SpecError(f"spec field '{key}': expected an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _flag(d: dict, key: str) -> bool:
+    v = d[key]
+    if not isinstance(v, bool):
+        raise SpecError(f"spec field '{key}': expected true or false, got {v!r}")
+    return v
+
+
+def parse_spec(raw: object) -> BenchSpec:
+    """Validate a decoded JSON spec; missing optional fields take the defaults above."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"spec: expected a JSON object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(_DEFAULTS) - {"layers"})
+    if unknown:
+        raise SpecError(f"spec field '{unknown[0]}': unknown field (known: layers, {', '.join(sorted(_DEFAULTS))})")
+    if "layers" not in raw:
+        raise SpecError("spec field 'layers': missing (widths such as [F, 32, 32, C])")
+    d = {**_DEFAULTS, **raw}
+    if d["model"] not in SUPPORTED_MODELS:
+        raise SpecError(f"spec field 'model': {d['model']!r} is not supported (supported: {', '.join(SUPPORTED_MODELS)})")
+    layers = d["layers"]
+    if (not isinstance(layers, list) or len(layers) < 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in layers)):
+        raise SpecError(f"spec field 'layers': expected a list of at least two positive integers, got {layers!r}")
+    init = d["init_weights"]
+    if init is not None and not isinstance(init, str):
+        raise SpecError(f"spec field 'init_weights': expected a path string or null, got {init!r}")
+    spec = BenchSpec(
+        model=d["model"], layers=tuple(layers),
+        dropout=_number(d, "dropout", 0.0, 0.999), lr=_number(d, "lr", 0.0, 10.0),
+        weight_decay=_number(d, "weight_decay", 0.0, 10.0),
+        epochs=_integer(d, "epochs", 1), warmup=_integer(d, "warmup", 0),
+        threads=_integer(d, "threads", 1), bias=_flag(d, "bias"), self_loops=_flag(d, "self_loops"),
+        init_weights=init, sparse_features=_flag(d, "sparse_features"),
+    )
+    if spec.warmup >= spec.epochs:
+        raise SpecError(f"spec field 'warmup': {spec.warmup} leaves no timed epoch out of epochs={spec.epochs}")
+    return spec
+
+
+def load_spec(path: str | Path) -> BenchSpec:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise SpecError(f"spec file {path}: cannot be read ({exc.strerror or exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"spec file {path}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from exc
+    return parse_spec(raw)

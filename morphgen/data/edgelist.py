@@ -1,0 +1,55 @@
+"""Edge-list text files: one ``src dst`` pair per line (whitespace or comma separated).
+
+``#`` starts a comment (whole line or trailing); blank lines are skipped.  Node ids are
+non-negative integers; ``num_nodes`` defaults to the largest id + 1.  An edge list carries no
+labels, so it yields a ``Graph`` (``load_graph``), not a trainable ``Dataset``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from morphgen.data.errors import DataError
+from morphgen.data.validate import make_graph
+from morphgen.graph import Graph
+
+
+def parse_edge_lines(lines, source: str):
+    """Parse ``src dst`` lines into two int64 arrays; errors carry ``source:line``."""
+    src, dst = [], []
+    for lineno, raw in enumerate(lines, 1):
+        text = raw.split("#", 1)[0].replace(",", " ").split()
+        if not text:
+            continue
+        if len(text) != 2:
+            raise DataError(f"{source}:{lineno}: expected 'src dst', got {raw.strip()!r}")
+        try:
+            s, d = int(text[0]), int(text[1])
+        except ValueError:
+            raise DataError(f"{source}:{lineno}: node ids must be integers, got {raw.strip()!r}") from None
+        if s < 0 or d < 0:
+            raise DataError(f"{source}:{lineno}: node ids must be non-negative, got {raw.strip()!r}")
+        src.append(s)
+        dst.append(d)
+    return np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
+
+
+def read_edge_list(path, num_nodes: Optional[int] = None) -> Graph:
+    path = Path(path)
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            src, dst = parse_edge_lines(fh, str(path))
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not a text edge list (not UTF-8)") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    largest = int(max(src.max(), dst.max())) if src.size else -1
+    if num_nodes is None:
+        num_nodes = largest + 1
+    elif largest >= num_nodes:
+        row = 0 if src.size and src.max() == largest else 1
+        raise DataError(f"{path}: node id {largest} (edge_index[{row}]) is outside [0, {num_nodes}) "
+                        f"given num_nodes={num_nodes}")
+    return make_graph(num_nodes, src, dst, str(path), meta={"source": str(path), "format": "edgelist"})

@@ -1,0 +1,225 @@
+"""The canonical ``.npz`` dataset format: reading (graph only or full dataset) and writing.
+
+The format is the one of the shared dataset collection (see docs/data.md):
+``edge_index`` int64 [2, E]; optional ``num_nodes``; homogeneous features as CSR
+``x_indptr/x_indices/x_data/x_shape`` (or dense ``x`` float32 [N, F], written by ``save_npz`` for
+dense features); ``y`` int64 with -1 = unlabelled; ``train_mask``/``val_mask``/``test_mask`` bool;
+relational graphs add ``node_type``/``edge_type``/``num_node_types``/``num_edge_types`` and a JSON
+string ``meta``.  Nothing is unpickled: files are opened with ``allow_pickle=False``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+from morphgen.data.dataset import Dataset
+from morphgen.data.errors import DataError, located
+from morphgen.data.validate import (check_edge_index, csr_from_parts, make_graph, require_integer,
+                                    require_scalar_int)
+from morphgen.graph import Graph
+
+CSR_PARTS = ("indptr", "indices", "data", "shape")
+
+
+class NpzArchive:
+    """Read access to an ``.npz`` whose missing keys become ``DataError``s naming key and file."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.source = str(self.path)
+        try:
+            self._z = np.load(self.path, allow_pickle=False)
+        except FileNotFoundError:
+            raise DataError(f"{self.source}: file not found") from None
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            raise DataError(f"{self.source}: not a readable .npz archive ({exc})") from None
+        if not isinstance(self._z, np.lib.npyio.NpzFile):
+            raise DataError(f"{self.source}: holds a single array, expected an .npz archive of named arrays")
+        self.keys = set(self._z.files)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.keys
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self.keys:
+            raise DataError(f"{self.source}: missing key '{key}' (keys present: {', '.join(sorted(self.keys))})")
+        try:
+            return self._z[key]
+        except ValueError as exc:   # object arrays need pickle, which is refused
+            raise DataError(f"{self.source}: key '{key}' cannot be read without unpickling ({exc})") from None
+
+    def meta(self) -> dict:
+        if "meta" not in self.keys:
+            return {}
+        raw = self["meta"]
+        if raw.ndim != 0 or raw.dtype.kind not in "US":
+            raise DataError(f"{self.source}: meta: expected a 0-d JSON string, got {raw.dtype} {raw.shape}")
+        try:
+            meta = json.loads(str(raw))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{self.source}: meta: not valid JSON ({exc.msg} at char {exc.pos})") from None
+        if not isinstance(meta, dict):
+            raise DataError(f"{self.source}: meta: expected a JSON object, got {type(meta).__name__}")
+        return meta
+
+    def close(self):
+        self._z.close()
+
+
+def _num_nodes(z: NpzArchive) -> int:
+    """``num_nodes`` if stored, else the row count of the features or labels."""
+    if "num_nodes" in z:
+        n = require_scalar_int("num_nodes", z["num_nodes"], z.source)
+    elif "x_shape" in z:
+        n = int(require_integer("x_shape", z["x_shape"], z.source)[0])
+    elif "x" in z:
+        n = int(z["x"].shape[0])
+    elif "y" in z:
+        n = int(z["y"].shape[0])
+    else:
+        raise DataError(f"{z.source}: missing key 'num_nodes' (needed when there are no features or labels)")
+    if n < 0:
+        raise DataError(f"{z.source}: num_nodes: must be non-negative, got {n}")
+    return n
+
+
+def _graph(z: NpzArchive, meta: dict) -> Graph:
+    n = _num_nodes(z)
+    src, dst = check_edge_index(z["edge_index"], n, z.source)
+    typed = {"meta": dict(meta)}
+    if "edge_type" in z:
+        typed["etype"] = require_integer("edge_type", z["edge_type"], z.source)
+        typed["num_etypes"] = require_scalar_int("num_edge_types", z["num_edge_types"], z.source)
+    if "node_type" in z:
+        typed["ntype"] = require_integer("node_type", z["node_type"], z.source)
+        typed["num_ntypes"] = require_scalar_int("num_node_types", z["num_node_types"], z.source)
+    return make_graph(n, src, dst, z.source, **typed)
+
+
+def read_npz_graph(path) -> Graph:
+    z = NpzArchive(path)
+    try:
+        return _graph(z, z.meta())
+    finally:
+        z.close()
+
+
+def _feature_type_name(key: str) -> str:
+    """``x_paper_indptr`` -> ``paper``; ``x_author`` (dense) -> ``author``."""
+    stem = key[2:]
+    for part in CSR_PARTS:
+        if stem.endswith("_" + part):
+            return stem[: -len(part) - 1]
+    return stem
+
+
+def _features(z: NpzArchive, n: int, notes: list):
+    if "x_indptr" in z or "x_shape" in z or "x_data" in z or "x_indices" in z:
+        parts = [z[f"x_{p}"] for p in CSR_PARTS]
+        return csr_from_parts("x", *parts, num_rows=n, source=z.source)
+    if "x" in z:
+        x = z["x"]
+        if x.ndim != 2:
+            raise DataError(f"{z.source}: x: shape {x.shape}, expected 2-D [num_nodes, num_features]")
+        if not np.issubdtype(x.dtype, np.floating):
+            raise DataError(f"{z.source}: x: dtype {x.dtype}, expected float32")
+        return np.ascontiguousarray(x, dtype=np.float32)
+    per_type = sorted({_feature_type_name(k) for k in z.keys if k.startswith("x_")})
+    if per_type:
+        notes.append(f"per-type features for {', '.join(per_type)} are not used: the dataset is "
+                     f"loaded featureless (one learned embedding per node)")
+    return None
+
+
+def _num_classes(z: NpzArchive, meta: dict, y: np.ndarray) -> int:
+    if "num_classes" in z:
+        return require_scalar_int("num_classes", z["num_classes"], z.source)
+    if isinstance(meta.get("num_classes"), int):
+        return meta["num_classes"]
+    names = meta.get("class_names")
+    if isinstance(names, list) and names:
+        return len(names)
+    labelled = y[y >= 0]
+    return int(labelled.max()) + 1 if labelled.size else 0
+
+
+def read_npz(path, name: Optional[str] = None) -> Dataset:
+    path = Path(path)
+    z = NpzArchive(path)
+    try:
+        meta = z.meta()
+        graph = _graph(z, meta)
+        n = graph.num_nodes
+        if "y" not in z:
+            raise DataError(f"{z.source}: has no labels (key 'y'); labels are required for training. "
+                            f"Use morphgen.data.load_graph for the structure only")
+        y = z["y"]
+        if not np.issubdtype(y.dtype, np.integer):
+            raise DataError(f"{z.source}: y: dtype {y.dtype}, expected int64")
+        y = y.astype(np.int64)
+        notes: list = []
+        if "unlabeled_mask" in z:
+            unl = z["unlabeled_mask"]
+            if unl.dtype != np.bool_ or unl.shape != y.shape:
+                raise DataError(f"{z.source}: unlabeled_mask: expected bool {y.shape}, got {unl.dtype} {unl.shape}")
+            if unl.any():
+                # their stored label is padding (e.g. CiteSeer's all-zero rows), not a class
+                y[unl] = -1
+                notes.append(f"{int(unl.sum())} node(s) flagged in unlabeled_mask get label -1")
+        features = _features(z, n, notes)
+        masks = [z[m] for m in ("train_mask", "val_mask", "test_mask")]
+        num_classes = _num_classes(z, meta, y)
+    finally:
+        z.close()
+    return Dataset(name=name or path.stem, graph=graph, features=features, labels=y,
+                   train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], num_classes=num_classes,
+                   meta={"source": str(path), "format": "npz", "file_meta": meta, "notes": notes})
+
+
+def save_npz(dataset: Dataset, path, compressed: bool = True) -> Path:
+    """Write ``dataset`` in the canonical format; ``read_npz`` / ``load_dataset`` read it back exactly.
+
+    Sparse features are stored as CSR ``x_*`` keys, dense ones as ``x``; featureless datasets store
+    no feature key.  Labels keep -1 for unlabelled nodes.
+    """
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise DataError(f"{path}: save_npz writes .npz files; give a path ending in .npz")
+    g = dataset.graph
+    arrays = {
+        "num_nodes": np.int64(g.num_nodes),
+        "edge_index": np.stack([g.src, g.dst]).astype(np.int64),
+        "y": dataset.labels.astype(np.int64),
+        "train_mask": dataset.train_mask, "val_mask": dataset.val_mask, "test_mask": dataset.test_mask,
+        "num_classes": np.int64(dataset.num_classes),
+    }
+    if g.etype is not None:
+        arrays["edge_type"] = g.etype
+        arrays["num_edge_types"] = np.int64(g.num_etypes)
+    if g.ntype is not None:
+        arrays["node_type"] = g.ntype
+        arrays["num_node_types"] = np.int64(g.num_ntypes)
+    f = dataset.features
+    if sp.issparse(f):
+        f = f.tocsr()
+        arrays.update(x_indptr=f.indptr.astype(np.int64), x_indices=f.indices.astype(np.int64),
+                      x_data=f.data.astype(np.float32), x_shape=np.array(f.shape, np.int64))
+    elif f is not None:
+        arrays["x"] = np.ascontiguousarray(f, dtype=np.float32)
+    meta = dict(g.meta)
+    meta["name"] = dataset.name
+    origin = {k: v for k, v in dataset.meta.items() if k not in ("source", "file_meta")}
+    if origin:
+        meta["origin"] = origin
+    arrays["meta"] = np.array(json.dumps(meta, default=str))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")   # write then rename: readers never see half a file
+    (np.savez_compressed if compressed else np.savez)(tmp, **arrays)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,48 @@
+"""The backend graph layout: edges sorted by destination, plus the transpose.
+
+Every backend consumes the same layout (runtime/morphgen_abi.h): a CSR over incoming edges
+(``indptr``, ``col`` = source) whose positions index every per-edge tensor, and a CSR over
+outgoing edges (``t_indptr``, ``t_col`` = destination, ``t_eid`` = the edge's position in the
+destination order) used by transposed aggregations, so no kernel needs atomics.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .graph import Graph
+
+
+@dataclass
+class GraphLayout:
+    num_nodes: int
+    num_edges: int
+    indptr: np.ndarray
+    col: np.ndarray
+    t_indptr: np.ndarray
+    t_col: np.ndarray
+    t_eid: np.ndarray
+    etype: Optional[np.ndarray]
+    ntype: Optional[np.ndarray]
+    num_etypes: int
+    num_ntypes: int
+    order: np.ndarray          # order[p] = original edge id at destination-sorted position p
+
+    @classmethod
+    def from_graph(cls, g: Graph) -> "GraphLayout":
+        indptr, order = g.by_dst
+        col = np.ascontiguousarray(g.src[order])
+        dst_sorted = g.dst[order]
+        t_eid = np.argsort(col, kind="stable").astype(np.int64)
+        t_indptr = np.zeros(g.num_nodes + 1, np.int64)
+        np.cumsum(np.bincount(col, minlength=g.num_nodes), out=t_indptr[1:])
+        etype = None if g.etype is None else np.ascontiguousarray(g.etype[order])
+        return cls(g.num_nodes, g.num_edges, indptr, col, t_indptr,
+                   np.ascontiguousarray(dst_sorted[t_eid]), t_eid, etype,
+                   g.ntype, g.num_etypes, g.num_ntypes, order)
+
+    def nbytes(self) -> int:
+        arrays = (self.indptr, self.col, self.t_indptr, self.t_col, self.t_eid, self.etype, self.ntype)
+        return sum(a.nbytes for a in arrays if a is not None)

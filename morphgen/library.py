@@ -1,0 +1,182 @@
+"""Load a generated library through cffi and drive it: one `Session` per (library, dataset).
+
+The library exports the C ABI of ``runtime/morphgen_abi.h``; the declarations handed to cffi are
+read from that header (between its BEGIN CDEF / END CDEF markers), so the two never drift apart.
+Arrays handed to the library are borrowed, so the session keeps a reference to each of them.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InternalError, UserError
+
+
+class RuntimeFailure(UserError):
+    """The generated library rejected an input or failed at run time (message from mg_error)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _ffi():
+    import cffi
+    import morphgen.runtime as runtime_pkg
+    header = (Path(runtime_pkg.__file__).parent / "morphgen_abi.h").read_text()
+    cdef = header.split("BEGIN CDEF")[1].split("/* END CDEF")[0]
+    cdef = cdef.split("*/", 1)[1]
+    ffi = cffi.FFI()
+    ffi.cdef("typedef struct mg_ctx mg_ctx;\n" + cdef)
+    return ffi
+
+
+@functools.lru_cache(maxsize=None)
+def load(path: str):
+    """dlopen a built library once per process."""
+    try:
+        return _ffi().dlopen(str(path))
+    except OSError as err:
+        raise InternalError(f"cannot load generated library {path}: {err}") from err
+
+
+def _str(ffi, ptr) -> str:
+    return ffi.string(ptr).decode() if ptr != ffi.NULL else ""
+
+
+class Session:
+    """A context of a generated library bound to one graph, its features and labels."""
+
+    def __init__(self, library_path, layout, features, labels, masks, sizes: dict,
+                 threads: int, seed: int):
+        self.ffi = _ffi()
+        self.lib = load(str(library_path))
+        self._keep = []                      # borrowed arrays must outlive the context
+        self.ctx = self.lib.mg_create(int(threads), int(seed) & 0xFFFFFFFFFFFFFFFF)
+        if self.ctx == self.ffi.NULL:
+            raise InternalError("mg_create failed")
+        try:
+            self._bind(layout, features, labels, masks, sizes)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- set-up ------------------------------------------------------------------------
+    def _ptr(self, arr, ctype):
+        if arr is None:
+            return self.ffi.NULL
+        self._keep.append(arr)
+        return self.ffi.cast(ctype, arr.ctypes.data)
+
+    def _check(self, rc: int, what: str):
+        if rc != 0:
+            raise RuntimeFailure(f"morphgen: error: {what}: {_str(self.ffi, self.lib.mg_error(self.ctx))}")
+
+    def _bind(self, layout, features, labels, masks, sizes):
+        lib = self.lib
+        for i in range(lib.mg_num_size_symbols()):
+            name = _str(self.ffi, lib.mg_size_symbol(i))
+            if name not in sizes:
+                raise InternalError(f"size symbol {name} was not bound")
+            self._check(lib.mg_set_size(self.ctx, i, int(sizes[name])), f"size {name}")
+        i64 = "int64_t *"
+        self._check(lib.mg_set_graph(
+            self.ctx, layout.num_nodes, layout.num_edges,
+            self._ptr(layout.indptr, i64), self._ptr(layout.col, i64),
+            self._ptr(layout.t_indptr, i64), self._ptr(layout.t_col, i64), self._ptr(layout.t_eid, i64),
+            self._ptr(layout.etype, i64), self._ptr(layout.ntype, i64),
+            layout.num_etypes, layout.num_ntypes), "graph")
+        kind, payload = features
+        if kind == "dense":
+            x = np.ascontiguousarray(payload, dtype=np.float32)
+            self._check(lib.mg_set_features_dense(self.ctx, self._ptr(x, "float *"), *x.shape), "features")
+        elif kind == "csr":
+            x = payload
+            indptr = np.ascontiguousarray(x.indptr, dtype=np.int64)
+            indices = np.ascontiguousarray(x.indices, dtype=np.int64)
+            data = np.ascontiguousarray(x.data, dtype=np.float32)
+            self._check(lib.mg_set_features_csr(self.ctx, self._ptr(indptr, i64), self._ptr(indices, i64),
+                                                self._ptr(data, "float *"), *x.shape), "features")
+        else:
+            self._check(lib.mg_set_features_identity(self.ctx, layout.num_nodes), "features")
+        y = np.ascontiguousarray(labels, dtype=np.int64)
+        m = [np.ascontiguousarray(mask, dtype=np.uint8) for mask in masks]
+        self._check(lib.mg_set_labels(self.ctx, self._ptr(y, i64), *(self._ptr(a, "uint8_t *") for a in m)),
+                    "labels")
+        self._check(lib.mg_prepare(self.ctx), "prepare")
+
+    # -- training -------------------------------------------------------------------------
+    def train_epoch(self) -> float:
+        loss = self.lib.mg_train_epoch(self.ctx)
+        if math.isnan(loss):
+            err = _str(self.ffi, self.lib.mg_error(self.ctx))
+            if err:
+                raise RuntimeFailure(f"morphgen: error: training epoch failed: {err}")
+        return float(loss)
+
+    def evaluate(self) -> dict:
+        out = self.ffi.new("double[4]")
+        self._check(self.lib.mg_evaluate(self.ctx, out), "evaluate")
+        return {"loss": out[0], "train_acc": out[1], "val_acc": out[2], "test_acc": out[3]}
+
+    def predict(self, num_nodes: int, num_classes: int) -> np.ndarray:
+        logits = np.empty((num_nodes, num_classes), np.float32)
+        self._check(self.lib.mg_predict(self.ctx, self.ffi.cast("float *", logits.ctypes.data)), "predict")
+        return logits
+
+    # -- parameters and checkpoints -------------------------------------------------------
+    def param_names(self) -> list:
+        return [_str(self.ffi, self.lib.mg_param_name(i)) for i in range(self.lib.mg_num_params())]
+
+    def get_params(self) -> dict:
+        out = {}
+        for i, name in enumerate(self.param_names()):
+            buf = np.empty(self.lib.mg_param_numel(self.ctx, i), np.float32)
+            self._check(self.lib.mg_get_param(self.ctx, i, self.ffi.cast("float *", buf.ctypes.data)), name)
+            out[name] = buf
+        return out
+
+    def set_params(self, params: dict):
+        for i, name in enumerate(self.param_names()):
+            if name not in params:
+                continue
+            n = self.lib.mg_param_numel(self.ctx, i)
+            buf = np.ascontiguousarray(params[name], dtype=np.float32).reshape(-1)
+            if buf.size != n:
+                raise RuntimeFailure(f"morphgen: error: parameter {name} needs {n} values, got {buf.size}")
+            self._check(self.lib.mg_set_param(self.ctx, i, self.ffi.cast("float *", buf.ctypes.data)), name)
+
+    def save_checkpoint(self, path):
+        self._check(self.lib.mg_save_checkpoint(self.ctx, str(path).encode()), f"save checkpoint {path}")
+
+    def load_checkpoint(self, path):
+        self._check(self.lib.mg_load_checkpoint(self.ctx, str(path).encode()), f"load checkpoint {path}")
+
+    # -- profiling --------------------------------------------------------------------------
+    def allocated_bytes(self) -> int:
+        return int(self.lib.mg_allocated_bytes(self.ctx))
+
+    def timers(self) -> list:
+        s, b, f = (self.ffi.new("double *") for _ in range(3))
+        calls = self.ffi.new("int64_t *")
+        rows = []
+        for i in range(self.lib.mg_num_timers()):
+            self.lib.mg_read_timer(self.ctx, i, s, b, f, calls)
+            rows.append({"kernel": _str(self.ffi, self.lib.mg_timer_name(i)), "seconds": s[0],
+                         "bytes": b[0], "flops": f[0], "calls": calls[0]})
+        return rows
+
+    def reset_timers(self):
+        self.lib.mg_reset_timers(self.ctx)
+
+    def close(self):
+        if getattr(self, "ctx", None) is not None and self.ctx != self.ffi.NULL:
+            self.lib.mg_destroy(self.ctx)
+        self.ctx = None
+        self._keep.clear()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
