@@ -25,6 +25,8 @@ def _pieces_of(start: int, adj_csr, loads: np.ndarray, capacity: float) -> list[
 
 def component_packing(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *,
                       tolerance: float, seed: int) -> np.ndarray:
+    """Best fit: each item goes to the fullest bin it still fits in (bin limit = mean load x
+    tolerance); an item that fits nowhere goes to the emptiest bin."""
     n = adj.num_nodes
     if n == 0 or num_parts == 1:
         return np.zeros(n, np.int64)

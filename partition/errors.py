@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from morphgen.errors import UserError
 
-class PartitionError(ValueError):
+
+class PartitionError(UserError, ValueError):
     """Bad partitioner input or a corrupt saved partition; the message names the offending field."""
 
 

@@ -42,12 +42,16 @@ def ufactor_for(tolerance: float) -> int:
 
 
 def run_metis(adj: SymmetricAdjacency, num_parts: int, *, vertex_weights: Optional[np.ndarray],
-              tolerance: float, recursive: bool, seed: int) -> np.ndarray:
-    """One pymetis call; returns an int64 assignment.  Raises whatever METIS raises."""
+              tolerance: float, recursive: bool, seed: int, trials: int = 1) -> np.ndarray:
+    """One pymetis call; returns an int64 assignment.  Raises whatever METIS raises.
+
+    trials: METIS's ncuts, independent partitionings of which METIS keeps the best cut.
+    """
     n = adj.num_nodes
     if num_parts == 1 or n == 0:
         return np.zeros(n, np.int64)
-    options = pymetis.Options(ufactor=ufactor_for(tolerance), seed=int(seed) & 0x7FFFFFFF)
+    options = pymetis.Options(ufactor=ufactor_for(tolerance), seed=int(seed) & 0x7FFFFFFF,
+                              ncuts=max(1, int(trials)))
     # Sorted heavy-edge matching keeps heavily connected neighbourhoods together while coarsening.
     options.ctype = 1
     with warnings.catch_warnings():
@@ -68,17 +72,19 @@ def tolerance_ladder(imbalance_target: float, max_imbalance: float, steps: int) 
 
 
 def metis_phase(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *, ladder: list[float],
-                seed: int, edge_cut) -> tuple[Optional[np.ndarray], list[Attempt]]:
-    """Try k-way then recursive bisection at each tolerance; first result that meets it wins."""
+                seed: int, edge_cut, trials: int = 4) -> tuple[Optional[np.ndarray], list[Attempt]]:
+    """At each tolerance run k-way and recursive bisection; of those that meet it, keep the
+    smaller cut.  The chosen attempt is the last one in the returned list."""
     attempts: list[Attempt] = []
     for tolerance in ladder:
+        met: list[tuple[int, int, np.ndarray, Attempt]] = []
         for recursive in (False, True):
             method = "recursive bisection" if recursive else "k-way"
             attempt = Attempt("metis", method, tolerance)
             attempts.append(attempt)
             try:
                 assignment = run_metis(adj, num_parts, vertex_weights=loads, tolerance=tolerance,
-                                       recursive=recursive, seed=seed)
+                                       recursive=recursive, seed=seed, trials=trials)
             except Exception as exc:  # METIS reports failure as a generic error
                 attempt.note = f"METIS error: {exc}"
                 continue
@@ -90,7 +96,13 @@ def metis_phase(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *, l
             attempt.edge_cut = edge_cut(assignment)
             if attempt.load_imbalance <= tolerance + 1e-12:
                 attempt.accepted = True
-                return assignment, attempts
+                met.append((attempt.edge_cut, len(met), assignment, attempt))
+        if met:
+            _, _, best, chosen = min(met, key=lambda m: (m[0], m[1]))
+            attempts.remove(chosen)
+            attempts.append(chosen)
+            chosen.note = (chosen.note + "; " if chosen.note else "") + "chosen: smallest cut that met"
+            return best, attempts
     return None, attempts
 
 
