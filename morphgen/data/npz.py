@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from morphgen.data.dataset import Dataset
-from morphgen.data.errors import DataError, located
+from morphgen.data.errors import DataError
 from morphgen.data.validate import (check_edge_index, csr_from_parts, make_graph, require_integer,
                                     require_scalar_int)
 from morphgen.graph import Graph

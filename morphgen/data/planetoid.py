@@ -13,9 +13,11 @@ converted exactly like the standard Kipf / PyG Planetoid loader:
 """
 from __future__ import annotations
 
+import builtins
 import io
 import pickle
 import re
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -24,17 +26,26 @@ import scipy.sparse as sp
 
 from morphgen.data.dataset import Dataset
 from morphgen.data.errors import DataError
+from morphgen.data.keys import sorted_unique
 from morphgen.data.validate import make_graph
 
 PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 VAL_SIZE = 500
 
-# Python-2 pickles name builtins ``__builtin__``; ``copy_reg._reconstructor`` rebuilds old-style
-# scipy objects.  Everything else outside numpy / scipy.sparse is refused.
+# Only what the Planetoid pickles need may be constructed, so a crafted file cannot run code or
+# touch files: plain containers (Python 2 names builtins ``__builtin__``), ``defaultdict``, numpy's
+# array/dtype/scalar reconstructors, the scipy sparse matrix classes, ``copy_reg._reconstructor``
+# (old-style objects) and ``_codecs.encode`` (Python-3 writers store bytes through it at protocol 2).
 _ALLOWED_BUILTINS = {"list", "dict", "set", "frozenset", "tuple", "int", "float", "complex", "bool",
                      "str", "bytes", "bytearray", "object", "long", "unicode"}
 _ALLOWED_EXACT = {("collections", "defaultdict"), ("collections", "OrderedDict"),
-                  ("copy_reg", "_reconstructor"), ("copyreg", "_reconstructor")}
+                  ("copy_reg", "_reconstructor"), ("copyreg", "_reconstructor"),
+                  ("_codecs", "encode"), ("numpy", "ndarray"), ("numpy", "dtype")}
+_NUMPY_MODULES = {"numpy", "numpy.core.multiarray", "numpy._core.multiarray", "numpy.core.numeric",
+                  "numpy._core.numeric"}
+_NUMPY_NAMES = {"_reconstruct", "scalar", "_frombuffer", "ndarray", "dtype"}
+_SPARSE_CLASSES = {f"{fmt}_{kind}" for fmt in ("csr", "csc", "coo", "lil", "dok", "bsr", "dia")
+                   for kind in ("matrix", "array")}
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -43,17 +54,16 @@ class RestrictedUnpickler(pickle.Unpickler):
         self.source = source
 
     def find_class(self, module, name):
-        allowed = (
-            (module in ("__builtin__", "builtins") and name in _ALLOWED_BUILTINS)
-            or (module, name) in _ALLOWED_EXACT
-            or module == "numpy" or module.startswith(("numpy.", "scipy.sparse"))
-        )
-        if not allowed:
-            raise DataError(f"{self.source}: refuses to unpickle {module}.{name}: only numpy, "
-                            f"scipy.sparse and plain container classes are allowed")
-        if module == "__builtin__" and name in ("long", "unicode"):
-            return {"long": int, "unicode": str}[name]
-        return super().find_class(module, name)
+        if module in ("__builtin__", "builtins") and name in _ALLOWED_BUILTINS:
+            return {"long": int, "unicode": str}.get(name) or getattr(builtins, name)
+        if module.startswith("scipy.sparse") and name in _SPARSE_CLASSES:
+            return getattr(sp, name)            # old module paths (scipy.sparse.csr) map here too
+        if (module, name) in _ALLOWED_EXACT or (module in _NUMPY_MODULES and name in _NUMPY_NAMES):
+            with warnings.catch_warnings():     # numpy.core.* is a deprecated alias in numpy 2
+                warnings.simplefilter("ignore")
+                return super().find_class(module, name)
+        raise DataError(f"{self.source}: refuses to unpickle {module}.{name}: only numpy arrays, "
+                        f"scipy sparse matrices and plain containers are allowed")
 
 
 def _unpickle(path: Path):
@@ -130,7 +140,7 @@ def _edges(graph_dict, num_nodes: int, path: Path):
             raise DataError(f"{path}: edge_index[{row}] entry {int(bad[0])} is {int(arr[bad[0]])}, "
                             f"outside [0, {num_nodes})")
     keep = src != dst
-    key = np.unique(src[keep] * num_nodes + dst[keep])   # sorted, duplicates removed
+    key = sorted_unique(src[keep] * num_nodes + dst[keep])   # sorted, duplicates removed
     raw = len(src)
     return key // num_nodes, key % num_nodes, {"raw_pairs": raw, "self_loops": int((~keep).sum())}
 

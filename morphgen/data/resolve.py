@@ -1,0 +1,177 @@
+"""``load_dataset`` / ``load_graph``: turn a dataset spec into a ``Dataset`` or a ``Graph``.
+
+A spec is one of
+
+* ``synthetic`` or ``synthetic:key=value,...``  -> the built-in generator;
+* a path to an ``.npz`` file (canonical format), a directory of raw Planetoid ``ind.<name>.*``
+  files, or an edge-list text file;
+* a bare name such as ``cora`` -> ``<data_dir>/cora.npz``, then ``$MORPHGEN_DATA/cora.npz``.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import scipy.sparse as sp
+
+from morphgen.data.dataset import Dataset
+from morphgen.data.edgelist import read_edge_list
+from morphgen.data.errors import DataError
+from morphgen.data.keys import sorted_unique
+from morphgen.data.npz import read_npz, read_npz_graph
+from morphgen.data.planetoid import read_planetoid
+from morphgen.data.synthetic import (check_synthetic_key, is_synthetic_spec, parse_synthetic_spec,
+                                     synthetic_dataset)
+from morphgen.data.validate import make_graph
+from morphgen.graph import Graph
+
+ENV_VAR = "MORPHGEN_DATA"
+_PATH_SUFFIXES = (".npz", ".txt", ".edges", ".el", ".tsv", ".csv", ".edgelist")
+_FILE_OPTIONS = ("name", "feature_format", "num_nodes")
+_FEATURE_FORMATS = ("dense", "csr")
+
+Spec = Union[str, os.PathLike]
+
+
+def _looks_like_path(text: str) -> bool:
+    return os.sep in text or "/" in text or text.endswith(_PATH_SUFFIXES) or text.startswith(".")
+
+
+def _search_dirs(data_dir) -> list:
+    dirs = []
+    if data_dir is not None:
+        dirs.append(("data_dir", Path(data_dir)))
+    env = os.environ.get(ENV_VAR)
+    if env:
+        dirs.append((f"${ENV_VAR}", Path(env)))
+    return dirs
+
+
+def resolve_name(name: str, data_dir=None) -> Path:
+    """``<data_dir>/<name>.npz`` then ``$MORPHGEN_DATA/<name>.npz``; a clear error otherwise."""
+    dirs = _search_dirs(data_dir)
+    for _, d in dirs:
+        candidate = d / f"{name}.npz"
+        if candidate.is_file():
+            return candidate
+    if Path(name).exists():      # a file or Planetoid directory in the working directory
+        return Path(name)
+    if not dirs:
+        raise DataError(f"dataset '{name}': not a file, and no data directory to look in: pass "
+                        f"data_dir (--data-dir) or set ${ENV_VAR}, or use 'synthetic'")
+    lines, available = [], set()
+    for label, d in dirs:
+        names = sorted(p.stem for p in d.glob("*.npz")) if d.is_dir() else []
+        available.update(names)
+        where = f"{d / (name + '.npz')} ({label})"
+        lines.append(f"  {where}: not found; available there: {', '.join(names) if names else 'none'}"
+                     if d.is_dir() else f"  {where}: directory does not exist")
+    close = difflib.get_close_matches(name, sorted(available), n=1)
+    hint = f"\ndid you mean '{close[0]}'?" if close else ""
+    raise DataError(f"dataset '{name}' not found; looked in:\n" + "\n".join(lines) + hint)
+
+
+def _locate(spec: Spec, data_dir) -> Path:
+    text = os.fspath(spec)
+    if isinstance(spec, os.PathLike) or _looks_like_path(text):
+        path = Path(text)
+        if not path.exists():
+            raise DataError(f"{path}: no such file or directory")
+        return path
+    return resolve_name(text, data_dir)
+
+
+def _is_npz(path: Path) -> bool:
+    if path.suffix == ".npz":
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"PK\x03\x04"     # a zip archive: numpy's npz container
+    except OSError:
+        return False
+
+
+def _check_options(opts: dict, allowed) -> None:
+    for key in opts:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, list(allowed), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise DataError(f"load_dataset: unknown option '{key}'{hint} "
+                            f"(options here: {', '.join(allowed)})")
+
+
+def _convert_features(ds: Dataset, layout: Optional[str]) -> Dataset:
+    if layout is None or ds.features is None:
+        return ds
+    if layout not in _FEATURE_FORMATS:
+        raise DataError(f"feature_format: must be one of {', '.join(_FEATURE_FORMATS)}, got {layout!r}")
+    f = ds.features
+    if layout == "dense" and sp.issparse(f):
+        ds.features = np.ascontiguousarray(f.toarray(), dtype=np.float32)
+    elif layout == "csr" and not sp.issparse(f):
+        ds.features = sp.csr_matrix(f, dtype=np.float32)
+    return ds
+
+
+def load_dataset(spec: Spec = "synthetic", data_dir=None, **opts) -> Dataset:
+    """Load a trainable dataset (graph, features, labels, split) from ``spec``.
+
+    Options: for ``synthetic`` specs any ``synthetic_dataset`` keyword (overrides the spec string);
+    for files ``name`` (which Planetoid set in a directory holding several) and
+    ``feature_format`` (``dense`` / ``csr``: convert the feature layout after loading).
+    """
+    if isinstance(spec, str) and is_synthetic_spec(spec):
+        layout = opts.pop("feature_format", None)
+        for key in opts:
+            check_synthetic_key(key)
+        kwargs = parse_synthetic_spec(spec)
+        kwargs.update(opts)
+        return _convert_features(synthetic_dataset(**kwargs), layout)
+    _check_options(opts, ("name", "feature_format"))
+    path = _locate(spec, data_dir)
+    if path.is_dir():
+        ds = read_planetoid(path, name=opts.get("name"))
+    elif _is_npz(path):
+        ds = read_npz(path)
+    else:
+        read_edge_list(path)   # surfaces parse errors first, then the missing-labels error
+        raise DataError(f"{path}: an edge list has no labels; labels are required for training. "
+                        f"Use morphgen.data.load_graph for the structure, or convert the data to "
+                        f".npz with y and train/val/test masks")
+    return _convert_features(ds, opts.get("feature_format"))
+
+
+def symmetrise_graph(graph: Graph) -> Graph:
+    """Add the reverse of every edge, then drop duplicates (untyped graphs only)."""
+    if graph.etype is not None and graph.num_etypes > 1:
+        raise DataError("symmetrise: the graph has edge types; typed graphs carry their inverse "
+                        "edges as separate types, so symmetrise only applies to untyped graphs")
+    n = graph.num_nodes
+    src = np.concatenate([graph.src, graph.dst])
+    dst = np.concatenate([graph.dst, graph.src])
+    keys = sorted_unique(src * n + dst)
+    meta = dict(graph.meta, symmetrised=True)
+    return make_graph(n, keys // n, keys % n, meta.get("source"), ntype=graph.ntype,
+                      num_ntypes=graph.num_ntypes, meta=meta)
+
+
+def load_graph(spec: Spec, data_dir=None, symmetrise: bool = False, **opts) -> Graph:
+    """Load only the structure of ``spec`` (npz with just edge_index + num_nodes, edge lists, ...).
+
+    Options: ``name`` (Planetoid directory), ``num_nodes`` (edge lists), or synthetic keywords.
+    """
+    if isinstance(spec, str) and is_synthetic_spec(spec):
+        graph = load_dataset(spec, data_dir, **opts).graph
+    else:
+        _check_options(opts, ("name", "num_nodes"))
+        path = _locate(spec, data_dir)
+        if path.is_dir():
+            graph = read_planetoid(path, name=opts.get("name")).graph
+        elif _is_npz(path):
+            graph = read_npz_graph(path)
+        else:
+            graph = read_edge_list(path, num_nodes=opts.get("num_nodes"))
+    return symmetrise_graph(graph) if symmetrise else graph
