@@ -52,7 +52,7 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False):
 
 def sizes_of(program, dataset) -> dict:
     g = dataset.graph
-    return {"F": dataset.num_features, "C": dataset.num_classes,
+    return {"F": dataset.num_features, "C": dataset.num_classes, "N": g.num_nodes,
             "etypes": g.num_etypes, "ntypes": g.num_ntypes}
 
 

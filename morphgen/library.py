@@ -100,7 +100,8 @@ class Session:
         else:
             self._check(lib.mg_set_features_identity(self.ctx, layout.num_nodes), "features")
         y = np.ascontiguousarray(labels, dtype=np.int64)
-        m = [np.ascontiguousarray(mask, dtype=np.uint8) for mask in masks]
+        # unlabelled nodes (label -1) never count, whatever the masks say
+        m = [np.ascontiguousarray(np.asarray(mask, bool) & (y >= 0), dtype=np.uint8) for mask in masks]
         self._check(lib.mg_set_labels(self.ctx, self._ptr(y, i64), *(self._ptr(a, "uint8_t *") for a in m)),
                     "labels")
         self._check(lib.mg_prepare(self.ctx), "prepare")

@@ -1,0 +1,509 @@
+"""OpenMP backend lowering: IR program -> kernel calls -> C++ source (Jinja2).
+
+The emitter decides *how* (GUIDE §2, "backend lowering"): which buffers exist, which kernel
+implements each op, which values are views (weight row slices) or never materialised
+(featureless one-hot rows), and which graph constants are computed once at load time.  The
+template `templates/model.cpp.j2` renders the C ABI around the resulting call lists; every call
+is to `mg::op::*` in `ops.h`.
+
+Names in the generated code are derived from IR value ids and parameter indices only: no
+identifier or string from the .mp program reaches the C++ source (parameter names appear
+only as C string literals, escaped by `_c_string`).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import jinja2
+
+from morphgen import __version__
+from morphgen.errors import InternalError
+from morphgen.ir import Program, Value
+
+_TEMPLATES = Path(__file__).parent / "templates"
+
+# Kernel families that get a timer each (reported by `--profile`).
+TIMERS = ("aggregate", "aggregate_backward", "gemm", "sparse_features", "typed_linear",
+          "edges", "elementwise", "dropout", "loss", "optimizer")
+
+_REDUCE = {"sum": "mg::Reduce::Sum", "mean": "mg::Reduce::Mean", "max": "mg::Reduce::Max"}
+_BINOP = {"add": "mg::BinOp::Add", "sub": "mg::BinOp::Sub", "mul": "mg::BinOp::Mul", "div": "mg::BinOp::Div"}
+_ACT_KIND = {"relu": "Relu", "leaky_relu": "LeakyRelu", "elu": "Elu", "exp": "Exp", "sigmoid": "Sigmoid",
+             "tanh": "Tanh"}
+_ACT_FWD = {"relu": "mg::relu_fwd({x}, {y}, {n})", "exp": "mg::exp_fwd({x}, {y}, {n})",
+            "sigmoid": "mg::sigmoid_fwd({x}, {y}, {n})", "tanh": "mg::tanh_fwd({x}, {y}, {n})",
+            "neg": "mg::neg_fwd({x}, {y}, {n})",
+            "leaky_relu": "mg::leaky_relu_fwd({x}, {y}, {n}, {alpha}f)",
+            "elu": "mg::elu_fwd({x}, {y}, {n}, {alpha}f)"}
+_ACT_DEFAULT_ALPHA = {"leaky_relu": 0.01, "elu": 1.0}
+
+
+def _c_string(text: str) -> str:
+    """A C string literal body for arbitrary text (only printable ASCII kept verbatim)."""
+    out = []
+    for ch in text:
+        if ch.isascii() and ch.isprintable() and ch not in '"\\?':
+            out.append(ch)
+        else:
+            out.extend(f"\\{b:03o}" for b in ch.encode("utf-8"))
+    return "".join(out)
+
+
+def _float(x: float) -> str:
+    if not math.isfinite(x):
+        raise InternalError(f"non-finite constant {x} in the program")
+    return repr(float(x))
+
+
+@dataclass
+class _Identity:
+    """A value whose row r is the one-hot vector of node idx[r] (featureless input)."""
+    idx: Optional[str]           # C++ expression of the row->node index array, None = row r
+
+
+class OpenMPEmitter:
+    def __init__(self, program: Program):
+        self.p = program
+        self.sizes: list = []
+        self.buffers: list = []          # dicts: name, numel, comment
+        self.index_buffers: list = []
+        self.members: list = []          # extra Model members (plans)
+        self.prepare: list = []          # statements run once at load time
+        self.views: dict = {}            # value id -> C++ pointer expression
+        self.identity: dict = {}         # value id -> _Identity
+        self.argmax: dict = {}           # value id of a max result -> index buffer name
+        self.plans: dict = {}            # (type expr, idx expr, T, rows) -> plan member name
+        self.producer: dict = {}
+        self.param_index = {p.value.id: i for i, p in enumerate(program.params)}
+        self.features_id = program.inputs["features"].id if "features" in program.inputs else None
+        self.labels_id = program.inputs["labels"].id if "labels" in program.inputs else None
+        self.has_buffer: set = set()
+
+    # -- shapes ------------------------------------------------------------------------------
+    def dim(self, d) -> str:
+        if isinstance(d, int):
+            return str(d)
+        text = str(d)
+
+        def size_ref(match):
+            name = match.group(0)
+            if name not in self.sizes:
+                self.sizes.append(name)
+            return f"m.size[{self.sizes.index(name)}]"
+        expr = re.sub(r"[A-Za-z_][A-Za-z0-9_]*", size_ref, text)
+        if not re.fullmatch(r"[m.size\[\]0-9+\-*() ]+", expr):
+            raise InternalError(f"cannot render dimension {d!r}")
+        return f"({expr})"
+
+    def rows(self, v: Value) -> str:
+        if v.assoc == "node":
+            return "m.graph.num_nodes"
+        if v.assoc == "edge":
+            return "m.graph.num_edges"
+        if v.assoc == "scalar" or len(v.shape) <= 1:
+            return "1"
+        return "*".join(self.dim(d) for d in v.shape[:-1])
+
+    def width(self, v: Value) -> str:
+        return self.dim(v.shape[-1]) if v.shape else "1"
+
+    def numel(self, v: Value) -> str:
+        return f"({self.rows(v)}) * ({self.width(v)})"
+
+    # -- storage -------------------------------------------------------------------------------
+    def ptr(self, v: Value) -> str:
+        if v.id in self.param_index:
+            return f"m.p{self.param_index[v.id]}.data"
+        if v.id in self.views:
+            return self.views[v.id]
+        if v.id == self.features_id:
+            if self.p.featureless:
+                raise InternalError("featureless input used by an op that needs its values")
+            return "m.features.dense"
+        if v.id in self.identity:
+            raise InternalError("a featureless one-hot value reached an op that needs its values")
+        if v.id not in self.has_buffer:
+            self.has_buffer.add(v.id)
+            self.buffers.append({"name": f"v{v.id}", "numel": self.numel(v),
+                                 "comment": f"{v.describe()} {_c_string(v.name)}"[:80]})
+        return f"m.v{v.id}.data"
+
+    def argmax_for(self, v: Value) -> str:
+        if v.id not in self.argmax:
+            name = f"arg{v.id}"
+            self.argmax[v.id] = name
+            self.index_buffers.append({"name": name, "numel": self.numel(v), "comment": f"argmax of %{v.id}"})
+        return f"m.{self.argmax[v.id]}.data.data()"
+
+    def type_expr(self, domain: str) -> str:
+        return "m.g.etype()" if domain == "etype" else "m.g.ntype()"
+
+    def groups(self, domain: str) -> str:
+        return "m.g.etypes" if domain == "etype" else "m.g.ntypes"
+
+    def plan(self, type_expr: str, idx: str, types: str, rows: Value) -> str:
+        key = (type_expr, idx, types, rows.assoc)
+        if key not in self.plans:
+            name = f"plan{len(self.plans)}"
+            self.plans[key] = name
+            self.members.append(f"mg::op::EmbeddingPlan {name};")
+            self.prepare.append(f"m.{name}.build({type_expr}, {idx}, {self.rows(rows)}, {types}, "
+                                f"m.graph.num_nodes)")
+        return f"m.{self.plans[key]}"
+
+    # -- emission ----------------------------------------------------------------------------------
+    def timed(self, timer: str, call: str, bytes_: str = "0", flops: str = "0") -> str:
+        return (f"{{ mg::ScopedTimer _t(m.timers[{TIMERS.index(timer)}], double({bytes_}), double({flops})); "
+                f"{call}; }}")
+
+    def lower(self, ops: list, backward: bool) -> list:
+        out = []
+        for op in ops:
+            method = getattr(self, "op_" + op.opcode, None)
+            if method is None:
+                raise InternalError(f"the OpenMP backend has no lowering for IR opcode '{op.opcode}'")
+            lines = method(op, *op.inputs)
+            if lines:
+                out.extend(lines if isinstance(lines, list) else [lines])
+        return out
+
+    def emit(self) -> dict:
+        p = self.p
+        for op in p.forward + p.backward:
+            if op.output is not None:
+                self.producer[op.output.id] = op
+        if self.p.featureless and self.features_id is not None:
+            self.identity[self.features_id] = _Identity(None)
+        forward = self.lower(p.forward, backward=False)
+        backward = self.lower(p.backward, backward=True)
+        optimizer = self.lower_optimizer()
+        loss_buffer = self.ptr(p.loss).replace("m.", "", 1).replace(".data", "")
+        logits_buffer = self.ptr(p.logits).replace("m.", "", 1).replace(".data", "")
+        params = []
+        moments = {"adam": 2, "adamw": 2, "sgd": 1 if p.optimizer.momentum else 0}[p.optimizer.kind]
+        for i, prm in enumerate(p.params):
+            params.append({"name": _c_string(prm.name), "buf": f"p{i}", "grad": f"unused_g{i}",
+                           "m": f"m{i}", "v": f"s{i}", "numel": self.numel(prm.value),
+                           "rank": len(prm.value.shape), "moments": moments})
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), undefined=jinja2.StrictUndefined,
+                                 keep_trailing_newline=True)
+        text = env.get_template("model.cpp.j2").render(
+            version=__version__, source_name=_c_string(p.name), program_name=_c_string(p.name),
+            sizes=self.sizes, params=params, timers=TIMERS, buffers=self.buffers,
+            index_buffers=self.index_buffers, members=self.members, prepare=self.prepare,
+            forward=forward, backward=backward, optimizer=optimizer, loss_buffer=loss_buffer,
+            logits_buffer=logits_buffer, num_classes=self.width(p.logits))
+        return {"model.cpp": text}
+
+    def lower_optimizer(self) -> list:
+        o = self.p.optimizer
+        out = []
+        for i, prm in enumerate(self.p.params):
+            g = self.p.grads.get(prm.name)
+            if g is None:
+                continue       # a weight the loss does not depend on stays as initialised
+            wd = _float(o.weight_decay if prm.weight_decay else 0.0)
+            n = self.numel(prm.value)
+            if o.kind in ("adam", "adamw"):
+                call = (f"mg::op::adam({'true' if o.kind == 'adamw' else 'false'}, m.p{i}.data, {self.ptr(g)}, "
+                        f"m.m{i}.data, m.s{i}.data, {n}, {_float(o.lr)}, {_float(o.beta1)}, {_float(o.beta2)}, "
+                        f"{_float(o.eps)}, {wd}, step)")
+            elif o.kind == "sgd":
+                buf = f"m.m{i}.data" if o.momentum else "nullptr"
+                call = (f"mg::op::sgd(m.p{i}.data, {self.ptr(g)}, {buf}, {n}, {_float(o.lr)}, "
+                        f"{_float(o.momentum)}, {wd}, step)")
+            else:
+                raise InternalError(f"unknown optimizer {o.kind}")
+            out.append(self.timed("optimizer", call, f"16.0 * {n}", f"10.0 * {n}"))
+        return out
+
+    # ---- op lowerings: one method per opcode ----------------------------------------------------
+    def _identity_rows(self, v: Value) -> Optional[_Identity]:
+        return self.identity.get(v.id)
+
+    def op_graph_scalar(self, op):
+        kind, out = op.attrs["kind"], op.output
+        sl = "true" if op.attrs.get("self_loops") else "false"
+        call = {"in_degree": f"mg::op::in_degree(m.g, {self.ptr(out)})",
+                "out_degree": f"mg::op::out_degree(m.g, {self.ptr(out)})",
+                "rel_degree": f"mg::op::rel_degree(m.g, {self.ptr(out)})",
+                "gcn_norm": f"mg::op::gcn_norm(m.g, {sl}, {self.ptr(out)})",
+                "mean_norm": f"mg::op::mean_norm(m.g, {sl}, {self.ptr(out)})"}[kind]
+        self.prepare.append(call)      # a constant of the graph: computed once at load time
+        return None
+
+    def op_linear(self, op, x, w):
+        out = op.output
+        M = self.width(out)
+        ident = self._identity_rows(x)
+        if ident is not None:
+            if ident.idx is None:
+                return self.timed("gemm", f"std::memcpy({self.ptr(out)}, {self.ptr(w)}, sizeof(float) * {self.numel(out)})",
+                                  f"8.0 * {self.numel(out)}")
+            return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, nullptr, {ident.idx}, "
+                              f"{self.rows(out)}, m.graph.num_nodes, {M}, {self.ptr(out)})", f"8.0 * {self.numel(out)}")
+        K = self.width(x)
+        flops = f"2.0 * {self.rows(x)} * {K} * {M}"
+        bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
+        if x.id == self.features_id:
+            return self.timed("sparse_features", f"mg::op::linear_features(m.features, {self.ptr(w)}, {M}, {self.ptr(out)})",
+                              bytes_, flops)
+        return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
+                          f"{self.ptr(out)})", bytes_, flops)
+
+    def op_matmul_nt(self, op, g, w):
+        out = op.output
+        K, M = self.width(out), self.width(g)
+        return self.timed("gemm", f"mg::op::matmul_nt({self.ptr(g)}, {self.rows(g)}, {M}, {self.ptr(w)}, {K}, "
+                          f"{self.ptr(out)})", f"4.0 * ({self.rows(g)} * ({K} + {M}) + {K} * {M})",
+                          f"2.0 * {self.rows(g)} * {K} * {M}")
+
+    def op_matmul_tn(self, op, x, g):
+        out = op.output
+        M = self.width(g)
+        ident = self._identity_rows(x)
+        if ident is not None:
+            if ident.idx is None:
+                return self.timed("gemm", f"std::memcpy({self.ptr(out)}, {self.ptr(g)}, sizeof(float) * {self.numel(out)})",
+                                  f"8.0 * {self.numel(out)}")
+            plan = self.plan("nullptr", ident.idx, "1", g)
+            return self.timed("typed_linear", f"mg::op::embedding_rows_grad({plan}, {self.ptr(g)}, m.graph.num_nodes, "
+                              f"{M}, {self.ptr(out)})", f"8.0 * {self.numel(g)}")
+        K = self.width(x)
+        flops = f"2.0 * {self.rows(x)} * {K} * {M}"
+        bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
+        if x.id == self.features_id:
+            if not any("FeatureCsc" in mem for mem in self.members):
+                self.members.append("mg::op::FeatureCsc features_csc;")
+                self.prepare.append("m.features_csc.build(m.features)")
+            return self.timed("sparse_features", f"mg::op::matmul_tn_features(m.features, m.features_csc, "
+                              f"{self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
+        return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, "
+                          f"{self.ptr(out)})", bytes_, flops)
+
+    def op_typed_linear(self, op, x, w):
+        out = op.output
+        K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        ident = self._identity_rows(x)
+        if ident is not None:
+            idx = ident.idx or "m.g.node_ids.data()"
+            return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, {self.type_expr(w.domain)}, "
+                              f"{idx}, {self.rows(out)}, m.graph.num_nodes, {M}, {self.ptr(out)})",
+                              f"8.0 * {self.numel(out)}")
+        return self.timed("typed_linear", f"mg::op::typed_linear({self.groups(w.domain)}, {self.ptr(x)}, {K}, "
+                          f"{self.ptr(w)}, {M}, {self.ptr(out)})",
+                          f"4.0 * {self.rows(x)} * (2.0 * {K} + 2.0 * {M})", f"2.0 * {self.rows(x)} * {K} * {M}")
+
+    def op_typed_matmul_nt(self, op, g, w):
+        K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        return self.timed("typed_linear", f"mg::op::typed_matmul_nt({self.groups(w.domain)}, {self.ptr(g)}, {M}, "
+                          f"{self.ptr(w)}, {K}, {self.ptr(op.output)})", "0", f"2.0 * {self.rows(g)} * {K} * {M}")
+
+    def op_typed_matmul_tn(self, op, x, g):
+        out = op.output
+        domain = op.attrs["domain"]
+        K, M = self.dim(out.shape[1]), self.dim(out.shape[2])
+        ident = self._identity_rows(x)
+        if ident is not None:
+            idx = ident.idx or "m.g.node_ids.data()"
+            plan = self.plan(self.type_expr(domain), idx, self.dim(out.shape[0]), g)
+            return self.timed("typed_linear", f"mg::op::embedding_rows_grad({plan}, {self.ptr(g)}, "
+                              f"{self.dim(out.shape[0])} * m.graph.num_nodes, {M}, {self.ptr(out)})",
+                              f"8.0 * {self.numel(g)}")
+        return self.timed("typed_linear", f"mg::op::typed_matmul_tn({self.groups(domain)}, {self.ptr(x)}, {K}, "
+                          f"{self.ptr(g)}, {M}, {self.ptr(out)})", "0", f"2.0 * {self.rows(g)} * {K} * {M}")
+
+    def op_typed_param(self, op, w):
+        out = op.output
+        return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, {self.type_expr(w.domain)}, nullptr, "
+                          f"{self.rows(out)}, 1, {self.width(out)}, {self.ptr(out)})", f"8.0 * {self.numel(out)}")
+
+    def op_typed_row_sum(self, op, g):
+        return self.timed("typed_linear", f"mg::op::typed_row_sum({self.groups(op.attrs['domain'])}, {self.ptr(g)}, "
+                          f"{self.width(g)}, {self.ptr(op.output)})", f"4.0 * {self.numel(g)}")
+
+    def op_gather(self, op, x):
+        out = op.output
+        ident = self._identity_rows(x)
+        if ident is not None:
+            if ident.idx is not None:
+                raise InternalError("gather of gathered featureless rows")
+            self.identity[out.id] = _Identity("m.graph.col" if op.attrs["end"] == "src" else "m.g.edge_dst.data()")
+            return None
+        return self.timed("edges", f"mg::op::gather(m.g, {'true' if op.attrs['end'] == 'src' else 'false'}, "
+                          f"{self.ptr(x)}, {self.width(x)}, {self.ptr(out)})", f"8.0 * {self.numel(out)}")
+
+    def op_scatter(self, op, msg):
+        out = op.output
+        reduce = op.attrs["reduce"]
+        arg = self.argmax_for(out) if reduce == "max" else "nullptr"
+        to_dst = "true" if op.attrs.get("end", "dst") == "dst" else "false"
+        return self.timed("edges", f"mg::op::scatter(m.g, {to_dst}, {_REDUCE[reduce]}, {self.ptr(msg)}, "
+                          f"{self.width(msg)}, {self.ptr(out)}, {arg})", f"4.0 * ({self.numel(msg)} + {self.numel(out)})")
+
+    def op_scatter_max_grad(self, op, g, msg, y):
+        to_dst = "true" if op.attrs.get("end", "dst") == "dst" else "false"
+        return self.timed("edges", f"mg::op::scatter_max_grad(m.g, {to_dst}, {self.ptr(g)}, {self.width(g)}, "
+                          f"{self.argmax_for(y)}, {self.ptr(op.output)})", f"4.0 * {self.numel(op.output)}")
+
+    def _agg_spec(self, op) -> str:
+        a = op.attrs
+        w = self.ptr(op.inputs[1]) if len(op.inputs) > 1 else "nullptr"
+        return (f"mg::op::agg_spec(m.g, {_REDUCE[a['reduce']]}, {w}, {'true' if a.get('norm') == 'gcn' else 'false'}, "
+                f"{'true' if a.get('self_loops') else 'false'})")
+
+    def _agg_cost(self, x: Value) -> tuple:
+        F = self.width(x)
+        bytes_ = f"(4.0 * m.graph.num_edges * ({F} + 2) + 4.0 * m.graph.num_nodes * (2.0 * {F} + 4))"
+        return bytes_, f"2.0 * m.graph.num_edges * {F}"
+
+    def op_aggregate(self, op, x, *weights):
+        out = op.output
+        if self._identity_rows(x) is not None:
+            raise InternalError("aggregation of featureless one-hot rows is not supported: apply a weight first")
+        bytes_, flops = self._agg_cost(x)
+        if op.attrs.get("direction", "in") == "in":
+            arg = self.argmax_for(out) if op.attrs["reduce"] == "max" else "nullptr"
+            return self.timed("aggregate", f"mg::op::aggregate(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "
+                              f"{self.width(x)}, {self.ptr(out)}, {arg})", bytes_, flops)
+        return self.timed("aggregate_backward", f"mg::op::aggregate_transpose(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "
+                          f"{self.width(x)}, {self.ptr(out)})", bytes_, flops)
+
+    def op_aggregate_max_grad(self, op, g, x, y):
+        fwd = self.producer[y.id]
+        bytes_, flops = self._agg_cost(g)
+        return self.timed("aggregate_backward", f"mg::op::aggregate_max_grad(m.g, {self._agg_spec(fwd)}, "
+                          f"{self.argmax_for(y)}, {self.ptr(g)}, {self.width(g)}, {self.ptr(op.output)})", bytes_, flops)
+
+    def _bcast(self, v: Value, out: Value) -> str:
+        if v.assoc == "scalar":
+            return "mg::Bcast::Scalar"
+        if v.assoc == "param" and out.assoc != "param":
+            return "mg::Bcast::Row"
+        if v.shape and v.shape[-1] == 1 and out.shape and out.shape[-1] != 1:
+            return "mg::Bcast::Col"
+        return "mg::Bcast::Full"
+
+    def _binary(self, op, a, b):
+        out = op.output
+        return self.timed("elementwise", f"mg::binary_fwd({_BINOP[op.opcode]}, {self.ptr(a)}, {self._bcast(a, out)}, "
+                          f"{self.ptr(b)}, {self._bcast(b, out)}, {self.ptr(out)}, {self.rows(out)}, {self.width(out)})",
+                          f"12.0 * {self.numel(out)}", f"1.0 * {self.numel(out)}")
+
+    op_add = op_sub = op_mul = op_div = _binary
+
+    def _unary(self, op, x):
+        alpha = _float(op.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(op.opcode, 0.0)))
+        call = _ACT_FWD[op.opcode].format(x=self.ptr(x), y=self.ptr(op.output), n=self.numel(op.output), alpha=alpha)
+        return self.timed("elementwise", call, f"8.0 * {self.numel(op.output)}")
+
+    op_relu = op_leaky_relu = op_elu = op_exp = op_sigmoid = op_tanh = op_neg = _unary
+
+    def op_act_grad(self, op, g, y):
+        act = op.attrs["act"]
+        alpha = _float(op.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act, 0.0)))
+        return self.timed("elementwise", f"mg::op::act_grad(mg::op::ActKind::{_ACT_KIND[act]}, {alpha}f, {self.ptr(g)}, "
+                          f"{self.ptr(y)}, {self.numel(g)}, {self.ptr(op.output)})", f"12.0 * {self.numel(g)}")
+
+    def op_scale(self, op, x):
+        return self.timed("elementwise", f"mg::scale({self.ptr(x)}, {self.ptr(op.output)}, {self.numel(x)}, "
+                          f"{_float(op.attrs['c'])}f)", f"8.0 * {self.numel(x)}")
+
+    def op_bias_add(self, op, x, b):
+        out = op.output
+        return self.timed("elementwise", f"mg::bias_add({self.ptr(x)}, {self.ptr(b)}, {self.ptr(out)}, {self.rows(out)}, "
+                          f"{self.width(out)})", f"8.0 * {self.numel(out)}")
+
+    def op_row_sum(self, op, g):
+        return self.timed("elementwise", f"mg::row_sum({self.ptr(g)}, {self.ptr(op.output)}, {self.rows(g)}, "
+                          f"{self.width(g)})", f"4.0 * {self.numel(g)}")
+
+    def op_feature_sum(self, op, g):
+        return self.timed("elementwise", f"mg::op::feature_sum({self.ptr(g)}, {self.rows(g)}, {self.width(g)}, "
+                          f"{self.ptr(op.output)})", f"4.0 * {self.numel(g)}")
+
+    def op_dot(self, op, a, b):
+        is_row = "true" if b.assoc == "param" and a.assoc != "param" else "false"
+        return self.timed("elementwise", f"mg::rowwise_dot_fwd({self.ptr(a)}, {self.ptr(b)}, {is_row}, "
+                          f"{self.ptr(op.output)}, {self.rows(a)}, 1, {self.width(a)})", f"8.0 * {self.numel(a)}")
+
+    def op_edge_softmax(self, op, s):
+        return self.timed("edges", f"mg::edge_softmax_fwd({self.ptr(s)}, m.graph.indptr, m.graph.num_nodes, "
+                          f"{self.width(s)}, {self.ptr(op.output)})", f"8.0 * {self.numel(s)}")
+
+    def op_edge_softmax_grad(self, op, g, y):
+        return self.timed("edges", f"mg::edge_softmax_bwd({self.ptr(y)}, {self.ptr(g)}, m.graph.indptr, "
+                          f"m.graph.num_nodes, {self.width(g)}, {self.ptr(op.output)})", f"12.0 * {self.numel(g)}")
+
+    def op_concat(self, op, *parts):
+        out = op.output
+        ptrs = ", ".join(self.ptr(v) for v in parts)
+        widths = ", ".join(f"int64_t({self.width(v)})" for v in parts)
+        return self.timed("elementwise", f"const float *parts_[] = {{{ptrs}}}; const int64_t widths_[] = {{{widths}}}; "
+                          f"mg::concat_fwd(parts_, widths_, {len(parts)}, {self.ptr(out)}, {self.rows(out)})",
+                          f"8.0 * {self.numel(out)}")
+
+    def op_slice(self, op, g):
+        a = op.attrs
+        return self.timed("elementwise", f"mg::op::slice({self.ptr(g)}, {self.rows(g)}, {self.width(g)}, "
+                          f"{self.dim(a['start'])}, {self.dim(a['stop'])}, {self.ptr(op.output)})",
+                          f"8.0 * {self.numel(op.output)}")
+
+    def op_param_slice(self, op, w):
+        a = op.attrs
+        self.views[op.output.id] = f"({self.ptr(w)} + ({self.dim(a['start'])}) * ({self.width(w)}))"
+        return None
+
+    def op_row_concat(self, op, *parts):
+        ptrs = ", ".join(self.ptr(v) for v in parts)
+        rows = ", ".join(f"mg::idx_t({self.rows(v)})" for v in parts)
+        return self.timed("elementwise", f"const float *parts_[] = {{{ptrs}}}; const mg::idx_t rows_[] = {{{rows}}}; "
+                          f"mg::op::row_concat(parts_, rows_, {len(parts)}, {self.width(op.output)}, "
+                          f"{self.ptr(op.output)})")
+
+    def _typed_shape(self, w: Value):
+        if len(w.shape) == 3:
+            return self.dim(w.shape[0]), self.dim(w.shape[1]), self.dim(w.shape[2])
+        return "1", self.dim(w.shape[0]), self.dim(w.shape[1])
+
+    def op_matvec(self, op, w, a):
+        T, K, M = self._typed_shape(w)
+        return self.timed("elementwise", f"mg::op::matvec({self.ptr(w)}, {self.ptr(a)}, {T}, {K}, {M}, {self.ptr(op.output)})")
+
+    def op_matvec_t(self, op, w, g):
+        T, K, M = self._typed_shape(w)
+        return self.timed("elementwise", f"mg::op::matvec_t({self.ptr(w)}, {self.ptr(g)}, {T}, {K}, {M}, {self.ptr(op.output)})")
+
+    def op_outer(self, op, g, a):
+        T, K, M = self._typed_shape(op.output)
+        return self.timed("elementwise", f"mg::op::outer({self.ptr(g)}, {self.ptr(a)}, {T}, {K}, {M}, {self.ptr(op.output)})")
+
+    def op_dropout(self, op, x):
+        n = self.numel(x)
+        return self.timed("dropout", f"mg::op::dropout(training, {self.ptr(x)}, {self.ptr(op.output)}, {n}, "
+                          f"{_float(op.attrs['p'])}f, m.seed, uint64_t(m.epoch), {op.output.id}u)", f"8.0 * {n}")
+
+    def op_dropout_grad(self, op, g):
+        n = self.numel(g)
+        return self.timed("dropout", f"mg::op::dropout_grad({self.ptr(g)}, {self.ptr(op.output)}, {n}, "
+                          f"{_float(op.attrs['p'])}f, m.seed, uint64_t(m.epoch), {int(op.attrs['site'])}u)", f"8.0 * {n}")
+
+    def op_cross_entropy(self, op, logits, labels):
+        return self.timed("loss", f"mg::op::cross_entropy({self.ptr(logits)}, m.labels, m.masks[0], m.graph.num_nodes, "
+                          f"{self.width(logits)}, {self.ptr(op.output)})", f"4.0 * {self.numel(logits)}")
+
+    def op_cross_entropy_grad(self, op, logits, labels):
+        return self.timed("loss", f"mg::op::cross_entropy_grad({self.ptr(logits)}, m.labels, m.masks[0], "
+                          f"m.graph.num_nodes, {self.width(logits)}, {self.ptr(op.output)})",
+                          f"8.0 * {self.numel(logits)}")
+
+
+def emit(program: Program) -> dict:
+    """Generated C++ sources of `program` (backward already generated) for the OpenMP backend."""
+    if not program.backward and not program.grads:
+        raise InternalError("emit() needs a differentiated program (call morphgen.autodiff.differentiate)")
+    return OpenMPEmitter(program).emit()

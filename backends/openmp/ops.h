@@ -1,0 +1,397 @@
+// The OpenMP backend's op layer: one function per IR opcode (forward and backward), each a thin
+// call into the kernel library of kernels/.  Generated code (templates/model.cpp.j2) calls only
+// these functions, so the emitter stays a table from opcode to call and the kernels keep their
+// own, more general signatures.  Shapes arrive as (rows, width) pairs; every array is row-major.
+#ifndef MORPHGEN_OPENMP_OPS_H
+#define MORPHGEN_OPENMP_OPS_H
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "context.h"
+#include "kernels/common.h"
+#include "kernels/dropout.h"
+#include "kernels/edge_ops.h"
+#include "kernels/edge_softmax.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/layout.h"
+#include "kernels/loss.h"
+#include "kernels/optim.h"
+#include "kernels/sparse_features.h"
+#include "kernels/spmm.h"
+#include "kernels/typed_linear.h"
+
+namespace mg {
+namespace op {
+
+inline void check(int status, const char *what) {
+    if (status != kOk) throw Error(std::string(what) + " failed (kernel status " + std::to_string(status) + ")");
+}
+
+// OpenMP regions and OpenBLAS share the same T threads; BLAS is never called inside a parallel
+// region, so the two pools never run at once (no oversubscription).
+inline void set_threads(int threads) {
+    omp_set_num_threads(threads);
+    blas_set_threads(threads);
+}
+
+// Rows grouped by type, for typed linear and typed reductions (Hector's gather/scatter GEMM).
+struct TypeGroups {
+    std::vector<idx_t> perm, ptr;
+    idx_t types = 0;
+    void build(const idx_t *type, idx_t rows, idx_t num_types) {
+        types = num_types;
+        perm.assign(size_t(rows), 0);
+        ptr.assign(size_t(num_types + 1), 0);
+        if (type) {
+            check(group_rows_by_type(type, rows, num_types, perm.data(), ptr.data()), "group rows by type");
+        } else {  // one type: the identity order
+            std::iota(perm.begin(), perm.end(), idx_t(0));
+            ptr[1] = rows;
+            for (idx_t t = 2; t <= num_types; ++t) ptr[size_t(t)] = rows;
+        }
+    }
+    int64_t bytes() const { return int64_t((perm.size() + ptr.size()) * sizeof(idx_t)); }
+};
+
+// Everything derived from the graph once at load time.
+struct Graph {
+    const GraphView *view = nullptr;
+    std::vector<idx_t> edge_dst;           // destination of each edge (CSR position)
+    std::vector<idx_t> node_ids;           // 0..N-1: identity rows of featureless input
+    std::vector<float> gcn_scale_self, gcn_scale_plain;
+    std::vector<idx_t> zero_etype, zero_ntype;
+    TypeGroups etypes, ntypes;
+
+    void build(const GraphView &g, int) {
+        view = &g;
+        edge_dst.resize(size_t(g.num_edges));
+#pragma omp parallel for schedule(dynamic, 256)
+        for (idx_t v = 0; v < g.num_nodes; ++v)
+            for (idx_t e = g.indptr[v]; e < g.indptr[v + 1]; ++e) edge_dst[size_t(e)] = v;
+        node_ids.resize(size_t(g.num_nodes));
+        std::iota(node_ids.begin(), node_ids.end(), idx_t(0));
+        gcn_scale_self.resize(size_t(g.num_nodes));
+        gcn_scale_plain.resize(size_t(g.num_nodes));
+        gcn_node_scale(g.num_nodes, g.indptr, true, gcn_scale_self.data());
+        gcn_node_scale(g.num_nodes, g.indptr, false, gcn_scale_plain.data());
+        if (!g.etype) zero_etype.assign(size_t(g.num_edges), 0);
+        if (!g.ntype) zero_ntype.assign(size_t(g.num_nodes), 0);
+        etypes.build(etype(), g.num_edges, g.num_etypes);
+        ntypes.build(ntype(), g.num_nodes, g.num_ntypes);
+    }
+    const idx_t *etype() const { return view->etype ? view->etype : zero_etype.data(); }
+    const idx_t *ntype() const { return view->ntype ? view->ntype : zero_ntype.data(); }
+    const float *gcn_scale(bool self_loops) const {
+        return self_loops ? gcn_scale_self.data() : gcn_scale_plain.data();
+    }
+    int64_t bytes() const {
+        return int64_t((edge_dst.size() + node_ids.size() + zero_etype.size() + zero_ntype.size()) * sizeof(idx_t) +
+                       (gcn_scale_self.size() + gcn_scale_plain.size()) * sizeof(float)) +
+               etypes.bytes() + ntypes.bytes();
+    }
+    idx_t n() const { return view->num_nodes; }
+    idx_t e() const { return view->num_edges; }
+};
+
+// The CSC of sparse input features, built once: the weight gradient X^T G walks it (Morphling
+// IV-B: thread-owned rows of dW, no atomics).
+struct FeatureCsc {
+    std::vector<idx_t> indptr, row, pos;
+    std::vector<float> val;
+    void build(const FeatureView &f) {
+        if (f.kind != FeatureKind::Csr) return;
+        const idx_t nnz = f.indptr[f.rows];
+        indptr.resize(size_t(f.cols + 1));
+        row.resize(size_t(nnz));
+        pos.resize(size_t(nnz));
+        val.resize(size_t(nnz));
+        check(transpose_csr(f.rows, f.cols, f.indptr, f.indices, indptr.data(), row.data(), pos.data()),
+              "feature CSC (a column index is out of range)");
+        gather_by_position(nnz, pos.data(), f.data, val.data());
+    }
+    int64_t bytes() const {
+        return int64_t((indptr.size() + row.size() + pos.size()) * sizeof(idx_t) + val.size() * sizeof(float));
+    }
+};
+
+// Rows of a featureless (identity) input: row r of the value is the one-hot of node idx[r]
+// (idx == nullptr: of node r).  Never materialised; linear layers on it are row lookups.
+struct EmbeddingPlan {
+    std::vector<idx_t> order, key_ptr, keys;
+    idx_t unique = 0;
+    void build(const idx_t *type, const idx_t *rows, idx_t R, idx_t num_types, idx_t rows_per_type) {
+        order.resize(size_t(R));
+        key_ptr.resize(size_t(R + 1));
+        keys.resize(size_t(R));
+        unique = embedding_grad_plan(type, rows, R, num_types, rows_per_type, order.data(), key_ptr.data(),
+                                     keys.data());
+        if (unique < 0) throw Error("embedding plan: a type or row index is out of range");
+    }
+};
+
+// ---- dense linear algebra --------------------------------------------------------------------
+inline void linear(const float *X, idx_t rows, idx_t K, const float *W, idx_t M, float *Y) {
+    check(linear_forward(rows, K, M, X, W, Y), "linear (sgemm)");
+}
+inline void matmul_nt(const float *G, idx_t rows, idx_t M, const float *W, idx_t K, float *dX) {
+    check(linear_input_grad(rows, K, M, G, W, dX), "linear input gradient (sgemm)");
+}
+inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t M, float *dW) {
+    check(linear_weight_grad(rows, K, M, X, G, dW), "linear weight gradient (sgemm)");
+}
+
+// Input features through a weight: the dense path is one sgemm, the sparse path streams the CSR
+// rows through W (Morphling IV-B), the identity is a copy of W.
+inline void linear_features(const FeatureView &f, const float *W, idx_t M, float *Y) {
+    switch (f.kind) {
+        case FeatureKind::Dense: linear(f.dense, f.rows, f.cols, W, M, Y); break;
+        case FeatureKind::Csr:
+            check(sparse_linear_forward(f.rows, f.cols, M, f.indptr, f.indices, f.data, W, M, Y, M),
+                  "sparse feature linear");
+            break;
+        case FeatureKind::Identity: std::memcpy(Y, W, sizeof(float) * size_t(f.rows * M)); break;
+        default: throw Error("features are not set");
+    }
+}
+inline void matmul_tn_features(const FeatureView &f, const FeatureCsc &csc, const float *G, idx_t M, float *dW) {
+    switch (f.kind) {
+        case FeatureKind::Dense: matmul_tn(f.dense, f.rows, f.cols, G, M, dW); break;
+        case FeatureKind::Csr:
+            check(sparse_weight_grad_csc(f.cols, M, csc.indptr.data(), csc.row.data(), csc.val.data(), G, M, dW, M),
+                  "sparse feature weight gradient");
+            break;
+        case FeatureKind::Identity: std::memcpy(dW, G, sizeof(float) * size_t(f.rows * M)); break;
+        default: throw Error("features are not set");
+    }
+}
+
+// Identity rows selected by idx through a weight: Y[r] = W[idx[r]] (optionally per type).
+inline void embedding_rows(const float *W, const idx_t *type, const idx_t *idx, idx_t R, idx_t rows_per_type,
+                           idx_t M, float *Y) {
+    embedding_lookup_fwd(W, type, idx, R, rows_per_type, M, Y);
+}
+inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t table_rows, idx_t M, float *dW) {
+    embedding_lookup_bwd(G, plan.order.data(), plan.key_ptr.data(), plan.keys.data(), plan.unique, table_rows, M, dW);
+}
+
+// ---- typed linear (Hector) -----------------------------------------------------------------------
+inline void typed_linear(const TypeGroups &tg, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
+    check(typed_linear_gather_fwd(X, W, Y, tg.perm.data(), tg.ptr.data(), tg.types, K, M), "typed linear");
+}
+inline void typed_matmul_nt(const TypeGroups &tg, const float *G, idx_t M, const float *W, idx_t K, float *dX) {
+    check(typed_linear_gather_bwd(nullptr, W, G, tg.perm.data(), tg.ptr.data(), tg.types, K, M, dX, nullptr),
+          "typed linear input gradient");
+}
+inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const float *G, idx_t M, float *dW) {
+    check(typed_linear_gather_bwd(X, nullptr, G, tg.perm.data(), tg.ptr.data(), tg.types, K, M, nullptr, dW),
+          "typed linear weight gradient");
+}
+// out[t] = sum of the rows of type t (typed_param's gradient).
+inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (idx_t t = 0; t < tg.types; ++t) {
+        float *o = out + t * K;
+        for (idx_t k = 0; k < K; ++k) o[k] = 0.f;
+        for (idx_t i = tg.ptr[size_t(t)]; i < tg.ptr[size_t(t + 1)]; ++i) {
+            const float *g = G + tg.perm[size_t(i)] * K;
+#pragma omp simd
+            for (idx_t k = 0; k < K; ++k) o[k] += g[k];
+        }
+    }
+}
+
+// ---- parameter algebra introduced by passes (tiny: weights only) ----------------------------------
+// out[t] = W[t] a[t] for T types of [K,M] weights (T = 1: untyped).
+inline void matvec(const float *W, const float *a, idx_t T, idx_t K, idx_t M, float *out) {
+    for (idx_t t = 0; t < T; ++t)
+        for (idx_t k = 0; k < K; ++k) {
+            float acc = 0.f;
+            for (idx_t j = 0; j < M; ++j) acc += W[(t * K + k) * M + j] * a[t * M + j];
+            out[t * K + k] = acc;
+        }
+}
+inline void matvec_t(const float *W, const float *g, idx_t T, idx_t K, idx_t M, float *out) {
+    for (idx_t t = 0; t < T; ++t)
+        for (idx_t j = 0; j < M; ++j) {
+            float acc = 0.f;
+            for (idx_t k = 0; k < K; ++k) acc += W[(t * K + k) * M + j] * g[t * K + k];
+            out[t * M + j] = acc;
+        }
+}
+inline void outer(const float *g, const float *a, idx_t T, idx_t K, idx_t M, float *out) {
+    for (idx_t t = 0; t < T; ++t)
+        for (idx_t k = 0; k < K; ++k)
+            for (idx_t j = 0; j < M; ++j) out[(t * K + k) * M + j] = g[t * K + k] * a[t * M + j];
+}
+// Stack row blocks [rows_i, M] into one [sum rows_i, M] array (the gradient of row views).
+inline void row_concat(const float *const *parts, const idx_t *rows, int n, idx_t M, float *out) {
+    for (int i = 0; i < n; ++i) {
+        std::memcpy(out, parts[i], sizeof(float) * size_t(rows[i] * M));
+        out += rows[i] * M;
+    }
+}
+
+// ---- aggregation ----------------------------------------------------------------------------------
+inline AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, bool gcn, bool self_loops) {
+    AggSpec s;
+    s.reduce = r;
+    s.edge_weight = edge_weight;
+    s.node_scale = gcn ? g.gcn_scale(self_loops) : nullptr;
+    s.self_loop = self_loops;
+    return s;
+}
+inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,
+                      const Epilogue &epi = Epilogue{}) {
+    const GraphView &v = *g.view;
+    check(spmm(v.num_nodes, v.indptr, v.col, X, F, F, Y, F, s, epi, argmax, F), "aggregate (spmm)");
+}
+inline void aggregate_transpose(const Graph &g, const AggSpec &s, const float *G, idx_t F, float *dX) {
+    const GraphView &v = *g.view;
+    check(spmm_transpose(v.num_nodes, v.indptr, v.t_indptr, v.t_col, v.t_eid, G, F, F, dX, F, s),
+          "transposed aggregate (spmm)");
+}
+inline void aggregate_max_grad(const Graph &g, const AggSpec &s, const idx_t *argmax, const float *G, idx_t F,
+                               float *dX) {
+    const GraphView &v = *g.view;
+    check(spmm_max_backward(v.num_nodes, v.t_indptr, v.t_col, v.t_eid, argmax, F, G, F, F, dX, F, s),
+          "max aggregate backward");
+}
+
+// ---- graph constants (computed once at load time) ----------------------------------------------------
+inline void in_degree(const Graph &g, float *out) {
+    const GraphView &v = *g.view;
+    for (idx_t n = 0; n < v.num_nodes; ++n) out[n] = float(v.indptr[n + 1] - v.indptr[n]);
+}
+inline void out_degree(const Graph &g, float *out) {
+    const GraphView &v = *g.view;
+    for (idx_t n = 0; n < v.num_nodes; ++n) out[n] = float(v.t_indptr[n + 1] - v.t_indptr[n]);
+}
+// R-GCN's c_{i,r}: for edge e into v of type r, the number of v's in-edges of type r.
+inline void rel_degree(const Graph &g, float *out) {
+    const GraphView &v = *g.view;
+    const idx_t *type = g.etype();
+#pragma omp parallel
+    {
+        std::vector<idx_t> seen;
+#pragma omp for schedule(dynamic, 256)
+        for (idx_t n = 0; n < v.num_nodes; ++n) {
+            seen.assign(type + v.indptr[n], type + v.indptr[n + 1]);
+            std::sort(seen.begin(), seen.end());
+            for (idx_t e = v.indptr[n]; e < v.indptr[n + 1]; ++e) {
+                auto range = std::equal_range(seen.begin(), seen.end(), type[e]);
+                out[e] = float(range.second - range.first);
+            }
+        }
+    }
+}
+inline void gcn_norm(const Graph &g, bool self_loops, float *out) {
+    const float *s = g.gcn_scale(self_loops);
+    const GraphView &v = *g.view;
+    for (idx_t e = 0; e < v.num_edges; ++e) out[e] = s[v.col[e]] * s[g.edge_dst[size_t(e)]];
+}
+inline void mean_norm(const Graph &g, bool self_loops, float *out) {
+    const GraphView &v = *g.view;
+    for (idx_t e = 0; e < v.num_edges; ++e) {
+        const idx_t d = g.edge_dst[size_t(e)];
+        out[e] = 1.0f / float(v.indptr[d + 1] - v.indptr[d] + (self_loops ? 1 : 0));
+    }
+}
+
+// ---- edges -----------------------------------------------------------------------------------------
+inline void gather(const Graph &g, bool from_src, const float *X, idx_t F, float *out) {
+    const GraphView &v = *g.view;
+    if (from_src) gather_src(X, v.col, v.num_edges, F, out);
+    else gather_dst(X, v.indptr, v.num_nodes, F, out);
+}
+inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t F, float *out, idx_t *argmax) {
+    const GraphView &v = *g.view;
+    if (to_dst) scatter_dst(r, m, v.indptr, v.num_nodes, F, out, argmax);
+    else scatter_src(r, m, v.t_indptr, v.t_eid, v.num_nodes, F, out, argmax);
+}
+inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, const idx_t *argmax, float *gm) {
+    const GraphView &v = *g.view;
+    if (to_dst) scatter_dst_bwd(Reduce::Max, G, v.indptr, v.num_nodes, F, argmax, gm);
+    else scatter_src_bwd(Reduce::Max, G, v.col, v.t_indptr, v.num_edges, F, argmax, gm);
+}
+
+// ---- elementwise ------------------------------------------------------------------------------------
+enum class ActKind { Relu, LeakyRelu, Elu, Exp, Sigmoid, Tanh };
+
+inline void act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float *dX) {
+    // Written with the forward output y: for alpha > 0, y > 0 exactly when x > 0, and for elu
+    // alpha * exp(x) = y + alpha on the negative side.
+#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+    for (idx_t i = 0; i < n; ++i) {
+        const float y = Y[i], g = G[i];
+        float d;
+        switch (act) {
+            case ActKind::Relu: d = y > 0.f ? g : 0.f; break;
+            case ActKind::LeakyRelu: d = y > 0.f ? g : alpha * g; break;
+            case ActKind::Elu: d = y > 0.f ? g : g * (y + alpha); break;
+            case ActKind::Exp: d = g * y; break;
+            case ActKind::Sigmoid: d = g * y * (1.f - y); break;
+            default: d = g * (1.f - y * y); break;
+        }
+        dX[i] = d;
+    }
+}
+// out[r] = sum over the features of row r (a width-1 operand's gradient).
+inline void feature_sum(const float *G, idx_t rows, idx_t F, float *out) {
+#pragma omp parallel for schedule(static) if (rows * F > (1 << 15))
+    for (idx_t r = 0; r < rows; ++r) {
+        float acc = 0.f;
+        for (idx_t f = 0; f < F; ++f) acc += G[r * F + f];
+        out[r] = acc;
+    }
+}
+inline void slice(const float *X, idx_t rows, idx_t cols, idx_t start, idx_t stop, float *Y) {
+    slice_fwd(X, rows, cols, start, stop - start, Y);
+}
+
+// ---- dropout, loss, accuracy --------------------------------------------------------------------------
+inline void dropout(bool training, const float *X, float *Y, idx_t n, float p, uint64_t seed, uint64_t epoch,
+                    uint64_t site) {
+    if (training && p > 0.f) dropout_fwd(X, Y, n, p, DropoutKey{seed, epoch, site});
+    else if (X != Y) std::memcpy(Y, X, sizeof(float) * size_t(n));
+}
+inline void dropout_grad(const float *G, float *dX, idx_t n, float p, uint64_t seed, uint64_t epoch, uint64_t site) {
+    if (p > 0.f) dropout_bwd(G, dX, n, p, DropoutKey{seed, epoch, site});
+    else if (G != dX) std::memcpy(dX, G, sizeof(float) * size_t(n));
+}
+inline void cross_entropy(const float *logits, const int64_t *labels, const uint8_t *mask, idx_t rows, idx_t C,
+                          float *loss) {
+    loss[0] = softmax_cross_entropy(logits, labels, mask, rows, C, nullptr);
+}
+inline void cross_entropy_grad(const float *logits, const int64_t *labels, const uint8_t *mask, idx_t rows,
+                               idx_t C, float *dlogits) {
+    softmax_cross_entropy(logits, labels, mask, rows, C, dlogits);
+}
+inline double accuracy(const float *logits, const int64_t *labels, const uint8_t *mask, idx_t rows, idx_t C) {
+    const int64_t n = mask_count(mask, rows);
+    return n ? double(count_correct(logits, labels, mask, rows, C)) / double(n) : 0.0;
+}
+
+// ---- optimizers ------------------------------------------------------------------------------------
+inline void adam(bool decoupled, float *p, const float *g, float *m, float *v, idx_t n, double lr, double b1,
+                 double b2, double eps, double wd, int64_t step) {
+    AdamConfig c{lr, b1, b2, eps, wd};
+    if (decoupled) adamw_step(p, g, m, v, n, c, step);
+    else adam_step(p, g, m, v, n, c, step);
+}
+inline void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double momentum, double wd, int64_t step) {
+    SgdConfig c;
+    c.lr = lr;
+    c.momentum = momentum;
+    c.weight_decay = wd;
+    sgd_step(p, g, buf, n, c, step);
+}
+
+}  // namespace op
+}  // namespace mg
+#endif

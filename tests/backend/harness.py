@@ -1,0 +1,63 @@
+"""Run one IR program through the OpenMP backend and through the numpy interpreter."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import morphgen.backends.openmp as openmp_pkg
+import morphgen.runtime as runtime_pkg
+from morphgen.autodiff import differentiate
+from morphgen.backends.openmp.emitter import emit
+from morphgen.interp import Interpreter
+from morphgen.ir import Optimizer
+from morphgen.layout import GraphLayout
+from morphgen.library import Session
+from morphgen.toolchain import compile_shared
+
+INCLUDES = (str(Path(runtime_pkg.__file__).parent), str(Path(openmp_pkg.__file__).parent))
+
+
+def sizes_for(graph, x, classes):
+    return {"F": graph.num_nodes if x is None else x.shape[1], "C": classes, "N": graph.num_nodes,
+            "etypes": graph.num_etypes, "ntypes": graph.num_ntypes}
+
+
+def build(program, graph, x, classes, sanitize=False):
+    program.featureless = x is None
+    program.bind(sizes_for(graph, x, classes))
+    differentiate(program)
+    return compile_shared(emit(program), name="test_model", include_dirs=INCLUDES, sanitize=sanitize)
+
+
+def session(lib, program, graph, x, labels, mask, features="dense", seed=0, threads=2):
+    import scipy.sparse as sp
+    layout = GraphLayout.from_graph(graph)
+    if x is None:
+        payload = ("identity", None)
+    elif features == "csr":
+        payload = ("csr", sp.csr_matrix(np.asarray(x, np.float32)))
+    else:
+        payload = ("dense", np.asarray(x, np.float32))
+    n = graph.num_nodes
+    masks = (mask, np.zeros(n, bool), np.zeros(n, bool))
+    return Session(lib, layout, payload, labels, masks, program.sizes, threads, seed)
+
+
+def gradients_by_sgd(program, sess, params):
+    """One epoch with SGD(lr=1): the weights move by exactly minus their gradient."""
+    sess.set_params(params)
+    loss = sess.train_epoch()
+    after = sess.get_params()
+    return loss, {k: params[k].reshape(-1) - after[k] for k in params}
+
+
+def reference(program, graph, x, labels, mask, params):
+    interp = Interpreter(program, graph, x, labels, mask, dtype=np.float64)
+    loss, grads, _ = interp.run({k: v.astype(np.float64) for k, v in params.items()})
+    return loss, grads
+
+
+def use_sgd(program):
+    program.optimizer = Optimizer(kind="sgd", lr=1.0, weight_decay=0.0)
+    return program
