@@ -152,13 +152,18 @@ def t_INTLIT(t):
 
 def t_STRING(t):
     r'"([^"\\\n]|\\[^\n])*"'
-    t.value = t.value[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape", "replace")
+    t.value = t.value[1:-1]      # kept verbatim: strings only ever select from fixed catalogues
     return t
 
 
 def t_unterminated_string(t):
-    r'"([^"\\\n]|\\[^\n])*'
+    r'"([^"\\\n,;)]|\\[^\n])*'
+    # Most likely the closing quote was forgotten before the next delimiter: end the string
+    # there so that the rest of the line still parses and reports nothing spurious.
     t.lexer.ctx.lex_error(t.lexpos, "unterminated string literal")
+    t.type = "STRING"
+    t.value = t.value[1:]
+    return t
 
 
 def t_ID(t):

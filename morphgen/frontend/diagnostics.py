@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable
 
 from ..errors import UserError
 
@@ -40,8 +40,16 @@ def render_all(diagnostics: Iterable[Diagnostic]) -> str:
 
 def suggest(name: str, candidates: Iterable[str]) -> str:
     """``"; did you mean 'X'?"`` for the closest candidate, or an empty string."""
-    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    best, best_key = None, None
+    for cand in sorted(set(candidates)):
+        score = difflib.SequenceMatcher(None, name, cand).ratio()
+        if score < 0.6:
+            continue
+        # ties go to the candidate that starts like the misspelling (Wx -> W, not x)
+        key = (score, cand[:1] == name[:1], cand[:1].lower() == name[:1].lower())
+        if best_key is None or key > best_key:
+            best, best_key = cand, key
+    return f"; did you mean '{best}'?" if best is not None else ""
 
 
 def show(text: str, limit: int = 40) -> str:
@@ -75,15 +83,3 @@ class DiagnosticSink:
 
     def __bool__(self) -> bool:
         return bool(self.items)
-
-
-def last_position(text: str) -> tuple:
-    """(line, col) just after the last character: where 'unexpected end of input' points."""
-    lines = text.split("\n")
-    return len(lines), len(lines[-1]) + 1
-
-
-def coord_of(loc) -> Optional[tuple]:
-    if loc is None or not hasattr(loc, "line"):
-        return None
-    return loc.line, loc.col

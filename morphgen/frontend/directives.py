@@ -1,0 +1,346 @@
+"""The ``gnn.*`` directives: their ordering rules within one epoch and the expansion of
+``gnn.forwardPass(l, KIND, AGG)`` into IR ops.  The IR never learns the model's name: a layer
+kind is only a recipe of linear / aggregate / attention ops written out here.
+"""
+from __future__ import annotations
+
+from ..ir import IRError, Optimizer, Param
+from . import ast as A
+from .diagnostics import suggest
+from .expressions import widths_conflict
+from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LOSSES, OPTIMIZERS,
+                   LayerSpec, Poisoned, PropSym, SemanticError, check_choice, check_number,
+                   describe, undeclared)
+
+TRAINING_DIRECTIVES = ("forwardPass", "loss", "backPropagation", "optimizerStep")
+
+# What a layer's activation defaults to when the program does not say.
+HIDDEN_DEFAULT = {"GCN": "relu", "SAGE": "relu", "GIN": "relu", "GAT": "elu"}
+
+
+class TrainingState:
+    """Which directives ran so far in the (one) lowered epoch; enforces their order."""
+
+    def __init__(self):
+        self.layers: list = []              # [LayerSpec]
+        self.optimizer: Optimizer | None = None
+        self.forwarded: list = []           # layer indices, in order
+        self.h = None                       # output of the last forwardPass
+        self.loss_called = False            # attempted (even if it failed): no cascades
+        self.loss_done = False
+        self.backprop_layers: list = []
+        self.backprop_all = False
+        self.step_called = False
+        self.step_done = False
+        self.broken = False                 # a directive failed: stop judging the order
+
+    def _quiet_if_broken(self):
+        if self.broken:
+            raise Poisoned()
+
+    # -- ordering checks -------------------------------------------------------------------
+    def check_forward(self, coord, l: int) -> LayerSpec:
+        self._quiet_if_broken()
+        if not self.layers:
+            raise SemanticError(coord, "gnn.forwardPass: no layers are declared; declare them "
+                                       "with gnn.layer(in, out) before the training loop")
+        if not 0 <= l < len(self.layers):
+            raise SemanticError(coord, f"gnn.forwardPass({l}): only {len(self.layers)} layer(s) "
+                                       f"are declared (0..{len(self.layers) - 1})")
+        if self.loss_called:
+            raise SemanticError(coord, f"gnn.forwardPass({l}) after gnn.loss in the same epoch")
+        if l in self.forwarded:
+            raise SemanticError(coord, f"gnn.forwardPass({l}): layer {l} already ran in this epoch")
+        if l != len(self.forwarded):
+            raise SemanticError(coord, f"gnn.forwardPass({l}) before gnn.forwardPass"
+                                       f"({len(self.forwarded)}): layers run in order")
+        return self.layers[l]
+
+    def check_loss_directive_style(self, coord):
+        self._quiet_if_broken()
+        if not self.layers:
+            raise SemanticError(coord, "gnn.loss(kind) takes the last layer's output, but no "
+                                       "layers are declared; name the output property: "
+                                       "gnn.loss(out, \"cross_entropy\")")
+        if not self.forwarded:
+            raise SemanticError(coord, "gnn.loss before any gnn.forwardPass")
+        if len(self.forwarded) < len(self.layers):
+            raise SemanticError(coord, f"gnn.loss after only {len(self.forwarded)} of "
+                                       f"{len(self.layers)} layers ran gnn.forwardPass")
+
+    def check_backprop(self, coord, l):
+        self._quiet_if_broken()
+        if l is not None:
+            if not self.layers:
+                raise SemanticError(coord, f"gnn.backPropagation({l}): no layers are declared; "
+                                           "use gnn.backPropagation() for the whole program")
+            if not 0 <= l < len(self.layers):
+                raise SemanticError(coord, f"gnn.backPropagation({l}): only {len(self.layers)} "
+                                           f"layer(s) are declared (0..{len(self.layers) - 1})")
+            if l not in self.forwarded:
+                raise SemanticError(coord, f"gnn.backPropagation({l}) before its gnn.forwardPass")
+        if not self.loss_done:
+            raise SemanticError(coord, "gnn.backPropagation before gnn.loss: there is no loss "
+                                       "to differentiate")
+        if self.backprop_all or (l is None and self.backprop_layers):
+            raise SemanticError(coord, "gnn.backPropagation is called twice in one epoch")
+        if l is not None:
+            if l in self.backprop_layers:
+                raise SemanticError(coord, f"gnn.backPropagation({l}) is called twice in one epoch")
+            want = len(self.layers) - 1 - len(self.backprop_layers)
+            if l != want:
+                raise SemanticError(coord, f"gnn.backPropagation({l}) before gnn.backPropagation"
+                                           f"({want}): layers are back-propagated from the last "
+                                           "to the first")
+            self.backprop_layers.append(l)
+        else:
+            self.backprop_all = True
+
+    def check_step(self, coord):
+        self._quiet_if_broken()
+        if self.step_done:
+            raise SemanticError(coord, "gnn.optimizerStep is called twice in one epoch")
+        if self.optimizer is None:
+            raise SemanticError(coord, "gnn.optimizerStep with no gnn.optimizer declared before "
+                                       "the training loop")
+        if not self.loss_done:
+            raise SemanticError(coord, "gnn.optimizerStep with no gnn.loss in this epoch")
+        if not self.backprop_all and not self.backprop_layers:
+            raise SemanticError(coord, "gnn.optimizerStep before gnn.backPropagation: no "
+                                       "gradients have been computed")
+        if self.backprop_layers and len(self.backprop_layers) < len(self.layers):
+            raise SemanticError(coord, f"gnn.optimizerStep after only {len(self.backprop_layers)} "
+                                       f"of {len(self.layers)} layers ran gnn.backPropagation")
+
+
+# -- forwardPass expansion ---------------------------------------------------------------
+
+class LayerExpander:
+    """Writes one layer's ops with ``builder``; params are named ``layer<l>.<role>``."""
+
+    def __init__(self, program, builder):
+        self.program = program
+        self.b = builder
+
+    def param(self, spec: LayerSpec, role: str, shape: tuple, init: str, decay: bool = True):
+        name = f"layer{spec.index}.{role}"
+        value = self.program.new_value("param", shape, name=name)
+        self.program.params.append(Param(name, value, init, decay and spec.weight_decay))
+        return value
+
+    def activation(self, h, name, loc):
+        if name in (None, "none"):
+            return h
+        if name == "elu":
+            return self.b.emit("elu", h, loc=loc, alpha=1.0)
+        if name == "leaky_relu":
+            return self.b.emit("leaky_relu", h, loc=loc, alpha=0.01)
+        return self.b.emit(name, h, loc=loc)
+
+    def bias(self, spec, h, loc, role="b"):
+        if not spec.bias:
+            return h
+        return self.b.emit("bias_add", h, self.param(spec, role, (h.width,), "zeros"), loc=loc)
+
+    def expand(self, spec: LayerSpec, kind: str, agg: str, h, is_last: bool, loc):
+        emit = self.b.emit
+        if spec.dropout > 0:
+            h = emit("dropout", h, loc=loc, p=float(spec.dropout))
+        k, m = spec.in_width, spec.out_width
+        if kind == "GCN":
+            z = emit("linear", h, self.param(spec, "W", (k, m), spec.init), loc=loc)
+            if agg == "sum":
+                out = emit("aggregate", z, loc=loc, reduce="sum", norm="gcn", self_loops=True)
+            else:
+                out = emit("aggregate", z, loc=loc, reduce="mean", norm="none", self_loops=True)
+            out = self.bias(spec, out, loc)
+        elif kind == "SAGE":
+            n = emit("aggregate", h, loc=loc, reduce=agg, norm="none", self_loops=False)
+            out = emit("add", emit("linear", n, self.param(spec, "W_neigh", (k, m), spec.init), loc=loc),
+                       emit("linear", h, self.param(spec, "W_self", (k, m), spec.init), loc=loc), loc=loc)
+            out = self.bias(spec, out, loc)
+        elif kind == "GIN":
+            s = emit("add", h, emit("aggregate", h, loc=loc, reduce=agg, norm="none",
+                                    self_loops=False), loc=loc)
+            t = emit("linear", s, self.param(spec, "W1", (k, m), spec.init), loc=loc)
+            t = emit("relu", self.bias(spec, t, loc, "b1"), loc=loc)
+            out = emit("linear", t, self.param(spec, "W2", (m, m), spec.init), loc=loc)
+            out = self.bias(spec, out, loc, "b2")
+        elif kind == "GAT":
+            z = emit("linear", h, self.param(spec, "W", (k, m), spec.init), loc=loc)
+            ss = emit("dot", z, self.param(spec, "a_src", (m,), spec.init), loc=loc)
+            sd = emit("dot", z, self.param(spec, "a_dst", (m,), spec.init), loc=loc)
+            s = emit("add", emit("gather", ss, loc=loc, end="src"),
+                     emit("gather", sd, loc=loc, end="dst"), loc=loc)
+            al = emit("edge_softmax", emit("leaky_relu", s, loc=loc, alpha=0.2), loc=loc)
+            msg = emit("mul", emit("gather", z, loc=loc, end="src"), al, loc=loc)
+            out = self.bias(spec, emit("scatter", msg, loc=loc, reduce="sum", end="dst"), loc)
+        else:                                    # checked before expansion
+            raise SemanticError(loc, f"unknown layer kind '{kind}'")
+        act = spec.activation
+        if act is None:
+            act = "none" if is_last else HIDDEN_DEFAULT[kind]
+        return self.activation(out, act, loc)
+
+
+class DirectiveLowering:
+    """Mixed into ``Lowerer``: checks and lowers ``gnn.*`` directive statements."""
+
+    # == directives =========================================================================
+    def directive(self, e: A.Call):
+        try:
+            self._directive(e)
+        except (SemanticError, IRError, Poisoned):
+            self.train.broken = True     # later ordering complaints would only echo this one
+            raise
+
+    def _directive(self, e: A.Call):
+        name = e.func.name
+        if name not in DIRECTIVES:
+            raise SemanticError(e.coord, f"unknown directive 'gnn.{name}'" + suggest(name, DIRECTIVES))
+        if name in TRAINING_DIRECTIVES:
+            if not self.in_training:
+                raise SemanticError(e.coord, f"gnn.{name} must be inside the training loop")
+            if self.frame is not None:
+                raise SemanticError(e.coord, f"gnn.{name} cannot be inside forall")
+        elif self.in_training or self.loop_depth:
+            raise SemanticError(e.coord, f"gnn.{name} is a declaration; put it before the "
+                                         "training loop, outside loops")
+        if self.features is None or self.labels is None:
+            raise Poisoned()              # the parameter list is already reported
+        positional, keywords = DIRECTIVES[name]
+        kw = {}
+        for k in e.kwargs:
+            if k.name not in keywords:
+                raise SemanticError(k.coord, f"gnn.{name} has no keyword '{k.name}'"
+                                    + suggest(k.name, keywords))
+            if k.name in kw:
+                raise SemanticError(k.coord, f"keyword '{k.name}' is given twice")
+            kw[k.name] = (self.expr(k.value), k.value.coord)
+        getattr(self, "d_" + name)(e, kw)
+
+    def _arity(self, e, counts, usage):
+        if len(e.args) not in counts:
+            raise SemanticError(e.coord, f"gnn.{e.func.name} takes {usage}, got {len(e.args)} "
+                                         "argument(s)")
+
+    def _string_arg(self, e, i, what, choices):
+        v = self.expr(e.args[i])
+        if not isinstance(v, str):
+            raise SemanticError(e.args[i].coord, f"{what} must be a string, got {describe(v)}")
+        return check_choice(e.args[i].coord, what, v, choices)
+
+    def _int_arg(self, e, i, what):
+        v = self.expr(e.args[i])
+        return check_number(e.args[i].coord, what, v, integer=True)
+
+    def d_layer(self, e, kw):
+        self._arity(e, (2,), "2 arguments (input width, output width)")
+        k, m = self.width(e.args[0]), self.width(e.args[1])
+        t = self.train
+        idx = len(t.layers)
+        prev = t.layers[-1].out_width if t.layers else (self.features.width if self.features else None)
+        if prev is not None and widths_conflict(prev, k):
+            what = f"layer {idx - 1} output width" if t.layers else "the feature width"
+            raise SemanticError(e.args[0].coord, f"layer {idx} input width {k} does not match "
+                                                 f"{what} {prev}")
+        spec = LayerSpec(idx, k, m, e.coord)
+        for key, (v, coord) in kw.items():
+            if key == "activation":
+                if not isinstance(v, str):
+                    raise SemanticError(coord, f"activation must be a string, got {describe(v)}")
+                spec.activation = check_choice(coord, "activation", v, ACTIVATIONS)
+            elif key == "dropout":
+                spec.dropout = float(check_number(coord, "dropout", v, lo=0.0, hi=1.0, hi_open=True))
+            elif key in ("bias", "weight_decay"):
+                if not isinstance(v, bool):
+                    raise SemanticError(coord, f"{key} must be true or false, got {describe(v)}")
+                setattr(spec, key, v)
+            elif key == "init":
+                if not isinstance(v, str):
+                    raise SemanticError(coord, f"init must be a string, got {describe(v)}")
+                spec.init = check_choice(coord, "initialiser", v, INITS)
+        t.layers.append(spec)
+
+    def d_optimizer(self, e, kw):
+        self._arity(e, (1,), "1 argument (\"adam\", \"adamw\" or \"sgd\") and keywords")
+        kind = self._string_arg(e, 0, "optimizer", OPTIMIZERS)
+        if self.train.optimizer is not None:
+            raise SemanticError(e.coord, "gnn.optimizer is declared twice")
+        opt = Optimizer(kind=kind)
+        limits = {"lr": dict(lo=0.0, lo_open=True), "weight_decay": dict(lo=0.0),
+                  "beta1": dict(lo=0.0, hi=1.0, hi_open=True),
+                  "beta2": dict(lo=0.0, hi=1.0, hi_open=True),
+                  "eps": dict(lo=0.0, lo_open=True), "momentum": dict(lo=0.0, hi=1.0, hi_open=True)}
+        for key, (v, coord) in kw.items():
+            if key == "momentum" and kind != "sgd":
+                raise SemanticError(coord, f"momentum applies to sgd, not {kind}")
+            if key in ("beta1", "beta2") and kind == "sgd":
+                raise SemanticError(coord, f"{key} applies to adam and adamw, not sgd")
+            setattr(opt, key, float(check_number(coord, key, v, **limits[key])))
+        self.train.optimizer = opt
+        self.program.optimizer = opt
+
+    def d_forwardPass(self, e, kw):
+        self._arity(e, (3,), "3 arguments (layer, kind, aggregator)")
+        l = self._int_arg(e, 0, "the layer index")
+        kind = self._string_arg(e, 1, "layer kind", LAYER_KINDS)
+        agg_name = self._string_arg(e, 2, "aggregator", AGGREGATORS)
+        if kind == "GCN" and agg_name == "Max":
+            raise SemanticError(e.args[2].coord, "GCN aggregates with Sum (normalised) or Mean, "
+                                                 "not Max")
+        if kind == "GAT" and agg_name != "Sum":
+            raise SemanticError(e.args[2].coord, "GAT sums attention-weighted messages; use \"Sum\"")
+        t = self.train
+        spec = t.check_forward(e.coord, l)
+        h = t.h if t.forwarded else self.features
+        t.forwarded.append(l)
+        expander = LayerExpander(self.program, self.b)
+        t.h = expander.expand(spec, kind, AGGREGATORS[agg_name], h, l == len(t.layers) - 1, e.coord)
+
+    def d_loss(self, e, kw):
+        t = self.train
+        t.loss_called = True
+        self._arity(e, (1, 2), "1 argument (kind) after forwardPass, or 2 (output property, kind)")
+        if t.loss_done:
+            raise SemanticError(e.coord, "gnn.loss is called twice in one epoch")
+        kind_at = len(e.args) - 1
+        self._string_arg(e, kind_at, "loss", LOSSES)
+        if len(e.args) == 1:
+            t.check_loss_directive_style(e.coord)
+            logits, where = t.h, e.coord
+        else:
+            arg = e.args[0]
+            if not isinstance(arg, A.Name):
+                raise SemanticError(arg.coord, "gnn.loss takes the name of the output node "
+                                               "property, e.g. gnn.loss(out, \"cross_entropy\")")
+            sym = self.scope.lookup(arg.name)
+            if sym is None:
+                raise undeclared(arg.coord, arg.name, self.scope)
+            if not isinstance(sym, PropSym) or sym.assoc != "node":
+                raise SemanticError(arg.coord, f"gnn.loss needs a node property, '{arg.name}' is not one")
+            if sym.poisoned:
+                raise Poisoned()
+            if sym.value is None:
+                raise SemanticError(arg.coord, f"property '{arg.name}' is read before it is assigned")
+            if sym.value is self.labels or sym.value is self.features:
+                raise SemanticError(arg.coord, f"'{arg.name}' is a program input, not the model output")
+            logits, where = sym.value, arg.coord
+        classes = self.labels_classes
+        if classes is not None and widths_conflict(logits.width, classes):
+            raise SemanticError(where, f"the loss needs one logit per class ({classes}), but the "
+                                       f"output has width {logits.width}")
+        loss = self.b.emit("cross_entropy", logits, self.labels, loc=e.coord, name="loss")
+        self.program.loss, self.program.logits = loss, logits
+        t.loss_done = True
+
+    def d_backPropagation(self, e, kw):
+        self._arity(e, (0, 1), "no argument, or the layer index")
+        l = self._int_arg(e, 0, "the layer index") if e.args else None
+        self.train.check_backprop(e.coord, l)
+
+    def d_optimizerStep(self, e, kw):
+        self.train.step_called = True
+        self._arity(e, (0,), "no arguments")
+        self.train.check_step(e.coord)
+        self.train.step_done = True

@@ -1,0 +1,200 @@
+"""Language constructs lower to the intended IR ops."""
+import pytest
+
+from morphgen.frontend import CompileError, check_source, compile_source
+
+HEAD = "function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {\n"
+
+
+def program(decls, body, loss="out"):
+    return (HEAD + decls + '    gnn.optimizer("sgd", lr = 0.1, momentum = 0.9);\n'
+            "    for (int epoch = 0; epoch < 3; epoch++) {\n" + body +
+            f'        gnn.loss({loss}, "cross_entropy");\n        gnn.backPropagation();\n'
+            "        gnn.optimizerStep();\n    }\n}\n")
+
+
+def ops(prog):
+    return [op.opcode for op in prog.forward]
+
+
+def test_neighbors_mean_max_degrees_and_builtins():
+    src = program("""    weight<float[F][8]> W = glorot;  weight<float[16][C]> O = glorot;
+    propNode<float[16]> h;  propNode<float[C]> out;
+""", """        forall (v in g.nodes()) {
+            float t = v.x * W;
+            v.h = concat(Mean(u in g.neighbors(v): u.x * W), Max(e in v.outgoing_edges(): e.dst.x * W));
+            v.h = sigmoid(v.h) * tanh(v.h) + exp(v.h) - elu(v.h, 0.5);
+            v.out = leaky_relu(v.h * O, 0.2) / v.in_degree;
+            v.out = v.out * v.out_degree + -v.out;
+        }
+""")
+    prog = compile_source(src)
+    prog.validate()
+    o = ops(prog)
+    scatters = [op for op in prog.forward if op.opcode == "scatter"]
+    assert [(s.attrs["reduce"], s.attrs["end"]) for s in scatters] == [("mean", "dst"), ("max", "src")]
+    assert "concat" in o and "neg" in o and "sigmoid" in o and "exp" in o
+    gathers = [op.attrs["end"] for op in prog.forward if op.opcode == "gather"]
+    assert gathers == ["src", "dst"]        # u is the source of v's in-edges; e.dst of out-edges
+    kinds = [op.attrs["kind"] for op in prog.forward if op.opcode == "graph_scalar"]
+    assert kinds == ["in_degree", "out_degree"]
+    assert prog.optimizer.kind == "sgd" and prog.optimizer.momentum == 0.9
+    concat = next(op for op in prog.forward if op.opcode == "concat")
+    assert concat.output.shape == (16,)
+
+
+def test_static_loops_if_while_and_constants_unroll():
+    src = program("""    weight<float[F][C]> W = glorot;  propNode<float[C]> out;
+    int n = 0;
+    while (n < 3) { n += 1; }
+    float scale = 1.0 / 4;
+""", """        forall (v in g.nodes()) {
+            v.out = v.x * W;
+            for (int i = 0; i < n; i++) {
+                if (i % 2 == 0 && !false) {
+                    v.out = v.out * scale;
+                } else {
+                    v.out = relu(v.out);
+                }
+            }
+        }
+""")
+    prog = compile_source(src)
+    assert ops(prog) == ["linear", "scale", "relu", "scale", "cross_entropy"]
+    assert prog.forward[1].attrs["c"] == 0.25
+
+
+def test_edge_forall_defines_edge_properties():
+    src = program("""    weight<float[F][C]> W = glorot;  weight<float[C]> a = glorot;
+    propEdge<float> s;  propEdge<float> alpha;  propNode<float[C]> z;  propNode<float[C]> out;
+""", """        forall (v in g.nodes()) { v.z = dropout(v.x, 0.5) * W; }
+        forall (e in g.edges()) {
+            e.s = leaky_relu(dot(e.src.z, a) + dot(e.dst.z, e.src.z), 0.2);
+            e.alpha = edge_softmax(e.s);
+        }
+        forall (v in g.nodes()) { v.out = Sum(e in v.incoming_edges(): e.src.z * e.alpha); }
+""")
+    prog = compile_source(src)
+    o = ops(prog)
+    assert o[:3] == ["dropout", "linear", "gather"]
+    assert "edge_softmax" in o
+    soft = next(op for op in prog.forward if op.opcode == "edge_softmax")
+    assert soft.inputs[0].assoc == "edge" and soft.output.shape == (1,)
+    # e.src.z is gathered once and reused
+    assert sum(1 for op in prog.forward if op.opcode == "gather" and op.attrs["end"] == "src") == 1
+
+
+def test_property_reassignment_is_a_new_ssa_value():
+    src = program("""    weight<float[F][C]> W = glorot;  propNode<float[C]> out;
+""", """        forall (v in g.nodes()) { v.out = v.x * W; }
+        forall (v in g.nodes()) { v.out = relu(v.out); }
+""")
+    prog = compile_source(src)
+    assert prog.logits is prog.forward[-2].output and prog.forward[-2].opcode == "relu"
+
+
+def test_dropout_zero_is_omitted_and_labels_without_size():
+    src = ("function m(Graph g, propNode<float[F]> x, propNode<int> y) {\n"
+           "    gnn.layer(F, 4, dropout = 0.0, bias = false, weight_decay = false);\n"
+           "    gnn.layer(4, 3);\n    gnn.optimizer(\"adamw\", lr = 0.1, beta1 = 0.8, eps = 1e-6);\n"
+           "    for (int epoch = 1; epoch <= 5; epoch += 2) {\n"
+           "        for (int l = 0; l < 2; l++) { gnn.forwardPass(l, \"GCN\", \"Mean\"); }\n"
+           "        gnn.loss(\"cross_entropy\");\n        gnn.backPropagation();\n"
+           "        gnn.optimizerStep();\n    }\n}\n")
+    prog = compile_source(src)
+    assert ops(prog)[:3] == ["linear", "aggregate", "relu"]       # no dropout, no bias
+    assert prog.forward[1].attrs == {"reduce": "mean", "norm": "none", "self_loops": True}
+    assert prog.param("layer0.W").weight_decay is False
+    assert prog.epochs == 3
+    assert (prog.optimizer.beta1, prog.optimizer.eps) == (0.8, 1e-6)
+
+
+def test_errors_are_reported_even_after_earlier_errors():
+    src = program("    weight<float[F][C]> W = glorot;  propNode<float[C]> out;\n",
+                  "        forall (v in g.nodes()) { v.out = v.x * Wx; }\n"
+                  "        forall (v in g.nodes()) { v.out = relu(v.out) * 3 + 1; }\n")
+    diags = check_source(src, "m.mp")
+    assert [d.message for d in diags] == ["undeclared name 'Wx'; did you mean 'W'?"]
+    src2 = program("    weight<float[F][C]> W = glorot;  propNode<float[C]> out;\n",
+                   "        forall (v in g.nodes()) { v.out = v.x * Wx; }\n"
+                   "        forall (v in g.nodes()) { v.out = v.x * W + 1; }\n")
+    msgs = [d.message for d in check_source(src2, "m.mp")]
+    assert msgs == ["undeclared name 'Wx'; did you mean 'W'?",
+                    "adding a constant to a tensor is not supported (in '+')"]
+
+
+def test_syntax_recovery_reports_several_errors():
+    src = HEAD + "    int a = ;\n    int b = 2 +;\n    c d e;\n}\n"
+    diags = check_source(src, "s.mp")
+    assert [(d.line, d.col) for d in diags] == [(2, 13), (3, 16), (4, 7)]
+
+
+def test_check_file_reports_unreadable_files(tmp_path):
+    from morphgen.frontend import check_file, compile_file
+    missing = tmp_path / "nope.mp"
+    [d] = check_file(missing)
+    assert d.message.startswith("cannot read the file") and (d.line, d.col) == (1, 1)
+    binary = tmp_path / "bin.mp"
+    binary.write_bytes(b"function \xff\xfe")
+    [d] = check_file(binary)
+    assert "not valid UTF-8" in d.message
+    with pytest.raises(CompileError):
+        compile_file(binary)
+
+
+def test_empty_and_deeply_nested_inputs():
+    assert [d.message for d in check_source("", "e.mp")] == ["unexpected end of input, expected 'function'"]
+    deep = program("    propNode<float[F]> out;\n",
+                   "        forall (v in g.nodes()) { v.out = " + "(" * 3000 + "v.x" + ")" * 3000 + "; }\n")
+    diags = check_source(deep, "d.mp")
+    assert diags and all(d.line >= 1 for d in diags)
+
+
+def test_parser_is_built_once_and_writes_no_files():
+    from pathlib import Path
+
+    import morphgen.grammar as grammar_pkg
+    from morphgen.grammar.parser import grammar
+    assert grammar() is grammar()
+    folder = Path(grammar_pkg.__file__).parent
+    assert not list(folder.glob("parsetab*")) and not list(folder.glob("parser.out"))
+    assert not list(folder.glob("lextab*"))
+
+
+@pytest.mark.parametrize("header,epochs", [
+    ("int epoch = 0; epoch < 200; epoch++", 200),
+    ("int epoch = 10; epoch > 0; epoch -= 3", 4),
+    ("int epoch = 1; epoch <= 7; epoch += 2", 4),
+    ("int e = 0; e * e < 50; e++", 8),                 # not closed form: counted by stepping
+])
+def test_epoch_count(header, epochs):
+    src = program("    weight<float[F][C]> W = glorot;  propNode<float[C]> out;\n",
+                  "        forall (v in g.nodes()) { v.out = v.x * W; }\n"
+                  ).replace("int epoch = 0; epoch < 3; epoch++", header)
+    assert compile_source(src).epochs == epochs
+
+
+@pytest.mark.parametrize("header,message", [
+    ("int epoch = 0; epoch < 100000000000; epoch++",
+     "the training loop runs 100000000000 epochs; the limit is 10000000"),
+    ("int epoch = 0; epoch < 10; epoch--",
+     "the training loop never ends: its step moves the counter away from the bound"),
+    ("int epoch = 5; epoch < 3; epoch++", "the training loop runs zero epochs"),
+])
+def test_bad_epoch_loops(header, message):
+    src = program("    weight<float[F][C]> W = glorot;  propNode<float[C]> out;\n",
+                  "        forall (v in g.nodes()) { v.out = v.x * W; }\n"
+                  ).replace("int epoch = 0; epoch < 3; epoch++", header)
+    assert [d.message for d in check_source(src, "e.mp")] == [message]
+
+
+def test_ir_errors_from_the_builder_become_located_diagnostics():
+    # A [1] weight passes the front end's width check (width-1 rows broadcast) but the IR
+    # refuses to broadcast a parameter vector of another width: the IRError keeps its place.
+    src = program("    weight<float[F][16]> W = glorot;  weight<float[1]> s = ones;\n"
+                  "    propNode<float[16]> out;\n",
+                  "        forall (v in g.nodes()) { v.out = v.x * W * s; }\n")
+    [d] = check_source(src, "ir.mp")
+    line = src.split("\n").index("        forall (v in g.nodes()) { v.out = v.x * W * s; }") + 1
+    assert (d.line, d.col) == (line, 51)
+    assert d.message == "elementwise op: cannot broadcast param[1] over node[16]"
