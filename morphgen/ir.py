@@ -17,6 +17,7 @@ Feature widths may be symbolic (``"F"``, ``"C"``) until bound to a dataset; see
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -267,6 +268,9 @@ class Program:
             out += [f"  {op!r}" for op in self.backward]
             for name, g in self.grads.items():
                 out.append(f"  grad {name} = {g!r}")
+        if self.fusion:
+            out.append("fusion:")
+            out += [f"  {group!r}" for group in self.fusion]
         o = self.optimizer
         out.append(f"optimizer {o.kind} lr={o.lr} weight_decay={o.weight_decay} "
                    f"betas=({o.beta1}, {o.beta2}) eps={o.eps} momentum={o.momentum}")
@@ -278,24 +282,70 @@ def _canonical_symbol(name: str) -> str:
     return name[2:] if name.startswith("g.") else name
 
 
+_TERM = re.compile(r"\s*([+-])?\s*([A-Za-z_][A-Za-z0-9_.]*|\d+)\s*")
+
+
+def parse_dim(dim) -> tuple:
+    """``(constant, {symbol: coefficient})`` of a dim such as ``16``, ``"F"`` or ``"F+16-C"``."""
+    if not isinstance(dim, str):
+        return int(dim), {}
+    const, coefs, pos = 0, {}, 0
+    while pos < len(dim):
+        m = _TERM.match(dim, pos)
+        if m is None or m.end() == pos:
+            raise IRError(f"malformed size expression {dim!r}")
+        sign = -1 if m.group(1) == "-" else 1
+        term = m.group(2)
+        if term.isdigit():
+            const += sign * int(term)
+        else:
+            key = _canonical_symbol(term)
+            coefs[key] = coefs.get(key, 0) + sign
+        pos = m.end()
+    return const, {k: c for k, c in coefs.items() if c}
+
+
+def format_dim(const: int, coefs: dict):
+    """Inverse of :func:`parse_dim`: an int when no symbol is left."""
+    if not coefs:
+        return const
+    parts = []
+    for k, c in sorted(coefs.items()):
+        parts += [("+" if c > 0 else "-") + k] * abs(c)     # "F+F" rather than "2*F": one grammar
+    text = "".join(parts)
+    if const:
+        text += f"{const:+d}"
+    return text[1:] if text.startswith("+") else text
+
+
+def dim_add(a, b):
+    ca, sa = parse_dim(a)
+    cb, sb = parse_dim(b)
+    coefs = dict(sa)
+    for k, c in sb.items():
+        coefs[k] = coefs.get(k, 0) + c
+    return format_dim(ca + cb, {k: c for k, c in coefs.items() if c})
+
+
+def dim_sub(a, b):
+    cb, sb = parse_dim(b)
+    return dim_add(a, format_dim(-cb, {k: -c for k, c in sb.items()}) if sb else -cb)
+
+
 def _symbol_terms(dim: str) -> list:
-    return [t.strip() for t in dim.split("+") if t.strip() and not t.strip().isdigit()]
+    return list(parse_dim(dim)[1])
 
 
 def _resolve(dim, table: dict):
-    """An int for ``dim`` (an int, a symbol, or a ``+``-sum of symbols and ints)."""
+    """An int for ``dim`` (an int, a symbol, or a sum/difference of symbols and ints)."""
     if not isinstance(dim, str):
         return dim
-    total = 0
-    for term in (t.strip() for t in dim.split("+")):
-        if term.isdigit():
-            total += int(term)
-        else:
-            key = _canonical_symbol(term)
-            if key not in table:
-                raise IRError(f"unbound size symbol '{term}'")
-            total += table[key]
-    return total
+    const, coefs = parse_dim(dim)
+    for key, c in coefs.items():
+        if key not in table:
+            raise IRError(f"unbound size symbol '{key}'")
+        const += c * table[key]
+    return const
 
 
 def _shapes_agree(a: tuple, b: tuple) -> bool:

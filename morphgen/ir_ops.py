@@ -57,7 +57,7 @@ matvec_t(W, g)               Wᵀ·g per type: matvec's vector gradient
 """
 from __future__ import annotations
 
-from .ir import IRError, Op, Value
+from .ir import IRError, Op, Value, dim_add, dim_sub
 
 UNARY = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh", "neg")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")
@@ -223,8 +223,9 @@ def _edge_softmax(ins, attrs, loc):
 def _concat(ins, attrs, loc):
     assoc = ins[0].assoc
     _need(all(v.assoc == assoc for v in ins), "concat: all parts must have the same association", loc)
-    widths = [v.width for v in ins]
-    total = sum(widths) if all(isinstance(w, int) for w in widths) else "+".join(map(str, widths))
+    total = 0
+    for v in ins:
+        total = dim_add(total, v.width)
     return assoc, (total,), "f32"
 
 
@@ -279,10 +280,11 @@ def _param_slice(ins, attrs, loc):
 
 
 def _extent(start, stop):
+    _need(start is not None and stop is not None, "slice needs start and stop")
     if isinstance(start, int) and isinstance(stop, int):
         _need(0 <= start < stop, f"empty or negative slice [{start}, {stop})")
         return stop - start
-    return f"{stop}-{start}" if start != 0 else stop
+    return dim_sub(stop, start)
 
 
 def _matvec(ins, attrs, loc):
@@ -398,8 +400,9 @@ def _slice(ins, attrs, loc):
 def _row_concat(ins, attrs, loc):
     _need(ins and all(v.assoc == "param" and len(v.shape) == 2 for v in ins),
           "row_concat stacks [K,M] weights", loc)
-    rows = [v.shape[0] for v in ins]
-    total = sum(rows) if all(isinstance(r, int) for r in rows) else "+".join(map(str, rows))
+    total = 0
+    for v in ins:
+        total = dim_add(total, v.shape[0])
     return "param", (total, ins[0].shape[1]), "f32"
 
 

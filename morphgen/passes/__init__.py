@@ -1,0 +1,41 @@
+"""Middle-end passes over the IR, one module per pass.
+
+Forward rewrites (run before autodiff; each keeps numerics up to float rounding):
+``reorder_linear_aggregate``, ``split_concat_linear``, ``reorder_linear_operators``.
+Analyses (after autodiff): ``annotate_fusion`` and ``analyse_liveness``.
+"""
+from __future__ import annotations
+
+from ..autodiff import differentiate
+from ..ir import Program
+from .concat_split import split_concat_linear
+from .fusion import FusionGroup, annotate_fusion
+from .linear_reorder import reorder_linear_operators
+from .liveness import Liveness, analyse_liveness
+from .reorder_aggregate import reorder_linear_aggregate
+from .rewrite import remove_dead_forward
+
+__all__ = ["run_default", "reorder_linear_aggregate", "split_concat_linear",
+           "reorder_linear_operators", "annotate_fusion", "analyse_liveness", "FusionGroup",
+           "Liveness", "remove_dead_forward"]
+
+
+def run_default(program: Program, num_nodes: int = None, num_edges: int = None) -> dict:
+    """The default pipeline, in place: rewrites, autodiff, fusion annotation, liveness.
+
+    An existing backward is discarded and regenerated after the rewrites.  The
+    width-dependent reordering runs only when every size is bound.  Liveness runs when
+    ``num_nodes`` and ``num_edges`` are given.  Returns a report of what each pass did.
+    """
+    program.backward, program.grads = [], {}
+    report = {}
+    if not program.symbols():
+        report["reorder_linear_aggregate"] = reorder_linear_aggregate(program)
+    report["split_concat_linear"] = split_concat_linear(program)
+    report["reorder_linear_operators"] = reorder_linear_operators(program)
+    report["dead_forward_ops"] = remove_dead_forward(program)
+    differentiate(program)
+    report["fusion"] = annotate_fusion(program)
+    if num_nodes is not None and num_edges is not None:
+        report["liveness"] = analyse_liveness(program, num_nodes, num_edges)
+    return report

@@ -1,0 +1,91 @@
+"""Buffer liveness over forward + backward and a peak-memory estimate.
+
+Steps are the positions in ``program.forward + program.backward``.  A value lives from the
+step that defines it to the last step that reads it; inputs (features, labels) live the
+whole step; parameter gradients, the loss and the logits live to the end (the optimizer
+and the evaluation read them); values the backward reads therefore stay live across the
+forward/backward boundary.  Parameters and the optimizer state live forever and are
+reported apart.
+
+Sizes in bytes: node values ``N * width``, edge values ``E * width`` elements of 4 bytes
+(f32) or 8 bytes (i64); the featureless identity costs nothing and values derived from it
+by gather/dropout store one index and one scale per row (12 bytes).  A max reduction whose
+gradient is generated keeps a 4-byte argmax per output element from the forward op to its
+gradient op.  Dropout masks are regenerated from the counter-based RNG and cost nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+from ..ir import IRError, Program, Value
+from .rewrite import identity_derived
+
+ELEMENT_BYTES = {"f32": 4, "i64": 8, "bool": 1}
+OPTIMIZER_STATE_COPIES = {"adam": 2, "adamw": 2, "sgd": 1}
+
+
+@dataclass
+class Liveness:
+    intervals: dict = field(default_factory=dict)   # value id -> (first step, last step)
+    sizes: dict = field(default_factory=dict)       # value id (or "argmax:<id>") -> bytes
+    peak_bytes: int = 0                             # activations + gradients at the peak
+    peak_step: int = -1
+    param_bytes: int = 0                            # weights
+    optimizer_bytes: int = 0                        # moments / momentum buffers
+
+    @property
+    def total_peak_bytes(self) -> int:
+        return self.peak_bytes + self.param_bytes + self.optimizer_bytes
+
+
+def analyse_liveness(program: Program, num_nodes: int, num_edges: int) -> Liveness:
+    ops = program.all_ops()
+    end = len(ops)
+    params = {p.value.id for p in program.params}
+    prod_of = {op.output.id: op for op in program.forward if op.output is not None}
+    result = Liveness()
+
+    def size(v: Value) -> int:
+        dims = [num_nodes if v.assoc == "node" else num_edges if v.assoc == "edge" else 1]
+        for d in v.shape:
+            if not isinstance(d, int):
+                raise IRError(f"liveness needs bound sizes; {v!r} has width {d!r}")
+            dims.append(d)
+        if v.assoc in ("node", "edge") and identity_derived(program, v, prod_of):
+            return dims[0] * 12
+        return prod(dims) * ELEMENT_BYTES.get(v.dtype, 4)
+
+    for v in program.inputs.values():
+        if not (program.featureless and v is program.inputs.get("features")):
+            result.intervals[v.id] = (-1, end)
+            result.sizes[v.id] = size(v)
+    for step, op in enumerate(ops):
+        for v in op.inputs:
+            if v.id in result.intervals:
+                first, last = result.intervals[v.id]
+                result.intervals[v.id] = (first, max(last, step))
+        if op.output is not None and op.output.id not in params:
+            result.intervals[op.output.id] = (step, step)
+            # a param_slice is a view into its weight: no buffer of its own
+            result.sizes[op.output.id] = 0 if op.opcode == "param_slice" else size(op.output)
+    for v in list(program.grads.values()) + [program.loss, program.logits]:
+        if v is not None and v.id in result.intervals:
+            result.intervals[v.id] = (result.intervals[v.id][0], end)
+    for step, op in enumerate(ops):           # argmax side buffers of max reductions
+        if op.opcode in ("aggregate_max_grad", "scatter_max_grad"):
+            fwd = op.inputs[2]
+            key = f"argmax:{fwd.id}"
+            result.intervals[key] = (result.intervals[fwd.id][0], step)
+            result.sizes[key] = size(fwd)     # 4-byte index per float element
+    for step in range(-1, end + 1):
+        live = sum(result.sizes[k] for k, (a, b) in result.intervals.items() if a <= step <= b)
+        if live > result.peak_bytes:
+            result.peak_bytes, result.peak_step = live, step
+    for p in program.params:
+        result.param_bytes += size(p.value)
+    copies = OPTIMIZER_STATE_COPIES.get(program.optimizer.kind, 2)
+    if program.optimizer.kind == "sgd" and not program.optimizer.momentum:
+        copies = 0
+    result.optimizer_bytes = copies * result.param_bytes
+    return result

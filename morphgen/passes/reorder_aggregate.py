@@ -1,0 +1,75 @@
+"""Linear-before-aggregate reordering (Graphiler): run the aggregation on the narrower width.
+
+For a sum or mean aggregation ``A`` (any norm, self loops, edge weights: all linear in the
+node features) and a weight ``W``, ``A(x W) = (A x) W``.  The aggregation costs ``E`` times
+its width, the linear ``N K M`` either way, so the pass picks the order in which the
+aggregation sees ``min(K, M)`` columns:
+
+* ``aggregate(linear(x, W))`` with ``K < M``  ->  ``linear(aggregate(x), W)``
+* ``linear(aggregate(x), W)`` with ``M < K``  ->  ``aggregate(linear(x, W))``
+
+Only when the intermediate has no other reader (otherwise both would be computed), only
+with bound widths, and never so that an aggregation would run on the featureless identity.
+"""
+from __future__ import annotations
+
+from ..ir import IRError, Program
+from .rewrite import (concrete, forward_uses, identity_derived, new_op, producers,
+                      remove_dead_forward, require_forward_only)
+
+LINEAR_REDUCTIONS = ("sum", "mean")
+
+
+def reorder_linear_aggregate(program: Program) -> int:
+    """Rewrite in place; returns the number of reorderings."""
+    require_forward_only(program, "reorder_linear_aggregate")
+    count = 0
+    while _rewrite_one(program):
+        count += 1
+    remove_dead_forward(program)
+    return count
+
+
+def _widths(x, z):
+    k, m = concrete(x.width), concrete(z.width)
+    if k is None or m is None:
+        raise IRError(f"reorder_linear_aggregate needs bound sizes (width {x.width} or "
+                      f"{z.width} is symbolic); call Program.bind first")
+    return k, m
+
+
+def _rewrite_one(program: Program) -> bool:
+    uses, prod = forward_uses(program), producers(program)
+    for pos, op in enumerate(program.forward):
+        if op.opcode == "aggregate" and op.attrs["reduce"] in LINEAR_REDUCTIONS:
+            lin = prod.get(op.inputs[0].id)
+            if lin is None or lin.opcode != "linear" or lin.inputs[0].assoc != "node":
+                continue
+            x, w = lin.inputs
+            if uses.get(lin.output.id, 0) != 1:
+                continue
+            k, m = _widths(x, lin.output)
+            if not k < m or identity_derived(program, x, prod):
+                continue
+            agg = new_op(program, "aggregate", [x] + op.inputs[1:], op.attrs, op.loc)
+            linear = new_op(program, "linear", [agg.output, w], lin.attrs, lin.loc, output=op.output)
+            program.forward[pos:pos + 1] = [agg, linear]
+            program.forward.remove(lin)
+            return True
+        if op.opcode == "linear" and op.inputs[0].assoc == "node":
+            agg = prod.get(op.inputs[0].id)
+            if agg is None or agg.opcode != "aggregate" or agg.attrs["reduce"] not in LINEAR_REDUCTIONS:
+                continue
+            if uses.get(agg.output.id, 0) != 1:
+                continue
+            x, w = agg.inputs[0], op.inputs[1]
+            k, m = _widths(x, op.output)
+            if not m < k:
+                continue
+            linear = new_op(program, "linear", [x, w], op.attrs, op.loc)
+            moved = new_op(program, "aggregate", [linear.output] + agg.inputs[1:], agg.attrs,
+                           agg.loc, output=op.output)
+            program.forward[pos:pos + 1] = [linear, moved]
+            program.forward.remove(agg)
+            return True
+    return False

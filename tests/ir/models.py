@@ -1,0 +1,192 @@
+"""Small model programs built with the IR Builder, the way the front end expands directives.
+
+Each function returns an unbound :class:`Program` (symbolic ``F``/``C``/``etypes``/``ntypes``;
+featureless programs use ``N`` for the feature width).  The widths are small so that whole
+models can be checked by finite differences.
+"""
+from __future__ import annotations
+
+from morphgen.ir import Param, Program
+from morphgen.ir_ops import Builder
+
+
+class ModelBuilder:
+    """A Builder plus helpers for inputs, params and the loss."""
+
+    def __init__(self, name: str, featureless: bool = False, feature_width="F"):
+        self.program = Program(name)
+        self.b = Builder(self.program)
+        self.program.featureless = featureless
+        width = "N" if featureless else feature_width
+        self.x = self.program.new_value("node", (width,), name="x")
+        self.y = self.program.new_value("node", (1,), "i64", name="y")
+        self.program.inputs = {"features": self.x, "labels": self.y}
+
+    def param(self, name, shape, init="glorot", domain=None, weight_decay=True):
+        v = self.program.new_value("param", tuple(shape), name=name, domain=domain)
+        self.program.params.append(Param(name, v, init, weight_decay))
+        return v
+
+    def emit(self, opcode, *inputs, **attrs):
+        return self.b.emit(opcode, *inputs, **attrs)
+
+    def activation(self, h, act):
+        if act is None:
+            return h
+        if act == "leaky_relu":
+            return self.emit("leaky_relu", h, alpha=0.2)
+        if act == "elu":
+            return self.emit("elu", h, alpha=1.0)
+        return self.emit(act, h)
+
+    def finish(self, logits) -> Program:
+        self.program.logits = logits
+        self.program.loss = self.emit("cross_entropy", logits, self.y)
+        return self.program
+
+
+def _widths(hidden, layers):
+    return ["F"] + [hidden] * (layers - 1) + ["C"]
+
+
+def gcn(hidden=16, layers=2, dropout=0.5, featureless=False, norm="gcn") -> Program:
+    """Kipf & Welling: dropout -> linear -> aggregate(sum, gcn, self loops) -> bias -> act."""
+    m = ModelBuilder("gcn", featureless)
+    h = m.x
+    widths = _widths(hidden, layers)
+    if featureless:
+        widths[0] = "N"
+    for layer in range(layers):
+        w = m.param(f"layer{layer}.W", (widths[layer], widths[layer + 1]))
+        b = m.param(f"layer{layer}.b", (widths[layer + 1],), init="zeros")
+        if dropout:
+            h = m.emit("dropout", h, p=float(dropout))
+        z = m.emit("linear", h, w)
+        if norm == "gcn":
+            a = m.emit("aggregate", z, reduce="sum", norm="gcn", self_loops=True)
+        else:
+            a = m.emit("aggregate", z, reduce="mean", self_loops=True)
+        h = m.activation(m.emit("bias_add", a, b), "relu" if layer < layers - 1 else None)
+    return m.finish(h)
+
+
+def sage(reduce="mean", hidden=16, layers=2, dropout=0.0) -> Program:
+    """GraphSAGE: linear(aggregate(h), Wn) + linear(h, Ws) + b, act."""
+    m = ModelBuilder(f"sage_{reduce}")
+    h = m.x
+    widths = _widths(hidden, layers)
+    for layer in range(layers):
+        wn = m.param(f"layer{layer}.Wn", (widths[layer], widths[layer + 1]))
+        ws = m.param(f"layer{layer}.Ws", (widths[layer], widths[layer + 1]))
+        b = m.param(f"layer{layer}.b", (widths[layer + 1],), init="zeros")
+        if dropout:
+            h = m.emit("dropout", h, p=float(dropout))
+        n = m.emit("aggregate", h, reduce=reduce)
+        out = m.emit("add", m.emit("linear", n, wn), m.emit("linear", h, ws))
+        h = m.activation(m.emit("bias_add", out, b), "relu" if layer < layers - 1 else None)
+    return m.finish(h)
+
+
+def gin(hidden=16, layers=2) -> Program:
+    """GIN-0: MLP(h + sum of in-neighbours), MLP = linear -> bias -> relu -> linear -> bias."""
+    m = ModelBuilder("gin")
+    h = m.x
+    widths = _widths(hidden, layers)
+    for layer in range(layers):
+        w1 = m.param(f"layer{layer}.W1", (widths[layer], widths[layer + 1]))
+        b1 = m.param(f"layer{layer}.b1", (widths[layer + 1],), init="zeros")
+        w2 = m.param(f"layer{layer}.W2", (widths[layer + 1], widths[layer + 1]))
+        b2 = m.param(f"layer{layer}.b2", (widths[layer + 1],), init="zeros")
+        s = m.emit("add", h, m.emit("aggregate", h, reduce="sum"))
+        t = m.emit("relu", m.emit("bias_add", m.emit("linear", s, w1), b1))
+        out = m.emit("bias_add", m.emit("linear", t, w2), b2)
+        h = m.activation(out, "relu" if layer < layers - 1 else None)
+    return m.finish(h)
+
+
+def gat(hidden=8, layers=2) -> Program:
+    """Single-head GAT over in-neighbours (no added self loops)."""
+    m = ModelBuilder("gat")
+    h = m.x
+    widths = _widths(hidden, layers)
+    for layer in range(layers):
+        k, o = widths[layer], widths[layer + 1]
+        w = m.param(f"layer{layer}.W", (k, o))
+        a_src = m.param(f"layer{layer}.a_src", (o, 1))
+        a_dst = m.param(f"layer{layer}.a_dst", (o, 1))
+        b = m.param(f"layer{layer}.b", (o,), init="zeros")
+        z = m.emit("linear", h, w)
+        ss = m.emit("linear", z, a_src)
+        sd = m.emit("linear", z, a_dst)
+        s = m.emit("leaky_relu", m.emit("add", m.emit("gather", ss, end="src"),
+                                         m.emit("gather", sd, end="dst")), alpha=0.2)
+        al = m.emit("edge_softmax", s)
+        msg = m.emit("mul", m.emit("gather", z, end="src"), al)
+        out = m.emit("bias_add", m.emit("scatter", msg, reduce="sum"), b)
+        h = m.activation(out, "elu" if layer < layers - 1 else None)
+    return m.finish(h)
+
+
+def rgcn(hidden=16, featureless=True) -> Program:
+    """R-GCN entity classification: Σ_r Σ_{u->v of type r} x_u W_r / c_{v,r} + x_v S + b."""
+    m = ModelBuilder("rgcn", featureless)
+    h = m.x
+    widths = ["N" if featureless else "F", hidden, "C"]
+    for layer in range(2):
+        k, o = widths[layer], widths[layer + 1]
+        w = m.param(f"W{layer + 1}", ("etypes", k, o), domain="etype")
+        s = m.param(f"S{layer + 1}", (k, o))
+        b = m.param(f"b{layer + 1}", (o,), init="zeros")
+        msg = m.emit("typed_linear", m.emit("gather", h, end="src"), w)
+        msg = m.emit("div", msg, m.emit("graph_scalar", kind="rel_degree"))
+        agg = m.emit("scatter", msg, reduce="sum")
+        out = m.emit("bias_add", m.emit("add", agg, m.emit("linear", h, s)), b)
+        h = m.activation(out, "relu" if layer == 0 else None)
+    return m.finish(h)
+
+
+def rgat(hidden=8) -> Program:
+    """RGAT/HGT-like: per-relation W, per-relation attention vectors (typed_param + dot),
+    leaky_relu, edge softmax, weighted sum, concat with the node's own state, output linear."""
+    m = ModelBuilder("rgat")
+    h = m.x
+    w = m.param("W", ("etypes", "F", hidden), domain="etype")
+    wd = m.param("Wd", ("etypes", "F", hidden), domain="etype")
+    a_src = m.param("a_src", ("etypes", hidden), domain="etype")
+    a_dst = m.param("a_dst", ("etypes", hidden), domain="etype")
+    z = m.emit("typed_linear", m.emit("gather", h, end="src"), w)
+    zd = m.emit("typed_linear", m.emit("gather", h, end="dst"), wd)
+    s = m.emit("add", m.emit("dot", z, m.emit("typed_param", a_src)),
+               m.emit("dot", zd, m.emit("typed_param", a_dst)))
+    al = m.emit("edge_softmax", m.emit("leaky_relu", s, alpha=0.2))
+    agg = m.emit("scatter", m.emit("mul", z, al), reduce="sum")
+    hid = m.emit("elu", agg, alpha=1.0)
+    o_cat = m.param("O_cat", (f"{hidden}+F", "C"))
+    b = m.param("b", ("C",), init="zeros")
+    out = m.emit("linear", m.emit("concat", hid, h), o_cat)
+    return m.finish(m.emit("bias_add", out, b))
+
+
+def hgt(hidden=8) -> Program:
+    """HGT-like single head: per-ntype K/Q/V on nodes, per-etype attention and message
+    transforms on edges, scaled dot attention, edge softmax, sum, per-ntype output."""
+    m = ModelBuilder("hgt")
+    h = m.x
+    kq = {n: m.param(n, ("ntypes", "F", hidden), domain="ntype") for n in ("Kw", "Qw", "Vw")}
+    w_att = m.param("W_att", ("etypes", hidden, hidden), domain="etype")
+    w_msg = m.param("W_msg", ("etypes", hidden, hidden), domain="etype")
+    w_out = m.param("W_out", ("ntypes", hidden, "C"), domain="ntype")
+    k = m.emit("typed_linear", h, kq["Kw"])
+    q = m.emit("typed_linear", h, kq["Qw"])
+    v = m.emit("typed_linear", h, kq["Vw"])
+    ke = m.emit("typed_linear", m.emit("gather", k, end="src"), w_att)
+    score = m.emit("scale", m.emit("dot", ke, m.emit("gather", q, end="dst")), c=hidden ** -0.5)
+    al = m.emit("edge_softmax", score)
+    msg = m.emit("typed_linear", m.emit("gather", v, end="src"), w_msg)
+    agg = m.emit("scatter", m.emit("mul", msg, al), reduce="sum")
+    out = m.emit("typed_linear", m.emit("add", m.emit("tanh", agg), m.emit("sigmoid", q)), w_out)
+    return m.finish(out)
+
+
+ALL = {"gcn": gcn, "gcn_featureless": lambda: gcn(featureless=True), "sage_mean": lambda: sage("mean"), "sage_max": lambda: sage("max"),
+       "gin": gin, "gat": gat, "rgcn": rgcn, "rgat": rgat, "hgt": hgt}

@@ -1,0 +1,246 @@
+"""Each pass keeps numerics (interpreter loss and gradients before == after) and does what
+it claims structurally."""
+import numpy as np
+import pytest
+
+from morphgen.autodiff import differentiate
+from morphgen.interp import Interpreter
+from morphgen.ir import IRError, Param, Program
+from morphgen.ir_ops import Builder
+from morphgen.passes import (analyse_liveness, annotate_fusion, reorder_linear_aggregate,
+                             reorder_linear_operators, run_default, split_concat_linear)
+
+from . import models
+from .helpers import perturbed_params, random_data, random_graph
+
+
+def _bound(factory, **sizes):
+    prog = factory()
+    table = dict({"F": 5, "C": 3, "etypes": 3, "ntypes": 2, "N": 10}, **sizes)
+    return prog.bind({s: table[s] for s in prog.symbols()})
+
+
+def _evaluate(prog, params):
+    g = random_graph(10, 26, seed=11, etypes=3, ntypes=2)
+    x, labels, mask = random_data(g, None if prog.featureless else prog.inputs["features"].width, 3)
+    if not prog.backward:
+        differentiate(prog)
+    return Interpreter(prog, g, x, labels, mask, seed=3).run(params)
+
+
+def _assert_same_numerics(factory, transform, sizes=None):
+    """Run the program, transform a fresh copy, run again: same loss and gradients."""
+    sizes = sizes or {}
+    before = _bound(factory, **sizes)
+    params = perturbed_params(before)
+    loss0, grads0, _ = _evaluate(before, params)
+    after = _bound(factory, **sizes)
+    result = transform(after)
+    loss1, grads1, _ = _evaluate(after, params)
+    assert loss1 == pytest.approx(loss0, rel=1e-12, abs=1e-12)
+    assert grads1.keys() == grads0.keys()
+    for k in grads0:
+        np.testing.assert_allclose(grads1[k], grads0[k], rtol=1e-9, atol=1e-12, err_msg=k)
+    return after, result
+
+
+def _opcodes(prog):
+    return [op.opcode for op in prog.forward]
+
+
+# -- (a) linear before aggregate ----------------------------------------------------------
+def test_gcn_narrow_input_aggregates_first():
+    prog, n = _assert_same_numerics(models.gcn, reorder_linear_aggregate, {"F": 5})
+    assert n == 1                                   # only layer 0 (5 -> 16) widens
+    first = next(op for op in prog.forward if op.opcode == "aggregate")
+    assert first.inputs[0].width == 5 and first.attrs["norm"] == "gcn"
+
+
+def test_gcn_wide_input_keeps_linear_first():
+    prog, n = _assert_same_numerics(models.gcn, reorder_linear_aggregate, {"F": 40})
+    assert n == 0
+    assert all(op.inputs[0].width == 16 or op.inputs[0].width == 3
+               for op in prog.forward if op.opcode == "aggregate")
+
+
+def test_sage_wide_input_moves_linear_before_mean():
+    prog, n = _assert_same_numerics(lambda: models.sage("mean"), reorder_linear_aggregate, {"F": 40})
+    assert n == 2                                   # 40 -> 16 and 16 -> 3 both narrow
+    assert all(op.inputs[0].width < 40 for op in prog.forward if op.opcode == "aggregate")
+
+
+def test_sage_max_is_never_reordered():
+    _, n = _assert_same_numerics(lambda: models.sage("max"), reorder_linear_aggregate, {"F": 40})
+    assert n == 0
+
+
+def test_featureless_identity_is_never_aggregated():
+    prog, n = _assert_same_numerics(lambda: models.gcn(featureless=True, dropout=0.0),
+                                    reorder_linear_aggregate, {"N": 10})
+    assert n == 0
+    assert prog.forward[0].opcode == "linear"
+
+
+def test_reorder_needs_bound_sizes():
+    with pytest.raises(IRError, match="bound sizes"):
+        reorder_linear_aggregate(models.gcn())
+
+
+def test_rewrites_refuse_a_differentiated_program():
+    prog = _bound(models.gcn)
+    differentiate(prog)
+    with pytest.raises(IRError, match="before autodiff"):
+        reorder_linear_aggregate(prog)
+
+
+# -- (b) concat split -----------------------------------------------------------------------
+def test_concat_split_uses_weight_views():
+    prog, n = _assert_same_numerics(models.rgat, split_concat_linear)
+    assert n == 1
+    assert "concat" not in _opcodes(prog)
+    views = [op for op in prog.forward if op.opcode == "param_slice"]
+    assert [(v.attrs["start"], v.attrs["stop"]) for v in views] == [(0, 8), (8, 13)]
+    assert all(v.inputs[0] is prog.param("O_cat").value for v in views)
+    assert any(op.opcode == "row_concat" for op in prog.backward)
+
+
+def test_concat_split_keeps_numerics_when_unbound():
+    """Slices with symbolic bounds bind later and still agree."""
+    prog = models.rgat()
+    split_concat_linear(prog)
+    starts = [op.attrs["start"] for op in prog.forward if op.opcode == "param_slice"]
+    assert starts == [0, 8]
+    prog.bind({"F": 5, "C": 3, "etypes": 3})
+    ref = _bound(models.rgat)
+    params = perturbed_params(ref)
+    np.testing.assert_allclose(_evaluate(prog, params)[0], _evaluate(ref, params)[0], rtol=1e-12)
+
+
+# -- (c) Hector linear operator reordering --------------------------------------------------
+def test_typed_attention_folds_into_weights():
+    prog, n = _assert_same_numerics(models.rgat, reorder_linear_operators)
+    # zd (only read by its dot) disappears; z stays for the messages but K=5 < M=8 folds too
+    assert n == 2
+    typed = [op for op in prog.forward if op.opcode == "typed_linear"]
+    assert len(typed) == 1 and typed[0].inputs[1] is prog.param("W").value
+    assert sum(op.opcode == "matvec" for op in prog.forward) == 2
+    dots = [op for op in prog.forward if op.opcode == "dot"]
+    assert all(op.inputs[0].width == 5 for op in dots)
+
+
+def test_typed_attention_wide_input_folds_only_dead_projection():
+    prog, n = _assert_same_numerics(models.rgat, reorder_linear_operators, {"F": 20})
+    assert n == 1
+    assert sum(op.opcode == "typed_linear" for op in prog.forward) == 1
+
+
+def test_gat_attention_vectors_fold_when_input_is_narrow():
+    prog, n = _assert_same_numerics(models.gat, reorder_linear_operators, {"F": 5})
+    assert n == 2                         # layer 0 (5 -> 8): both attention projections
+    assert sum(op.opcode == "linear" and op.inputs[0].assoc == "param" for op in prog.forward) == 2
+
+
+def test_gat_wide_input_is_left_alone():
+    _, n = _assert_same_numerics(models.gat, reorder_linear_operators, {"F": 40, "C": 3})
+    assert n == 0
+
+
+def test_untyped_dot_with_param_vector():
+    def factory():
+        m = models.ModelBuilder("dotvec")
+        z = m.emit("linear", m.x, m.param("W", ("F", 6)))
+        s = m.emit("dot", z, m.param("a", (6,)))
+        out = m.emit("aggregate", m.emit("mul", m.x, s), reduce="sum")
+        return m.finish(m.emit("linear", out, m.param("O", ("F", "C"))))
+    prog, n = _assert_same_numerics(factory, reorder_linear_operators)
+    assert n == 1 and "matvec" in _opcodes(prog)
+
+
+# -- (d) fusion candidates ---------------------------------------------------------------
+def test_gcn_epilogue_groups():
+    prog = _bound(models.gcn)
+    differentiate(prog)
+    groups = annotate_fusion(prog)
+    chains = [[op.opcode for op in g.ops] for g in groups if g.kind == "aggregate_epilogue"]
+    assert chains == [["aggregate", "bias_add", "relu"], ["aggregate", "bias_add"]]
+    relu_group = next(g for g in groups if len(g.ops) == 3)
+    # relu's backward reads its output, not the aggregate's: nothing else must be kept
+    assert relu_group.keep == []
+
+
+def test_gat_edge_chain_feeds_scatter():
+    prog = _bound(models.gat)
+    differentiate(prog)
+    groups = annotate_fusion(prog)
+    chains = [g for g in groups if g.kind == "edge_chain"]
+    assert len(chains) == 2
+    ops = [op.opcode for op in chains[0].ops]
+    assert ops[-1] == "scatter" and "mul" in ops and "gather" in ops
+    assert "edge_softmax" not in ops              # a segment reduction of its own
+    # the backward of mul reads the gathered z and alpha: the chain must keep them
+    assert chains[0].keep
+
+
+def test_fusion_respects_other_readers():
+    prog = _bound(models.gin)
+    differentiate(prog)
+    groups = annotate_fusion(prog)
+    # aggregate(h) feeds add(h, .) which is not an epilogue op: no group starts there
+    assert not any(g.ops[0].opcode == "aggregate" for g in groups)
+
+
+# -- (e) liveness -------------------------------------------------------------------------
+def _tiny_program():
+    prog = Program("tiny")
+    x = prog.new_value("node", (4,), name="x")
+    y = prog.new_value("node", (1,), "i64", name="y")
+    prog.inputs = {"features": x, "labels": y}
+    w = prog.new_value("param", (4, 2), name="W")
+    prog.params.append(Param("W", w))
+    b = Builder(prog)
+    z = b.emit("linear", x, w)
+    prog.logits, prog.loss = z, b.emit("cross_entropy", z, y)
+    differentiate(prog)
+    return prog
+
+
+def test_liveness_hand_computed():
+    prog = _tiny_program()
+    live = analyse_liveness(prog, num_nodes=10, num_edges=0)
+    # steps: 0 z=linear, 1 loss, 2 d=ce_grad(z), 3 dW=matmul_tn(x, d); end = 4
+    z, loss = prog.logits, prog.loss
+    d = prog.backward[0].output
+    dw = prog.grads["W"]
+    assert live.intervals[z.id] == (0, 4) and live.intervals[d.id] == (2, 3)
+    assert live.intervals[dw.id] == (3, 4) and live.intervals[loss.id] == (1, 4)
+    assert live.peak_bytes == 160 + 80 + 80 + 4 + 80 + 32 and live.peak_step == 3
+    assert live.param_bytes == 32 and live.optimizer_bytes == 64
+
+
+def test_saved_for_backward_stays_live():
+    prog = _bound(models.gcn)
+    differentiate(prog)
+    live = analyse_liveness(prog, 100, 500)
+    dropped = prog.forward[0].output                # read by layer 0's weight gradient
+    assert live.intervals[dropped.id][1] >= len(prog.forward) + len(prog.backward) - 1
+    assert live.peak_step >= len(prog.forward)      # the peak is in the backward
+    bigger = analyse_liveness(prog, 200, 1000)
+    assert bigger.peak_bytes > live.peak_bytes
+
+
+def test_liveness_counts_argmax_and_not_identity():
+    prog = _bound(lambda: models.sage("max"))
+    differentiate(prog)
+    live = analyse_liveness(prog, 10, 20)
+    assert any(str(k).startswith("argmax:") for k in live.intervals)
+    fl = _bound(models.rgcn)
+    differentiate(fl)
+    assert fl.inputs["features"].id not in analyse_liveness(fl, 10, 20).sizes
+
+
+# -- default pipeline ---------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(models.ALL))
+def test_run_default_keeps_numerics(name):
+    prog, report = _assert_same_numerics(models.ALL[name], lambda p: run_default(p, 10, 26))
+    assert report["liveness"].peak_bytes > 0
+    prog.validate()
