@@ -55,34 +55,50 @@ inline void elu_bwd(const float* x, const float* gy, float* gx, int64_t n, float
     ew_detail::each(n, [=](int64_t i) { gx[i] = x[i] > 0.0f ? gy[i] : gy[i] * alpha * std::exp(x[i]); });
 }
 
-inline void exp_fwd(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] = std::exp(x[i]); }); }
+inline void exp_fwd(const float* x, float* y, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { y[i] = std::exp(x[i]); });
+}
 inline void exp_bwd(const float* y, const float* gy, float* gx, int64_t n) {
     ew_detail::each(n, [=](int64_t i) { gx[i] = gy[i] * y[i]; });
 }
 
 // Stable for large |x|: exp is only ever taken of a non-positive number.
 inline void sigmoid_fwd(const float* x, float* y, int64_t n) {
-    ew_detail::each(n, [=](int64_t i) { const float z = std::exp(-std::fabs(x[i]));
-        y[i] = x[i] >= 0.0f ? 1.0f / (1.0f + z) : z / (1.0f + z); });
+    ew_detail::each(n, [=](int64_t i) {
+        const float z = std::exp(-std::fabs(x[i]));
+        y[i] = x[i] >= 0.0f ? 1.0f / (1.0f + z) : z / (1.0f + z);
+    });
 }
 inline void sigmoid_bwd(const float* y, const float* gy, float* gx, int64_t n) {
     ew_detail::each(n, [=](int64_t i) { gx[i] = gy[i] * y[i] * (1.0f - y[i]); });
 }
 
-inline void tanh_fwd(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] = std::tanh(x[i]); }); }
+inline void tanh_fwd(const float* x, float* y, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { y[i] = std::tanh(x[i]); });
+}
 inline void tanh_bwd(const float* y, const float* gy, float* gx, int64_t n) {
     ew_detail::each(n, [=](int64_t i) { gx[i] = gy[i] * (1.0f - y[i] * y[i]); });
 }
 
-inline void neg_fwd(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] = -x[i]; }); }
+inline void neg_fwd(const float* x, float* y, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { y[i] = -x[i]; });
+}
 
 // y = c * x; its backward is scale(gy, c).
-inline void scale(const float* x, float* y, int64_t n, float c) { ew_detail::each(n, [=](int64_t i) { y[i] = c * x[i]; }); }
+inline void scale(const float* x, float* y, int64_t n, float c) {
+    ew_detail::each(n, [=](int64_t i) { y[i] = c * x[i]; });
+}
 
-inline void copy(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] = x[i]; }); }
-inline void fill(float* y, int64_t n, float v) { ew_detail::each(n, [=](int64_t i) { y[i] = v; }); }
+inline void copy_values(const float* x, float* y, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { y[i] = x[i]; });
+}
+inline void fill_values(float* y, int64_t n, float v) {
+    ew_detail::each(n, [=](int64_t i) { y[i] = v; });
+}
 // y += x, the accumulation of a gradient with several contributions.
-inline void accumulate(const float* x, float* y, int64_t n) { ew_detail::each(n, [=](int64_t i) { y[i] += x[i]; }); }
+inline void accumulate(const float* x, float* y, int64_t n) {
+    ew_detail::each(n, [=](int64_t i) { y[i] += x[i]; });
+}
 
 // ---------------------------------------------------------------------------------------
 // Binary ops with broadcasting.  Each operand has a shape relative to the [rows, cols]
@@ -374,7 +390,7 @@ inline void slice_fwd(const float* x, int64_t rows, int64_t cols, int64_t start,
 
 // gx[rows, cols] = 0 except gx[:, start : start+width] = gy.
 inline void slice_bwd(const float* gy, int64_t rows, int64_t cols, int64_t start, int64_t width, float* gx) {
-    fill(gx, rows * cols, 0.0f);
+    fill_values(gx, rows * cols, 0.0f);
     copy_cols(gy, width, 0, gx, cols, start, rows, width);
 }
 

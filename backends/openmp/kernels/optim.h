@@ -2,8 +2,10 @@
 // offered), vectorised over one flat parameter tensor.
 //
 // The caller owns the state buffers (zero-initialised before the first step) and the step
-// counter: `step` is 1 on the first update, as in PyTorch after its increment.  Scalar
-// coefficients (bias corrections) are computed in double like PyTorch's Python-side floats.
+// counter: `step` is 1 on the first update, as in PyTorch after its increment.  Hyper-parameters
+// are doubles and every scalar coefficient (1 - beta2, lr / bias_correction1, ...) is formed in
+// double and only then rounded to float, as PyTorch does with its Python-float hyper-parameters;
+// forming 1 - beta2 in float would already differ by 1e-5 relative.
 #pragma once
 
 #include <cmath>
@@ -14,18 +16,18 @@
 namespace mg {
 
 struct AdamConfig {
-    float lr = 1e-3f;
-    float beta1 = 0.9f;
-    float beta2 = 0.999f;
-    float eps = 1e-8f;
-    float weight_decay = 0.0f;
+    double lr = 1e-3;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0.0;
 };
 
 struct SgdConfig {
-    float lr = 1e-2f;
-    float momentum = 0.0f;
-    float dampening = 0.0f;
-    float weight_decay = 0.0f;
+    double lr = 1e-2;
+    double momentum = 0.0;
+    double dampening = 0.0;
+    double weight_decay = 0.0;
     bool nesterov = false;
 };
 
@@ -35,14 +37,15 @@ inline constexpr int64_t kParallelMin = 1 << 15;
 // decoupled: AdamW's p *= 1 - lr*wd before the moment update; otherwise Adam's grad += wd*p.
 inline void adam_like(float* p, const float* grad, float* m, float* v, int64_t n, const AdamConfig& c,
                       int64_t step, bool decoupled) {
-    const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(step));
-    const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(step));
+    const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step));
+    const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
     const float step_size = static_cast<float>(c.lr / bc1);
     const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-    const float w1 = 1.0f - c.beta1;  // lerp weight of exp_avg toward grad
-    const float b2 = c.beta2, w2 = 1.0f - c.beta2, eps = c.eps;
-    const float coupled_wd = decoupled ? 0.0f : c.weight_decay;
-    const float decay = decoupled ? static_cast<float>(1.0 - static_cast<double>(c.lr) * c.weight_decay) : 1.0f;
+    const float w1 = static_cast<float>(1.0 - c.beta1);  // lerp weight of exp_avg toward grad
+    const float b2 = static_cast<float>(c.beta2), w2 = static_cast<float>(1.0 - c.beta2);
+    const float eps = static_cast<float>(c.eps);
+    const float coupled_wd = decoupled ? 0.0f : static_cast<float>(c.weight_decay);
+    const float decay = decoupled ? static_cast<float>(1.0 - c.lr * c.weight_decay) : 1.0f;
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
         float pi = p[i] * decay;
@@ -75,7 +78,8 @@ inline void adamw_step(float* p, const float* grad, float* m, float* v, int64_t 
 // buf = momentum * buf + (1 - dampening) * d afterwards; d = nesterov ? d + momentum * buf : buf;
 // p -= lr * d.  `buf` may be nullptr when momentum == 0.
 inline void sgd_step(float* p, const float* grad, float* buf, int64_t n, const SgdConfig& c, int64_t step) {
-    const float wd = c.weight_decay, mom = c.momentum, keep = 1.0f - c.dampening, lr = c.lr;
+    const float wd = static_cast<float>(c.weight_decay), mom = static_cast<float>(c.momentum);
+    const float keep = static_cast<float>(1.0 - c.dampening), lr = static_cast<float>(c.lr);
     const bool first = step <= 1;
     if (mom == 0.0f) {
 #pragma omp parallel for simd schedule(static) if (n > optim_detail::kParallelMin)

@@ -1,0 +1,244 @@
+// Typed linear (Hector): Y[r] = X[r] · W[type[r]] without replicating W per row.
+//
+//   X [R, K], W [T, K, M] (T weight matrices, row-major), Y [R, M], G = dL/dY [R, M].
+//
+// Two schedules of the same operator:
+//   * segment-MM: rows are presorted by type, type t owning rows [type_ptr[t], type_ptr[t+1]);
+//     one sgemm per type straight on the row block.
+//   * gather/scatter GEMM: rows in any order; `perm` lists the rows grouped by type
+//     (perm[type_ptr[t] .. type_ptr[t+1]) are the rows of type t, see group_rows_by_type).  The
+//     rows of a type are gathered into a contiguous buffer, multiplied with one sgemm, and the
+//     result is scattered back.  An optional input row list x_rows makes the gather read
+//     X[x_rows[r]] for output row r (Hector's gather list: e.g. the source node of edge r), so
+//     per-edge copies of node features are never materialised.
+// Backward: dW[t] = X_tᵀ G_t and dX_t = G_t W[t]ᵀ.  A type without rows gets dW[t] = 0.
+//
+// Featureless input (X = identity, an "embedding lookup"): Y[r] = table[type[r]*P + src_row[r]]
+// where table = W viewed as [T*P, M].  Its gradient scatter-adds G rows into table rows; rows are
+// grouped by target once (embedding_grad_plan) so every table row has one writer: no atomics
+// and never an N x N matrix.
+//
+// BLAS is called only outside OpenMP regions (gemm.h refuses otherwise); the gathers/scatters
+// between the GEMMs are OpenMP loops.  Functions returning int report mg::Status.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "common.h"
+#include "gemm.h"
+
+namespace mg {
+
+namespace tl_detail {
+inline constexpr idx_t kParallelMin = 1 << 14;
+
+// dst[i, :] = src[via[rows[i]], :] for i in [0, n)  (via == nullptr: src[rows[i], :])
+inline void gather_rows(const float* src, const idx_t* rows, idx_t n, idx_t width, float* dst,
+                        const idx_t* via = nullptr) {
+#pragma omp parallel for schedule(static) if (n * width > kParallelMin)
+    for (idx_t i = 0; i < n; ++i) {
+        const float* s = src + (via ? via[rows[i]] : rows[i]) * width;
+        float* d = dst + i * width;
+#pragma omp simd
+        for (idx_t j = 0; j < width; ++j) d[j] = s[j];
+    }
+}
+
+// dst[rows[i], :] = src[i, :]  (rows distinct: a permutation segment, one writer per row)
+inline void scatter_rows(const float* src, const idx_t* rows, idx_t n, idx_t width, float* dst) {
+#pragma omp parallel for schedule(static) if (n * width > kParallelMin)
+    for (idx_t i = 0; i < n; ++i) {
+        const float* s = src + i * width;
+        float* d = dst + rows[i] * width;
+#pragma omp simd
+        for (idx_t j = 0; j < width; ++j) d[j] = s[j];
+    }
+}
+
+inline void zero(float* p, idx_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (idx_t i = 0; i < n; ++i) p[i] = 0.0f;
+}
+
+inline idx_t max_segment(const idx_t* type_ptr, idx_t T) {
+    idx_t m = 0;
+    for (idx_t t = 0; t < T; ++t) m = std::max(m, type_ptr[t + 1] - type_ptr[t]);
+    return m;
+}
+}  // namespace tl_detail
+
+// Stable counting sort of rows by type: perm[R] (rows grouped by type, increasing row inside a
+// type) and type_ptr[T+1].  Done once at load time.  kErrArgument if a type is outside [0, T).
+inline int group_rows_by_type(const idx_t* type, idx_t R, idx_t T, idx_t* perm, idx_t* type_ptr) {
+    if (R < 0 || T < 0) return kErrArgument;
+    for (idx_t t = 0; t <= T; ++t) type_ptr[t] = 0;
+    for (idx_t r = 0; r < R; ++r) {
+        if (type[r] < 0 || type[r] >= T) return kErrArgument;
+        ++type_ptr[type[r] + 1];
+    }
+    for (idx_t t = 0; t < T; ++t) type_ptr[t + 1] += type_ptr[t];
+    std::vector<idx_t> next(type_ptr, type_ptr + T);
+    for (idx_t r = 0; r < R; ++r) perm[next[type[r]]++] = r;
+    return kOk;
+}
+
+// ---- segment-MM (rows presorted by type) -------------------------------------------------
+
+inline int typed_linear_segment_fwd(const float* X, const float* W, float* Y, const idx_t* type_ptr, idx_t T,
+                                    idx_t K, idx_t M) {
+    for (idx_t t = 0; t < T; ++t) {
+        const idx_t r0 = type_ptr[t], n = type_ptr[t + 1] - r0;
+        if (n == 0) continue;
+        const int st = linear_forward(n, K, M, X + r0 * K, W + t * K * M, Y + r0 * M);
+        if (st != kOk) return st;
+    }
+    return kOk;
+}
+
+// dX [R, K] and/or dW [T, K, M]; either may be nullptr.
+inline int typed_linear_segment_bwd(const float* X, const float* W, const float* G, const idx_t* type_ptr,
+                                    idx_t T, idx_t K, idx_t M, float* dX, float* dW) {
+    for (idx_t t = 0; t < T; ++t) {
+        const idx_t r0 = type_ptr[t], n = type_ptr[t + 1] - r0;
+        if (dW) {
+            if (n == 0) {
+                tl_detail::zero(dW + t * K * M, K * M);
+            } else {
+                const int st = linear_weight_grad(n, K, M, X + r0 * K, G + r0 * M, dW + t * K * M);
+                if (st != kOk) return st;
+            }
+        }
+        if (dX && n > 0) {
+            const int st = linear_input_grad(n, K, M, G + r0 * M, W + t * K * M, dX + r0 * K);
+            if (st != kOk) return st;
+        }
+    }
+    return kOk;
+}
+
+// ---- gather/scatter GEMM (rows in any order) ---------------------------------------------
+
+// Floats of scratch the gather/scatter kernels need: largest type segment x (K + M).
+inline idx_t typed_linear_workspace_floats(const idx_t* type_ptr, idx_t T, idx_t K, idx_t M) {
+    return tl_detail::max_segment(type_ptr, T) * (K + M);
+}
+
+// Y[r] = X[x_rows ? x_rows[r] : r] · W[type of r].
+// workspace: typed_linear_workspace_floats() floats, or nullptr to allocate per call.
+inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, const idx_t* perm,
+                                   const idx_t* type_ptr, idx_t T, idx_t K, idx_t M, float* workspace = nullptr,
+                                   const idx_t* x_rows = nullptr) {
+    std::vector<float> own;
+    if (!workspace) {
+        own.resize(static_cast<size_t>(typed_linear_workspace_floats(type_ptr, T, K, M)));
+        workspace = own.data();
+    }
+    float* xbuf = workspace;
+    float* ybuf = workspace + tl_detail::max_segment(type_ptr, T) * K;
+    for (idx_t t = 0; t < T; ++t) {
+        const idx_t r0 = type_ptr[t], n = type_ptr[t + 1] - r0;
+        if (n == 0) continue;
+        tl_detail::gather_rows(X, perm + r0, n, K, xbuf, x_rows);
+        const int st = linear_forward(n, K, M, xbuf, W + t * K * M, ybuf);
+        if (st != kOk) return st;
+        tl_detail::scatter_rows(ybuf, perm + r0, n, M, Y);
+    }
+    return kOk;
+}
+
+// dX [R, K] and/or dW [T, K, M]; either may be nullptr.  With x_rows, dX[r] is the gradient of
+// the gathered row X[x_rows[r]] (shape [R, K]); the caller sums it into X's rows with the
+// matching scatter (e.g. gather_src_bwd), which needs no atomics.
+inline int typed_linear_gather_bwd(const float* X, const float* W, const float* G, const idx_t* perm,
+                                   const idx_t* type_ptr, idx_t T, idx_t K, idx_t M, float* dX, float* dW,
+                                   float* workspace = nullptr, const idx_t* x_rows = nullptr) {
+    std::vector<float> own;
+    if (!workspace) {
+        own.resize(static_cast<size_t>(typed_linear_workspace_floats(type_ptr, T, K, M)));
+        workspace = own.data();
+    }
+    float* xbuf = workspace;  // X_t for dW, then reused for dX_t
+    float* gbuf = workspace + tl_detail::max_segment(type_ptr, T) * K;
+    for (idx_t t = 0; t < T; ++t) {
+        const idx_t r0 = type_ptr[t], n = type_ptr[t + 1] - r0;
+        if (n == 0) {
+            if (dW) tl_detail::zero(dW + t * K * M, K * M);
+            continue;
+        }
+        tl_detail::gather_rows(G, perm + r0, n, M, gbuf);
+        if (dW) {
+            tl_detail::gather_rows(X, perm + r0, n, K, xbuf, x_rows);
+            const int st = linear_weight_grad(n, K, M, xbuf, gbuf, dW + t * K * M);
+            if (st != kOk) return st;
+        }
+        if (dX) {
+            const int st = linear_input_grad(n, K, M, gbuf, W + t * K * M, xbuf);
+            if (st != kOk) return st;
+            tl_detail::scatter_rows(xbuf, perm + r0, n, K, dX);
+        }
+    }
+    return kOk;
+}
+
+// ---- featureless: embedding lookup -------------------------------------------------------
+
+// Y[r] = table[type[r] * rows_per_type + src_row[r]], table [T * rows_per_type, M].
+// type == nullptr means type 0 for every row; src_row == nullptr means row 0 within the type
+// (the typed_param case W[type]).
+inline void embedding_lookup_fwd(const float* table, const idx_t* type, const idx_t* src_row, idx_t R,
+                                 idx_t rows_per_type, idx_t M, float* Y) {
+#pragma omp parallel for schedule(static) if (R * M > tl_detail::kParallelMin)
+    for (idx_t r = 0; r < R; ++r) {
+        const idx_t key = (type ? type[r] : 0) * rows_per_type + (src_row ? src_row[r] : 0);
+        const float* s = table + key * M;
+        float* d = Y + r * M;
+#pragma omp simd
+        for (idx_t j = 0; j < M; ++j) d[j] = s[j];
+    }
+}
+
+// Groups the R lookups by the table row they read, once at load time.
+//   order[R]: lookup rows sorted by table row (stable); key_ptr[U+1]: segments of order;
+//   keys[U]: the distinct table rows, increasing.  Arrays are sized for the worst case U = R
+//   (key_ptr R+1).  Returns U, or -1 if a type or src_row is out of range.
+inline idx_t embedding_grad_plan(const idx_t* type, const idx_t* src_row, idx_t R, idx_t num_types,
+                                 idx_t rows_per_type, idx_t* order, idx_t* key_ptr, idx_t* keys) {
+    std::vector<idx_t> key(static_cast<size_t>(R));
+    for (idx_t r = 0; r < R; ++r) {
+        const idx_t t = type ? type[r] : 0, s = src_row ? src_row[r] : 0;
+        if (t < 0 || t >= num_types || s < 0 || s >= rows_per_type) return -1;
+        key[r] = t * rows_per_type + s;
+    }
+    std::iota(order, order + R, idx_t{0});
+    std::stable_sort(order, order + R, [&](idx_t a, idx_t b) { return key[a] < key[b]; });
+    idx_t u = 0;
+    for (idx_t i = 0; i < R; ++i) {
+        if (i == 0 || key[order[i]] != key[order[i - 1]]) {
+            keys[u] = key[order[i]];
+            key_ptr[u] = i;
+            ++u;
+        }
+    }
+    key_ptr[u] = R;
+    return u;
+}
+
+// dtable [table_rows, M] = 0 except dtable[keys[k]] = sum of G[order[i]] for i in segment k.
+inline void embedding_lookup_bwd(const float* G, const idx_t* order, const idx_t* key_ptr, const idx_t* keys,
+                                 idx_t num_keys, idx_t table_rows, idx_t M, float* dtable) {
+    tl_detail::zero(dtable, table_rows * M);
+#pragma omp parallel for schedule(dynamic, 64) if (key_ptr[num_keys] * M > tl_detail::kParallelMin)
+    for (idx_t k = 0; k < num_keys; ++k) {
+        float* d = dtable + keys[k] * M;
+        for (idx_t i = key_ptr[k]; i < key_ptr[k + 1]; ++i) {
+            const float* s = G + order[i] * M;
+#pragma omp simd
+            for (idx_t j = 0; j < M; ++j) d[j] += s[j];
+        }
+    }
+}
+
+}  // namespace mg
