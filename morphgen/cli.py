@@ -123,6 +123,12 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as err:  # a bug in morphgen: say so plainly, keep the traceback for MORPHGEN_DEBUG=1
+        if debug:
+            raise
+        print(f"morphgen: internal error: {type(err).__name__}: {err} "
+              f"(run with MORPHGEN_DEBUG=1 for details)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":
