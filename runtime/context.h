@@ -80,9 +80,14 @@ struct ContextBase {
 };
 
 // Float buffer owned by a context, 64-byte aligned for AVX-512 loads.
+// Freed with its owner (the context), so every buffer a model declares is released.
 struct Buffer {
     float *data = nullptr;
     int64_t size = 0;
+    Buffer() = default;
+    Buffer(const Buffer &) = delete;
+    Buffer &operator=(const Buffer &) = delete;
+    ~Buffer() { std::free(data); }
     void allocate(int64_t n, int64_t &accounted) {
         release(accounted);
         size = n;

@@ -82,6 +82,7 @@ class OpenMPEmitter:
         self.features_id = program.inputs["features"].id if "features" in program.inputs else None
         self.labels_id = program.inputs["labels"].id if "labels" in program.inputs else None
         self.has_buffer: set = set()
+        self.feature_like: dict = {}     # value id -> C++ FeatureView expression (input features, dropped)
 
     # -- shapes ------------------------------------------------------------------------------
     def dim(self, d) -> str:
@@ -178,6 +179,8 @@ class OpenMPEmitter:
                 self.producer[op.output.id] = op
         if self.p.featureless and self.features_id is not None:
             self.identity[self.features_id] = _Identity(None)
+        elif self.features_id is not None:
+            self.feature_like[self.features_id] = "m.features"
         forward = self.lower(p.forward, backward=False)
         backward = self.lower(p.backward, backward=True)
         optimizer = self.lower_optimizer()
@@ -249,9 +252,9 @@ class OpenMPEmitter:
         K = self.width(x)
         flops = f"2.0 * {self.rows(x)} * {K} * {M}"
         bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
-        if x.id == self.features_id:
-            return self.timed("sparse_features", f"mg::op::linear_features(m.features, {self.ptr(w)}, {M}, {self.ptr(out)})",
-                              bytes_, flops)
+        if x.id in self.feature_like:
+            return self.timed("sparse_features", f"mg::op::linear_features({self.feature_like[x.id]}, {self.ptr(w)}, "
+                              f"{M}, {self.ptr(out)})", bytes_, flops)
         return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
                           f"{self.ptr(out)})", bytes_, flops)
 
@@ -276,12 +279,12 @@ class OpenMPEmitter:
         K = self.width(x)
         flops = f"2.0 * {self.rows(x)} * {K} * {M}"
         bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
-        if x.id == self.features_id:
+        if x.id in self.feature_like:
             if not any("FeatureCsc" in mem for mem in self.members):
                 self.members.append("mg::op::FeatureCsc features_csc;")
                 self.prepare.append("m.features_csc.build(m.features)")
-            return self.timed("sparse_features", f"mg::op::matmul_tn_features(m.features, m.features_csc, "
-                              f"{self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
+            return self.timed("sparse_features", f"mg::op::matmul_tn_features({self.feature_like[x.id]}, "
+                              f"m.features_csc, {self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
         return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, "
                           f"{self.ptr(out)})", bytes_, flops)
 
@@ -483,9 +486,21 @@ class OpenMPEmitter:
         return self.timed("elementwise", f"mg::op::outer({self.ptr(g)}, {self.ptr(a)}, {T}, {K}, {M}, {self.ptr(op.output)})")
 
     def op_dropout(self, op, x):
+        if x.id in self.feature_like:
+            return self._dropout_features(op, x)
         n = self.numel(x)
         return self.timed("dropout", f"mg::op::dropout(training, {self.ptr(x)}, {self.ptr(op.output)}, {n}, "
                           f"{_float(op.attrs['p'])}f, m.seed, uint64_t(m.epoch), {op.output.id}u)", f"8.0 * {n}")
+
+    def _dropout_features(self, op, x):
+        out = op.output
+        view, values = f"fv{out.id}", f"fvalues{out.id}"
+        self.members.append(f"mg::FeatureView {view}; mg::Buffer {values};")
+        self.prepare.append(f"m.{values}.allocate(mg::op::feature_values(m.features), m.allocated_bytes)")
+        self.feature_like[out.id] = f"m.{view}"
+        return self.timed("dropout", f"mg::op::dropout_features(training, {self.feature_like[x.id]}, m.{view}, "
+                          f"m.{values}.data, {_float(op.attrs['p'])}f, m.seed, uint64_t(m.epoch), {out.id}u)",
+                          f"8.0 * mg::op::feature_values(m.features)")
 
     def op_dropout_grad(self, op, g):
         n = self.numel(g)

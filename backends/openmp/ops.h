@@ -159,15 +159,40 @@ inline void linear_features(const FeatureView &f, const float *W, idx_t M, float
         default: throw Error("features are not set");
     }
 }
-inline void matmul_tn_features(const FeatureView &f, const FeatureCsc &csc, const float *G, idx_t M, float *dW) {
+// With dropout on the input features the CSC values change every epoch; they are re-read
+// from the (dropped) CSR values through the fixed position map, an O(nnz) gather.
+inline void matmul_tn_features(const FeatureView &f, FeatureCsc &csc, const float *G, idx_t M, float *dW) {
     switch (f.kind) {
         case FeatureKind::Dense: matmul_tn(f.dense, f.rows, f.cols, G, M, dW); break;
         case FeatureKind::Csr:
+            gather_by_position(idx_t(csc.pos.size()), csc.pos.data(), f.data, csc.val.data());
             check(sparse_weight_grad_csc(f.cols, M, csc.indptr.data(), csc.row.data(), csc.val.data(), G, M, dW, M),
                   "sparse feature weight gradient");
             break;
         case FeatureKind::Identity: std::memcpy(dW, G, sizeof(float) * size_t(f.rows * M)); break;
         default: throw Error("features are not set");
+    }
+}
+
+// Number of stored feature values (what dropout on the input touches).
+inline int64_t feature_values(const FeatureView &f) {
+    switch (f.kind) {
+        case FeatureKind::Dense: return f.rows * f.cols;
+        case FeatureKind::Csr: return f.indptr[f.rows];
+        default: return 0;
+    }
+}
+// Dropout on the input features keeps their format: on the sparse path only the stored values
+// are dropped (zeros stay zero), so the CSR structure and its CSC stay valid.
+inline void dropout_features(bool training, const FeatureView &in, FeatureView &out, float *values, float p,
+                             uint64_t seed, uint64_t epoch, uint64_t site) {
+    out = in;
+    if (!training || p <= 0.f) return;
+    const DropoutKey key{seed, epoch, site};
+    switch (in.kind) {
+        case FeatureKind::Dense: dropout_fwd(in.dense, values, in.rows * in.cols, p, key); out.dense = values; break;
+        case FeatureKind::Csr: dropout_fwd(in.data, values, in.indptr[in.rows], p, key); out.data = values; break;
+        default: throw Error("dropout on featureless (identity) input is not supported");
     }
 }
 
