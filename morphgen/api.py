@@ -56,10 +56,10 @@ def sizes_of(program, dataset) -> dict:
             "etypes": g.num_etypes, "ntypes": g.num_ntypes}
 
 
-def choose_feature_path(dataset, threshold: Optional[float]):
+def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: bool = True):
     """Dense or sparse feature path, decided once at load time (Morphling §IV-B).
 
-    Returns (path, sparsity, tau, source of tau).
+    Returns (path, sparsity, tau, reason).
     """
     if dataset.features is None:
         return "identity", 1.0, None, "featureless input: embedding lookup"
@@ -69,6 +69,8 @@ def choose_feature_path(dataset, threshold: Optional[float]):
     else:
         from .calibrate import threshold as calibrated
         tau, source = calibrated(), "calibrated tau = 1 - rho"
+    if sparsity > tau and not sparse_supported:
+        return "dense", sparsity, tau, source + "; the program reads the features outside a linear layer"
     return ("sparse" if sparsity > tau else "dense"), sparsity, tau, source
 
 
@@ -109,7 +111,7 @@ class CompiledModel:
 
     # -- binding to data -----------------------------------------------------------------
     def bind(self, dataset):
-        from .backends.openmp.emitter import emit
+        from .backends.openmp.emitter import emit, sparse_features_supported
         from .layout import GraphLayout
         from .library import Session
         from .toolchain import compile_shared
@@ -120,7 +122,8 @@ class CompiledModel:
         self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
                                            include_dirs=_include_dirs())
         self.compile_seconds = time.perf_counter() - t0
-        self.feature_path = choose_feature_path(dataset, self.sparsity_threshold)
+        self.feature_path = choose_feature_path(dataset, self.sparsity_threshold,
+                                                sparse_features_supported(self.program))
         layout = GraphLayout.from_graph(dataset.graph)
         masks = (dataset.train_mask, dataset.val_mask, dataset.test_mask)
         self.session = Session(self.library_path, layout, _features_payload(dataset, self.feature_path[0]),

@@ -83,6 +83,7 @@ class OpenMPEmitter:
         self.labels_id = program.inputs["labels"].id if "labels" in program.inputs else None
         self.has_buffer: set = set()
         self.feature_like: dict = {}     # value id -> C++ FeatureView expression (input features, dropped)
+        self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
 
     # -- shapes ------------------------------------------------------------------------------
     def dim(self, d) -> str:
@@ -124,6 +125,7 @@ class OpenMPEmitter:
         if v.id == self.features_id:
             if self.p.featureless:
                 raise InternalError("featureless input used by an op that needs its values")
+            self.needs_dense_features = True
             return "m.features.dense"
         if v.id in self.identity:
             raise InternalError("a featureless one-hot value reached an op that needs its values")
@@ -199,7 +201,8 @@ class OpenMPEmitter:
             sizes=self.sizes, params=params, timers=TIMERS, buffers=self.buffers,
             index_buffers=self.index_buffers, members=self.members, prepare=self.prepare,
             forward=forward, backward=backward, optimizer=optimizer, loss_buffer=loss_buffer,
-            logits_buffer=logits_buffer, num_classes=self.width(p.logits))
+            logits_buffer=logits_buffer, num_classes=self.width(p.logits),
+            needs_dense_features=self.needs_dense_features)
         return {"model.cpp": text}
 
     def lower_optimizer(self) -> list:
@@ -515,6 +518,18 @@ class OpenMPEmitter:
         return self.timed("loss", f"mg::op::cross_entropy_grad({self.ptr(logits)}, m.labels, m.masks[0], "
                           f"m.graph.num_nodes, {self.width(logits)}, {self.ptr(op.output)})",
                           f"8.0 * {self.numel(logits)}")
+
+
+def sparse_features_supported(program: Program) -> bool:
+    """Whether every use of the input features can run on the sparse feature path.
+
+    The sparse path implements linear layers on the features (and dropout before them); an op
+    that reads the raw matrix otherwise (aggregating or gathering the features themselves)
+    needs the dense layout.
+    """
+    emitter = OpenMPEmitter(program)
+    emitter.emit()
+    return not emitter.needs_dense_features
 
 
 def emit(program: Program) -> dict:
