@@ -1,0 +1,146 @@
+"""Measure this machine's sparse/dense efficiency ratio rho (and the triad bandwidth), cached.
+
+The OpenMP backend picks the sparse input-feature path when the feature sparsity s exceeds
+tau = 1 - rho, where rho = (FLOP/s the sparse path sustains) / (FLOP/s of dense sgemm). rho is
+measured once per machine and thread count by a microbenchmark of a few hundred milliseconds
+(backends/openmp/kernels/calibrate.h) and kept as JSON in the morphgen cache directory.
+`MORPHGEN_TAU` overrides the threshold without measuring.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .toolchain import _cpu_identity, cache_root, compile_shared, kernel_include_dir
+
+CDEF = """
+double mg_stream_triad_gbs(int64_t n, int reps);
+int mg_sparse_dense_ratio(int64_t rows, int64_t K, int64_t F, double density, int reps,
+                          double* sparse_gflops, double* dense_gflops, double* rho);
+double mg_spmm_seconds(int la, int64_t n, const int64_t* indptr, const int64_t* col,
+                       const float* X, int64_t F, float* Y, int reps);
+double mg_spmm_bytes(int64_t n, int64_t e, int64_t F);
+void mg_set_threads(int n);
+int mg_max_threads(void);
+"""
+
+# Microbenchmark shape: a bag-of-words-like feature matrix (rows x K at 2% density) times a
+# K x F weight, large enough that sgemm runs at full speed, small enough to stay well under a second.
+BENCH_ROWS, BENCH_K, BENCH_F, BENCH_DENSITY, BENCH_REPS = 4096, 1024, 64, 0.02, 5
+TRIAD_FLOATS, TRIAD_REPS = 1 << 24, 5  # 3 x 64 MiB: far beyond the last-level cache
+
+
+class CalibrationError(RuntimeError):
+    """The calibration could not run or produced an unusable value."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    rho: float
+    tau: float
+    sparse_gflops: float
+    dense_gflops: float
+    triad_gbs: float
+    threads: int
+    source: str  # "measured", "cache" or "override"
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    """The cffi handle of the calibration kernels (built once, cached on disk)."""
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    src = (kernel_include_dir() / "calibrate_capi.cpp").read_text()
+    path = compile_shared({"calibrate_capi.cpp": src}, name="mg_calibrate")
+    return ffi, ffi.dlopen(str(path))
+
+
+def _cache_file() -> Path:
+    return cache_root() / "calibration.json"
+
+
+def _machine_key(threads: int) -> str:
+    cpu = hashlib.sha256(_cpu_identity().encode()).hexdigest()[:16]
+    return f"{cpu}-t{threads}"
+
+
+def measure(threads: int | None = None) -> Calibration:
+    """Run the microbenchmarks now (no cache)."""
+    ffi, lib = library()
+    if threads is not None:
+        lib.mg_set_threads(int(threads))
+    nthreads = int(lib.mg_max_threads())
+    out = ffi.new("double[3]")
+    st = lib.mg_sparse_dense_ratio(BENCH_ROWS, BENCH_K, BENCH_F, BENCH_DENSITY, BENCH_REPS,
+                                   out + 0, out + 1, out + 2)
+    if st != 0:
+        raise CalibrationError(f"calibration kernel rejected its arguments (status {st})")
+    sparse, dense, rho = float(out[0]), float(out[1]), float(out[2])
+    if not (rho > 0.0) or not (dense > 0.0):
+        raise CalibrationError(f"calibration produced rho={rho}, dense={dense} GFLOP/s")
+    triad = float(lib.mg_stream_triad_gbs(TRIAD_FLOATS, TRIAD_REPS))
+    rho = min(rho, 1.0)  # a sparse path faster than dense on dense work would mean "always sparse"
+    return Calibration(rho=rho, tau=1.0 - rho, sparse_gflops=sparse, dense_gflops=dense,
+                       triad_gbs=triad, threads=nthreads, source="measured")
+
+
+def calibrate(threads: int | None = None, force: bool = False) -> Calibration:
+    """rho/tau for this machine and thread count: from the cache, else measured and stored.
+
+    MORPHGEN_TAU (a number in [0, 1]) overrides tau (and rho = 1 - tau) without measuring.
+    """
+    override = os.environ.get("MORPHGEN_TAU")
+    if override is not None:
+        try:
+            tau = float(override)
+        except ValueError:
+            raise CalibrationError(f"MORPHGEN_TAU={override!r} is not a number") from None
+        if not 0.0 <= tau <= 1.0:
+            raise CalibrationError(f"MORPHGEN_TAU={override!r} must lie in [0, 1]")
+        return Calibration(rho=1.0 - tau, tau=tau, sparse_gflops=float("nan"), dense_gflops=float("nan"),
+                           triad_gbs=float("nan"), threads=threads or 0, source="override")
+    _, lib = library()
+    if threads is not None:
+        lib.mg_set_threads(int(threads))
+    key = _machine_key(int(lib.mg_max_threads()))
+    path = _cache_file()
+    table = _read_table(path)
+    if not force and key in table:
+        entry = dict(table[key])
+        entry["source"] = "cache"
+        return Calibration(**entry)
+    result = measure(threads)
+    table[key] = {k: v for k, v in asdict(result).items() if k != "source"}
+    _write_table(path, table)
+    return result
+
+
+def _read_table(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_table(path: Path, table: dict) -> None:
+    # Atomic replace: concurrent calibrations never leave a torn JSON file behind.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".calibration-", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(table, fh, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def use_sparse_features(sparsity: float, tau: float | None = None) -> bool:
+    """True when a feature matrix with this fraction of zeros should take the sparse path."""
+    if not 0.0 <= sparsity <= 1.0:
+        raise CalibrationError(f"feature sparsity {sparsity} must lie in [0, 1]")
+    return sparsity > (calibrate().tau if tau is None else tau)

@@ -1,0 +1,141 @@
+"""Build and load tests/openmp/shim_a.cpp (the part-A kernels behind extern "C") through cffi."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import cffi
+import numpy as np
+
+from morphgen.toolchain import compile_shared
+
+SHIM_PATH = Path(__file__).with_name("shim_a.cpp")
+
+CDEF = """
+typedef long long int64_t;
+void mgt_set_threads(int n);
+int mgt_max_threads(void);
+int mgt_has_avx512(void);
+int mgt_spmm(int64_t n, const int64_t* indptr, const int64_t* col, const float* X, int64_t F, float* Y,
+             int reduce, const float* w, const float* scale, int self_loop, const float* bias, int act,
+             float alpha, int64_t* argmax);
+int mgt_spmm_variant(int tile, int lookahead, int64_t n, const int64_t* indptr, const int64_t* col,
+                     const float* X, int64_t F, float* Y, int reduce, const float* w, const float* scale,
+                     int self_loop, const float* bias, int act, float alpha, int64_t* argmax);
+int mgt_spmm_transpose(int64_t n_src, const int64_t* indptr, const int64_t* t_indptr, const int64_t* t_col,
+                       const int64_t* t_eid, const float* G, int64_t F, float* dX, int reduce, const float* w,
+                       const float* scale, int self_loop, int accumulate);
+int mgt_spmm_max_backward(int64_t n_src, const int64_t* t_indptr, const int64_t* t_col, const int64_t* t_eid,
+                          const int64_t* argmax, const float* G, int64_t F, float* dX, const float* w,
+                          const float* scale, int self_loop, int accumulate);
+int mgt_spmm_edge_weight_grad(int64_t n, const int64_t* indptr, const int64_t* col, const float* X,
+                              const float* G, int64_t F, float* dw, int reduce, const float* scale,
+                              int self_loop);
+int mgt_transpose_csr(int64_t n_rows, int64_t n_cols, const int64_t* indptr, const int64_t* col,
+                      int64_t* t_indptr, int64_t* t_row, int64_t* t_pos);
+void mgt_gather_by_position(int64_t n, const int64_t* pos, const float* values, float* out);
+void mgt_gcn_node_scale(int64_t n, const int64_t* indptr, int self_loop, float* scale);
+int mgt_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+int mgt_linear_forward(int64_t rows, int64_t in, int64_t out, const float* X, const float* W, float* Y, float beta);
+int mgt_linear_weight_grad(int64_t rows, int64_t in, int64_t out, const float* X, const float* G, float* dW,
+                           float beta);
+int mgt_linear_input_grad(int64_t rows, int64_t in, int64_t out, const float* G, const float* W, float* dX,
+                          float beta);
+int mgt_gemm_inside_parallel(const float* A, const float* B, float* C);
+void mgt_blas_set_threads(int n);
+int mgt_blas_threads(void);
+int mgt_sparse_linear_forward(int64_t rows, int64_t K, int64_t F, const int64_t* indptr, const int64_t* col,
+                              const float* val, const float* W, float* Y, const float* bias, int act,
+                              float alpha);
+int mgt_sparse_weight_grad_csc(int64_t K, int64_t F, const int64_t* cindptr, const int64_t* crow,
+                               const float* cval, const float* G, float* dW, int accumulate);
+int mgt_sparse_weight_grad_csr(int64_t rows, int64_t K, int64_t F, const int64_t* indptr, const int64_t* col,
+                               const float* val, const float* G, float* dW, int accumulate);
+"""
+
+SUM, MEAN, MAX = 0, 1, 2
+ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_ELU = 0, 1, 2, 3
+
+ffi = cffi.FFI()
+ffi.cdef(CDEF)
+
+
+def build(variant: str = "avx512", sanitize: bool = False, cache_dir=None) -> Path:
+    """variant 'avx512' (intrinsics) or 'portable' (-DMG_NO_AVX512: the omp simd fallback)."""
+    flags = ("-Wall", "-Werror") + (("-DMG_NO_AVX512",) if variant == "portable" else ())
+    if sanitize:
+        flags += ("-DMGT_DEFAULT_ONLY",)
+    return compile_shared({"shim_a.cpp": SHIM_PATH.read_text()}, name=f"shim_a_{variant}",
+                          flags=flags, sanitize=sanitize, cache_dir=cache_dir)
+
+
+@functools.lru_cache(maxsize=None)
+def load(variant: str = "avx512"):
+    return ffi.dlopen(str(build(variant)))
+
+
+def ptr(arr, ctype: str):
+    """Pointer to a contiguous numpy array's data (None -> NULL)."""
+    if arr is None:
+        return ffi.NULL
+    assert arr.flags["C_CONTIGUOUS"], "kernel arguments must be C-contiguous"
+    return ffi.cast(ctype, arr.ctypes.data)
+
+
+def f32(a):
+    return ptr(a, "float *")
+
+
+def i64(a):
+    return ptr(a, "int64_t *")
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph helpers (numpy): the backend's layout is "edges sorted by destination".
+
+class CsrGraph:
+    """A random directed graph in the dst-sorted CSR layout plus its by-source transpose."""
+
+    def __init__(self, n, src, dst):
+        order = np.argsort(dst, kind="stable")
+        self.n = n
+        self.src = np.ascontiguousarray(src[order], dtype=np.int64)   # source per CSR position
+        self.dst = np.ascontiguousarray(dst[order], dtype=np.int64)
+        self.indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(self.dst, minlength=n), out=self.indptr[1:])
+        self.col = self.src
+        # Transpose (by source), stable in dst-sorted position.
+        t_order = np.argsort(self.src, kind="stable")
+        self.t_indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(self.src, minlength=n), out=self.t_indptr[1:])
+        self.t_col = np.ascontiguousarray(self.dst[t_order])
+        self.t_eid = np.ascontiguousarray(t_order.astype(np.int64))
+
+    @property
+    def num_edges(self):
+        return int(self.src.shape[0])
+
+    @property
+    def in_degree(self):
+        return np.diff(self.indptr)
+
+
+def random_graph(rng, n=120, e=700, hubs=3, hub_degree=60, isolated_frac=0.2, parallel_edges=True):
+    """Directed, asymmetric, with zero in-degree nodes, a few high in-degree hubs (so the prefetch
+    path runs) and, optionally, parallel edges."""
+    receivers = rng.choice(n, size=int(n * (1 - isolated_frac)), replace=False)
+    dst = rng.choice(receivers, size=e)
+    src = rng.integers(0, n, size=e)
+    hub_ids = rng.choice(receivers, size=hubs, replace=False)
+    hub_dst = np.repeat(hub_ids, hub_degree)
+    hub_src = rng.integers(0, n, size=hub_dst.size)
+    src = np.concatenate([src, hub_src])
+    dst = np.concatenate([dst, hub_dst])
+    if parallel_edges:
+        src = np.concatenate([src, src[:10]])
+        dst = np.concatenate([dst, dst[:10]])
+    else:
+        key = np.unique(dst * n + src)
+        src, dst = key % n, key // n
+    return CsrGraph(n, src.astype(np.int64), dst.astype(np.int64))

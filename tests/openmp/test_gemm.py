@@ -1,0 +1,262 @@
+"""Toolchain (build cache, errors, concurrency), BLAS wrappers (gemm.h) and the sparse-feature
+path (sparse_features.h) against numpy/scipy."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import shim_a_loader as sh
+from morphgen.toolchain import BuildError, compile_shared, kernel_include_dir
+from shim_a_loader import f32, i64
+
+TINY = 'extern "C" int answer() { return %d; }\n'
+
+
+# ---------------------------------------------------------------------------------------------
+# toolchain
+
+def test_build_is_cached_and_keyed_by_source_and_flags(tmp_path):
+    a = compile_shared({"m.cpp": TINY % 1}, name="tiny", cache_dir=tmp_path)
+    mtime = a.stat().st_mtime_ns
+    again = compile_shared({"m.cpp": TINY % 1}, name="tiny", cache_dir=tmp_path)
+    assert again == a and again.stat().st_mtime_ns == mtime
+    assert compile_shared({"m.cpp": TINY % 2}, name="tiny", cache_dir=tmp_path) != a
+    assert compile_shared({"m.cpp": TINY % 1}, name="tiny", flags=("-DX=1",), cache_dir=tmp_path) != a
+    ffi = sh.cffi.FFI()
+    ffi.cdef("int answer(void);")
+    assert ffi.dlopen(str(a)).answer() == 1
+
+
+def test_cache_key_follows_included_headers(tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "value.h").write_text("#pragma once\n#define VALUE 5\n")
+    src = {"m.cpp": '#include "value.h"\nextern "C" int answer() { return VALUE; }\n'}
+    first = compile_shared(src, name="dep", include_dirs=[inc], cache_dir=tmp_path / "c")
+    (inc / "unrelated.h").write_text("#define OTHER 1\n")
+    assert compile_shared(src, name="dep", include_dirs=[inc], cache_dir=tmp_path / "c") == first
+    (inc / "value.h").write_text("#pragma once\n#define VALUE 6\n")
+    second = compile_shared(src, name="dep", include_dirs=[inc], cache_dir=tmp_path / "c")
+    assert second != first
+    ffi = sh.cffi.FFI()
+    ffi.cdef("int answer(void);")
+    assert ffi.dlopen(str(second)).answer() == 6
+
+
+def test_compile_error_names_build_dir_and_first_error(tmp_path):
+    with pytest.raises(BuildError) as info:
+        compile_shared({"broken.cpp": "int f( {\n"}, name="broken", cache_dir=tmp_path)
+    msg = str(info.value)
+    assert "broken.cpp:1" in msg and "error" in msg
+    assert info.value.build_dir is not None and (info.value.build_dir / "build.log").exists()
+    assert str(info.value.build_dir) in msg
+    assert len(msg.splitlines()) < 20  # the first lines, not the whole log
+
+
+@pytest.mark.parametrize("sources,name,field", [
+    ({}, "m", "sources"),
+    ({"m.cpp": TINY % 1}, "bad name!", "name"),
+    ({"../m.cpp": TINY % 1}, "m", "filename"),
+    ({"m.h": "int x;"}, "m", "translation unit"),
+])
+def test_bad_arguments_are_reported(tmp_path, sources, name, field):
+    with pytest.raises(BuildError, match=field):
+        compile_shared(sources, name=name, cache_dir=tmp_path)
+
+
+def test_two_processes_building_the_same_library_both_succeed(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, cffi
+        from morphgen.toolchain import compile_shared
+        src = {{"race.cpp": '#include <cmath>\\nextern "C" double root(double x) {{ return std::sqrt(x); }}\\n'}}
+        p = compile_shared(src, name="race", cache_dir=sys.argv[1])
+        ffi = cffi.FFI(); ffi.cdef("double root(double);")
+        assert ffi.dlopen(str(p)).root(16.0) == 4.0
+        print(p)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    assert outs[0][0].strip() == outs[1][0].strip()
+    leftovers = [q.name for q in tmp_path.iterdir() if q.name.startswith(".tmp-")]
+    assert leftovers == []
+
+
+def test_kernel_include_dir_holds_the_headers():
+    for h in ("common.h", "spmm.h", "gemm.h", "sparse_features.h", "calibrate.h", "layout.h"):
+        assert (kernel_include_dir() / h).is_file(), h
+
+
+# ---------------------------------------------------------------------------------------------
+# gemm
+
+@pytest.mark.parametrize("ta", [0, 1])
+@pytest.mark.parametrize("tb", [0, 1])
+def test_gemm_all_transpositions_with_padded_leading_dims(ta, tb):
+    lib = sh.load("avx512")
+    rng = np.random.default_rng(ta * 2 + tb)
+    M, N, K, pad = 13, 7, 29, 3
+    A_log = rng.standard_normal((M, K)).astype(np.float32)
+    B_log = rng.standard_normal((K, N)).astype(np.float32)
+    A_st = A_log.T if ta else A_log
+    B_st = B_log.T if tb else B_log
+    A = np.zeros((A_st.shape[0], A_st.shape[1] + pad), np.float32)
+    A[:, :A_st.shape[1]] = A_st
+    B = np.zeros((B_st.shape[0], B_st.shape[1] + pad), np.float32)
+    B[:, :B_st.shape[1]] = B_st
+    C = rng.standard_normal((M, N + pad)).astype(np.float32)
+    C0 = C.copy()
+    assert lib.mgt_gemm(ta, tb, M, N, K, 0.5, f32(A), A.shape[1], f32(B), B.shape[1], 2.0, f32(C), C.shape[1]) == 0
+    ref = 0.5 * A_log.astype(np.float64) @ B_log + 2.0 * C0[:, :N]
+    np.testing.assert_allclose(C[:, :N], ref, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(C[:, N:], C0[:, N:])  # padding untouched
+
+
+def test_gemm_rejects_bad_leading_dimension_and_parallel_callers():
+    lib = sh.load("avx512")
+    A = np.ones((4, 4), np.float32)
+    C = np.zeros((4, 4), np.float32)
+    assert lib.mgt_gemm(0, 0, 4, 4, 4, 1.0, f32(A), 3, f32(A), 4, 0.0, f32(C), 4) == 1
+    assert lib.mgt_gemm_inside_parallel(f32(A), f32(A), f32(C)) == 2
+
+
+def test_linear_helpers():
+    lib = sh.load("avx512")
+    rng = np.random.default_rng(1)
+    rows, fin, fout = 37, 33, 7
+    X = rng.standard_normal((rows, fin)).astype(np.float32)
+    W = rng.standard_normal((fin, fout)).astype(np.float32)
+    G = rng.standard_normal((rows, fout)).astype(np.float32)
+    Y = np.empty((rows, fout), np.float32)
+    dW = np.ones((fin, fout), np.float32)
+    dX = np.empty((rows, fin), np.float32)
+    assert lib.mgt_linear_forward(rows, fin, fout, f32(X), f32(W), f32(Y), 0.0) == 0
+    assert lib.mgt_linear_weight_grad(rows, fin, fout, f32(X), f32(G), f32(dW), 1.0) == 0  # accumulates
+    assert lib.mgt_linear_input_grad(rows, fin, fout, f32(G), f32(W), f32(dX), 0.0) == 0
+    np.testing.assert_allclose(Y, X @ W, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(dW, 1.0 + X.T @ G, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(dX, G @ W.T, rtol=1e-5, atol=1e-4)
+
+
+def test_blas_thread_count_is_settable():
+    lib = sh.load("avx512")
+    before = lib.mgt_blas_threads()
+    try:
+        lib.mgt_blas_set_threads(1)
+        assert lib.mgt_blas_threads() == 1
+        lib.mgt_blas_set_threads(0)  # 0 -> the OpenMP thread count
+        assert lib.mgt_blas_threads() == lib.mgt_max_threads()
+    finally:
+        lib.mgt_blas_set_threads(before)
+
+
+# ---------------------------------------------------------------------------------------------
+# sparse feature path
+
+def sparse_features(rng, rows, K, density):
+    X = sp.random(rows, K, density=density, format="csr", random_state=int(rng.integers(1 << 30)),
+                  dtype=np.float32)
+    keep = np.ones(rows, np.float32)
+    keep[::9] = 0.0  # every ninth row empty
+    X = sp.csr_matrix(sp.diags(keep) @ X, dtype=np.float32)
+    X.eliminate_zeros()
+    X.sort_indices()
+    X.data = rng.standard_normal(X.nnz).astype(np.float32)
+    X.data[0] = 0.0  # an explicitly stored zero must behave like any value
+    return X, X.indptr.astype(np.int64), X.indices.astype(np.int64), np.ascontiguousarray(X.data)
+
+
+@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("F", [1, 3, 7, 31, 33, 47])
+def test_sparse_forward_matches_dense(variant, F):
+    lib = sh.load(variant)
+    rng = np.random.default_rng(F)
+    rows, K = 90, 70
+    X, indptr, col, val = sparse_features(rng, rows, K, 0.08)
+    assert (np.diff(indptr) == 0).any(), "want some empty rows"
+    W = rng.standard_normal((K, F)).astype(np.float32)
+    bias = rng.standard_normal(F).astype(np.float32)
+    Y = np.full((rows, F), np.nan, np.float32)
+    assert lib.mgt_sparse_linear_forward(rows, K, F, i64(indptr), i64(col), f32(val), f32(W), f32(Y),
+                                         f32(bias), sh.ACT_RELU, 0.0) == 0
+    np.testing.assert_allclose(Y, np.maximum(X.toarray() @ W + bias, 0), rtol=1e-5, atol=1e-5)
+    # dense and sparse paths agree: the dense path is the BLAS gemm
+    Yd = np.empty((rows, F), np.float32)
+    Xd = np.ascontiguousarray(X.toarray())
+    assert lib.mgt_linear_forward(rows, K, F, f32(Xd), f32(W), f32(Yd), 0.0) == 0
+    np.testing.assert_allclose(np.maximum(Yd + bias, 0), Y, rtol=1e-5, atol=1e-5)
+
+
+def csc_of(lib, rows, K, indptr, col, val):
+    c_indptr = np.empty(K + 1, np.int64)
+    c_row = np.empty(col.size, np.int64)
+    c_pos = np.empty(col.size, np.int64)
+    assert lib.mgt_transpose_csr(rows, K, i64(indptr), i64(col), i64(c_indptr), i64(c_row), i64(c_pos)) == 0
+    c_val = np.empty(col.size, np.float32)
+    lib.mgt_gather_by_position(col.size, i64(c_pos), f32(val), f32(c_val))
+    return c_indptr, c_row, c_val
+
+
+def test_csc_conversion_matches_scipy():
+    lib = sh.load("avx512")
+    rng = np.random.default_rng(2)
+    X, indptr, col, val = sparse_features(rng, 60, 45, 0.1)
+    c_indptr, c_row, c_val = csc_of(lib, 60, 45, indptr, col, val)
+    ref = X.tocsc()
+    ref.sort_indices()
+    np.testing.assert_array_equal(c_indptr, ref.indptr)
+    np.testing.assert_array_equal(c_row, ref.indices)
+    np.testing.assert_array_equal(c_val, ref.data)
+
+
+@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("F", [1, 3, 7, 31, 33, 47])
+@pytest.mark.parametrize("form", ["csc", "csr"])
+def test_sparse_weight_grad_matches_numpy(variant, F, form):
+    lib = sh.load(variant)
+    rng = np.random.default_rng(F + 50)
+    rows, K = 80, 64
+    X, indptr, col, val = sparse_features(rng, rows, K, 0.1)
+    G = rng.standard_normal((rows, F)).astype(np.float32)
+    ref = X.toarray().astype(np.float64).T @ G
+    for accumulate in (0, 1):
+        base = rng.standard_normal((K, F)).astype(np.float32)
+        dW = base.copy() if accumulate else np.full((K, F), np.nan, np.float32)
+        if form == "csc":
+            c_indptr, c_row, c_val = csc_of(lib, rows, K, indptr, col, val)
+            st = lib.mgt_sparse_weight_grad_csc(K, F, i64(c_indptr), i64(c_row), f32(c_val), f32(G), f32(dW),
+                                                accumulate)
+        else:
+            st = lib.mgt_sparse_weight_grad_csr(rows, K, F, i64(indptr), i64(col), f32(val), f32(G), f32(dW),
+                                                accumulate)
+        assert st == 0
+        np.testing.assert_allclose(dW, ref + (base if accumulate else 0), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# calibration (rho, tau, triad) and its cache
+
+def test_calibration_measures_caches_and_can_be_overridden(tmp_path, monkeypatch):
+    from morphgen import calibrate as cal
+
+    monkeypatch.delenv("MORPHGEN_TAU", raising=False)
+    monkeypatch.setattr(cal, "_cache_file", lambda: tmp_path / "calibration.json")
+    first = cal.calibrate(force=True)
+    assert first.source == "measured"
+    assert 0.0 < first.rho <= 1.0 and abs(first.tau - (1.0 - first.rho)) < 1e-12
+    assert first.dense_gflops > 0 and first.sparse_gflops > 0 and first.triad_gbs > 0
+    again = cal.calibrate()
+    assert again.source == "cache" and again.rho == first.rho
+    monkeypatch.setenv("MORPHGEN_TAU", "0.75")
+    assert cal.calibrate().tau == 0.75 and cal.use_sparse_features(0.8) and not cal.use_sparse_features(0.7)
+    monkeypatch.setenv("MORPHGEN_TAU", "high")
+    with pytest.raises(cal.CalibrationError, match="MORPHGEN_TAU"):
+        cal.calibrate()
