@@ -56,7 +56,8 @@ def sizes_of(program, dataset) -> dict:
             "etypes": g.num_etypes, "ntypes": g.num_ntypes}
 
 
-def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: bool = True):
+def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: bool = True,
+                        threads: Optional[int] = None):
     """Dense or sparse feature path, decided once at load time (Morphling §IV-B).
 
     Returns (path, sparsity, tau, reason).
@@ -67,11 +68,25 @@ def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: b
     if threshold is not None:
         tau, source = float(threshold), "--sparsity-threshold"
     else:
-        from .calibrate import threshold as calibrated
-        tau, source = calibrated(), "calibrated tau = 1 - rho"
+        from .calibrate import calibrate
+        cal = calibrate(threads)
+        tau, source = float(cal.tau), f"tau = 1 - rho, rho = {cal.rho:.3f} ({cal.source})"
     if sparsity > tau and not sparse_supported:
         return "dense", sparsity, tau, source + "; the program reads the features outside a linear layer"
     return ("sparse" if sparsity > tau else "dense"), sparsity, tau, source
+
+
+def normalize_features(dataset, kind: Optional[str]):
+    """The program's input preprocessing (gnn.normalizeFeatures), on a copy of the features."""
+    import dataclasses
+    import scipy.sparse as sp
+    if kind is None or dataset.features is None:
+        return dataset
+    x = dataset.features
+    sums = np.asarray(abs(x).sum(axis=1)).reshape(-1).astype(np.float64)
+    scale = np.divide(1.0, sums, out=np.zeros_like(sums), where=sums > 0).astype(np.float32)
+    x = sp.diags(scale).dot(x).tocsr().astype(np.float32) if sp.issparse(x) else x * scale[:, None]
+    return dataclasses.replace(dataset, features=x)
 
 
 def _features_payload(dataset, path: str):
@@ -104,7 +119,8 @@ class CompiledModel:
         self.sanitize = sanitize
         self.program = None
         self.session = None
-        self.dataset = None
+        self.dataset = None             # what the session holds (features possibly normalised)
+        self.bound_to = None            # the dataset the caller gave
         self.feature_path = None
         self.compile_seconds = 0.0
         self.library_path = None
@@ -118,12 +134,14 @@ class CompiledModel:
         from .interp import init_params
         t0 = time.perf_counter()
         self.program = lower(self.path, sizes_of(None, dataset), dataset.features is None)
+        self.bound_to = dataset
+        dataset = normalize_features(dataset, self.program.feature_normalization)
         sources = emit(self.program)
         self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
                                            include_dirs=_include_dirs())
         self.compile_seconds = time.perf_counter() - t0
         self.feature_path = choose_feature_path(dataset, self.sparsity_threshold,
-                                                sparse_features_supported(self.program))
+                                                sparse_features_supported(self.program), self.threads)
         layout = GraphLayout.from_graph(dataset.graph)
         masks = (dataset.train_mask, dataset.val_mask, dataset.test_mask)
         self.session = Session(self.library_path, layout, _features_payload(dataset, self.feature_path[0]),
@@ -133,7 +151,7 @@ class CompiledModel:
         return self
 
     def fit(self, dataset=None, epochs: Optional[int] = None, progress=None, eval_every: int = 1) -> TrainResult:
-        if dataset is not None and dataset is not self.dataset:
+        if dataset is not None and dataset is not self.bound_to:
             self.bind(dataset)
         if self.session is None:
             raise UserError("morphgen: error: fit() needs a dataset")

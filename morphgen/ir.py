@@ -114,6 +114,7 @@ class Program:
     seed: int = 0
     sizes: dict = field(default_factory=dict)       # size symbol -> int once bound
     featureless: bool = False                       # the features input is the identity
+    feature_normalization: Optional[str] = None     # "row": features scaled to unit row sums at load
     fusion: list = field(default_factory=list)      # [FusionGroup] from morphgen.passes.fusion
     _next_id: int = 0
 
@@ -274,6 +275,8 @@ class Program:
         o = self.optimizer
         out.append(f"optimizer {o.kind} lr={o.lr} weight_decay={o.weight_decay} "
                    f"betas=({o.beta1}, {o.beta2}) eps={o.eps} momentum={o.momentum}")
+        if self.feature_normalization:
+            out.append(f"features normalised: {self.feature_normalization}")
         out.append(f"epochs {self.epochs}")
         return "\n".join(out)
 

@@ -10,7 +10,7 @@ from .diagnostics import suggest
 from .expressions import widths_conflict
 from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LOSSES, OPTIMIZERS,
                    LayerSpec, Poisoned, PropSym, SemanticError, check_choice, check_number,
-                   describe, undeclared)
+                   describe, undeclared, FEATURE_NORMALIZATIONS)
 
 TRAINING_DIRECTIVES = ("forwardPass", "loss", "backPropagation", "optimizerStep")
 
@@ -280,6 +280,14 @@ class DirectiveLowering:
             setattr(opt, key, float(check_number(coord, key, v, **limits[key])))
         self.train.optimizer = opt
         self.program.optimizer = opt
+
+    def d_normalizeFeatures(self, e, kw):
+        """Input preprocessing, applied to the data once at load time (Kipf & Welling)."""
+        self._arity(e, (1,), "1 argument (\"row\")")
+        kind = self._string_arg(e, 0, "feature normalisation", FEATURE_NORMALIZATIONS)
+        if self.program.feature_normalization is not None:
+            raise SemanticError(e.coord, "gnn.normalizeFeatures is declared twice")
+        self.program.feature_normalization = kind
 
     def d_forwardPass(self, e, kw):
         self._arity(e, (3,), "3 arguments (layer, kind, aggregator)")

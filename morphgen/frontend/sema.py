@@ -179,7 +179,9 @@ DIRECTIVES = {
     "optimizer": (("kind",), {"lr": "float", "weight_decay": "float", "beta1": "float",
                               "beta2": "float", "eps": "float", "momentum": "float"}),
     "optimizerStep": ((), {}),
+    "normalizeFeatures": (("kind",), {}),
 }
+FEATURE_NORMALIZATIONS = ("row",)
 
 # built-in functions: name -> (min args, max args)
 BUILTINS = {
