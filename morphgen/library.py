@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,10 @@ def _ffi():
 @functools.lru_cache(maxsize=None)
 def load(path: str):
     """dlopen a built library once per process."""
+    # OpenMP workers that spin between parallel regions fight OpenBLAS's own pool (and any other
+    # process) for the cores; sleeping workers cost a wake-up per region but never collapse
+    # under load.  A user's explicit setting wins.  Read once, when libgomp initialises.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         return _ffi().dlopen(str(path))
     except OSError as err:
