@@ -1,0 +1,95 @@
+"""DGL peer: full-batch GCN with dgl.nn.GraphConv(norm='both').
+
+    python -m morphgen.bench.peers.dgl --data D.npz --spec SPEC.json --out OUT.json
+
+Configuration and DGL conventions (see DEVELOPERS.md, "Benchmark peers"):
+- graph: dgl.graph((src, dst)); with self_loops, existing self loops are removed and one loop per
+  node added (the same graph PyG's add_remaining_self_loops builds); the sparse formats are created
+  before the first epoch so format conversion is not timed.
+- normalisation 'both': h_v = sum_{u->v} h_u / sqrt(outdeg(u) * indeg(v)), degrees clamped at 1.
+  On a directed graph the SOURCE side uses the out-degree, unlike PyG (in-degree on both sides);
+  on a symmetric graph the two agree.
+- features: always dense. GraphConv rejects sparse input features, so spec.sparse_features is
+  recorded in the config as not honoured rather than silently ignored.
+- DGL 2.1.0 imports on torch 2.13 only if its `graphbolt` submodule (compiled against other torch
+  versions, unused here) is kept from loading: a stub module is put in sys.modules first.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import numpy as np
+
+from morphgen.bench.memory import current_rss_bytes
+
+from .dataset import NodeClassificationData, load_init_weights
+from .runner import PeerUnavailable, run_main
+from .spec import BenchSpec
+from .torch_loop import MODEL_CONFIG, build_stack, setup_torch, train_full_batch
+
+_GRAPHBOLT = "dgl.graphbolt"
+
+
+def import_dgl():
+    """Import dgl with its graphbolt submodule stubbed out (it fails to load on this torch)."""
+    os.environ.setdefault("DGLBACKEND", "pytorch")   # otherwise dgl writes ~/.dgl/config.json
+    stubbed = _GRAPHBOLT not in sys.modules
+    if stubbed:
+        sys.modules[_GRAPHBOLT] = types.ModuleType(_GRAPHBOLT)
+    try:
+        import dgl
+        from dgl.nn.pytorch import GraphConv
+    except ImportError as exc:
+        if stubbed:
+            sys.modules.pop(_GRAPHBOLT, None)
+        raise PeerUnavailable(f"dgl cannot be imported ({exc})") from exc
+    return dgl, GraphConv
+
+
+def build_graph(dgl, torch, data: NodeClassificationData, self_loops: bool):
+    g = dgl.graph((torch.from_numpy(data.src), torch.from_numpy(data.dst)), num_nodes=data.num_nodes)
+    if self_loops:
+        g = dgl.add_self_loop(dgl.remove_self_loop(g))
+    g.create_formats_()
+    return g
+
+
+def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
+    torch = setup_torch(spec)
+    dgl, GraphConv = import_dgl()
+    g = build_graph(dgl, torch, data, spec.self_loops)
+    x = torch.from_numpy(data.dense_features())
+    baseline = current_rss_bytes()        # libraries imported, data in tensors, no model yet
+    convs = [GraphConv(spec.layers[i], spec.layers[i + 1], norm="both", weight=True, bias=spec.bias,
+                       allow_zero_in_degree=not spec.self_loops) for i in range(spec.num_layers)]
+    if spec.init_weights is not None:
+        with torch.no_grad():
+            for conv, (w, b) in zip(convs, load_init_weights(spec.init_weights, spec.layers, spec.bias)):
+                conv.weight.copy_(torch.from_numpy(np.ascontiguousarray(w)))   # DGL stores [in, out]
+                if b is not None:
+                    conv.bias.copy_(torch.from_numpy(b))
+    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(g, h))
+    result = train_full_batch(torch, model, lambda: model(x), spec, data)
+    result["baseline_rss_bytes"] = baseline
+    result["config"] = {
+        **MODEL_CONFIG,
+        "adjacency": "DGLGraph (formats coo/csr/csc created before training)",
+        "features": "dense float32" + (" (sparse_features requested: GraphConv rejects sparse input)"
+                                       if spec.sparse_features else ""),
+        "normalisation": "GraphConv norm='both': outdeg(src)^-1/2 * indeg(dst)^-1/2, degrees clamped at 1",
+        "self_loops": "existing removed, one per node added" if spec.self_loops else "none",
+        "init": "given init_weights" if spec.init_weights else "GraphConv default (xavier), seed 0",
+        "threads": spec.threads,
+        "versions": {"torch": torch.__version__, "dgl": dgl.__version__},
+    }
+    return result
+
+
+def main(argv=None) -> int:
+    return run_main("dgl", train, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+"""Peer runners (PyG, DGL), machine limits and memory accounting.
+
+The parity tests are what make the benchmark fair: with dropout 0 and the same initial weights,
+each peer's first-epoch loss must equal a float64 numpy GCN written here from the definitions,
+using that peer's documented normalisation convention (PyG: in-degree on both sides; DGL 'both':
+out-degree of the source, in-degree of the destination). The graph is small and directed, so the
+two conventions give different losses and a runner using the wrong one fails.
+
+These tests need torch, torch_geometric and dgl (`pip install .[bench]`); a missing library makes
+them fail with the runner's error message, never skip.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from morphgen.bench import memory
+from morphgen.bench.peers.launcher import run_peer
+from morphgen.bench.peers.runner import RESULT_KEYS
+from morphgen.bench.peers.spec import SpecError, parse_spec
+
+# ---------------------------------------------------------------------------------------------
+# A tiny directed graph and a float64 numpy GCN reference
+# ---------------------------------------------------------------------------------------------
+N, F, HIDDEN, C = 9, 6, 5, 3
+LAYERS = [F, HIDDEN, HIDDEN, C]
+# Directed, not symmetric; node 8 has no incoming edge, node 0 no outgoing one, 3->3 is an
+# existing self loop (both peers must end up with exactly one loop on node 3).
+EDGES = np.array([[1, 2, 2, 3, 3, 4, 5, 5, 6, 7, 8, 8, 1, 4],
+                  [0, 0, 1, 1, 3, 2, 4, 0, 5, 6, 7, 0, 3, 6]], dtype=np.int64)
+
+
+def _tiny_dataset(path: Path, sparse: bool) -> Path:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((N, F)).astype(np.float32)
+    x[rng.random((N, F)) < 0.5] = 0.0
+    y = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2], dtype=np.int64)
+    train = np.zeros(N, bool); train[[0, 1, 2, 3, 5, 8]] = True
+    val = np.zeros(N, bool); val[[4, 6]] = True
+    test = np.zeros(N, bool); test[[7]] = True
+    arrays = dict(edge_index=EDGES, y=y, train_mask=train, val_mask=val, test_mask=test)
+    if sparse:
+        rows, cols = np.nonzero(x)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=N))]).astype(np.int64)
+        arrays.update(x_indptr=indptr, x_indices=cols.astype(np.int64), x_data=x[rows, cols],
+                      x_shape=np.array([N, F], dtype=np.int64))
+    else:
+        arrays["x"] = x
+    np.savez(path, **arrays)
+    return path
+
+
+def _init_weights(path: Path) -> Path:
+    rng = np.random.default_rng(11)
+    arrays = {}
+    for i in range(len(LAYERS) - 1):
+        arrays[f"layer{i}.W"] = (rng.standard_normal((LAYERS[i], LAYERS[i + 1])) * 0.7).astype(np.float32)
+        arrays[f"layer{i}.b"] = (rng.standard_normal(LAYERS[i + 1]) * 0.1).astype(np.float32)
+    np.savez(path, **arrays)
+    return path
+
+
+def reference_first_loss(data_path: Path, weights_path: Path, convention: str) -> float:
+    """Cross-entropy of a float64 GCN forward, from the definitions (no library code)."""
+    z = np.load(data_path)
+    if "x" in z.files:
+        x = z["x"].astype(np.float64)
+    else:
+        x = np.zeros(tuple(z["x_shape"]))
+        rows = np.repeat(np.arange(N), np.diff(z["x_indptr"]))
+        x[rows, z["x_indices"]] = z["x_data"]
+    src, dst = z["edge_index"]
+    keep = src != dst                                        # existing loops replaced by one per node
+    src = np.concatenate([src[keep], np.arange(N)])
+    dst = np.concatenate([dst[keep], np.arange(N)])
+    indeg = np.bincount(dst, minlength=N).astype(np.float64)
+    outdeg = np.bincount(src, minlength=N).astype(np.float64)
+    src_deg = indeg if convention == "pyg" else outdeg
+    coef = src_deg[src] ** -0.5 * indeg[dst] ** -0.5
+    w = np.load(weights_path)
+    h = x
+    for i in range(len(LAYERS) - 1):
+        t = h @ w[f"layer{i}.W"].astype(np.float64)
+        agg = np.zeros((N, t.shape[1]))
+        np.add.at(agg, dst, coef[:, None] * t[src])
+        h = agg + w[f"layer{i}.b"].astype(np.float64)
+        if i < len(LAYERS) - 2:
+            h = np.maximum(h, 0.0)
+    logp = h - h.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    train = z["train_mask"]
+    return float(-logp[train, z["y"][train]].mean())
+
+
+def _spec(**over) -> dict:
+    spec = {"model": "gcn", "layers": LAYERS, "dropout": 0.0, "lr": 0.01, "weight_decay": 5e-4,
+            "epochs": 4, "warmup": 1, "threads": 1, "bias": True, "self_loops": True,
+            "sparse_features": False}
+    spec.update(over)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("peers")
+    return {"dense": _tiny_dataset(d / "dense.npz", sparse=False),
+            "sparse": _tiny_dataset(d / "sparse.npz", sparse=True),
+            "weights": _init_weights(d / "w.npz"), "dir": d}
+
+
+@pytest.fixture(scope="module")
+def runs(files):
+    """One run per (peer, feature storage) in parity mode, shared by the tests below."""
+    w = str(files["weights"])
+    jobs = {
+        "pyg_dense": ("pyg", "dense", _spec(init_weights=w)),
+        "pyg_sparse": ("pyg", "sparse", _spec(init_weights=w, sparse_features=True)),
+        "dgl": ("dgl", "dense", _spec(init_weights=w)),
+        "dgl_sparse": ("dgl", "sparse", _spec(init_weights=w, sparse_features=True, epochs=2)),
+        "pyg_dropout": ("pyg", "dense", _spec(dropout=0.5, epochs=30, lr=0.05)),   # library init
+    }
+    # Each run is a separate process that spends most of its time importing torch: two at a time.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(run_peer, peer, files[data], spec, out=files["dir"] / f"{name}.json",
+                                     timeout_s=300)
+                   for name, (peer, data, spec) in jobs.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parity: the runners compute the same GCN as the reference
+# ---------------------------------------------------------------------------------------------
+def test_conventions_differ_on_the_test_graph(files):
+    pyg = reference_first_loss(files["dense"], files["weights"], "pyg")
+    dgl = reference_first_loss(files["dense"], files["weights"], "dgl")
+    assert abs(pyg - dgl) > 1e-2, "the parity graph must tell the two normalisations apart"
+
+
+@pytest.mark.parametrize("name,convention", [("pyg_dense", "pyg"), ("pyg_sparse", "pyg"), ("dgl", "dgl")])
+def test_parity_first_epoch_loss(runs, files, name, convention):
+    r = runs[name]
+    assert r["error"] is None, r["error"]
+    expected = reference_first_loss(files["dense"], files["weights"], convention)
+    assert r["first_epoch_loss"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_pyg_reports_its_configuration(runs):
+    assert runs["pyg_sparse"]["config"]["features"].startswith("sparse")
+    assert runs["pyg_dense"]["config"]["features"].startswith("dense")
+    assert "csr" in runs["pyg_dense"]["config"]["adjacency"].lower() or "SparseTensor" in runs["pyg_dense"]["config"]["adjacency"]
+
+
+def test_dgl_records_that_sparse_features_are_not_honoured(runs, files):
+    r = runs["dgl_sparse"]
+    assert r["error"] is None, r["error"]
+    assert "rejects sparse" in r["config"]["features"]
+    expected = reference_first_loss(files["sparse"], files["weights"], "dgl")
+    assert r["first_epoch_loss"] == pytest.approx(expected, abs=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Result schema
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["pyg_dense", "dgl"])
+def test_result_schema(runs, files, name):
+    r = runs[name]
+    on_disk = json.loads((files["dir"] / f"{name}.json").read_text())
+    assert on_disk == r
+    assert set(r) == set(RESULT_KEYS)
+    assert r["error"] is None
+    assert r["system"] == name.split("_")[0]
+    assert len(r["epoch_times_s"]) == 4 and all(t > 0 for t in r["epoch_times_s"])
+    assert r["epoch_time_s"] == pytest.approx(statistics.median(r["epoch_times_s"][1:]))
+    for k in ("train_acc", "val_acc", "test_acc"):
+        assert 0.0 <= r[k] <= 1.0
+    assert np.isfinite(r["final_loss"]) and r["final_loss"] != r["first_epoch_loss"]   # it trained
+    assert isinstance(r["peak_rss_bytes"], int) and isinstance(r["baseline_rss_bytes"], int)
+    assert 0 < r["baseline_rss_bytes"] <= r["peak_rss_bytes"]
+    assert r["config"]["threads"] == 1
+
+
+def test_training_with_dropout_and_library_init_learns(runs):
+    r = runs["pyg_dropout"]
+    assert r["error"] is None, r["error"]
+    assert r["final_loss"] < r["first_epoch_loss"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Failures are reported in the JSON, never estimated
+# ---------------------------------------------------------------------------------------------
+def _shadow(tmp_path: Path, package: str, body: str) -> dict:
+    """Environment whose PYTHONPATH puts a fake `package` ahead of the installed one."""
+    pkg = tmp_path / "shadow" / package
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(body)
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.parametrize("peer,package", [("pyg", "torch_geometric"), ("dgl", "dgl")])
+def test_missing_peer_reports_error(files, tmp_path, peer, package):
+    env = _shadow(tmp_path, package, f"raise ModuleNotFoundError(\"No module named '{package}'\", name='{package}')\n")
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-m", f"morphgen.bench.peers.{peer}", "--data", str(files["dense"]),
+                           "--spec", str(_write_spec(tmp_path, _spec())), "--out", str(out)],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    r = json.loads(out.read_text())
+    assert set(r) == set(RESULT_KEYS)
+    assert f"peer '{peer}' is not available" in r["error"] and package in r["error"]
+    assert r["epoch_times_s"] == [] and r["epoch_time_s"] is None and r["first_epoch_loss"] is None
+
+
+def test_killed_peer_reports_error(files, tmp_path):
+    # What the kernel's OOM killer does: SIGKILL, no chance to write OUT.json (here at `import torch`).
+    env = _shadow(tmp_path, "torch", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    r = run_peer("pyg", files["dense"], _spec(), env=env, timeout_s=300)
+    assert "SIGKILL" in r["error"] and "before writing a result" in r["error"]
+    assert r["epoch_time_s"] is None and r["peak_rss_bytes"] is None
+
+
+def _write_spec(d: Path, spec: dict) -> Path:
+    p = d / "spec.json"
+    p.write_text(json.dumps(spec))
+    return p
+
+
+def test_spec_not_matching_data_names_the_field(files, tmp_path):
+    r = run_peer("pyg", files["dense"], _write_spec(tmp_path, _spec(layers=[F + 1, 4, C])), timeout_s=300)
+    assert "'layers'" in r["error"] and r["epoch_time_s"] is None
+
+
+def test_missing_dataset_key_is_named(tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, edge_index=EDGES, y=np.zeros(N, np.int64), x=np.zeros((N, F), np.float32))
+    r = run_peer("dgl", bad, _spec(), timeout_s=300)
+    assert "missing key 'train_mask'" in r["error"]
+
+
+def test_unknown_peer():
+    r = run_peer("jraph", "nowhere.npz", _spec())
+    assert "unknown peer 'jraph'" in r["error"] and set(r) == set(RESULT_KEYS)
+
+
+@pytest.mark.parametrize("field,value", [("dropout", 1.5), ("epochs", 0), ("layers", [4]), ("threads", "2"),
+                                         ("model", "gat"), ("bias", 1), ("warmup", 4), ("colour", 1)])
+def test_bad_spec_names_the_field(field, value):
+    with pytest.raises(SpecError, match=f"'{field}'"):
+        parse_spec(_spec(**{field: value}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory helpers and the analytic minimum
+# ---------------------------------------------------------------------------------------------
+def test_rss_helpers_see_an_allocation():
+    before = memory.peak_rss_bytes()
+    block = np.ones(64 << 20, dtype=np.uint8)          # 64 MiB, touched
+    assert memory.current_rss_bytes() >= block.nbytes
+    assert memory.vm_hwm_bytes() >= memory.current_rss_bytes() - (1 << 20)
+    assert memory.peak_rss_bytes() >= max(before, block.nbytes)
+
+
+def test_analytic_minimum_by_hand():
+    # N=10, E=30, F=8, hidden [4], C=3: params = 8*4+4 + 4*3+3 = 51
+    parts = memory.analytic_minimum_breakdown(10, 30, 8, [4], 3)
+    assert parts == {
+        "graph": 11 * 8 + 30 * 4 + 10 * 4,
+        "features": 10 * 8 * 4,
+        "labels": 10 * 4 + 10,
+        "parameters": 51 * 4 * 4,
+        "activations": 10 * 4 * (4 + 3),
+        "dropout": 5,                                   # ceil(10*4/8)
+        "workspace": 2 * 10 * 4 * 4,
+    }
+    assert memory.analytic_minimum_bytes(10, 30, 8, [4], 3) == sum(parts.values())
+    sparse = memory.analytic_minimum_breakdown(10, 30, 8, [4], 3, sparse_nnz=12)
+    assert sparse["features"] == 11 * 8 + 12 * 8
+    no_adam = memory.analytic_minimum_breakdown(10, 30, 8, [4], 3, adam=False, dropout=False)
+    assert no_adam["parameters"] == 51 * 4 * 2 and no_adam["dropout"] == 0
+
+
+@pytest.mark.parametrize("args,name", [((0, 1, 1, [2], 2), "N"), ((3, 1, 1, [0], 2), r"widths\[0\]"),
+                                       ((3, 1, 1, [2], 2.5), "classes")])
+def test_analytic_minimum_rejects_bad_arguments(args, name):
+    with pytest.raises(memory.MemoryModelError, match=name):
+        memory.analytic_minimum_bytes(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine limits
+# ---------------------------------------------------------------------------------------------
+def test_stream_kernels_compute_copy_and_triad():
+    from morphgen.bench.machine import load_kernels
+
+    ffi, lib = load_kernels()
+    rng = np.random.default_rng(0)
+    b, c = rng.standard_normal(1001), rng.standard_normal(1001)
+    a = np.zeros(1001)
+    p = lambda v: ffi.cast("double *", ffi.from_buffer(v))   # noqa: E731
+    lib.mg_copy(p(a), p(b), a.size, 2)
+    np.testing.assert_array_equal(a, b)
+    lib.mg_triad(p(a), p(b), p(c), 3.0, a.size, 2)
+    np.testing.assert_allclose(a, b + 3.0 * c, rtol=1e-14, atol=1e-15)   # FMA may round once less
+
+
+def test_sgemm_kernel_matches_numpy():
+    from morphgen.bench.machine import load_kernels
+
+    ffi, lib = load_kernels()
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((7, 5), dtype=np.float32)
+    B = rng.standard_normal((5, 3), dtype=np.float32)
+    Cm = np.zeros((7, 3), dtype=np.float32)
+    t = np.zeros(2)
+    f = lambda v, ty: ffi.cast(ty, ffi.from_buffer(v))   # noqa: E731
+    lib.mg_time_sgemm(7, 3, 5, f(A, "float *"), f(B, "float *"), f(Cm, "float *"), 1, 2, f(t, "double *"))
+    np.testing.assert_allclose(Cm, A @ B, rtol=1e-5, atol=1e-5)
+    assert (t > 0).all()
+
+
+def test_measure_machine_small():
+    from morphgen.bench.machine import MachineError, measure_machine
+
+    m = measure_machine(threads=2, stream_elements=1 << 20, gemm_size=128, reps=2)
+    # Rates only need to be real measurements: the machine may be busy, so no lower bound.
+    assert all(np.isfinite(m[k]) and m[k] > 0 for k in ("copy_gbs", "triad_gbs", "sgemm_gflops"))
+    assert m["threads"] == 2 and m["cores"] >= 1 and m["cpu_model"]
+    with pytest.raises(MachineError, match="threads"):
+        measure_machine(threads=0)
