@@ -188,6 +188,10 @@ class OpenMPEmitter:
         optimizer = self.lower_optimizer()
         loss_buffer = self.ptr(p.loss).replace("m.", "", 1).replace(".data", "")
         logits_buffer = self.ptr(p.logits).replace("m.", "", 1).replace(".data", "")
+        rename = self.share_buffers()
+        forward, backward, optimizer, self.prepare = (
+            [_rename(line, rename) for line in lines] for lines in (forward, backward, optimizer, self.prepare))
+        loss_buffer, logits_buffer = rename.get(loss_buffer, loss_buffer), rename.get(logits_buffer, logits_buffer)
         params = []
         moments = {"adam": 2, "adamw": 2, "sgd": 1 if p.optimizer.momentum else 0}[p.optimizer.kind]
         for i, prm in enumerate(p.params):
@@ -204,6 +208,45 @@ class OpenMPEmitter:
             logits_buffer=logits_buffer, num_classes=self.width(p.logits),
             needs_dense_features=self.needs_dense_features)
         return {"model.cpp": text}
+
+    def share_buffers(self) -> dict:
+        """Let values whose lifetimes do not overlap share one buffer (liveness over the epoch).
+
+        A value lives from the op that defines it to its last reader in forward + backward;
+        weight gradients live until the optimizer step, the loss and logits until the end (they
+        are read after a forward pass), graph constants forever.  Only buffers of identical
+        size are shared, and never between an op's inputs and its output.
+        Returns the renaming buffer name -> shared buffer name.
+        """
+        order = self.p.forward + self.p.backward
+        end = len(order)
+        defined, last_use = {}, {}
+        for i, op in enumerate(order):
+            for v in op.inputs:
+                last_use[v.id] = i
+            if op.output is not None:
+                defined[op.output.id] = i
+        pinned = {v.id for v in self.p.grads.values()} | {self.p.loss.id, self.p.logits.id}
+        pinned |= {op.output.id for op in order if op.opcode == "graph_scalar"}
+        by_id = {b["name"]: b for b in self.buffers}
+        pools: dict = {}                 # numel expression -> [(shared name, free from op index)]
+        rename, shared = {}, []
+        for vid in sorted((int(n[1:]) for n in by_id), key=lambda i: defined.get(i, -1)):
+            name = f"v{vid}"
+            start = defined.get(vid, -1)
+            stop = end + 1 if vid in pinned or start < 0 else last_use.get(vid, start)
+            pool = pools.setdefault(by_id[name]["numel"], [])
+            slot = next((k for k, (_, free) in enumerate(pool) if free < start), None)
+            if slot is None:
+                target = f"b{len(shared)}"
+                shared.append({"name": target, "numel": by_id[name]["numel"], "comment": by_id[name]["comment"]})
+                pool.append((target, stop))
+            else:
+                target = pool[slot][0]
+                pool[slot] = (target, stop)
+            rename[name] = target
+        self.buffers = shared
+        return rename
 
     def lower_optimizer(self) -> list:
         o = self.p.optimizer
@@ -518,6 +561,10 @@ class OpenMPEmitter:
         return self.timed("loss", f"mg::op::cross_entropy_grad({self.ptr(logits)}, m.labels, m.masks[0], "
                           f"m.graph.num_nodes, {self.width(logits)}, {self.ptr(op.output)})",
                           f"8.0 * {self.numel(logits)}")
+
+
+def _rename(line: str, rename: dict) -> str:
+    return re.sub(r"\bm\.(v\d+)\.", lambda mt: f"m.{rename.get(mt.group(1), mt.group(1))}.", line)
 
 
 def sparse_features_supported(program: Program) -> bool:
