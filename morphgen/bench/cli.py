@@ -1,0 +1,238 @@
+"""`morphgen bench MODEL.mp --dataset D [--peers pyg,dgl] [--threads T] [--epochs N] [--out DIR]`.
+
+One run: measure the machine's limits (STREAM copy/triad, sgemm), write the dataset once as a
+canonical .npz, train morphgen and each peer on it in separate processes under one memory cap,
+optionally check first-epoch loss parity, and write bench.json, bench.md and PNG plots to DIR.
+`--sweep edges` hands over to morphgen.bench.sweep. The method is in docs/benchmarking.md.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from morphgen.errors import UserError
+
+from . import harness, report as rep
+
+DEFAULT_EPOCHS = 50
+DEFAULT_WARMUP = 3
+
+
+def parse_peers(text: str) -> tuple:
+    if text.strip().lower() in ("", "none"):
+        return ()
+    peers = tuple(p.strip().lower() for p in text.split(",") if p.strip())
+    for p in peers:
+        if p not in harness.KNOWN_PEERS:
+            raise harness.BenchError(f"--peers: unknown peer '{p}' (known: {', '.join(harness.KNOWN_PEERS)}, or none)")
+    if len(set(peers)) != len(peers):
+        raise harness.BenchError(f"--peers: '{text}' names a peer twice")
+    return peers
+
+
+def add_run_options(p) -> None:
+    """Options shared by `bench`, `sweep-sparsity` and `bench-suite`."""
+    p.add_argument("--threads", type=int, default=None, help="threads for every system (default: all usable cores)")
+    p.add_argument("--seed", type=int, default=0, help="seed of morphgen's initial weights and dropout")
+    p.add_argument("--memory-cap-gib", type=float, default=None,
+                   help="address-space cap of every child process (default: 3/4 of physical memory)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before a child run is abandoned")
+    p.add_argument("--quick-machine", action="store_true",
+                   help="measure machine limits on small arrays (fast, less accurate; for smoke tests)")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="time morphgen against PyG/DGL on one graph (or a sweep)",
+                              description=__doc__.split("\n")[0])
+    p.add_argument("model", help="the .mp program")
+    p.add_argument("--dataset", default="synthetic", help="dataset name, .npz path or synthetic:... spec")
+    p.add_argument("--data-dir", default=None, help="where dataset names are looked up")
+    p.add_argument("--peers", default="pyg,dgl", help="comma-separated peers, or none (default: pyg,dgl)")
+    p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, help="epochs per system (default 50)")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="epochs left out of the median (default 3)")
+    p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
+    p.add_argument("--parity", action="store_true",
+                   help="also check first-epoch loss parity (dropout 0, identical initial weights)")
+    p.add_argument("--peer-features", choices=("auto", "dense", "sparse"), default="auto",
+                   help="input features given to the peers; auto: sparse when morphgen takes its sparse path")
+    p.add_argument("--no-profile", action="store_true", help="do not collect morphgen's per-kernel timers")
+    p.add_argument("--sparsity-threshold", type=float, default=None,
+                   help="passed to morphgen train (default: its calibrated tau = 1 - rho)")
+    p.add_argument("--sweep", choices=("edges",), default=None,
+                   help="edges: synthetic graphs from 2^18 to 2^24 edges (see --sweep-min/--sweep-max)")
+    p.add_argument("--sweep-min", type=int, default=18, help="log2 of the smallest edge count (default 18)")
+    p.add_argument("--sweep-max", type=int, default=24, help="log2 of the largest edge count (default 24)")
+    add_run_options(p)
+    p.set_defaults(handler=run)
+
+
+def check_common(args) -> None:
+    if args.threads is not None and args.threads < 1:
+        raise harness.BenchError(f"--threads: must be >= 1, got {args.threads}")
+    if args.memory_cap_gib is not None and args.memory_cap_gib <= 0:
+        raise harness.BenchError(f"--memory-cap-gib: must be positive, got {args.memory_cap_gib}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise harness.BenchError(f"--timeout: must be positive, got {args.timeout}")
+
+
+def check_args(args) -> None:
+    check_common(args)
+    if args.epochs < 1:
+        raise harness.BenchError(f"--epochs: must be >= 1, got {args.epochs}")
+    if not 0 <= args.warmup < args.epochs:
+        raise harness.BenchError(f"--warmup: must lie in [0, epochs) = [0, {args.epochs}), got {args.warmup}")
+    if not Path(args.model).is_file():
+        raise harness.BenchError(f"model: {args.model}: no such file")
+
+
+def resolve_threads(args) -> int:
+    from .machine import usable_cores
+    return args.threads or usable_cores()
+
+
+def resolve_cap(args) -> float:
+    return args.memory_cap_gib or harness.default_memory_cap_gib()
+
+
+def measure_limits(threads: int, quick: bool) -> dict:
+    """Machine ceilings, or an entry with "error" when the kernels cannot be built or run."""
+    from .machine import measure_machine
+    try:
+        if quick:
+            m = measure_machine(threads, stream_elements=1 << 22, gemm_size=512, reps=3)
+        else:
+            m = measure_machine(threads)
+    except (UserError, RuntimeError, OSError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "threads": threads}
+    m["quick"] = quick
+    return m
+
+
+def command_line(args) -> str:
+    parts = ["morphgen", "bench", args.model]
+    if not args.sweep:
+        parts += ["--dataset", args.dataset]
+    if args.data_dir and not args.sweep:
+        parts += ["--data-dir", args.data_dir]
+    parts += ["--peers", ",".join(parse_peers(args.peers)) or "none", "--threads", str(resolve_threads(args)),
+              "--epochs", str(args.epochs), "--out", args.out]
+    if args.parity:
+        parts.append("--parity")
+    if args.sweep:
+        parts += ["--sweep", args.sweep, "--sweep-min", str(args.sweep_min), "--sweep-max", str(args.sweep_max)]
+    if args.sparsity_threshold is not None:
+        parts += ["--sparsity-threshold", repr(args.sparsity_threshold)]
+    return shlex.join(parts)
+
+
+def peer_sparse_features(choice: str, morphgen_entry: dict, sparsity: float) -> bool:
+    if choice != "auto":
+        return choice == "sparse"
+    path = (morphgen_entry.get("config") or {}).get("feature_path")
+    if path is not None:
+        return path == "sparse"
+    return sparsity >= 0.9            # morphgen failed: fall back to a fixed, documented rule
+
+
+def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: Path, machine: dict) -> dict:
+    """Run every system on prepared data; returns the report dict (not yet written)."""
+    from .memory import analytic_minimum_bytes
+    threads, cap = resolve_threads(args), resolve_cap(args)
+    peers = parse_peers(args.peers)
+    systems = [harness.run_morphgen(args.model, data.path, work, epochs=args.epochs, warmup=args.warmup,
+                                    seed=args.seed, threads=threads, cap_gib=cap, timeout_s=args.timeout,
+                                    profile=not args.no_profile,
+                                    sparsity_threshold=getattr(args, "sparsity_threshold", None))]
+    sparse = peer_sparse_features(args.peer_features, systems[0], data.feature_sparsity)
+    notes = list(shape.notes)
+    if peers and shape.unsupported:
+        for system in peers:
+            entry = harness._empty_system(system)
+            entry["error"] = f"not comparable: {shape.unsupported}"
+            systems.append(entry)
+    for system in peers if not shape.unsupported else ():
+        spec = harness.peer_spec(shape, data, epochs=args.epochs, warmup=args.warmup, threads=threads,
+                                 sparse_features=sparse)
+        systems.append(harness.run_peer_capped(system, data.peer_path, spec, work, cap_gib=cap, timeout_s=args.timeout))
+    rep.add_ratios(systems)
+    widths = shape.resolved_layers(data.num_features, data.num_classes)
+    morphgen_sparse = (systems[0].get("config") or {}).get("feature_path") == "sparse"
+    analytic = analytic_minimum_bytes(data.num_nodes, data.num_edges + data.num_nodes, data.num_features,
+                                      widths[1:-1], data.num_classes,
+                                      sparse_nnz=data.feature_nnz if morphgen_sparse else None,
+                                      dropout=any(p > 0 for p in shape.dropouts))
+    return {
+        "model": str(args.model), "command": command_line(args), "dataset": data.describe(),
+        "threads": threads, "epochs": args.epochs, "warmup": args.warmup, "seed": args.seed,
+        "memory_cap_gib": cap, "peer_features": "sparse" if sparse else "dense",
+        "systems": systems, "machine": machine, "analytic_minimum_bytes": analytic,
+        "kernels": rep.kernel_limits(systems[0].get("profile") or [], machine),
+        "notes": notes,
+    }
+
+
+def run_single(args) -> dict:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    shape = harness.program_shape(args.model)
+    threads = resolve_threads(args)
+    machine = measure_limits(threads, args.quick_machine)
+    with harness.scratch_dir(out) as tmp:
+        work = Path(tmp)
+        data = harness.prepare_dataset(args.dataset, args.data_dir, work, keep=args.parity,
+                                       feature_normalization=shape.feature_normalization)
+        report = bench_one(args, data, shape, work, machine)
+        if args.parity:
+            peers = parse_peers(args.peers)
+            if shape.unsupported:
+                report["parity"] = {"error": f"not comparable: {shape.unsupported}"}
+            else:
+                report["parity"] = harness.parity_check(
+                    args.model, shape, data, peers, work, threads=threads, seed=args.seed,
+                    sparse_features=report["peer_features"] == "sparse", cap_gib=resolve_cap(args),
+                    timeout_s=args.timeout,
+                    sparsity_threshold=(report["systems"][0].get("config") or {}).get("sparsity_threshold",
+                                                                                      args.sparsity_threshold))
+    rep.write_json(report, out / "bench.json")
+    (out / "bench.md").write_text(rep.markdown(report))
+    report["plots"] = [p.name for p in rep.write_plots(report, out)]
+    rep.write_json(report, out / "bench.json")
+    return report
+
+
+def print_summary(report: dict, out: Path) -> None:
+    for s in report["systems"]:
+        if s.get("error"):
+            print(f"{s['system']:<9} failed: {s['error']}")
+        else:
+            ratio = s.get("time_ratio_vs_morphgen")
+            extra = f"  ({ratio:.2f}x morphgen's time)" if ratio else ""
+            print(f"{s['system']:<9} median epoch {s['epoch_time_s'] * 1e3:9.2f} ms  peak RSS "
+                  f"{s['peak_rss_bytes'] / rep.MiB:8.1f} MiB  final loss {s['final_loss']:.4f}  "
+                  f"test acc {s['test_acc']:.3f}{extra}")
+    par = report.get("parity")
+    if par and "peers" in par:
+        for name, row in par["peers"].items():
+            verdict = row["error"] if row.get("error") else (
+                f"|diff| {row['abs_diff']:.2e} {'ok' if row['passed'] else 'EXCEEDS'} {par['tolerance']:g}")
+            print(f"parity {name}: {verdict}")
+    print(f"wrote {out / 'bench.json'}, {out / 'bench.md'} and plots to {out}")
+
+
+def run(args) -> int:
+    check_args(args)
+    parse_peers(args.peers)
+    if args.sweep == "edges":
+        from . import sweep
+        return sweep.run(args)
+    report = run_single(args)
+    print_summary(report, Path(args.out))
+    failed_morphgen = report["systems"][0].get("error") is not None
+    parity_failed = any(r.get("passed") is False for r in (report.get("parity") or {}).get("peers", {}).values())
+    return 1 if failed_morphgen or parity_failed else 0
+
+
+if __name__ == "__main__":
+    from morphgen.cli import main
+    sys.exit(main(["bench", *sys.argv[1:]]))

@@ -1,0 +1,465 @@
+"""Run morphgen and its peers on one graph, each in its own process, and collect their results.
+
+The pieces of one `morphgen bench` run:
+
+* `program_shape` reads the .mp program (front end only, no code generation) and extracts what a
+  peer needs to train the same model: layer widths, dropout, bias, activation, optimizer. A
+  program the peers cannot express (not a plain GCN stack, an optimizer other than Adam) is not
+  silently approximated: `PeerModel.unsupported` says why, and the peers are reported as such.
+* `prepare_dataset` loads the dataset once and writes it as a canonical .npz that *both* morphgen
+  and the peers read, so every system trains on byte-identical arrays.
+* `run_morphgen` / `run_peer_capped` start one child process each. Every child runs under the same
+  address-space cap (RLIMIT_AS, set in the child before exec) so a run that outgrows the machine
+  fails alone instead of taking the machine down; such a failure is reported as
+  "out of memory (cap X GiB)", never estimated.
+* `parity_check` proves the comparison is fair: with dropout 0 and morphgen's own initial weights
+  handed to the peers, the first-epoch losses must agree within `PARITY_TOLERANCE`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from morphgen.errors import UserError
+
+PARITY_TOLERANCE = 1e-4
+GiB = 1 << 30
+KNOWN_PEERS = ("pyg", "dgl")
+
+
+class BenchError(UserError):
+    """Bad input to a benchmark (model, dataset, option); the message names it."""
+
+
+# ----------------------------------------------------------------------------- the program
+@dataclass
+class PeerModel:
+    """What a peer needs to build the same model as a morphgen program."""
+    layers: list                    # widths with symbols: ["F", 32, 32, "C"]
+    dropouts: list                  # dropout on the input of each layer (morphgen's semantics)
+    bias: bool
+    optimizer: str
+    lr: float
+    weight_decay: float
+    epochs: int
+    feature_normalization: Optional[str] = None   # gnn.normalizeFeatures kind, applied for the peers
+    unsupported: Optional[str] = None   # why the peers cannot run this program, or None
+    notes: list = field(default_factory=list)   # semantic differences a reader must know
+
+    @property
+    def hidden_dropout(self) -> float:
+        """The dropout between layers (what the peers apply)."""
+        inner = self.dropouts[1:]
+        return float(inner[0]) if inner else 0.0
+
+    def resolved_layers(self, num_features: int, num_classes: int) -> list:
+        table = {"F": num_features, "C": num_classes}
+        out = []
+        for w in self.layers:
+            if isinstance(w, int):
+                out.append(w)
+            elif w in table:
+                out.append(table[w])
+            else:
+                raise BenchError(f"layer width '{w}': only F and C can be bound from the data")
+        return out
+
+
+def _width(dim):
+    return dim if isinstance(dim, int) else str(dim)
+
+
+def program_shape(model_path) -> PeerModel:
+    """Walk the forward IR of a program and recognise a GCN stack, layer by layer.
+
+    A layer is [dropout] linear aggregate(sum, gcn norm, self loops) [bias_add] [relu]; the last
+    layer has no activation and feeds cross_entropy.
+    """
+    from morphgen.frontend import compile_file
+    path = Path(model_path)
+    if not path.is_file():
+        raise BenchError(f"model: {path}: no such file")
+    program = compile_file(str(path))
+    ops = list(program.forward)
+    layers, dropouts, biases = [], [], []
+    problems = []
+    i = 0
+    features = program.inputs.get("features")
+    if features is not None:
+        layers.append(_width(features.width))
+    while i < len(ops) and ops[i].opcode != "cross_entropy":
+        p = 0.0
+        if ops[i].opcode == "dropout":
+            p = float(ops[i].attrs.get("p", 0.0))
+            i += 1
+        seq = [op.opcode for op in ops[i:i + 2]]
+        if seq != ["linear", "aggregate"]:
+            problems.append(f"layer {len(dropouts)}: ops {seq} are not a GCN layer (linear, aggregate)")
+            break
+        agg = ops[i + 1].attrs
+        if agg.get("reduce") != "sum" or agg.get("norm") != "gcn" or not agg.get("self_loops"):
+            problems.append(f"layer {len(dropouts)}: aggregation {agg} is not GCN's normalised sum with self loops")
+        layers.append(_width(ops[i].output.width))
+        dropouts.append(p)
+        i += 2
+        has_bias = i < len(ops) and ops[i].opcode == "bias_add"
+        biases.append(has_bias)
+        i += has_bias
+        if i < len(ops) and ops[i].opcode == "relu":
+            i += 1
+            if i < len(ops) and ops[i].opcode == "cross_entropy":
+                problems.append(f"layer {len(dropouts) - 1}: the last layer has an activation; the peers apply none")
+        elif i < len(ops) and ops[i].opcode != "cross_entropy":
+            problems.append(f"layer {len(dropouts) - 1}: activation '{ops[i].opcode}' (the peers use relu)")
+            break
+    if not dropouts:
+        problems.append("no GCN layers found")
+    if dropouts and len(set(biases)) > 1:
+        problems.append("some layers have a bias and some do not")
+    if len(set(dropouts[1:])) > 1:
+        problems.append(f"dropout differs between hidden layers ({dropouts[1:]}); the peers use one rate")
+    opt = program.optimizer
+    if opt.kind != "adam":
+        problems.append(f"optimizer '{opt.kind}' (the peers run torch Adam with L2 weight decay)")
+    notes = []
+    if dropouts and dropouts[0] > 0:
+        notes.append(f"morphgen applies dropout {dropouts[0]} to the input features (as Kipf & Welling); "
+                     "the peers apply dropout only between layers, so morphgen does slightly more work "
+                     "per epoch and the parity check (dropout 0) is unaffected")
+    norm = getattr(program, "feature_normalization", None)
+    if norm is not None:
+        notes.append(f"the program normalises its input features ('{norm}'); the peers receive the features "
+                     "already normalised by morphgen's own function, outside their timed epochs")
+    return PeerModel(layers=layers, dropouts=dropouts, bias=bool(biases and biases[0]), optimizer=opt.kind,
+                     lr=float(opt.lr), weight_decay=float(opt.weight_decay), epochs=int(program.epochs),
+                     feature_normalization=getattr(program, "feature_normalization", None),
+                     unsupported="; ".join(problems) or None, notes=notes)
+
+
+_DROPOUT_ARG = re.compile(r"(\bdropout\s*=\s*)([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+
+
+def without_dropout(model_path, out_dir) -> Path:
+    """A copy of the program with every `dropout = p` argument set to 0 (for the parity check only)."""
+    text = Path(model_path).read_text()
+    out = Path(out_dir) / (Path(model_path).stem + "_nodropout.mp")
+    out.write_text(_DROPOUT_ARG.sub(lambda m: m.group(1) + "0.0", text))
+    return out
+
+
+# ----------------------------------------------------------------------------- the data
+@dataclass
+class PreparedData:
+    path: Path                 # canonical .npz morphgen reads (it applies the program's preprocessing)
+    peer_path: Path            # the same data with that preprocessing already applied, for the peers
+    name: str
+    num_nodes: int
+    num_edges: int
+    num_features: int
+    num_classes: int
+    feature_sparsity: float
+    feature_nnz: int
+    dataset: object = None     # the loaded morphgen.data.Dataset (kept for the parity check)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "nodes": self.num_nodes, "edges": self.num_edges,
+                "features": self.num_features, "classes": self.num_classes,
+                "feature_sparsity": self.feature_sparsity, "feature_nnz": self.feature_nnz}
+
+
+def dataset_label(spec: str) -> str:
+    if spec.startswith("synthetic"):
+        return "synthetic"
+    return Path(spec).stem or spec
+
+
+def prepare_dataset(spec: str, data_dir, out_dir, keep: bool = False,
+                    feature_normalization: Optional[str] = None) -> PreparedData:
+    """Write the dataset once for morphgen and, when the program normalises its input features
+    (gnn.normalizeFeatures), once more with morphgen's own normalisation applied for the peers,
+    so both sides train on identical numbers without the peers re-implementing it."""
+    from morphgen.data import DataError, load_dataset, save_npz
+    try:
+        ds = load_dataset(spec, data_dir=data_dir)
+    except DataError as exc:
+        raise BenchError(f"--dataset {spec}: {exc}") from None
+    if ds.features is None:
+        raise BenchError(f"--dataset {spec}: featureless datasets cannot be given to the peers")
+    unlabelled = ds.labels < 0
+    in_split = ds.train_mask | ds.val_mask | ds.test_mask
+    if np.any(unlabelled & in_split):
+        raise BenchError(f"--dataset {spec}: node {int(np.flatnonzero(unlabelled & in_split)[0])} has "
+                         f"label -1 but lies in a train/val/test split")
+    path = Path(out_dir) / f"{dataset_label(spec)}.npz"
+    save_npz(ds, path, compressed=False)
+    peer_path = path
+    peer_ds = ds
+    if feature_normalization is not None:
+        from morphgen.api import normalize_features
+        peer_ds = normalize_features(peer_ds, feature_normalization)
+    if unlabelled.any():
+        # The peer runners need a class for every node. Unlabelled nodes are in no split, so loss
+        # and accuracy never read their label: class 0 changes nothing that is measured.
+        import dataclasses
+        peer_ds = dataclasses.replace(peer_ds, labels=np.where(unlabelled, 0, ds.labels))
+    if peer_ds is not ds:
+        peer_path = Path(out_dir) / f"{dataset_label(spec)}_peers.npz"
+        save_npz(peer_ds, peer_path, compressed=False)
+    return PreparedData(path=path, peer_path=peer_path, name=dataset_label(spec), num_nodes=ds.num_nodes, num_edges=ds.num_edges,
+                        num_features=ds.num_features, num_classes=ds.num_classes,
+                        feature_sparsity=float(ds.feature_sparsity), feature_nnz=int(ds.feature_nnz),
+                        dataset=ds if keep else None)
+
+
+# ----------------------------------------------------------------------------- child processes
+def default_memory_cap_gib() -> float:
+    """Three quarters of physical memory: the rest stays for the OS and the harness itself."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        return round(0.75 * pages * size / GiB, 1)
+    except (ValueError, OSError):
+        return 16.0
+
+
+def _cap_preexec(cap_gib: Optional[float]):
+    if not cap_gib:
+        return None
+    limit = int(cap_gib * GiB)
+
+    def apply():                      # runs in the child between fork and exec
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
+
+
+_OOM_HINTS = ("out of memory", "memoryerror", "bad_alloc", "cannot allocate memory",
+              "can't allocate memory", "failed to allocate", "std::bad_alloc",
+              "failed to map segment")          # the dynamic loader hitting RLIMIT_AS
+
+
+def _looks_like_oom(text: str, returncode: int) -> bool:
+    low = text.lower()
+    return any(h in low for h in _OOM_HINTS) or returncode in (-signal.SIGKILL, -signal.SIGABRT,
+                                                               -signal.SIGSEGV)
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+@dataclass
+class ChildRun:
+    returncode: int
+    stderr: str
+    result: Optional[dict]
+
+
+def run_child(cmd: Sequence[str], out_json: Path, cap_gib: Optional[float], timeout_s: Optional[float],
+              env: Optional[dict] = None) -> ChildRun:
+    """Run one system in a fresh process under the memory cap; read the JSON it wrote, if any."""
+    if out_json.exists():
+        out_json.unlink()              # never read a stale result
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s,
+                              preexec_fn=_cap_preexec(cap_gib), env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        return ChildRun(-1, f"timed out after {timeout_s} s", None)
+    result = None
+    if out_json.exists():
+        try:
+            result = json.loads(out_json.read_text())
+        except json.JSONDecodeError:
+            result = None
+    return ChildRun(proc.returncode, proc.stderr or "", result)
+
+
+def failure_message(run: ChildRun, cap_gib: Optional[float], reported: Optional[str] = None) -> str:
+    """One line saying why a run produced no measurement; OOM under the cap is named as such."""
+    tail = " | ".join(run.stderr.strip().splitlines()[-3:])
+    detail = reported or (f"process {_describe_exit(run.returncode)}" + (f": {tail}" if tail else ""))
+    if run.stderr.startswith("timed out"):
+        return run.stderr
+    if cap_gib and _looks_like_oom(f"{detail} {tail}", run.returncode):
+        return f"out of memory (cap {cap_gib:g} GiB): {detail}"
+    return detail
+
+
+def median_after_warmup(times: Sequence[float], warmup: int) -> Optional[float]:
+    timed = list(times)[warmup:] or list(times)
+    return float(statistics.median(timed)) if timed else None
+
+
+SYSTEM_KEYS = ("system", "config", "epoch_time_s", "epoch_times_s", "compile_seconds", "peak_rss_bytes",
+               "baseline_rss_bytes", "first_epoch_loss", "final_loss", "train_acc", "val_acc", "test_acc",
+               "error")
+
+
+def _empty_system(system: str) -> dict:
+    return {k: None for k in SYSTEM_KEYS} | {"system": system, "config": {}, "epoch_times_s": []}
+
+
+def morphgen_command(model, data_path, epochs, seed, threads, json_out, profile=True,
+                     sparsity_threshold=None) -> list:
+    cmd = [sys.executable, "-m", "morphgen", "train", str(model), "--dataset", str(data_path),
+           "--epochs", str(epochs), "--seed", str(seed), "--threads", str(threads),
+           "--json", str(json_out), "--quiet"]
+    if profile:
+        cmd.append("--profile")
+    if sparsity_threshold is not None:
+        cmd += ["--sparsity-threshold", repr(float(sparsity_threshold))]
+    return cmd
+
+
+def run_morphgen(model, data_path, work_dir, *, epochs: int, warmup: int, seed: int, threads: int,
+                 cap_gib: Optional[float], timeout_s: Optional[float], profile: bool = True,
+                 sparsity_threshold: Optional[float] = None, tag: str = "morphgen") -> dict:
+    """`morphgen train` in its own process; returns a system entry (see SYSTEM_KEYS)."""
+    out = Path(work_dir) / f"{tag}.json"
+    cmd = morphgen_command(model, data_path, epochs, seed, threads, out, profile, sparsity_threshold)
+    run = run_child(cmd, out, cap_gib, timeout_s)
+    entry = _empty_system("morphgen")
+    if run.returncode != 0 or run.result is None:
+        entry["error"] = failure_message(run, cap_gib)
+        return entry
+    r = run.result
+    times = [float(t) for t in r.get("epoch_times_s", [])]
+    history = r.get("history") or []
+    entry.update({
+        "config": {"backend": r.get("backend"), "feature_path": r.get("feature_path"),
+                   "feature_sparsity": r.get("feature_sparsity"),
+                   "sparsity_threshold": r.get("sparsity_threshold"), "threads": r.get("threads"),
+                   "adjacency": "CSR (generated kernels)", "profiled": bool(profile)},
+        "epoch_times_s": times, "epoch_time_s": median_after_warmup(times, warmup),
+        "compile_seconds": r.get("compile_seconds"), "peak_rss_bytes": r.get("peak_rss_bytes"),
+        "allocated_bytes": r.get("allocated_bytes"),
+        "first_epoch_loss": history[0].get("loss") if history else None,
+        "final_loss": r.get("final_loss"), "train_acc": r.get("train_acc"), "val_acc": r.get("val_acc"),
+        "test_acc": r.get("test_acc"),
+    })
+    if "profile" in r:
+        entry["profile"] = r["profile"]
+    return entry
+
+
+def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int, threads: int,
+              sparse_features: bool, dropout: Optional[float] = None, init_weights=None) -> dict:
+    spec = {"model": "gcn", "layers": shape.resolved_layers(data.num_features, data.num_classes),
+            "dropout": shape.hidden_dropout if dropout is None else dropout, "lr": shape.lr,
+            "weight_decay": shape.weight_decay, "epochs": epochs, "warmup": min(warmup, epochs - 1),
+            "threads": threads, "bias": shape.bias, "self_loops": True,
+            "sparse_features": bool(sparse_features)}
+    if init_weights is not None:
+        spec["init_weights"] = str(init_weights)
+    return spec
+
+
+def run_peer_capped(system: str, data_path, spec: dict, work_dir, *, cap_gib: Optional[float],
+                    timeout_s: Optional[float], tag: Optional[str] = None) -> dict:
+    """One peer runner (`python -m morphgen.bench.peers.<system>`) in its own capped process."""
+    tag = tag or system
+    spec_path = Path(work_dir) / f"{tag}.spec.json"
+    spec_path.write_text(json.dumps(spec, indent=2) + "\n")
+    out = Path(work_dir) / f"{tag}.json"
+    cmd = [sys.executable, "-m", f"morphgen.bench.peers.{system}", "--data", str(data_path),
+           "--spec", str(spec_path), "--out", str(out)]
+    run = run_child(cmd, out, cap_gib, timeout_s)
+    entry = _empty_system(system)
+    r = run.result
+    if r is None:
+        entry["error"] = failure_message(run, cap_gib)
+        return entry
+    for k in SYSTEM_KEYS:
+        if k in r:
+            entry[k] = r[k]
+    if r.get("error"):
+        entry["error"] = failure_message(run, cap_gib, reported=r["error"])
+        for k in ("epoch_time_s", "first_epoch_loss", "final_loss", "train_acc", "val_acc", "test_acc"):
+            entry[k] = None                     # a failed run reports nothing measured
+        entry["epoch_times_s"] = []
+    else:
+        entry["epoch_time_s"] = median_after_warmup(entry["epoch_times_s"], spec["warmup"])
+    return entry
+
+
+# ----------------------------------------------------------------------------- parity
+def morphgen_initial_weights(model_path, dataset, threads: int, seed: int,
+                             sparsity_threshold: Optional[float] = None):
+    """Bind the program to the data and read its initial parameters and first-epoch loss.
+
+    Returns (params: name -> flat float32 array, first_epoch_loss). Imported lazily: the backend
+    is only needed here.
+    """
+    from morphgen.api import CompiledModel
+    model = CompiledModel(model_path, threads=threads, seed=seed,
+                          sparsity_threshold=sparsity_threshold).bind(dataset)
+    params = {k: np.array(v, dtype=np.float32, copy=True) for k, v in model.get_params().items()}
+    loss = float(model.session.train_epoch())
+    return params, loss
+
+
+def write_init_weights(params: dict, dims: Sequence[int], bias: bool, path) -> Path:
+    """Reshape morphgen's flat parameters into the peers' layer{i}.W [in, out] / layer{i}.b [out]."""
+    arrays = {}
+    for i in range(len(dims) - 1):
+        w = params.get(f"layer{i}.W")
+        if w is None:
+            raise BenchError(f"parity: morphgen has no parameter 'layer{i}.W' (has {sorted(params)})")
+        if w.size != dims[i] * dims[i + 1]:
+            raise BenchError(f"parity: 'layer{i}.W' has {w.size} values, expected {dims[i]}x{dims[i + 1]}")
+        arrays[f"layer{i}.W"] = w.reshape(dims[i], dims[i + 1])
+        if bias:
+            b = params.get(f"layer{i}.b")
+            if b is None or b.size != dims[i + 1]:
+                raise BenchError(f"parity: 'layer{i}.b' missing or not of size {dims[i + 1]}")
+            arrays[f"layer{i}.b"] = b.reshape(dims[i + 1])
+    np.savez(path, **arrays)
+    return Path(path)
+
+
+def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequence[str], work_dir, *,
+                 threads: int, seed: int, sparse_features: bool, cap_gib: Optional[float],
+                 timeout_s: Optional[float], sparsity_threshold: Optional[float] = None) -> dict:
+    """First-epoch loss of morphgen and of each peer from identical weights, dropout 0."""
+    if data.dataset is None:
+        raise BenchError("parity: the dataset was not kept in memory")
+    work = Path(work_dir)
+    plain = without_dropout(model_path, work)
+    # Same feature path as the timed run: the threshold it reported is passed on.
+    params, m_loss = morphgen_initial_weights(plain, data.dataset, threads, seed, sparsity_threshold)
+    dims = shape.resolved_layers(data.num_features, data.num_classes)
+    init = write_init_weights(params, dims, shape.bias, work / "parity_init.npz")
+    report = {"tolerance": PARITY_TOLERANCE, "morphgen_first_epoch_loss": m_loss,
+              "program": str(plain), "peers": {}}
+    for system in peers:
+        spec = peer_spec(shape, data, epochs=1, warmup=0, threads=threads, sparse_features=sparse_features,
+                         dropout=0.0, init_weights=init)
+        r = run_peer_capped(system, data.peer_path, spec, work, cap_gib=cap_gib, timeout_s=timeout_s,
+                            tag=f"parity_{system}")
+        row = {"first_epoch_loss": r.get("first_epoch_loss"), "error": r.get("error")}
+        if r.get("error") is None and r.get("first_epoch_loss") is not None:
+            diff = abs(float(r["first_epoch_loss"]) - m_loss)
+            row.update(abs_diff=diff, passed=diff <= PARITY_TOLERANCE)
+        else:
+            row.update(abs_diff=None, passed=None)
+        report["peers"][system] = row
+    return report
+
+
+def scratch_dir(parent=None) -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="morphgen-bench-", dir=parent)

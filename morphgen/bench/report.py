@@ -1,0 +1,217 @@
+"""Turn benchmark results into bench.json, a markdown table and PNG plots.
+
+Nothing here measures or estimates: a system that failed keeps its error and shows as "failed"
+in every table and plot. Ratios are peer / morphgen, so a ratio above 1 means morphgen is faster
+(or smaller).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional, Sequence
+
+MiB = float(1 << 20)
+# The configuration keys shown in the table; the full configuration is listed under it.
+TABLE_CONFIG_KEYS = ("feature_path", "adjacency", "features")
+
+
+def _ok(entry: dict) -> bool:
+    return entry.get("error") is None and entry.get("epoch_time_s") is not None
+
+
+def add_ratios(systems: list) -> None:
+    """Each peer gets time_ratio and memory_ratio against morphgen (None when either failed)."""
+    base = next((s for s in systems if s["system"] == "morphgen"), None)
+    for s in systems:
+        if s["system"] == "morphgen":
+            continue
+        both = base is not None and _ok(base) and _ok(s)
+        s["time_ratio_vs_morphgen"] = s["epoch_time_s"] / base["epoch_time_s"] if both else None
+        s["memory_ratio_vs_morphgen"] = (s["peak_rss_bytes"] / base["peak_rss_bytes"]
+                                         if both and s.get("peak_rss_bytes") and base.get("peak_rss_bytes")
+                                         else None)
+
+
+def kernel_limits(profile: Sequence[dict], machine: dict) -> list:
+    """Per-kernel achieved GB/s and GFLOP/s, and the fraction of the ceiling that binds it.
+
+    A kernel whose arithmetic intensity (flops per byte) is below the machine balance
+    (sgemm GFLOP/s / triad GB/s) is bandwidth-bound and compared with triad; otherwise with sgemm.
+    """
+    triad, sgemm = machine.get("triad_gbs"), machine.get("sgemm_gflops")
+    balance = sgemm / triad if triad and sgemm else None
+    rows = []
+    for k in profile or []:
+        secs = float(k.get("seconds") or 0.0)
+        if not k.get("calls") or secs <= 0:
+            continue
+        gbs = float(k.get("bytes") or 0) / secs / 1e9
+        gflops = float(k.get("flops") or 0) / secs / 1e9
+        intensity = (float(k.get("flops") or 0) / float(k["bytes"])) if k.get("bytes") else math.inf
+        bound = "memory" if balance is None or intensity < balance else "compute"
+        frac = (gbs / triad if bound == "memory" and triad else gflops / sgemm if sgemm else None)
+        rows.append({"kernel": k["kernel"], "calls": k["calls"], "seconds": secs, "gb_per_s": gbs,
+                     "gflop_per_s": gflops, "bound": bound, "fraction_of_limit": frac})
+    rows.sort(key=lambda r: -r["seconds"])
+    return rows
+
+
+def write_json(report: dict, path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def _fmt(v, spec: str, scale: float = 1.0, none: str = "–") -> str:
+    if v is None:
+        return none
+    return format(v * scale, spec)
+
+
+def systems_table(systems: Sequence[dict], analytic_bytes: Optional[int]) -> list:
+    lines = ["| system | configuration | median epoch (ms) | peer/morphgen time | compile (s) | "
+             "peak RSS (MiB) | peak / analytic min | first loss | final loss | test acc |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in systems:
+        cfg = ", ".join(f"{k}={v}" for k, v in (s.get("config") or {}).items()
+                        if v is not None and k in TABLE_CONFIG_KEYS)
+        if s.get("error"):
+            lines.append(f"| {s['system']} | {cfg} | failed: {s['error']} | | | | | | | |")
+            continue
+        mem_ratio = (s["peak_rss_bytes"] / analytic_bytes if analytic_bytes and s.get("peak_rss_bytes") else None)
+        lines.append(
+            f"| {s['system']} | {cfg} | {_fmt(s.get('epoch_time_s'), '.2f', 1e3)} | "
+            f"{_fmt(s.get('time_ratio_vs_morphgen'), '.2f')} | {_fmt(s.get('compile_seconds'), '.2f')} | "
+            f"{_fmt(s.get('peak_rss_bytes'), '.1f', 1 / MiB)} | {_fmt(mem_ratio, '.2f')} | "
+            f"{_fmt(s.get('first_epoch_loss'), '.4f')} | {_fmt(s.get('final_loss'), '.4f')} | "
+            f"{_fmt(s.get('test_acc'), '.3f')} |")
+    return lines
+
+
+def markdown(report: dict) -> str:
+    d, m = report["dataset"], report["machine"]
+    out = [f"# morphgen bench: {Path(report['model']).name} on {d['name']}", "",
+           f"Command: `{report['command']}`", "",
+           f"Graph: {d['nodes']:,} nodes, {d['edges']:,} edges, {d['features']} features "
+           f"(sparsity {d['feature_sparsity']:.4f}), {d['classes']} classes. "
+           f"{report['threads']} threads, {report['epochs']} epochs, median over epochs after "
+           f"{report['warmup']} warm-up epochs; compile time excluded and reported apart. "
+           f"Memory cap per process: {report['memory_cap_gib']} GiB.", ""]
+    out += systems_table(report["systems"], report.get("analytic_minimum_bytes"))
+    out += ["", "Configurations:", ""]
+    for s in report["systems"]:
+        cfg = "; ".join(f"{k}: {v}" for k, v in (s.get("config") or {}).items() if v is not None)
+        out.append(f"- {s['system']}: {cfg or 'not reported'}")
+    out += ["", f"Analytic minimum memory (morphgen.bench.memory): "
+                f"{_fmt(report.get('analytic_minimum_bytes'), '.1f', 1 / MiB)} MiB.", ""]
+    if m.get("error"):
+        out += [f"Machine limits: not measured ({m['error']}).", ""]
+    else:
+        quick = " (quick measurement on small arrays: indicative only)" if m.get("quick") else ""
+        out += [f"Machine ({m.get('cpu_model')}, {m.get('threads')} threads): STREAM copy "
+                f"{m['copy_gbs']:.2f} GB/s, triad {m['triad_gbs']:.2f} GB/s, sgemm {m['sgemm_gflops']:.1f} GFLOP/s"
+                f"{quick}.", ""]
+    if report.get("kernels"):
+        out += ["| kernel | calls | seconds | GB/s | GFLOP/s | bound | % of limit |",
+                "|---|---:|---:|---:|---:|---|---:|"]
+        for k in report["kernels"]:
+            out.append(f"| {k['kernel']} | {k['calls']} | {k['seconds']:.4f} | {k['gb_per_s']:.2f} | "
+                       f"{k['gflop_per_s']:.2f} | {k['bound']} | {_fmt(k['fraction_of_limit'], '.1f', 100)} |")
+        out.append("")
+    par = report.get("parity")
+    if par:
+        out += [f"Parity (dropout 0, morphgen's initial weights given to every peer; tolerance "
+                f"{par['tolerance']:g}): morphgen first-epoch loss {par['morphgen_first_epoch_loss']:.6f}.", "",
+                "| peer | first-epoch loss | abs diff | within tolerance |", "|---|---:|---:|---|"]
+        for name, row in par["peers"].items():
+            if row.get("error"):
+                out.append(f"| {name} | failed: {row['error']} | | |")
+            else:
+                out.append(f"| {name} | {row['first_epoch_loss']:.6f} | {row['abs_diff']:.2e} | "
+                           f"{'yes' if row['passed'] else 'NO'} |")
+        out.append("")
+    for note in report.get("notes", []):
+        out.append(f"- {note}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ----------------------------------------------------------------------------- plots
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _bar_plot(systems, key, scale, ylabel, title, path, hline=None, hline_label=None) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    names = [s["system"] for s in systems]
+    vals = [(s.get(key) or 0) * scale if not s.get("error") else 0 for s in systems]
+    bars = ax.bar(names, vals, color=["#1f77b4" if n == "morphgen" else "#999999" for n in names])
+    top = max(vals + [hline * scale if hline else 0]) or 1.0
+    for bar, s in zip(bars, systems):
+        label = "failed" if s.get("error") else f"{bar.get_height():.3g}"
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.01 * top, label,
+                ha="center", va="bottom", fontsize=8, color="red" if s.get("error") else "black")
+    if hline:
+        ax.axhline(hline * scale, color="green", linestyle="--", label=hline_label)
+        ax.legend(fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def write_plots(report: dict, out_dir) -> list:
+    out_dir = Path(out_dir)
+    title = f"{Path(report['model']).name} on {report['dataset']['name']}, {report['threads']} threads"
+    return [
+        _bar_plot(report["systems"], "epoch_time_s", 1e3, "median epoch time (ms)", title,
+                  out_dir / "epoch_time.png"),
+        _bar_plot(report["systems"], "peak_rss_bytes", 1 / MiB, "peak RSS (MiB)", title,
+                  out_dir / "peak_memory.png", hline=report.get("analytic_minimum_bytes"),
+                  hline_label="analytic minimum"),
+    ]
+
+
+def line_plot(series: dict, xlabel: str, ylabel: str, title: str, path, failures: Optional[dict] = None,
+              xbase: Optional[int] = 2, ylog: bool = True, vline: Optional[float] = None,
+              vline_label: str = "", hline: Optional[float] = None) -> Path:
+    """series: name -> (xs, ys); log axes (x in base `xbase`, None for linear); failures: name -> [(x, message)] drawn as red crosses at the axis."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, (xs, ys) in series.items():
+        if xs:
+            ax.plot(xs, ys, marker="o", label=name)
+    if xbase:
+        ax.set_xscale("log", base=xbase)
+    if ylog:
+        ax.set_yscale("log")
+    if hline is not None:
+        ax.axhline(hline, color="black", linewidth=0.8)
+    for name, fails in (failures or {}).items():
+        for x, msg in fails:
+            ax.axvline(x, color="red", alpha=0.15)
+            ax.annotate(f"{name}: {msg[:28]}", (x, 0.02), xycoords=("data", "axes fraction"),
+                        rotation=90, fontsize=6, color="red", va="bottom")
+    if vline is not None:
+        ax.axvline(vline, color="green", linestyle="--", label=vline_label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

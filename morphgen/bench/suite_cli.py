@@ -1,0 +1,254 @@
+"""`morphgen bench-suite` (what `make bench` runs): the CPU suite of the paper, on what we have.
+
+examples/gcn3.mp on the real cora and citeseer graphs and on synthetic graphs shaped like the
+paper's larger datasets (same node count, edge count, feature width, feature sparsity and class
+count, planted-community structure). Reddit, ogbn-products and AmazonProducts are scaled down so
+that every system fits in this machine's 24 GiB: nodes and edges are divided by the factor in
+SUITE (average degree and feature width unchanged). Each graph is one `morphgen bench` run with
+the parity check; the suite table, plots and command are written into the docs file between the
+markers BEGIN_MARK and END_MARK (everything outside them is left untouched).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from morphgen.errors import UserError
+
+from . import cli as bench_cli, harness, report as rep
+
+BEGIN_MARK = "<!-- bench-suite:begin -->"
+END_MARK = "<!-- bench-suite:end -->"
+
+
+@dataclass(frozen=True)
+class SuiteGraph:
+    name: str
+    dataset: str                 # a dataset name (looked up in --data-dir) or a synthetic spec
+    shape_of: str                # what it stands for, with the scaling
+    scale: int = 1               # nodes and edges divided by this
+
+
+def _syn(nodes, edges, features, classes, sparsity=0.0, scale=1):
+    n, e = nodes // scale, edges // scale
+    return (f"synthetic:nodes={n},edges={e},features={features},classes={classes},sparsity={sparsity},"
+            f"seed=0")
+
+
+SUITE = (
+    SuiteGraph("cora", "cora", "Cora (real)"),
+    SuiteGraph("citeseer", "citeseer", "CiteSeer (real)"),
+    SuiteGraph("flickr-like", _syn(89_250, 899_756, 500, 7), "Flickr: 89,250 nodes, 899,756 edges, 500 features"),
+    SuiteGraph("arxiv-like", _syn(169_343, 1_166_243, 128, 40),
+               "ogbn-arxiv: 169,343 nodes, 1,166,243 edges, 128 features"),
+    SuiteGraph("nell-like", _syn(65_755, 251_550, 61_278, 186, sparsity=0.992),
+               "NELL: 65,755 nodes, 251,550 edges, 61,278 features at 99.2% sparsity"),
+    SuiteGraph("reddit-1/8", _syn(232_965, 114_615_892, 602, 41, scale=8),
+               "Reddit (232,965 nodes, 114,615,892 edges, 602 features) / 8", 8),
+    SuiteGraph("products-1/8", _syn(2_449_029, 61_859_140, 100, 47, scale=8),
+               "ogbn-products (2,449,029 nodes, 61,859,140 edges, 100 features) / 8", 8),
+    SuiteGraph("amazon-1/16", _syn(1_569_960, 264_339_468, 200, 107, scale=16),
+               "AmazonProducts (1,569,960 nodes, 264,339,468 edges, 200 features) / 16", 16),
+)
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench-suite", help="the CPU benchmark suite; refreshes docs/benchmarks.md",
+                              description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="examples/gcn3.mp", help="program (default examples/gcn3.mp)")
+    p.add_argument("--data-dir", default="../shared/datasets", help="where cora/citeseer are (default ../shared/datasets)")
+    p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
+    p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to refresh (default docs/benchmarks.md)")
+    p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(g.name for g in SUITE)}")
+    p.add_argument("--peers", default="pyg,dgl", help="peers (default pyg,dgl; none for morphgen only)")
+    p.add_argument("--epochs", type=int, default=50, help="epochs per system (default 50)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--no-parity", action="store_true", help="skip the first-epoch loss parity check")
+    p.add_argument("--sparsity-threshold", type=float, default=None, help="passed to morphgen train")
+    bench_cli.add_run_options(p)
+    p.set_defaults(handler=run)
+
+
+def select(only: Optional[str]) -> list:
+    if not only:
+        return list(SUITE)
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    known = {g.name: g for g in SUITE}
+    for n in names:
+        if n not in known:
+            raise harness.BenchError(f"--only: unknown graph '{n}' (known: {', '.join(known)})")
+    return [known[n] for n in names]
+
+
+def bench_args(args, graph: SuiteGraph, out: Path) -> argparse.Namespace:
+    return argparse.Namespace(
+        model=args.model, dataset=graph.dataset, data_dir=args.data_dir, peers=args.peers, epochs=args.epochs,
+        warmup=args.warmup, out=str(out), parity=not args.no_parity, peer_features="auto", no_profile=False,
+        sparsity_threshold=args.sparsity_threshold, sweep=None, threads=args.threads, seed=args.seed,
+        memory_cap_gib=args.memory_cap_gib, timeout=args.timeout, quick_machine=args.quick_machine)
+
+
+def run_graph(args, graph: SuiteGraph, out: Path) -> dict:
+    """One suite row: the bench report, or an entry with the error that stopped it."""
+    try:
+        return bench_cli.run_single(bench_args(args, graph, out))
+    except UserError as exc:          # e.g. cora not found: the rest of the suite still runs
+        return {"error": str(exc)}
+
+
+def _system(report: dict, name: str) -> Optional[dict]:
+    return next((s for s in report.get("systems", []) if s["system"] == name), None)
+
+
+def _cell_ms(s) -> str:
+    if s is None:
+        return "–"
+    if s.get("error"):
+        return f"failed: {s['error'][:60]}"
+    return f"{s['epoch_time_s'] * 1e3:.1f}"
+
+
+def _cell_mib(s) -> str:
+    if s is None or s.get("error") or not s.get("peak_rss_bytes"):
+        return "–"
+    return f"{s['peak_rss_bytes'] / rep.MiB:.0f}"
+
+
+def suite_table(rows: list, peers: tuple) -> list:
+    head = ["graph", "stands for", "nodes", "edges", "F", "sparsity", "morphgen ms"]
+    head += [f"{p} ms" for p in peers] + [f"{p}/morphgen" for p in peers]
+    head += ["morphgen MiB"] + [f"{p} MiB" for p in peers] + ["analytic min MiB", "parity max abs diff"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for graph, r in rows:
+        if r.get("error"):
+            lines.append(f"| {graph.name} | {graph.shape_of} | failed: {r['error']} |" + " |" * (len(head) - 3))
+            continue
+        d = r["dataset"]
+        cells = [graph.name, graph.shape_of, f"{d['nodes']:,}", f"{d['edges']:,}", str(d["features"]),
+                 f"{d['feature_sparsity']:.3f}", _cell_ms(_system(r, "morphgen"))]
+        cells += [_cell_ms(_system(r, p)) for p in peers]
+        cells += [(f"{s['time_ratio_vs_morphgen']:.2f}" if s and s.get("time_ratio_vs_morphgen") else "–")
+                  for s in (_system(r, p) for p in peers)]
+        cells += [_cell_mib(_system(r, "morphgen"))] + [_cell_mib(_system(r, p)) for p in peers]
+        cells.append(f"{r['analytic_minimum_bytes'] / rep.MiB:.0f}")
+        diffs = [row.get("abs_diff") for row in (r.get("parity") or {}).get("peers", {}).values()]
+        diffs = [x for x in diffs if x is not None]
+        cells.append(f"{max(diffs):.1e}" if diffs else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def suite_plots(rows: list, peers: tuple, out: Path) -> list:
+    plt = rep._pyplot()
+    paths = []
+    ok = [(g, r) for g, r in rows if not r.get("error")]
+    for key, scale, label, fname in (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_epoch_time.png"),
+                                     ("peak_rss_bytes", 1 / rep.MiB, "peak RSS (MiB, log)", "suite_peak_memory.png")):
+        fig, ax = plt.subplots(figsize=(8, 4))
+        systems = ("morphgen",) + peers
+        width = 0.8 / len(systems)
+        for j, name in enumerate(systems):
+            for i, (g, r) in enumerate(ok):
+                s = _system(r, name)
+                x = i + (j - (len(systems) - 1) / 2) * width
+                if s is None or s.get("error") or not s.get(key):
+                    ax.text(x, 1, "failed", rotation=90, fontsize=6, color="red", ha="center", va="bottom",
+                            transform=ax.get_xaxis_transform())
+                    continue
+                ax.bar(x, s[key] * scale, width, color=f"C{j}", label=name if i == 0 else None)
+        ax.set_xticks(range(len(ok)), [g.name for g, _ in ok], rotation=20, fontsize=8)
+        ax.set_yscale("log")
+        values = [(_system(r, n) or {}).get(key) for _, r in ok for n in systems]
+        values = [v * scale for v in values if v]
+        if values:                     # log bars start at the axis: leave room below the smallest
+            ax.set_ylim(bottom=min(values) / 4)
+        ax.set_ylabel(label)
+        handles, names = ax.get_legend_handles_labels()
+        if handles:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=110)
+        plt.close(fig)
+        paths.append(out / fname)
+    return paths
+
+
+def replace_between_markers(text: str, body: str) -> str:
+    """Put `body` between the suite markers; append a marked section when the file has none."""
+    if text.count(BEGIN_MARK) > 1 or text.count(END_MARK) > 1:
+        raise harness.BenchError(f"docs: the markers {BEGIN_MARK} / {END_MARK} appear more than once")
+    begin, end = text.find(BEGIN_MARK), text.find(END_MARK)
+    if begin == -1 and end == -1:
+        sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+        return f"{text}{sep}{BEGIN_MARK}\n{body.rstrip()}\n{END_MARK}\n"
+    if begin == -1 or end == -1 or end < begin:
+        raise harness.BenchError(f"docs: {BEGIN_MARK} and {END_MARK} must both appear, in that order")
+    return text[:begin + len(BEGIN_MARK)] + "\n" + body.rstrip() + "\n" + text[end:]
+
+
+def docs_section(args, rows, peers, machine: dict, plot_links: list, command: str) -> str:
+    lines = [f"Command: `{command}` (model `{args.model}`, {args.epochs} epochs, median after "
+             f"{args.warmup} warm-up epochs, compile time excluded). Other work may have shared the machine "
+             f"while it ran; treat the times as indicative.", ""]
+    if machine and not machine.get("error"):
+        lines += [f"Machine: {machine.get('cpu_model')}, {machine.get('threads')} threads; STREAM copy "
+                  f"{machine['copy_gbs']:.2f} GB/s, triad {machine['triad_gbs']:.2f} GB/s, sgemm "
+                  f"{machine['sgemm_gflops']:.1f} GFLOP/s.", ""]
+    lines += suite_table(rows, peers) + [""]
+    lines += ["Ratios are peer time / morphgen time (above 1: morphgen is faster). Peak RSS is the whole "
+              "process (ru_maxrss), the analytic minimum is `morphgen.bench.memory.analytic_minimum_bytes`. "
+              "Per-graph reports (configuration of every system, per-kernel GB/s and GFLOP/s, parity) are in "
+              f"`{args.out}/<graph>/bench.md`.", ""]
+    lines += [f"![{Path(p).stem}]({p})" for p in plot_links]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    bench_cli.check_common(args)
+    graphs = select(args.only)
+    peers = bench_cli.parse_peers(args.peers)
+    if not Path(args.model).is_file():
+        raise harness.BenchError(f"--model: {args.model}: no such file")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for graph in graphs:
+        print(f"== {graph.name}: {graph.shape_of}", flush=True)
+        r = run_graph(args, graph, out / graph.name.replace("/", "_"))
+        rows.append((graph, r))
+        if r.get("error"):
+            print(f"   failed: {r['error']}")
+        else:
+            bench_cli.print_summary(r, out / graph.name.replace("/", "_"))
+    machine = next((r["machine"] for _, r in rows if "machine" in r), {})
+    command = shlex.join(["morphgen", "bench-suite", *(["--only", args.only] if args.only else []),
+                          "--epochs", str(args.epochs), "--peers", args.peers,
+                          *(["--sparsity-threshold", repr(args.sparsity_threshold)]
+                            if args.sparsity_threshold is not None else [])])
+    if command == shlex.join(["morphgen", "bench-suite", "--epochs", "50", "--peers", "pyg,dgl"]):
+        command = "make bench"
+    (out / "suite.json").write_text(json.dumps({"graphs": [{"name": g.name, "stands_for": g.shape_of,
+                                                            "scale": g.scale, "report": r} for g, r in rows]},
+                                               indent=2, default=str) + "\n")
+    plots = suite_plots(rows, peers, out)
+    docs = Path(args.docs)
+    links = []
+    if docs:
+        img_dir = docs.parent / "benchmarks"
+        img_dir.mkdir(parents=True, exist_ok=True)
+        for p in plots:
+            shutil.copyfile(p, img_dir / p.name)
+            links.append(f"benchmarks/{p.name}")
+        text = docs.read_text() if docs.exists() else "# Benchmarks\n\n"
+        docs.write_text(replace_between_markers(text, docs_section(args, rows, peers, machine, links, command)))
+    (out / "suite.md").write_text("\n".join(suite_table(rows, peers)) + "\n")
+    print(f"wrote {out / 'suite.json'}, {out / 'suite.md'}, plots, and refreshed {docs}")
+    morphgen_failed = any(r.get("error") or (_system(r, "morphgen") or {}).get("error") for _, r in rows)
+    parity_failed = any(row.get("passed") is False for _, r in rows
+                        for row in (r.get("parity") or {}).get("peers", {}).values())
+    return 1 if morphgen_failed or parity_failed else 0
