@@ -73,6 +73,7 @@ class OpenMPEmitter:
         self.index_buffers: list = []
         self.members: list = []          # extra Model members (plans)
         self.prepare: list = []          # statements run once at load time
+        self.graph_needs: list = []      # derived graph arrays to build first (ops.h Graph::build_*)
         self.views: dict = {}            # value id -> C++ pointer expression
         self.identity: dict = {}         # value id -> _Identity
         self.argmax: dict = {}           # value id of a max result -> index buffer name
@@ -142,11 +143,27 @@ class OpenMPEmitter:
             self.index_buffers.append({"name": name, "numel": self.numel(v), "comment": f"argmax of %{v.id}"})
         return f"m.{self.argmax[v.id]}.data.data()"
 
+    def require(self, what: str) -> None:
+        """Ask for a derived graph array (built once at load time, before anything uses it)."""
+        line = f"m.g.build_{what}()"
+        if line not in self.graph_needs:
+            self.graph_needs.append(line)
+
     def type_expr(self, domain: str) -> str:
+        self.require(f"{domain}s")
         return "m.g.etype()" if domain == "etype" else "m.g.ntype()"
 
     def groups(self, domain: str) -> str:
+        self.require(f"{domain}s")
         return "m.g.etypes" if domain == "etype" else "m.g.ntypes"
+
+    def edge_dst(self) -> str:
+        self.require("edge_dst")
+        return "m.g.edge_dst.data()"
+
+    def node_ids(self) -> str:
+        self.require("node_ids")
+        return "m.g.node_ids.data()"
 
     def plan(self, type_expr: str, idx: str, types: str, rows: Value) -> str:
         key = (type_expr, idx, types, rows.assoc)
@@ -188,6 +205,7 @@ class OpenMPEmitter:
         optimizer = self.lower_optimizer()
         loss_buffer = self.ptr(p.loss).replace("m.", "", 1).replace(".data", "")
         logits_buffer = self.ptr(p.logits).replace("m.", "", 1).replace(".data", "")
+        self.prepare = self.graph_needs + self.prepare
         rename = self.share_buffers()
         forward, backward, optimizer, self.prepare = (
             [_rename(line, rename) for line in lines] for lines in (forward, backward, optimizer, self.prepare))
@@ -282,6 +300,10 @@ class OpenMPEmitter:
                 "rel_degree": f"mg::op::rel_degree(m.g, {self.ptr(out)})",
                 "gcn_norm": f"mg::op::gcn_norm(m.g, {sl}, {self.ptr(out)})",
                 "mean_norm": f"mg::op::mean_norm(m.g, {sl}, {self.ptr(out)})"}[kind]
+        if kind in ("gcn_norm", "mean_norm"):
+            self.require("edge_dst")
+        if kind == "rel_degree":
+            self.require("etypes")
         self.prepare.append(call)      # a constant of the graph: computed once at load time
         return None
 
@@ -339,7 +361,7 @@ class OpenMPEmitter:
         K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
         ident = self._identity_rows(x)
         if ident is not None:
-            idx = ident.idx or "m.g.node_ids.data()"
+            idx = ident.idx or self.node_ids()
             return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, {self.type_expr(w.domain)}, "
                               f"{idx}, {self.rows(out)}, m.graph.num_nodes, {M}, {self.ptr(out)})",
                               f"8.0 * {self.numel(out)}")
@@ -358,7 +380,7 @@ class OpenMPEmitter:
         K, M = self.dim(out.shape[1]), self.dim(out.shape[2])
         ident = self._identity_rows(x)
         if ident is not None:
-            idx = ident.idx or "m.g.node_ids.data()"
+            idx = ident.idx or self.node_ids()
             plan = self.plan(self.type_expr(domain), idx, self.dim(out.shape[0]), g)
             return self.timed("typed_linear", f"mg::op::embedding_rows_grad({plan}, {self.ptr(g)}, "
                               f"{self.dim(out.shape[0])} * m.graph.num_nodes, {M}, {self.ptr(out)})",
@@ -381,7 +403,7 @@ class OpenMPEmitter:
         if ident is not None:
             if ident.idx is not None:
                 raise InternalError("gather of gathered featureless rows")
-            self.identity[out.id] = _Identity("m.graph.col" if op.attrs["end"] == "src" else "m.g.edge_dst.data()")
+            self.identity[out.id] = _Identity("m.graph.col" if op.attrs["end"] == "src" else self.edge_dst())
             return None
         return self.timed("edges", f"mg::op::gather(m.g, {'true' if op.attrs['end'] == 'src' else 'false'}, "
                           f"{self.ptr(x)}, {self.width(x)}, {self.ptr(out)})", f"8.0 * {self.numel(out)}")

@@ -59,7 +59,8 @@ struct TypeGroups {
     int64_t bytes() const { return int64_t((perm.size() + ptr.size()) * sizeof(idx_t)); }
 };
 
-// Everything derived from the graph once at load time.
+// Everything derived from the graph once at load time.  Only what the program uses is built
+// (the emitter asks for it): a GCN needs none of the per-edge arrays, which cost 8 bytes per edge.
 struct Graph {
     const GraphView *view = nullptr;
     std::vector<idx_t> edge_dst;           // destination of each edge (CSR position)
@@ -70,20 +71,29 @@ struct Graph {
 
     void build(const GraphView &g, int) {
         view = &g;
-        edge_dst.resize(size_t(g.num_edges));
-#pragma omp parallel for schedule(dynamic, 256)
-        for (idx_t v = 0; v < g.num_nodes; ++v)
-            for (idx_t e = g.indptr[v]; e < g.indptr[v + 1]; ++e) edge_dst[size_t(e)] = v;
-        node_ids.resize(size_t(g.num_nodes));
-        std::iota(node_ids.begin(), node_ids.end(), idx_t(0));
         gcn_scale_self.resize(size_t(g.num_nodes));
         gcn_scale_plain.resize(size_t(g.num_nodes));
         gcn_node_scale(g.num_nodes, g.indptr, true, gcn_scale_self.data());
         gcn_node_scale(g.num_nodes, g.indptr, false, gcn_scale_plain.data());
-        if (!g.etype) zero_etype.assign(size_t(g.num_edges), 0);
-        if (!g.ntype) zero_ntype.assign(size_t(g.num_nodes), 0);
-        etypes.build(etype(), g.num_edges, g.num_etypes);
-        ntypes.build(ntype(), g.num_nodes, g.num_ntypes);
+    }
+    void build_edge_dst() {
+        const GraphView &g = *view;
+        edge_dst.resize(size_t(g.num_edges));
+#pragma omp parallel for schedule(dynamic, 256)
+        for (idx_t v = 0; v < g.num_nodes; ++v)
+            for (idx_t e = g.indptr[v]; e < g.indptr[v + 1]; ++e) edge_dst[size_t(e)] = v;
+    }
+    void build_node_ids() {
+        node_ids.resize(size_t(view->num_nodes));
+        std::iota(node_ids.begin(), node_ids.end(), idx_t(0));
+    }
+    void build_etypes() {
+        if (!view->etype) zero_etype.assign(size_t(view->num_edges), 0);
+        etypes.build(etype(), view->num_edges, view->num_etypes);
+    }
+    void build_ntypes() {
+        if (!view->ntype) zero_ntype.assign(size_t(view->num_nodes), 0);
+        ntypes.build(ntype(), view->num_nodes, view->num_ntypes);
     }
     const idx_t *etype() const { return view->etype ? view->etype : zero_etype.data(); }
     const idx_t *ntype() const { return view->ntype ? view->ntype : zero_ntype.data(); }
@@ -95,8 +105,6 @@ struct Graph {
                        (gcn_scale_self.size() + gcn_scale_plain.size()) * sizeof(float)) +
                etypes.bytes() + ntypes.bytes();
     }
-    idx_t n() const { return view->num_nodes; }
-    idx_t e() const { return view->num_edges; }
 };
 
 // The CSC of sparse input features, built once: the weight gradient X^T G walks it (Morphling
