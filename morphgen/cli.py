@@ -72,11 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_optional_subcommand(sub, name: str, module: str) -> None:
     """Subcommands whose implementation lives in their own package register themselves."""
     import importlib
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return
-    mod.add_parser(sub)
+    importlib.import_module(module).add_parser(sub)
 
 
 def _cmd_check(args) -> int:
