@@ -1,7 +1,7 @@
 """The shipped examples compile to well-formed IR with the intended structure."""
 import pytest
 
-from frontend_helpers import EXAMPLES, SAFE_PARAM
+from frontend_helpers import EXAMPLES, ROOT, SAFE_PARAM
 from morphgen.frontend import compile_file
 from morphgen.frontend.ast import Coord
 from morphgen.frontend.sema import CPP_KEYWORDS
@@ -50,8 +50,12 @@ def test_gcn_expansion_exact():
     o = prog.optimizer
     assert (o.kind, o.lr, o.weight_decay) == ("adam", 0.01, 5e-4)
     assert prog.logits is prog.forward[-2].output
-    # the loss op points at the gnn.loss directive (line 10 of gcn.mp)
-    assert prog.forward[-1].loc.line == 10
+    assert prog.feature_normalization == "row"
+    # the loss op points at the gnn.loss directive
+    lines = (ROOT / "examples" / "gcn.mp").read_text().splitlines()
+    loss_line = next(i for i, text in enumerate(lines, 1) if "gnn.loss(" in text)
+    assert prog.forward[-1].loc.line == loss_line
+    assert prog.forward[-1].loc.col == lines[loss_line - 1].index("gnn.loss") + 1
 
 
 def test_gcn3_has_three_layers():
