@@ -38,14 +38,13 @@ def _require_backend(backend: str) -> None:
 
 
 def lower(path, sizes: Optional[dict] = None, featureless: bool = False):
-    """Parse, check and lower a program; bind sizes when given; generate backward; run passes."""
-    from . import autodiff, passes
+    """Parse, check and lower a program; bind sizes when given; run the passes (backward included)."""
+    from . import passes
     from .frontend import compile_file
     program = compile_file(str(path))
     if sizes is not None:
         program.featureless = featureless
         program.bind(sizes)
-    autodiff.differentiate(program)
     passes.run_default(program)
     return program
 

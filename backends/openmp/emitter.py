@@ -40,6 +40,7 @@ _ACT_FWD = {"relu": "mg::relu_fwd({x}, {y}, {n})", "exp": "mg::exp_fwd({x}, {y},
             "leaky_relu": "mg::leaky_relu_fwd({x}, {y}, {n}, {alpha}f)",
             "elu": "mg::elu_fwd({x}, {y}, {n}, {alpha}f)"}
 _ACT_DEFAULT_ALPHA = {"leaky_relu": 0.01, "elu": 1.0}
+_EPILOGUE_ACT = {"relu": "mg::Act::Relu", "leaky_relu": "mg::Act::LeakyRelu", "elu": "mg::Act::Elu"}
 
 
 def _c_string(text: str) -> str:
@@ -84,6 +85,8 @@ class OpenMPEmitter:
         self.labels_id = program.inputs["labels"].id if "labels" in program.inputs else None
         self.has_buffer: set = set()
         self.feature_like: dict = {}     # value id -> C++ FeatureView expression (input features, dropped)
+        self.epilogues: dict = {}        # id(aggregate op) -> (bias value, activation op, final value)
+        self.absorbed: set = set()       # id() of ops run inside a fused epilogue
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
 
     # -- shapes ------------------------------------------------------------------------------
@@ -183,6 +186,8 @@ class OpenMPEmitter:
     def lower(self, ops: list, backward: bool) -> list:
         out = []
         for op in ops:
+            if id(op) in self.absorbed:
+                continue
             method = getattr(self, "op_" + op.opcode, None)
             if method is None:
                 raise InternalError(f"the OpenMP backend has no lowering for IR opcode '{op.opcode}'")
@@ -196,6 +201,7 @@ class OpenMPEmitter:
         for op in p.forward + p.backward:
             if op.output is not None:
                 self.producer[op.output.id] = op
+        self.plan_epilogues()
         if self.p.featureless and self.features_id is not None:
             self.identity[self.features_id] = _Identity(None)
         elif self.features_id is not None:
@@ -227,6 +233,24 @@ class OpenMPEmitter:
             needs_dense_features=self.needs_dense_features)
         return {"model.cpp": text}
 
+    def plan_epilogues(self) -> None:
+        """Run bias + activation inside the aggregation kernel, before its one write per tile.
+
+        Taken from the fusion pass's aggregate_epilogue groups when the backward reads none of
+        the intermediates (it reads the activation's output, which the kernel writes).
+        """
+        for group in self.p.fusion:
+            head = group.ops[0]
+            if (group.kind != "aggregate_epilogue" or group.keep or head.opcode != "aggregate"
+                    or head.attrs.get("direction", "in") != "in" or head.attrs["reduce"] == "max"):
+                continue
+            bias = next((op.inputs[1] for op in group.ops[1:] if op.opcode == "bias_add"), None)
+            act = next((op for op in group.ops[1:] if op.opcode in _EPILOGUE_ACT), None)
+            if len(group.ops) != 1 + (bias is not None) + (act is not None):
+                continue
+            self.epilogues[id(head)] = (bias, act, group.ops[-1].output)
+            self.absorbed.update(id(op) for op in group.ops[1:])
+
     def share_buffers(self) -> dict:
         """Let values whose lifetimes do not overlap share one buffer (liveness over the epoch).
 
@@ -243,7 +267,9 @@ class OpenMPEmitter:
             for v in op.inputs:
                 last_use[v.id] = i
             if op.output is not None:
-                defined[op.output.id] = i
+                defined.setdefault(op.output.id, i)
+            if id(op) in self.epilogues:       # the fused kernel writes the chain's final value here
+                defined[self.epilogues[id(op)][2].id] = i
         pinned = {v.id for v in self.p.grads.values()} | {self.p.loss.id, self.p.logits.id}
         pinned |= {op.output.id for op in order if op.opcode == "graph_scalar"}
         by_id = {b["name"]: b for b in self.buffers}
@@ -439,8 +465,14 @@ class OpenMPEmitter:
         bytes_, flops = self._agg_cost(x)
         if op.attrs.get("direction", "in") == "in":
             arg = self.argmax_for(out) if op.attrs["reduce"] == "max" else "nullptr"
+            epilogue = ""
+            if id(op) in self.epilogues:
+                bias, act, out = self.epilogues[id(op)]
+                kind = _EPILOGUE_ACT[act.opcode] if act is not None else "mg::Act::None"
+                alpha = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act.opcode, 0.0))) if act else "0.0"
+                epilogue = f", mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f}}"
             return self.timed("aggregate", f"mg::op::aggregate(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "
-                              f"{self.width(x)}, {self.ptr(out)}, {arg})", bytes_, flops)
+                              f"{self.width(x)}, {self.ptr(out)}, {arg}{epilogue})", bytes_, flops)
         return self.timed("aggregate_backward", f"mg::op::aggregate_transpose(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "
                           f"{self.width(x)}, {self.ptr(out)})", bytes_, flops)
 

@@ -7,7 +7,7 @@ import numpy as np
 
 import morphgen.backends.openmp as openmp_pkg
 import morphgen.runtime as runtime_pkg
-from morphgen.autodiff import differentiate
+from morphgen.passes import run_default
 from morphgen.backends.openmp.emitter import emit
 from morphgen.interp import Interpreter
 from morphgen.ir import Optimizer
@@ -26,7 +26,7 @@ def sizes_for(graph, x, classes):
 def build(program, graph, x, classes, sanitize=False):
     program.featureless = x is None
     program.bind(sizes_for(graph, x, classes))
-    differentiate(program)
+    run_default(program)          # rewrites, backward and fusion exactly as `morphgen train` does
     return compile_shared(emit(program), name="test_model", include_dirs=INCLUDES, sanitize=sanitize)
 
 
