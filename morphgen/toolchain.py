@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from .errors import InternalError
+
 __all__ = [
     "BuildError",
     "compile_shared",
@@ -40,7 +42,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _ERROR_LINES = 12
 
 
-class BuildError(RuntimeError):
+class BuildError(InternalError):
     """A C++ build failed. `build_dir` holds the sources and `build.log` for inspection."""
 
     def __init__(self, message: str, build_dir: Path | None = None, log: str = ""):

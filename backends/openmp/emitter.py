@@ -75,6 +75,7 @@ class OpenMPEmitter:
         self.members: list = []          # extra Model members (plans)
         self.prepare: list = []          # statements run once at load time
         self.graph_needs: list = []      # derived graph arrays to build first (ops.h Graph::build_*)
+        self.extra_bytes: list = []      # C++ expressions of load-time structures' sizes (reported)
         self.views: dict = {}            # value id -> C++ pointer expression
         self.identity: dict = {}         # value id -> _Identity
         self.argmax: dict = {}           # value id of a max result -> index buffer name
@@ -230,7 +231,7 @@ class OpenMPEmitter:
             index_buffers=self.index_buffers, members=self.members, prepare=self.prepare,
             forward=forward, backward=backward, optimizer=optimizer, loss_buffer=loss_buffer,
             logits_buffer=logits_buffer, num_classes=self.width(p.logits),
-            needs_dense_features=self.needs_dense_features)
+            needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes)
         return {"model.cpp": text}
 
     def plan_epilogues(self) -> None:
@@ -376,7 +377,9 @@ class OpenMPEmitter:
         if x.id in self.feature_like:
             if not any("FeatureCsc" in mem for mem in self.members):
                 self.members.append("mg::op::FeatureCsc features_csc;")
-                self.prepare.append("m.features_csc.build(m.features)")
+                self.extra_bytes.append("m.features_csc.bytes()")
+                changing = "false" if x.id == self.features_id else "true"   # dropped input values
+                self.prepare.append(f"m.features_csc.build(m.features, {changing})")
             return self.timed("sparse_features", f"mg::op::matmul_tn_features({self.feature_like[x.id]}, "
                               f"m.features_csc, {self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
         return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, "

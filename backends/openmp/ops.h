@@ -112,7 +112,9 @@ struct Graph {
 struct FeatureCsc {
     std::vector<idx_t> indptr, row, pos;
     std::vector<float> val;
-    void build(const FeatureView &f) {
+    // keep_positions: the CSR values change every epoch (dropout on the input), so the map from
+    // CSC entry to CSR entry is kept to refresh the values; otherwise they are fixed.
+    void build(const FeatureView &f, bool keep_positions) {
         if (f.kind != FeatureKind::Csr) return;
         const idx_t nnz = f.indptr[f.rows];
         indptr.resize(size_t(f.cols + 1));
@@ -122,6 +124,7 @@ struct FeatureCsc {
         check(transpose_csr(f.rows, f.cols, f.indptr, f.indices, indptr.data(), row.data(), pos.data()),
               "feature CSC (a column index is out of range)");
         gather_by_position(nnz, pos.data(), f.data, val.data());
+        if (!keep_positions) std::vector<idx_t>().swap(pos);
     }
     int64_t bytes() const {
         return int64_t((indptr.size() + row.size() + pos.size()) * sizeof(idx_t) + val.size() * sizeof(float));
@@ -173,7 +176,7 @@ inline void matmul_tn_features(const FeatureView &f, FeatureCsc &csc, const floa
     switch (f.kind) {
         case FeatureKind::Dense: matmul_tn(f.dense, f.rows, f.cols, G, M, dW); break;
         case FeatureKind::Csr:
-            gather_by_position(idx_t(csc.pos.size()), csc.pos.data(), f.data, csc.val.data());
+            if (!csc.pos.empty()) gather_by_position(idx_t(csc.pos.size()), csc.pos.data(), f.data, csc.val.data());
             check(sparse_weight_grad_csc(f.cols, M, csc.indptr.data(), csc.row.data(), csc.val.data(), G, M, dW, M),
                   "sparse feature weight gradient");
             break;
