@@ -348,8 +348,9 @@ class OpenMPEmitter:
         flops = f"2.0 * {self.rows(x)} * {K} * {M}"
         bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
         if x.id in self.feature_like:
-            return self.timed("sparse_features", f"mg::op::linear_features({self.feature_like[x.id]}, {self.ptr(w)}, "
-                              f"{M}, {self.ptr(out)})", bytes_, flops)
+            fv = self.feature_like[x.id]
+            return self.timed("sparse_features", f"mg::op::linear_features({fv}, {self.ptr(w)}, "
+                              f"{M}, {self.ptr(out)})", *self._feature_cost(fv, M))
         return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
                           f"{self.ptr(out)})", bytes_, flops)
 
@@ -380,10 +381,18 @@ class OpenMPEmitter:
                 self.extra_bytes.append("m.features_csc.bytes()")
                 changing = "false" if x.id == self.features_id else "true"   # dropped input values
                 self.prepare.append(f"m.features_csc.build(m.features, {changing})")
-            return self.timed("sparse_features", f"mg::op::matmul_tn_features({self.feature_like[x.id]}, "
-                              f"m.features_csc, {self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
+            fv = self.feature_like[x.id]
+            return self.timed("sparse_features", f"mg::op::matmul_tn_features({fv}, "
+                              f"m.features_csc, {self.ptr(g)}, {M}, {self.ptr(out)})", *self._feature_cost(fv, M))
         return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, "
                           f"{self.ptr(out)})", bytes_, flops)
+
+    def _feature_cost(self, fv: str, M: str) -> tuple:
+        """(bytes, flops) of a product of the input features with an [F, M] weight, either path."""
+        values = f"mg::op::feature_values({fv})"
+        rows, cols = f"{fv}.rows", f"{fv}.cols"
+        return (f"({fv}.kind == mg::FeatureKind::Csr ? 12.0 * {values} + 4.0 * {rows} * {M} + 4.0 * {cols} * {M} : "
+                f"4.0 * ({values} + {rows} * {M} + {cols} * {M}))", f"2.0 * {values} * {M}")
 
     def op_typed_linear(self, op, x, w):
         out = op.output
