@@ -2,9 +2,11 @@
 
 Each vertex weighs its load (see loads.py) and METIS is asked for imbalance tolerance t
 (its ``ufactor`` is (t - 1) * 1000).  METIS treats the tolerance as a target, not a promise,
-so every answer is measured; when it misses, the tolerance is relaxed step by step and
-recursive bisection is tried next to k-way at each step (bisection is steadier on small,
-irregular graphs).
+so every answer is measured.  An answer that is close (within ``max_imbalance``) is first
+repaired to the strict target by moving boundary vertices out of the overloaded parts, then
+its cut is refined under that target (refine.py); only when no answer can be brought within a
+tolerance is the tolerance relaxed, step by step.  Recursive bisection is tried next to k-way
+at each step (bisection is steadier on small, irregular graphs).
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import pymetis
 
 from .adjacency import SymmetricAdjacency
 from .loads import imbalance, part_loads
+from .isolated import place_free_nodes
+from .refine import refine_cut, repair_balance
 
 
 @dataclass
@@ -72,18 +76,36 @@ def tolerance_ladder(imbalance_target: float, max_imbalance: float, steps: int) 
 
 
 def metis_phase(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *, ladder: list[float],
-                seed: int, edge_cut, trials: int = 4) -> tuple[Optional[np.ndarray], list[Attempt]]:
+                seed: int, edge_cut, trials: int = 4, repair_within: Optional[float] = None,
+                methods: tuple = (False, True), free: Optional[np.ndarray] = None
+                ) -> tuple[Optional[np.ndarray], list[Attempt]]:
     """At each tolerance run k-way and recursive bisection; of those that meet it, keep the
-    smaller cut.  The chosen attempt is the last one in the returned list."""
+    smaller cut.  The chosen attempt is the last one in the returned list.
+
+    repair_within: a METIS answer whose imbalance is at most this is repaired to the strict
+    target ladder[0] and then cut-refined before it is judged (None: ladder[-1]).  Answers
+    further off are judged as METIS gave them: repairing those would rebuild the partition
+    vertex by vertex, which METIS's multilevel search does better at a looser tolerance.
+    methods: recursive flags to try at each tolerance (False = k-way, True = recursive).
+    free: mask of nodes without edges (isolated.py); METIS sees them with weight 0 and they are
+    placed afterwards, to level the loads.
+    """
+    target = ladder[0]
+    metis_weights = loads
+    if free is not None and free.any() and not free.all():
+        metis_weights = np.where(free, 0, loads)
+    else:
+        free = None
+    repair_within = ladder[-1] if repair_within is None else repair_within
     attempts: list[Attempt] = []
     for tolerance in ladder:
         met: list[tuple[int, int, np.ndarray, Attempt]] = []
-        for recursive in (False, True):
+        for recursive in methods:
             method = "recursive bisection" if recursive else "k-way"
             attempt = Attempt("metis", method, tolerance)
             attempts.append(attempt)
             try:
-                assignment = run_metis(adj, num_parts, vertex_weights=loads, tolerance=tolerance,
+                assignment = run_metis(adj, num_parts, vertex_weights=metis_weights, tolerance=tolerance,
                                        recursive=recursive, seed=seed, trials=trials)
             except Exception as exc:  # METIS reports failure as a generic error
                 attempt.note = f"METIS error: {exc}"
@@ -92,6 +114,12 @@ def metis_phase(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *, l
                                                    (assignment.min() < 0 or assignment.max() >= num_parts)):
                 attempt.note = "METIS returned an invalid assignment"
                 continue
+            if free is not None:
+                assignment = place_free_nodes(assignment, loads, free, num_parts)
+            raw_imbalance = imbalance(part_loads(assignment, loads, num_parts))
+            if raw_imbalance <= repair_within + 1e-12:
+                assignment, attempt.note = _repair_and_refine(adj, loads, assignment, num_parts, target,
+                                                              raw_imbalance, edge_cut)
             attempt.load_imbalance = imbalance(part_loads(assignment, loads, num_parts))
             attempt.edge_cut = edge_cut(assignment)
             if attempt.load_imbalance <= tolerance + 1e-12:
@@ -104,6 +132,19 @@ def metis_phase(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *, l
             chosen.note = (chosen.note + "; " if chosen.note else "") + "chosen: smallest cut that met"
             return best, attempts
     return None, attempts
+
+
+def _repair_and_refine(adj, loads, assignment, num_parts, target, raw_imbalance, edge_cut):
+    """Bring a near miss within `target`, then lower its cut; returns (assignment, note)."""
+    raw_cut = edge_cut(assignment)
+    notes = []
+    if raw_imbalance > target + 1e-12:
+        assignment = repair_balance(adj, loads, assignment, num_parts, bound=target)
+        notes.append(f"METIS gave imbalance {raw_imbalance:.3f}, balance repaired")
+    refined = refine_cut(adj, loads, assignment, num_parts, bound=target)
+    new_cut = edge_cut(refined)
+    notes.append(f"cut {raw_cut} -> {new_cut} after {'repair and ' if notes else ''}refinement")
+    return refined, ", ".join(notes)
 
 
 def vertex_balanced_metis(adj: SymmetricAdjacency, num_parts: int, *, seed: int = 0,
