@@ -1,0 +1,170 @@
+"""Checkpoints: a resumed run continues bit for bit; bad checkpoints give clear errors.
+
+gcn.mp trains with dropout 0.5 and Adam, so an exact continuation needs the weights, both Adam
+moments and the epoch counter (which keys the dropout stream and Adam's bias correction).
+"""
+import json
+
+import numpy as np
+import pytest
+
+import morphgen
+from morphgen.errors import UserError
+
+from tests.e2e.support import DENSE_THRESHOLD, example, run_cli, small_dataset
+
+SYNTHETIC_SPEC = "synthetic:nodes=120,edges=600,features=17,classes=3,train_per_class=10,val=20,test=30,seed=1"
+
+
+def _model(name="gcn", dataset=None):
+    model = morphgen.compile(example(name), threads=2, sparsity_threshold=DENSE_THRESHOLD, seed=7)
+    return model.bind(dataset if dataset is not None else small_dataset())
+
+
+def _epoch(model):
+    loss = model.session.train_epoch()
+    return loss, model.get_params()
+
+
+def _assert_same_params(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), f"parameter {name} differs"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Train 3 epochs, checkpoint, train one more: the checkpoint and what came after it."""
+    path = tmp_path_factory.mktemp("ckpt") / "gcn.ckpt"
+    model = _model()
+    for _ in range(3):
+        model.session.train_epoch()
+    model.save_checkpoint(path)
+    loss, params = _epoch(model)
+    return path, loss, params
+
+
+def test_training_is_deterministic():
+    """Two fresh runs with the same seed agree bitwise (the premise of the resume check)."""
+    a, b = _model(), _model()
+    for _ in range(3):
+        assert a.session.train_epoch() == b.session.train_epoch()
+    _assert_same_params(a.get_params(), b.get_params())
+
+
+def test_resume_reproduces_the_next_epoch_exactly(saved):
+    path, loss, params = saved
+    model = _model()
+    model.load_checkpoint(path)
+    got_loss, got_params = _epoch(model)
+    assert got_loss == loss
+    _assert_same_params(got_params, params)
+
+
+def test_resume_differs_from_a_fresh_start(saved):
+    """The comparison above is not vacuous: without the checkpoint the next epoch differs."""
+    _, loss, params = saved
+    got_loss, got_params = _epoch(_model())
+    assert got_loss != loss
+    assert any(not np.array_equal(got_params[k], params[k]) for k in params)
+
+
+def test_checkpoint_restores_the_weights(saved):
+    """Loading overwrites weights that were changed after binding."""
+    path, _, _ = saved
+    reference = _model()
+    reference.load_checkpoint(path)
+    model = _model()
+    model.set_params({k: np.full_like(v, 0.5) for k, v in model.get_params().items()})
+    model.load_checkpoint(path)
+    _assert_same_params(model.get_params(), reference.get_params())
+
+
+def _expect_load_error(model, path, *needles):
+    with pytest.raises(UserError) as info:
+        model.load_checkpoint(path)
+    message = str(info.value)
+    assert message.startswith("morphgen: error:"), message
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
+def test_checkpoint_of_a_different_model_is_rejected(saved):
+    path, _, _ = saved
+    _expect_load_error(_model("sage"), path, str(path), "layer0.W")
+
+
+def test_checkpoint_for_a_different_dataset_is_rejected(saved):
+    path, _, _ = saved
+    _expect_load_error(_model(dataset=small_dataset(features=23)), path, str(path), "different model or dataset")
+
+
+def test_a_rejected_checkpoint_leaves_the_model_unchanged(saved):
+    """A failed load must not leave a half-restored model (weights or epoch counter)."""
+    path, _, _ = saved
+    untouched, model = _model("sage"), _model("sage")
+    _expect_load_error(model, path)
+    _assert_same_params(model.get_params(), untouched.get_params())
+    loss_a, params_a = _epoch(untouched)
+    loss_b, params_b = _epoch(model)
+    assert loss_b == loss_a, "the failed load changed the training state (epoch counter?)"
+    _assert_same_params(params_b, params_a)
+
+
+def test_truncated_checkpoint_is_rejected(saved, tmp_path):
+    path, _, _ = saved
+    data = path.read_bytes()
+    for cut in (len(data) // 2, len(data) - 1, 12):
+        bad = tmp_path / f"cut{cut}.ckpt"
+        bad.write_bytes(data[:cut])
+        _expect_load_error(_model(), bad, "truncated")
+
+
+def test_garbage_checkpoint_is_rejected(tmp_path):
+    model = _model()
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(np.random.default_rng(0).bytes(4096))
+    _expect_load_error(model, garbage, "not a morphgen checkpoint")
+    empty = tmp_path / "empty.ckpt"
+    empty.write_bytes(b"")
+    _expect_load_error(model, empty, str(empty))
+    _expect_load_error(model, tmp_path / "missing.ckpt", "missing.ckpt")
+
+
+def test_corrupt_name_length_is_rejected(saved, tmp_path):
+    """A valid header followed by a nonsense array-name length is reported, not obeyed."""
+    path, _, _ = saved
+    data = bytearray(path.read_bytes())
+    data[16:24] = (2 ** 40).to_bytes(8, "little")     # magic (8) + epoch (8), then the name length
+    bad = tmp_path / "corrupt.ckpt"
+    bad.write_bytes(bytes(data))
+    _expect_load_error(_model(), bad, "corrupt")
+
+
+def _cli_train(tmp_path, tag, epochs, *extra):
+    report = tmp_path / f"{tag}.json"
+    proc = run_cli("train", example("gcn"), "--dataset", SYNTHETIC_SPEC, "--epochs", epochs, "--threads", "2",
+                   "--seed", "7", "--sparsity-threshold", DENSE_THRESHOLD, "--quiet", "--json", report, *extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(report.read_text())
+
+
+def test_cli_checkpoint_and_resume(tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    straight = _cli_train(tmp_path, "straight", 3)
+    _cli_train(tmp_path, "first", 2, "--checkpoint", ckpt)
+    assert ckpt.is_file() and ckpt.stat().st_size > 0
+    resumed = _cli_train(tmp_path, "resumed", 1, "--resume", ckpt)
+    assert resumed["final_loss"] == straight["history"][2]["loss"]
+    assert resumed["test_acc"] == straight["test_acc"]
+
+
+def test_cli_resume_from_a_bad_checkpoint(tmp_path):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint at all")
+    proc = run_cli("train", example("gcn"), "--dataset", SYNTHETIC_SPEC, "--epochs", "1", "--threads", "2",
+                   "--sparsity-threshold", DENSE_THRESHOLD, "--quiet", "--resume", bad)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "not a morphgen checkpoint" in proc.stderr and str(bad) in proc.stderr

@@ -1,0 +1,143 @@
+"""The `morphgen` command line as a user meets it: exit codes, located messages, no tracebacks."""
+import numpy as np
+import pytest
+
+from tests.e2e.support import assert_clean_failure, example, run_cli, typed_dataset
+
+BAD_PROGRAM = """\
+function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    gnn.layer(F, 16, activation = "relu");
+    gnn.layer(16, C);
+    gnn.optimizer("adam", lr = 0.01);
+    for (int epoch = 0; epoch < 5; epoch++) {
+        for (int l = 0; l < 2; l++) { gnn.forwardPass(l, "GCN", "Sum"); }
+        gnn.loss("cross_entropy");
+        for (int l = 1; l >= 0; l--) { gnn.backPropagation(l); }
+        gnn.optimizerStep(undefined_thing);
+    }
+}
+"""
+
+
+def _npz(path, n=6, edge_index=None, x=None, **extra):
+    """A tiny canonical npz dataset; keyword arguments replace or add keys."""
+    arrays = {
+        "edge_index": np.array([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]], np.int64) if edge_index is None else edge_index,
+        "x": np.ones((n, 4), np.float32) if x is None else x,
+        "y": np.array([0, 1, 0, 1, 0, 1], np.int64),
+        "train_mask": np.array([1, 1, 0, 0, 0, 0], bool),
+        "val_mask": np.array([0, 0, 1, 0, 0, 0], bool),
+        "test_mask": np.array([0, 0, 0, 1, 1, 1], bool),
+    }
+    arrays.update(extra)
+    np.savez(path, **arrays)
+    return path
+
+
+def test_version():
+    proc = run_cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("morphgen ") and any(ch.isdigit() for ch in proc.stdout)
+
+
+def test_check_accepts_a_good_program():
+    proc = run_cli("check", example("gcn"))
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout and proc.stderr == ""
+
+
+def test_check_rejects_a_bad_program_with_a_located_message(tmp_path):
+    bad = tmp_path / "bad.mp"
+    bad.write_text(BAD_PROGRAM)
+    proc = run_cli("check", bad)
+    assert_clean_failure(proc, 2, f"{bad}:9:", "error:")
+
+
+def test_check_of_a_missing_file(tmp_path):
+    proc = run_cli("check", tmp_path / "nowhere.mp")
+    assert_clean_failure(proc, 2, "nowhere.mp")
+
+
+@pytest.mark.parametrize("backend", ["cuda", "mpi"])
+def test_unavailable_backends_say_so(backend):
+    proc = run_cli("train", example("gcn"), "--backend", backend, "--epochs", "1")
+    assert_clean_failure(proc, 2, "not available yet", backend)
+    assert "internal error" not in proc.stderr
+
+
+@pytest.mark.parametrize("backend", ["cuda", "mpi"])
+def test_compile_for_an_unavailable_backend(backend):
+    proc = run_cli("compile", example("gcn"), "--backend", backend)
+    assert_clean_failure(proc, 2, "not available yet")
+
+
+def test_missing_dataset_name(tmp_path):
+    proc = run_cli("train", example("gcn"), "--dataset", "no_such_set", "--data-dir", tmp_path, "--epochs", "1")
+    assert_clean_failure(proc, 2, "no_such_set", "not found")
+
+
+def test_out_of_range_edge_index(tmp_path):
+    data = _npz(tmp_path / "bad_edges.npz", edge_index=np.array([[0, 1, 2], [1, 2, 9]], np.int64))
+    proc = run_cli("train", example("gcn"), "--dataset", data, "--epochs", "1")
+    assert_clean_failure(proc, 2, "bad_edges.npz", "edge_index", "9")
+
+
+def test_nan_features(tmp_path):
+    x = np.ones((6, 4), np.float32)
+    x[2, 3] = np.nan
+    data = _npz(tmp_path / "nan_x.npz", x=x)
+    proc = run_cli("train", example("gcn"), "--dataset", data, "--epochs", "1")
+    assert_clean_failure(proc, 2, "nan_x.npz", "features", "row 2", "column 3")
+
+
+def test_label_out_of_range(tmp_path):
+    data = _npz(tmp_path / "bad_y.npz", y=np.array([0, 1, 0, 7, 0, 1], np.int64), num_classes=np.int64(2))
+    proc = run_cli("train", example("gcn"), "--dataset", data, "--epochs", "1")
+    assert_clean_failure(proc, 2, "bad_y.npz", "y")
+
+
+def test_non_positive_epochs():
+    proc = run_cli("train", example("gcn"), "--dataset",
+                   "synthetic:nodes=120,edges=600,features=17,classes=3,train_per_class=10,val=20,test=30,seed=1",
+                   "--epochs", "0", "--threads", "2", "--sparsity-threshold", "0.9")
+    assert_clean_failure(proc, 2, "--epochs")
+
+
+def test_program_that_needs_features_on_a_featureless_dataset(tmp_path):
+    """rgat.mp reads the input features outside a linear layer; on a featureless dataset the
+    user must get a plain message (exit 2) or a working run, never an internal error."""
+    from morphgen.data import save_npz
+    data = save_npz(typed_dataset(features=None), tmp_path / "typed.npz")
+    proc = run_cli("train", example("rgat"), "--dataset", data, "--epochs", "1", "--threads", "2", "--quiet")
+    text = proc.stdout + proc.stderr
+    assert "Traceback" not in text
+    assert proc.returncode in (0, 2), text[-3000:]
+    assert "internal error" not in text, text[-3000:]
+
+
+def test_compile_emit_ir_prints_forward_and_backward():
+    proc = run_cli("compile", example("gcn"), "--emit", "ir")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "forward:" in out and "backward:" in out
+    assert out.index("forward:") < out.index("backward:")
+    assert "aggregate(" in out and "cross_entropy_grad(" in out
+    assert "grad layer0.W" in out
+
+
+def test_compile_writes_sources_ir_and_library(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("compile", example("gcn"), "-o", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "model.cpp").is_file() and "mg_train_epoch" in (out / "model.cpp").read_text()
+    assert "backward:" in (out / "program.ir").read_text()
+    libs = list(out.glob("*.so"))
+    assert len(libs) == 1 and libs[0].stat().st_size > 10_000
+    assert libs[0].read_bytes()[:4] == b"\x7fELF"
+
+
+def test_compile_of_a_bad_program(tmp_path):
+    bad = tmp_path / "bad.mp"
+    bad.write_text(BAD_PROGRAM)
+    proc = run_cli("compile", bad, "--emit", "ir")
+    assert_clean_failure(proc, 2, f"{bad}:9:")

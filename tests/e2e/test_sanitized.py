@@ -1,0 +1,37 @@
+"""The small-graph fixtures also pass on an -fsanitize=address,undefined build.
+
+The sanitized libraries are loaded in a subprocess that preloads the ASan runtime (Python
+itself is not instrumented); any sanitizer report, or a mismatch with the interpreter, fails.
+"""
+import os
+import subprocess
+import sys
+
+from morphgen import toolchain
+from tests.e2e import sanitized_worker
+from tests.e2e.support import REPO
+
+
+def _run_worker(*args):
+    env = dict(os.environ, LD_PRELOAD=str(toolchain.asan_runtime_path()),
+               ASAN_OPTIONS="detect_leaks=0:halt_on_error=1",
+               UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1", OMP_NUM_THREADS="2")
+    return subprocess.run([sys.executable, "-m", "tests.e2e.sanitized_worker", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_fixtures_pass_under_sanitizers():
+    """Every fixture agrees with the interpreter without a sanitizer report; then the same
+    set-up with a corrupted graph layout is reported (so the check can fail).  One test, so
+    that the slow sanitized builds happen once, here, rather than in two workers at once."""
+    for name in sanitized_worker.FIXTURES:      # build outside the preloaded subprocess
+        sanitized_worker.fixture(name)
+    proc = _run_worker("check")
+    report = proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.returncode == 0, report
+    assert "runtime error" not in proc.stderr and "AddressSanitizer" not in proc.stderr, report
+    assert "0 problem(s)" in proc.stdout and "rgcn_featureless" in proc.stdout, report
+
+    proc = _run_worker("out-of-bounds")
+    assert proc.returncode != 0, proc.stdout + proc.stderr[-3000:]
+    assert "AddressSanitizer" in proc.stderr, proc.stderr[-3000:]
