@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mg {
@@ -181,6 +182,10 @@ class CheckpointReader {
             throw Error(path_ + ": array '" + name + "' has " + std::to_string(m) + " values, the model needs " +
                         std::to_string(n) + " (checkpoint of a different model or dataset?)");
         get(data, size_t(n) * sizeof(float));
+    }
+
+    void expect_end() {
+        if (std::fgetc(f_) != EOF) throw Error(path_ + ": trailing data (checkpoint of a different model?)");
     }
 
   private:

@@ -21,7 +21,7 @@ from typing import Optional
 import jinja2
 
 from morphgen import __version__
-from morphgen.errors import InternalError
+from morphgen.errors import InternalError, UserError
 from morphgen.ir import Program, Value
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -60,6 +60,10 @@ def _float(x: float) -> str:
     return repr(float(x))
 
 
+class UnsupportedInput(UserError):
+    """The program needs something the bound data cannot give (e.g. raw features of a featureless set)."""
+
+
 @dataclass
 class _Identity:
     """A value whose row r is the one-hot vector of node idx[r] (featureless input)."""
@@ -87,6 +91,8 @@ class OpenMPEmitter:
         self.has_buffer: set = set()
         self.feature_like: dict = {}     # value id -> C++ FeatureView expression (input features, dropped)
         self.epilogues: dict = {}        # id(aggregate op) -> (bias value, activation op, final value)
+        self.current_op = None           # the op being lowered (for located errors)
+        self.readers: dict = {}          # value id -> [(op, input position)] over forward + backward
         self.absorbed: set = set()       # id() of ops run inside a fused epilogue
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
 
@@ -127,13 +133,16 @@ class OpenMPEmitter:
             return f"m.p{self.param_index[v.id]}.data"
         if v.id in self.views:
             return self.views[v.id]
+        if v.id in self.identity:
+            op = self.current_op
+            where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op is not None and op.loc else ""
+            raise UnsupportedInput(
+                f"{where}error: this program reads the input features directly (in '{op.opcode if op else '?'}'),"
+                f" not only through a weight; a featureless dataset (identity features) cannot provide "
+                f"that: train it on a dataset with node features")
         if v.id == self.features_id:
-            if self.p.featureless:
-                raise InternalError("featureless input used by an op that needs its values")
             self.needs_dense_features = True
             return "m.features.dense"
-        if v.id in self.identity:
-            raise InternalError("a featureless one-hot value reached an op that needs its values")
         if v.id not in self.has_buffer:
             self.has_buffer.add(v.id)
             self.buffers.append({"name": f"v{v.id}", "numel": self.numel(v),
@@ -189,6 +198,7 @@ class OpenMPEmitter:
         for op in ops:
             if id(op) in self.absorbed:
                 continue
+            self.current_op = op
             method = getattr(self, "op_" + op.opcode, None)
             if method is None:
                 raise InternalError(f"the OpenMP backend has no lowering for IR opcode '{op.opcode}'")
@@ -202,6 +212,8 @@ class OpenMPEmitter:
         for op in p.forward + p.backward:
             if op.output is not None:
                 self.producer[op.output.id] = op
+            for k, v in enumerate(op.inputs):
+                self.readers.setdefault(v.id, []).append((op, k))
         self.plan_epilogues()
         if self.p.featureless and self.features_id is not None:
             self.identity[self.features_id] = _Identity(None)
@@ -598,7 +610,10 @@ class OpenMPEmitter:
         return self.timed("elementwise", f"mg::op::outer({self.ptr(g)}, {self.ptr(a)}, {T}, {K}, {M}, {self.ptr(op.output)})")
 
     def op_dropout(self, op, x):
-        if x.id in self.feature_like:
+        # Dropped input features stay in the features' own format (sparse or dense) only when
+        # every reader multiplies them by a weight; any other reader needs a plain buffer.
+        if x.id in self.feature_like and all(
+                k == 0 and reader.opcode in ("linear", "matmul_tn") for reader, k in self.readers.get(op.output.id, [])):
             return self._dropout_features(op, x)
         n = self.numel(x)
         return self.timed("dropout", f"mg::op::dropout(training, {self.ptr(x)}, {self.ptr(op.output)}, {n}, "
