@@ -274,6 +274,8 @@ def train_command(args) -> int:
     from .data import load_dataset
     _require_backend(args.backend)
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
+    from .bench.memory import current_rss_bytes
+    baseline_rss = current_rss_bytes()        # the data is loaded: growth from here is training's
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
                           sparsity_threshold=args.sparsity_threshold)
     print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)
@@ -315,7 +317,8 @@ def train_command(args) -> int:
             "final_loss": result.history[-1]["loss"], "epoch_times_s": times,
             "compile_seconds": model.compile_seconds, "feature_path": path,
             "feature_sparsity": sparsity, "sparsity_threshold": tau,
-            "peak_rss_bytes": peak, "allocated_bytes": model.session.allocated_bytes(),
+            "peak_rss_bytes": peak, "baseline_rss_bytes": baseline_rss,
+            "allocated_bytes": model.session.allocated_bytes(),
             "history": result.history,
         }
         if args.profile:

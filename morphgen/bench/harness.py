@@ -347,7 +347,7 @@ def run_morphgen(model, data_path, work_dir, *, epochs: int, warmup: int, seed: 
                    "adjacency": "CSR (generated kernels)", "profiled": bool(profile)},
         "epoch_times_s": times, "epoch_time_s": median_after_warmup(times, warmup),
         "compile_seconds": r.get("compile_seconds"), "peak_rss_bytes": r.get("peak_rss_bytes"),
-        "allocated_bytes": r.get("allocated_bytes"),
+        "baseline_rss_bytes": r.get("baseline_rss_bytes"), "allocated_bytes": r.get("allocated_bytes"),
         "first_epoch_loss": history[0].get("loss") if history else None,
         "final_loss": r.get("final_loss"), "train_acc": r.get("train_acc"), "val_acc": r.get("val_acc"),
         "test_acc": r.get("test_acc"),

@@ -77,19 +77,23 @@ def _fmt(v, spec: str, scale: float = 1.0, none: str = "–") -> str:
 
 def systems_table(systems: Sequence[dict], analytic_bytes: Optional[int]) -> list:
     lines = ["| system | configuration | median epoch (ms) | peer/morphgen time | compile (s) | "
-             "peak RSS (MiB) | peak / analytic min | first loss | final loss | test acc |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "peak RSS (MiB) | growth (MiB) | growth / analytic min | first loss | final loss | test acc |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in systems:
         cfg = ", ".join(f"{k}={v}" for k, v in (s.get("config") or {}).items()
                         if v is not None and k in TABLE_CONFIG_KEYS)
         if s.get("error"):
-            lines.append(f"| {s['system']} | {cfg} | failed: {s['error']} | | | | | | | |")
+            lines.append(f"| {s['system']} | {cfg} | failed: {s['error']} | | | | | | | | |")
             continue
-        mem_ratio = (s["peak_rss_bytes"] / analytic_bytes if analytic_bytes and s.get("peak_rss_bytes") else None)
+        # growth: what training adds to a process that already holds the data (peak - baseline)
+        growth = (s["peak_rss_bytes"] - s["baseline_rss_bytes"]
+                  if s.get("peak_rss_bytes") and s.get("baseline_rss_bytes") else None)
+        mem_ratio = growth / analytic_bytes if analytic_bytes and growth is not None else None
         lines.append(
             f"| {s['system']} | {cfg} | {_fmt(s.get('epoch_time_s'), '.2f', 1e3)} | "
             f"{_fmt(s.get('time_ratio_vs_morphgen'), '.2f')} | {_fmt(s.get('compile_seconds'), '.2f')} | "
-            f"{_fmt(s.get('peak_rss_bytes'), '.1f', 1 / MiB)} | {_fmt(mem_ratio, '.2f')} | "
+            f"{_fmt(s.get('peak_rss_bytes'), '.1f', 1 / MiB)} | {_fmt(growth, '.1f', 1 / MiB)} | "
+            f"{_fmt(mem_ratio, '.2f')} | "
             f"{_fmt(s.get('first_epoch_loss'), '.4f')} | {_fmt(s.get('final_loss'), '.4f')} | "
             f"{_fmt(s.get('test_acc'), '.3f')} |")
     return lines
