@@ -27,7 +27,7 @@ from morphgen.ir import Program, Value
 _TEMPLATES = Path(__file__).parent / "templates"
 
 # Kernel families that get a timer each (reported by `--profile`).
-TIMERS = ("aggregate", "aggregate_backward", "gemm", "sparse_features", "typed_linear",
+TIMERS = ("aggregate", "aggregate_backward", "gemm", "sparse_features", "sparse_features_grad", "typed_linear",
           "edges", "elementwise", "dropout", "loss", "optimizer")
 
 _REDUCE = {"sum": "mg::Reduce::Sum", "mean": "mg::Reduce::Mean", "max": "mg::Reduce::Max"}
@@ -394,7 +394,7 @@ class OpenMPEmitter:
                 changing = "false" if x.id == self.features_id else "true"   # dropped input values
                 self.prepare.append(f"m.features_csc.build(m.features, {changing})")
             fv = self.feature_like[x.id]
-            return self.timed("sparse_features", f"mg::op::matmul_tn_features({fv}, "
+            return self.timed("sparse_features_grad", f"mg::op::matmul_tn_features({fv}, "
                               f"m.features_csc, {self.ptr(g)}, {M}, {self.ptr(out)})", *self._feature_cost(fv, M))
         return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, "
                           f"{self.ptr(out)})", bytes_, flops)

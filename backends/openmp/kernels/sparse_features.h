@@ -16,14 +16,17 @@ namespace mg {
 
 // Y[r, :] = sum_j val[j] * W[col[j], :] for j in row r, then the optional bias/activation epilogue.
 // Loop order: W column slabs outermost (K x TILE floats stay in L1/L2 while every row streams
-// through them), rows distributed dynamically inside each slab.
-template <int TILE = MG_SPMM_TILE>
+// through them), rows distributed dynamically inside each slab.  A slab larger than the L2
+// (wide bag-of-words inputs: K = 61,278 gives 7.8 MB) is read at random like a neighbour list,
+// so its rows are prefetched LOOKAHEAD non-zeros ahead as in the SpMM.
+template <int TILE = MG_SPMM_TILE, int LOOKAHEAD = MG_SPMM_LOOKAHEAD>
 int sparse_linear_forward(idx_t rows, idx_t K, idx_t F, const idx_t* indptr, const idx_t* col,
                           const float* val, const float* W, idx_t ldw, float* Y, idx_t ldy,
                           const Epilogue& epi = Epilogue{}) {
     static_assert(TILE > 0 && TILE <= 256, "tile width must lie in (0, 256]");
     if (rows < 0 || K < 0 || F < 0 || ldw < F || ldy < F || !indptr) return kErrArgument;
     using namespace spmm_detail;
+    const bool slab_in_l2 = K * TILE * idx_t(sizeof(float)) <= (idx_t(1) << 20);
 #pragma omp parallel
     {
         alignas(64) float vals[TILE];
@@ -36,11 +39,13 @@ int sparse_linear_forward(idx_t rows, idx_t K, idx_t F, const idx_t* indptr, con
                 const idx_t nnz = indptr[r + 1] - start;
                 const float* v = val + start;
                 auto coef = [v](idx_t k) { return v[k]; };
-                // No prefetch: the slab of W is cache resident by construction.
-                if (width == TILE)
-                    gather_sum<TILE, 0, false>(col + start, nnz, coef, W, ldw, f0, width, vals);
-                else
-                    gather_sum<TILE, 0, true>(col + start, nnz, coef, W, ldw, f0, width, vals);
+                if (slab_in_l2) {
+                    if (width == TILE) gather_sum<TILE, 0, false>(col + start, nnz, coef, W, ldw, f0, width, vals);
+                    else gather_sum<TILE, 0, true>(col + start, nnz, coef, W, ldw, f0, width, vals);
+                } else {
+                    if (width == TILE) gather_sum<TILE, LOOKAHEAD, false>(col + start, nnz, coef, W, ldw, f0, width, vals);
+                    else gather_sum<TILE, LOOKAHEAD, true>(col + start, nnz, coef, W, ldw, f0, width, vals);
+                }
                 finish_tile(vals, width, 1.f, nullptr, 0.f, epi, bias, false, Y + r * ldy + f0);
             }
         }
