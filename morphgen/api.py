@@ -49,7 +49,7 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False):
     return program
 
 
-def sizes_of(program, dataset) -> dict:
+def sizes_of(dataset) -> dict:
     g = dataset.graph
     return {"F": dataset.num_features, "C": dataset.num_classes, "N": g.num_nodes,
             "etypes": g.num_etypes, "ntypes": g.num_ntypes}
@@ -126,21 +126,22 @@ class CompiledModel:
 
     # -- binding to data -----------------------------------------------------------------
     def bind(self, dataset):
-        from .backends.openmp.emitter import emit, sparse_features_supported
+        from .backends.openmp.emitter import OpenMPEmitter
         from .layout import GraphLayout
         from .library import Session
         from .toolchain import compile_shared
         from .interp import init_params
         t0 = time.perf_counter()
-        self.program = lower(self.path, sizes_of(None, dataset), dataset.features is None)
+        self.program = lower(self.path, sizes_of(dataset), dataset.features is None)
         self.bound_to = dataset
         dataset = normalize_features(dataset, self.program.feature_normalization)
-        sources = emit(self.program)
+        emitter = OpenMPEmitter(self.program)
+        sources = emitter.emit()
         self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
                                            include_dirs=_include_dirs())
         self.compile_seconds = time.perf_counter() - t0
         self.feature_path = choose_feature_path(dataset, self.sparsity_threshold,
-                                                sparse_features_supported(self.program), self.threads)
+                                                not emitter.needs_dense_features, self.threads)
         layout = GraphLayout.from_graph(dataset.graph)
         masks = (dataset.train_mask, dataset.val_mask, dataset.test_mask)
         self.session = Session(self.library_path, layout, _features_payload(dataset, self.feature_path[0]),

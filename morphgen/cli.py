@@ -62,17 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_cmd_train)
 
-    for name, module in (("partition", "morphgen.partition.cli"), ("bench", "morphgen.bench.cli"),
-                         ("sweep-sparsity", "morphgen.bench.sparsity_cli"),
-                         ("bench-suite", "morphgen.bench.suite_cli")):
-        _add_optional_subcommand(sub, name, module)
-    return parser
-
-
-def _add_optional_subcommand(sub, name: str, module: str) -> None:
-    """Subcommands whose implementation lives in their own package register themselves."""
+    # subcommands whose implementation lives in their own package register themselves
     import importlib
-    importlib.import_module(module).add_parser(sub)
+    for module in ("morphgen.partition.cli", "morphgen.bench.cli", "morphgen.bench.sparsity_cli",
+                   "morphgen.bench.suite_cli"):
+        importlib.import_module(module).add_parser(sub)
+    return parser
 
 
 def _cmd_check(args) -> int:

@@ -193,7 +193,7 @@ class OpenMPEmitter:
         return (f"{{ mg::ScopedTimer _t(m.timers[{TIMERS.index(timer)}], double({bytes_}), double({flops})); "
                 f"{call}; }}")
 
-    def lower(self, ops: list, backward: bool) -> list:
+    def lower(self, ops: list) -> list:
         out = []
         for op in ops:
             if id(op) in self.absorbed:
@@ -219,8 +219,8 @@ class OpenMPEmitter:
             self.identity[self.features_id] = _Identity(None)
         elif self.features_id is not None:
             self.feature_like[self.features_id] = "m.features"
-        forward = self.lower(p.forward, backward=False)
-        backward = self.lower(p.backward, backward=True)
+        forward = self.lower(p.forward)
+        backward = self.lower(p.backward)
         optimizer = self.lower_optimizer()
         loss_buffer = self.ptr(p.loss).replace("m.", "", 1).replace(".data", "")
         logits_buffer = self.ptr(p.logits).replace("m.", "", 1).replace(".data", "")
@@ -646,18 +646,6 @@ class OpenMPEmitter:
 
 def _rename(line: str, rename: dict) -> str:
     return re.sub(r"\bm\.(v\d+)\.", lambda mt: f"m.{rename.get(mt.group(1), mt.group(1))}.", line)
-
-
-def sparse_features_supported(program: Program) -> bool:
-    """Whether every use of the input features can run on the sparse feature path.
-
-    The sparse path implements linear layers on the features (and dropout before them); an op
-    that reads the raw matrix otherwise (aggregating or gathering the features themselves)
-    needs the dense layout.
-    """
-    emitter = OpenMPEmitter(program)
-    emitter.emit()
-    return not emitter.needs_dense_features
 
 
 def emit(program: Program) -> dict:
