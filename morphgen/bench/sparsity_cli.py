@@ -82,17 +82,14 @@ def crossover(sparsities: Sequence[float], ratios: Sequence[Optional[float]]) ->
     return {"sparsity": s0 + t * (s1 - s0), "kind": "interpolated"}
 
 
-def calibrated_tau() -> dict:
+def calibrated_tau(threads=None) -> dict:
     """rho and tau from morphgen's calibration, or an entry saying why they are unavailable."""
+    from morphgen import calibrate
     try:
-        from morphgen import calibrate
-    except ImportError as exc:
-        return {"rho": None, "tau": None, "error": f"morphgen.calibrate cannot be imported ({exc})"}
-    try:
-        tau = float(calibrate.threshold())
+        cal = calibrate.calibrate(threads)
     except Exception as exc:     # a failed calibration is reported beside the measurement, not fatal
         return {"rho": None, "tau": None, "error": f"{type(exc).__name__}: {exc}"}
-    return {"rho": 1.0 - tau, "tau": tau, "error": None}
+    return {"rho": float(cal.rho), "tau": float(cal.tau), "error": None}
 
 
 def _time_path(args, data, work, threshold: float, want: str, threads: int) -> dict:
@@ -151,7 +148,7 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     threads = bench_cli.resolve_threads(args)
-    calibration = calibrated_tau()
+    calibration = calibrated_tau(threads)
     runs = []
     for width in widths:
         for s in sparsities:
