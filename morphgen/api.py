@@ -138,7 +138,7 @@ class CompiledModel:
         emitter = OpenMPEmitter(self.program)
         sources = emitter.emit()
         self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
-                                           include_dirs=_include_dirs())
+                                           include_dirs=include_dirs())
         self.compile_seconds = time.perf_counter() - t0
         self.feature_path = choose_feature_path(dataset, self.sparsity_threshold,
                                                 not emitter.needs_dense_features, self.threads)
@@ -196,7 +196,8 @@ class TrainingDiverged(UserError):
     pass
 
 
-def _include_dirs():
+def include_dirs():
+    """Header folders every generated library is built against (runtime ABI, backend op layer)."""
     import morphgen.runtime as runtime_pkg
     import morphgen.backends.openmp as openmp_pkg
     return (str(Path(runtime_pkg.__file__).parent), str(Path(openmp_pkg.__file__).parent))
@@ -225,7 +226,7 @@ def compile_command(args) -> int:
         for name, text in sources.items():
             print(f"// ---- {name}\n{text}")
         return 0
-    lib = compile_shared(sources, name=f"mg_{args.backend}", include_dirs=_include_dirs())
+    lib = compile_shared(sources, name=f"mg_{args.backend}", include_dirs=include_dirs())
     if args.output:
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)

@@ -232,7 +232,7 @@ class OpenMPEmitter:
         params = []
         moments = {"adam": 2, "adamw": 2, "sgd": 1 if p.optimizer.momentum else 0}[p.optimizer.kind]
         for i, prm in enumerate(p.params):
-            params.append({"name": _c_string(prm.name), "buf": f"p{i}", "grad": f"unused_g{i}",
+            params.append({"name": _c_string(prm.name), "buf": f"p{i}",
                            "m": f"m{i}", "v": f"s{i}", "numel": self.numel(prm.value),
                            "rank": len(prm.value.shape), "moments": moments})
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), undefined=jinja2.StrictUndefined,

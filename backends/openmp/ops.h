@@ -113,7 +113,7 @@ struct Graph {
     std::vector<idx_t> zero_etype, zero_ntype;
     TypeGroups etypes, ntypes;
 
-    void build(const GraphView &g, int) {
+    void build(const GraphView &g) {
         view = &g;
         gcn_scale_self.resize(size_t(g.num_nodes));
         gcn_scale_plain.resize(size_t(g.num_nodes));

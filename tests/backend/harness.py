@@ -1,12 +1,9 @@
 """Run one IR program through the OpenMP backend and through the numpy interpreter."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-import morphgen.backends.openmp as openmp_pkg
-import morphgen.runtime as runtime_pkg
+from morphgen.api import include_dirs
 from morphgen.passes import run_default
 from morphgen.backends.openmp.emitter import emit
 from morphgen.interp import Interpreter
@@ -14,8 +11,6 @@ from morphgen.ir import Optimizer
 from morphgen.layout import GraphLayout
 from morphgen.library import Session
 from morphgen.toolchain import compile_shared
-
-INCLUDES = (str(Path(runtime_pkg.__file__).parent), str(Path(openmp_pkg.__file__).parent))
 
 
 def sizes_for(graph, x, classes):
@@ -27,7 +22,7 @@ def build(program, graph, x, classes, sanitize=False):
     program.featureless = x is None
     program.bind(sizes_for(graph, x, classes))
     run_default(program)          # rewrites, backward and fusion exactly as `morphgen train` does
-    return compile_shared(emit(program), name="test_model", include_dirs=INCLUDES, sanitize=sanitize)
+    return compile_shared(emit(program), name="test_model", include_dirs=include_dirs(), sanitize=sanitize)
 
 
 def session(lib, program, graph, x, labels, mask, features="dense", seed=0, threads=2):
