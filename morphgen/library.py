@@ -97,10 +97,13 @@ class Session:
             self._check(lib.mg_set_features_dense(self.ctx, self._ptr(x, "float *"), *x.shape), "features")
         elif kind == "csr":
             x = payload
+            if x.shape[1] > np.iinfo(np.int32).max:
+                raise UserError(f"morphgen: error: features: {x.shape[1]} columns; at most 2^31 - 1 are supported")
+            # 32-bit column indices as scipy stores them: borrowed without a copy
             indptr = np.ascontiguousarray(x.indptr, dtype=np.int64)
-            indices = np.ascontiguousarray(x.indices, dtype=np.int64)
+            indices = np.ascontiguousarray(x.indices, dtype=np.int32)
             data = np.ascontiguousarray(x.data, dtype=np.float32)
-            self._check(lib.mg_set_features_csr(self.ctx, self._ptr(indptr, i64), self._ptr(indices, i64),
+            self._check(lib.mg_set_features_csr(self.ctx, self._ptr(indptr, i64), self._ptr(indices, "int32_t *"),
                                                 self._ptr(data, "float *"), *x.shape), "features")
         else:
             self._check(lib.mg_set_features_identity(self.ctx, layout.num_nodes), "features")

@@ -20,6 +20,7 @@ import pymetis
 from .adjacency import SymmetricAdjacency
 from .loads import imbalance, part_loads
 from .isolated import place_free_nodes
+from .quiet import captured_c_stdout
 from .refine import refine_cut, repair_balance
 
 
@@ -58,13 +59,23 @@ def run_metis(adj: SymmetricAdjacency, num_parts: int, *, vertex_weights: Option
                               ncuts=max(1, int(trials)))
     # Sorted heavy-edge matching keeps heavily connected neighbourhoods together while coarsening.
     options.ctype = 1
-    with warnings.catch_warnings():
+    # METIS prints its diagnostics with C printf; keep them off the user's stdout and pass
+    # them on in the error, where the attempt's note records them
+    with warnings.catch_warnings(), captured_c_stdout() as metis_output:
         warnings.simplefilter("ignore", DeprecationWarning)
-        _, parts = pymetis.part_graph(
-            num_parts, adjacency=pymetis.CSRAdjacency(adj.indptr, adj.indices),
-            vweights=None if vertex_weights is None else vertex_weights,
-            eweights=adj.weights if adj.weights.size else None,
-            recursive=recursive, options=options)
+        try:
+            _, parts = pymetis.part_graph(
+                num_parts, adjacency=pymetis.CSRAdjacency(adj.indptr, adj.indices),
+                vweights=None if vertex_weights is None else vertex_weights,
+                eweights=adj.weights if adj.weights.size else None,
+                recursive=recursive, options=options)
+        except Exception as exc:
+            failure = exc
+        else:
+            failure = None
+    if failure is not None:
+        said = f" (METIS said: {metis_output.text})" if metis_output.text else ""
+        raise RuntimeError(f"{failure}{said}") from failure
     return np.asarray(parts, dtype=np.int64)
 
 

@@ -36,8 +36,13 @@ struct FeatureView {
     FeatureKind kind = FeatureKind::None;
     int64_t rows = 0, cols = 0;
     const float *dense = nullptr;
-    const int64_t *indptr = nullptr, *indices = nullptr;  // CSR when kind == Csr
+    const int64_t *indptr = nullptr;   // CSR when kind == Csr: 64-bit row pointers,
+    const int32_t *indices = nullptr;  // 32-bit column indices (scipy's own layout, borrowed as is)
     const float *data = nullptr;
+    // A dropout on sparse features is not materialised: the kernels apply the mask of element
+    // (r, c) on the fly (p = 0: none). Dense features are dropped into a buffer instead.
+    float drop_p = 0.f;
+    uint64_t drop_seed = 0, drop_epoch = 0, drop_site = 0;
 };
 
 struct Timer {

@@ -42,7 +42,7 @@ int mg_set_graph(mg_ctx *ctx, int64_t num_nodes, int64_t num_edges,
                  const int64_t *etype, const int64_t *ntype,
                  int64_t num_etypes, int64_t num_ntypes);
 int mg_set_features_dense(mg_ctx *ctx, const float *x, int64_t rows, int64_t cols);
-int mg_set_features_csr(mg_ctx *ctx, const int64_t *indptr, const int64_t *indices,
+int mg_set_features_csr(mg_ctx *ctx, const int64_t *indptr, const int32_t *indices,
                         const float *data, int64_t rows, int64_t cols);
 int mg_set_features_identity(mg_ctx *ctx, int64_t rows);
 int mg_set_labels(mg_ctx *ctx, const int64_t *labels, const uint8_t *train_mask,

@@ -361,7 +361,7 @@ class OpenMPEmitter:
         bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
         if x.id in self.feature_like:
             fv = self.feature_like[x.id]
-            return self.timed("sparse_features", f"mg::op::linear_features({fv}, {self.ptr(w)}, "
+            return self.timed("sparse_features", f"mg::op::linear_features({fv}, {self.feature_blocks()}, {self.ptr(w)}, "
                               f"{M}, {self.ptr(out)})", *self._feature_cost(fv, M))
         return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
                           f"{self.ptr(out)})", bytes_, flops)
@@ -388,22 +388,26 @@ class OpenMPEmitter:
         flops = f"2.0 * {self.rows(x)} * {K} * {M}"
         bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
         if x.id in self.feature_like:
-            if not any("FeatureCsc" in mem for mem in self.members):
-                self.members.append("mg::op::FeatureCsc features_csc;")
-                self.extra_bytes.append("m.features_csc.bytes()")
-                changing = "false" if x.id == self.features_id else "true"   # dropped input values
-                self.prepare.append(f"m.features_csc.build(m.features, {changing})")
             fv = self.feature_like[x.id]
             return self.timed("sparse_features_grad", f"mg::op::matmul_tn_features({fv}, "
-                              f"m.features_csc, {self.ptr(g)}, {M}, {self.ptr(out)})", *self._feature_cost(fv, M))
+                              f"{self.feature_blocks()}, {self.ptr(g)}, {M}, {self.ptr(out)})", *self._feature_cost(fv, M))
         return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, "
                           f"{self.ptr(out)})", bytes_, flops)
 
+    def feature_blocks(self) -> str:
+        """The blocked copy of sparse input features, built once at load time (nothing on the dense path)."""
+        if "mg::SparseFeatureBlocks features_blocks;" not in self.members:
+            self.members.append("mg::SparseFeatureBlocks features_blocks;")
+            self.extra_bytes.append("m.features_blocks.bytes()")
+            self.prepare.append("mg::op::build_feature_blocks(m.features, m.features_blocks)")
+        return "m.features_blocks"
+
     def _feature_cost(self, fv: str, M: str) -> tuple:
-        """(bytes, flops) of a product of the input features with an [F, M] weight, either path."""
+        """(bytes, flops) of a product of the input features with an [F, M] weight, either path:
+        sparse streams 6 bytes per non-zero (16-bit column, value) and the rows of the output."""
         values = f"mg::op::feature_values({fv})"
         rows, cols = f"{fv}.rows", f"{fv}.cols"
-        return (f"({fv}.kind == mg::FeatureKind::Csr ? 12.0 * {values} + 4.0 * {rows} * {M} + 4.0 * {cols} * {M} : "
+        return (f"({fv}.kind == mg::FeatureKind::Csr ? 6.0 * {values} + 8.0 * {rows} * {M} + 4.0 * {cols} * {M} : "
                 f"4.0 * ({values} + {rows} * {M} + {cols} * {M}))", f"2.0 * {values} * {M}")
 
     def op_typed_linear(self, op, x, w):
@@ -623,7 +627,7 @@ class OpenMPEmitter:
         out = op.output
         view, values = f"fv{out.id}", f"fvalues{out.id}"
         self.members.append(f"mg::FeatureView {view}; mg::Buffer {values};")
-        self.prepare.append(f"m.{values}.allocate(mg::op::feature_values(m.features), m.allocated_bytes)")
+        self.prepare.append(f"m.{values}.allocate(mg::op::dropped_feature_buffer(m.features), m.allocated_bytes)")
         self.feature_like[out.id] = f"m.{view}"
         return self.timed("dropout", f"mg::op::dropout_features(training, {self.feature_like[x.id]}, m.{view}, "
                           f"m.{values}.data, {_float(op.attrs['p'])}f, m.seed, uint64_t(m.epoch), {out.id}u)",

@@ -151,29 +151,13 @@ struct Graph {
     }
 };
 
-// The CSC of sparse input features, built once: the weight gradient X^T G walks it (Morphling
-// IV-B: thread-owned rows of dW, no atomics).
-struct FeatureCsc {
-    std::vector<idx_t> indptr, row, pos;
-    std::vector<float> val;
-    // keep_positions: the CSR values change every epoch (dropout on the input), so the map from
-    // CSC entry to CSR entry is kept to refresh the values; otherwise they are fixed.
-    void build(const FeatureView &f, bool keep_positions) {
-        if (f.kind != FeatureKind::Csr) return;
-        const idx_t nnz = f.indptr[f.rows];
-        indptr.resize(size_t(f.cols + 1));
-        row.resize(size_t(nnz));
-        pos.resize(size_t(nnz));
-        val.resize(size_t(nnz));
-        check(transpose_csr(f.rows, f.cols, f.indptr, f.indices, indptr.data(), row.data(), pos.data()),
-              "feature CSC (a column index is out of range)");
-        gather_by_position(nnz, pos.data(), f.data, val.data());
-        if (!keep_positions) std::vector<idx_t>().swap(pos);
-    }
-    int64_t bytes() const {
-        return int64_t((indptr.size() + row.size() + pos.size()) * sizeof(idx_t) + val.size() * sizeof(float));
-    }
-};
+// The column-blocked copy of sparse input features (kernels/sparse_features.h), built once at
+// prepare; both directions of every linear layer on the features run over it.
+inline void build_feature_blocks(const FeatureView &f, SparseFeatureBlocks &blocks) {
+    if (f.kind != FeatureKind::Csr) return;
+    check(build_feature_blocks(f.rows, f.cols, f.indptr, f.indices, f.data, feature_block_cols(), blocks),
+          "sparse features (a row pointer decreases or a column index is out of range)");
+}
 
 // Rows of a featureless (identity) input: row r of the value is the one-hot of node idx[r]
 // (idx == nullptr: of node r).  Never materialised; linear layers on it are row lookups.
@@ -201,35 +185,35 @@ inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t
     gemm_tn_rows(rows, K, M, X, G, dW);
 }
 
-// Input features through a weight: the dense path is one sgemm, the sparse path streams the CSR
-// rows through W (Morphling IV-B), the identity is a copy of W.
-inline void linear_features(const FeatureView &f, const float *W, idx_t M, float *Y) {
+// Input features through a weight: the dense path is one sgemm, the sparse path streams the
+// blocked rows through W (Morphling IV-B), the identity is a copy of W.
+inline FeatureDropout feature_dropout(const FeatureView &f) {
+    return FeatureDropout{f.drop_p, DropoutKey{f.drop_seed, f.drop_epoch, f.drop_site}};
+}
+inline void linear_features(const FeatureView &f, const SparseFeatureBlocks &blocks, const float *W, idx_t M,
+                            float *Y) {
     switch (f.kind) {
         case FeatureKind::Dense: linear(f.dense, f.rows, f.cols, W, M, Y); break;
         case FeatureKind::Csr:
-            check(sparse_linear_forward(f.rows, f.cols, M, f.indptr, f.indices, f.data, W, M, Y, M),
-                  "sparse feature linear");
+            check(sparse_linear_forward(blocks, W, M, Y, feature_dropout(f)), "sparse feature linear");
             break;
         case FeatureKind::Identity: std::memcpy(Y, W, sizeof(float) * size_t(f.rows * M)); break;
         default: throw Error("features are not set");
     }
 }
-// With dropout on the input features the CSC values change every epoch; they are re-read
-// from the (dropped) CSR values through the fixed position map, an O(nnz) gather.
-inline void matmul_tn_features(const FeatureView &f, FeatureCsc &csc, const float *G, idx_t M, float *dW) {
+inline void matmul_tn_features(const FeatureView &f, SparseFeatureBlocks &blocks, const float *G, idx_t M,
+                               float *dW) {
     switch (f.kind) {
         case FeatureKind::Dense: matmul_tn(f.dense, f.rows, f.cols, G, M, dW); break;
         case FeatureKind::Csr:
-            if (!csc.pos.empty()) gather_by_position(idx_t(csc.pos.size()), csc.pos.data(), f.data, csc.val.data());
-            check(sparse_weight_grad_csc(f.cols, M, csc.indptr.data(), csc.row.data(), csc.val.data(), G, M, dW, M),
-                  "sparse feature weight gradient");
+            check(sparse_weight_grad(blocks, G, M, dW, false, feature_dropout(f)), "sparse feature weight gradient");
             break;
         case FeatureKind::Identity: std::memcpy(dW, G, sizeof(float) * size_t(f.rows * M)); break;
         default: throw Error("features are not set");
     }
 }
 
-// Number of stored feature values (what dropout on the input touches).
+// Stored feature values: what the kernels stream per pass (reported by the timers).
 inline int64_t feature_values(const FeatureView &f) {
     switch (f.kind) {
         case FeatureKind::Dense: return f.rows * f.cols;
@@ -237,16 +221,27 @@ inline int64_t feature_values(const FeatureView &f) {
         default: return 0;
     }
 }
-// Dropout on the input features keeps their format: on the sparse path only the stored values
-// are dropped (zeros stay zero), so the CSR structure and its CSC stay valid.
+// Size of the buffer a dropout on the input needs: dense features are dropped into it, sparse
+// ones need none (the mask is applied inside the sparse kernels).
+inline int64_t dropped_feature_buffer(const FeatureView &f) {
+    return f.kind == FeatureKind::Dense ? f.rows * f.cols : 0;
+}
+// Dropout on the input features keeps their format. Element (r, c) has dropout index r*cols + c
+// on both paths, so the dense and the sparse path drop the same elements.
 inline void dropout_features(bool training, const FeatureView &in, FeatureView &out, float *values, float p,
                              uint64_t seed, uint64_t epoch, uint64_t site) {
     out = in;
     if (!training || p <= 0.f) return;
-    const DropoutKey key{seed, epoch, site};
     switch (in.kind) {
-        case FeatureKind::Dense: dropout_fwd(in.dense, values, in.rows * in.cols, p, key); out.dense = values; break;
-        case FeatureKind::Csr: dropout_fwd(in.data, values, in.indptr[in.rows], p, key); out.data = values; break;
+        case FeatureKind::Dense:
+            dropout_fwd(in.dense, values, in.rows * in.cols, p, DropoutKey{seed, epoch, site});
+            out.dense = values;
+            break;
+        case FeatureKind::Csr:
+            if (in.drop_p > 0.f) throw Error("two dropouts on the sparse input features are not supported");
+            out.drop_p = p;
+            out.drop_seed = seed, out.drop_epoch = epoch, out.drop_site = site;
+            break;
         default: throw Error("dropout on featureless (identity) input is not supported");
     }
 }

@@ -90,9 +90,6 @@ int mgt_transpose_csr(idx_t n_rows, idx_t n_cols, const idx_t* indptr, const idx
     return mg::transpose_csr(n_rows, n_cols, indptr, col, t_indptr, t_row, t_pos);
 }
 
-void mgt_gather_by_position(idx_t n, const idx_t* pos, const float* values, float* out) {
-    mg::gather_by_position(n, pos, values, out);
-}
 
 void mgt_gcn_node_scale(idx_t n, const idx_t* indptr, int self_loop, float* scale) {
     mg::gcn_node_scale(n, indptr, self_loop != 0, scale);
@@ -126,18 +123,31 @@ int mgt_gemm_inside_parallel(const float* A, const float* B, float* C) {
 void mgt_blas_set_threads(int n) { mg::blas_set_threads(n); }
 int mgt_blas_threads() { return mg::blas_threads(); }
 
-int mgt_sparse_linear_forward(idx_t rows, idx_t K, idx_t F, const idx_t* indptr, const idx_t* col,
-                              const float* val, const float* W, float* Y, const float* bias, int act,
-                              float alpha) {
-    return mg::sparse_linear_forward(rows, K, F, indptr, col, val, W, F, Y, F, make_epi(bias, act, alpha));
+// The sparse-feature kernels over a column-blocked copy built with `block_cols` columns per
+// block (small values exercise many blocks); p > 0 attaches a dropout.
+void* mgt_sparse_blocks_build(idx_t rows, idx_t K, const int64_t* indptr, const int32_t* col, const float* val,
+                              idx_t block_cols, int* status) {
+    auto* X = new mg::SparseFeatureBlocks;
+    *status = mg::build_feature_blocks(rows, K, indptr, col, val, block_cols, *X);
+    if (*status != mg::kOk) {
+        delete X;
+        return nullptr;
+    }
+    return X;
 }
-int mgt_sparse_weight_grad_csc(idx_t K, idx_t F, const idx_t* cindptr, const idx_t* crow, const float* cval,
-                               const float* G, float* dW, int accumulate) {
-    return mg::sparse_weight_grad_csc(K, F, cindptr, crow, cval, G, F, dW, F, accumulate != 0);
+void mgt_sparse_blocks_free(void* X) { delete static_cast<mg::SparseFeatureBlocks*>(X); }
+int mgt_sparse_blocks_forward(void* X, idx_t F, const float* W, float* Y, float p, uint64_t seed, uint64_t epoch,
+                              uint64_t site) {
+    return mg::sparse_linear_forward(*static_cast<mg::SparseFeatureBlocks*>(X), W, F, Y,
+                                     mg::FeatureDropout{p, mg::DropoutKey{seed, epoch, site}});
 }
-int mgt_sparse_weight_grad_csr(idx_t rows, idx_t K, idx_t F, const idx_t* indptr, const idx_t* col,
-                               const float* val, const float* G, float* dW, int accumulate) {
-    return mg::sparse_weight_grad_csr(rows, K, F, indptr, col, val, G, F, dW, F, accumulate != 0);
+int mgt_sparse_blocks_grad(void* X, idx_t F, const float* G, float* dW, int accumulate, float p, uint64_t seed,
+                           uint64_t epoch, uint64_t site) {
+    return mg::sparse_weight_grad(*static_cast<mg::SparseFeatureBlocks*>(X), G, F, dW, accumulate != 0,
+                                  mg::FeatureDropout{p, mg::DropoutKey{seed, epoch, site}});
+}
+int mgt_dropout_keep(uint64_t seed, uint64_t epoch, uint64_t site, float p, int64_t i) {
+    return mg::dropout_keep(mg::DropoutKey{seed, epoch, site}, p, i) ? 1 : 0;
 }
 
 }  // extern "C"

@@ -33,7 +33,6 @@ int mgt_spmm_edge_weight_grad(int64_t n, const int64_t* indptr, const int64_t* c
                               int self_loop);
 int mgt_transpose_csr(int64_t n_rows, int64_t n_cols, const int64_t* indptr, const int64_t* col,
                       int64_t* t_indptr, int64_t* t_row, int64_t* t_pos);
-void mgt_gather_by_position(int64_t n, const int64_t* pos, const float* values, float* out);
 void mgt_gcn_node_scale(int64_t n, const int64_t* indptr, int self_loop, float* scale);
 int mgt_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -45,13 +44,14 @@ int mgt_linear_input_grad(int64_t rows, int64_t in, int64_t out, const float* G,
 int mgt_gemm_inside_parallel(const float* A, const float* B, float* C);
 void mgt_blas_set_threads(int n);
 int mgt_blas_threads(void);
-int mgt_sparse_linear_forward(int64_t rows, int64_t K, int64_t F, const int64_t* indptr, const int64_t* col,
-                              const float* val, const float* W, float* Y, const float* bias, int act,
-                              float alpha);
-int mgt_sparse_weight_grad_csc(int64_t K, int64_t F, const int64_t* cindptr, const int64_t* crow,
-                               const float* cval, const float* G, float* dW, int accumulate);
-int mgt_sparse_weight_grad_csr(int64_t rows, int64_t K, int64_t F, const int64_t* indptr, const int64_t* col,
-                               const float* val, const float* G, float* dW, int accumulate);
+void* mgt_sparse_blocks_build(int64_t rows, int64_t K, const int64_t* indptr, const int32_t* col,
+                              const float* val, int64_t block_cols, int* status);
+void mgt_sparse_blocks_free(void* X);
+int mgt_sparse_blocks_forward(void* X, int64_t F, const float* W, float* Y, float p, uint64_t seed,
+                              uint64_t epoch, uint64_t site);
+int mgt_sparse_blocks_grad(void* X, int64_t F, const float* G, float* dW, int accumulate, float p,
+                           uint64_t seed, uint64_t epoch, uint64_t site);
+int mgt_dropout_keep(uint64_t seed, uint64_t epoch, uint64_t site, float p, int64_t i);
 """
 
 SUM, MEAN, MAX = 0, 1, 2
@@ -89,6 +89,30 @@ def f32(a):
 
 def i64(a):
     return ptr(a, "int64_t *")
+
+
+def i32(a):
+    return ptr(a, "int32_t *")
+
+
+class SparseBlocks:
+    """A column-blocked sparse feature matrix built by the kernel library (freed with the object)."""
+
+    def __init__(self, lib, rows, K, indptr, col, val, block_cols):
+        status = ffi.new("int *")
+        self.lib, self.arrays = lib, (indptr, col, val)
+        self.handle = lib.mgt_sparse_blocks_build(rows, K, i64(indptr), i32(col), f32(val), block_cols, status)
+        self.status = status[0]
+
+    def forward(self, F, W, Y, p=0.0, key=(0, 0, 0)):
+        return self.lib.mgt_sparse_blocks_forward(self.handle, F, f32(W), f32(Y), p, *key)
+
+    def grad(self, F, G, dW, accumulate=0, p=0.0, key=(0, 0, 0)):
+        return self.lib.mgt_sparse_blocks_grad(self.handle, F, f32(G), f32(dW), accumulate, p, *key)
+
+    def __del__(self):
+        if self.handle:
+            self.lib.mgt_sparse_blocks_free(self.handle)
 
 
 # ---------------------------------------------------------------------------------------------

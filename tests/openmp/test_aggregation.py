@@ -391,20 +391,21 @@ def _asan_child(so_path: str) -> None:
         dw = np.empty(g.num_edges, np.float32)
         assert lib.mgt_spmm_edge_weight_grad(g.n, i64(g.indptr), i64(g.col), f32(X), f32(G), F, f32(dw), SUM,
                                              sh.ffi.NULL, 0) == 0
-        # sparse features + csc/csr gradients + gemm
+        # sparse features (several column blocks, with and without dropout) + gemm
         Xs = sp.random(50, 40, density=0.1, format="csr", random_state=1, dtype=np.float32)
-        Xs.sort_indices()
         indptr, col, val = (np.ascontiguousarray(a) for a in (Xs.indptr.astype(np.int64),
-                                                                Xs.indices.astype(np.int64), Xs.data))
+                                                                Xs.indices.astype(np.int32), Xs.data))
         W = rand(rng, 40, F)
         Ys = np.empty((50, F), np.float32)
-        assert lib.mgt_sparse_linear_forward(50, 40, F, i64(indptr), i64(col), f32(val), f32(W), f32(Ys),
-                                             sh.ffi.NULL, 0, 0.0) == 0
-        np.testing.assert_allclose(Ys, Xs.toarray() @ W, rtol=1e-4, atol=1e-4)
         Gs = rand(rng, 50, F)
         dW = np.empty((40, F), np.float32)
-        assert lib.mgt_sparse_weight_grad_csr(50, 40, F, i64(indptr), i64(col), f32(val), f32(Gs), f32(dW), 0) == 0
+        blocks = sh.SparseBlocks(lib, 50, 40, indptr, col, val, 16)
+        for p in (0.5, 0.0):
+            assert blocks.forward(F, W, Ys, p, (1, 2, 3)) == 0
+            assert blocks.grad(F, Gs, dW, 0, p, (1, 2, 3)) == 0
+        np.testing.assert_allclose(Ys, Xs.toarray() @ W, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(dW, Xs.toarray().T @ Gs, rtol=1e-4, atol=1e-4)
+        del blocks
         C = np.empty((50, 40), np.float32)
         assert lib.mgt_gemm(0, 1, 50, 40, F, 1.0, f32(Gs), F, f32(W), F, 0.0, f32(C), 40) == 0
         np.testing.assert_allclose(C, Gs @ W.T, rtol=1e-4, atol=1e-4)

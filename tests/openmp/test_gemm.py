@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 import shim_a_loader as sh
 from morphgen.toolchain import BuildError, compile_shared, kernel_include_dir
-from shim_a_loader import f32, i64
+from shim_a_loader import f32, i32, i64
 
 TINY = 'extern "C" int answer() { return %d; }\n'
 
@@ -168,77 +168,98 @@ def sparse_features(rng, rows, K, density):
     keep[::9] = 0.0  # every ninth row empty
     X = sp.csr_matrix(sp.diags(keep) @ X, dtype=np.float32)
     X.eliminate_zeros()
-    X.sort_indices()
     X.data = rng.standard_normal(X.nnz).astype(np.float32)
     X.data[0] = 0.0  # an explicitly stored zero must behave like any value
-    return X, X.indptr.astype(np.int64), X.indices.astype(np.int64), np.ascontiguousarray(X.data)
+    # unsorted columns inside a row, as a CSR built by hand may have them
+    for r in range(0, rows, 2):
+        lo, hi = X.indptr[r], X.indptr[r + 1]
+        X.indices[lo:hi] = X.indices[lo:hi][::-1].copy()
+        X.data[lo:hi] = X.data[lo:hi][::-1].copy()
+    return X, X.indptr.astype(np.int64), X.indices.astype(np.int32), np.ascontiguousarray(X.data)
+
+
+def dropout_mask(lib, rows, K, p, key):
+    """Keep-mask of the dense layout, element (r, c) at index r*K + c, scaled like inverted dropout."""
+    keep = np.array([[lib.mgt_dropout_keep(*key, p, r * K + c) for c in range(K)] for r in range(rows)], bool)
+    return keep / np.float32(1 - p)
+
+
+# block_cols 8 and 16 cut K into many blocks with a narrow last one; 4096 is one block
+BLOCKINGS = [8, 16, 4096]
 
 
 @pytest.mark.parametrize("variant", ["avx512", "portable"])
 @pytest.mark.parametrize("F", [1, 3, 7, 31, 33, 47])
-def test_sparse_forward_matches_dense(variant, F):
+@pytest.mark.parametrize("block_cols", BLOCKINGS)
+def test_sparse_forward_matches_dense(variant, F, block_cols):
     lib = sh.load(variant)
     rng = np.random.default_rng(F)
     rows, K = 90, 70
     X, indptr, col, val = sparse_features(rng, rows, K, 0.08)
     assert (np.diff(indptr) == 0).any(), "want some empty rows"
     W = rng.standard_normal((K, F)).astype(np.float32)
-    bias = rng.standard_normal(F).astype(np.float32)
     Y = np.full((rows, F), np.nan, np.float32)
-    assert lib.mgt_sparse_linear_forward(rows, K, F, i64(indptr), i64(col), f32(val), f32(W), f32(Y),
-                                         f32(bias), sh.ACT_RELU, 0.0) == 0
-    np.testing.assert_allclose(Y, np.maximum(X.toarray() @ W + bias, 0), rtol=1e-5, atol=1e-5)
+    assert sh.SparseBlocks(lib, rows, K, indptr, col, val, block_cols).forward(F, W, Y) == 0
+    np.testing.assert_allclose(Y, X.toarray() @ W, rtol=1e-5, atol=1e-5)
     # dense and sparse paths agree: the dense path is the BLAS gemm
     Yd = np.empty((rows, F), np.float32)
     Xd = np.ascontiguousarray(X.toarray())
     assert lib.mgt_linear_forward(rows, K, F, f32(Xd), f32(W), f32(Yd), 0.0) == 0
-    np.testing.assert_allclose(np.maximum(Yd + bias, 0), Y, rtol=1e-5, atol=1e-5)
-
-
-def csc_of(lib, rows, K, indptr, col, val):
-    c_indptr = np.empty(K + 1, np.int64)
-    c_row = np.empty(col.size, np.int64)
-    c_pos = np.empty(col.size, np.int64)
-    assert lib.mgt_transpose_csr(rows, K, i64(indptr), i64(col), i64(c_indptr), i64(c_row), i64(c_pos)) == 0
-    c_val = np.empty(col.size, np.float32)
-    lib.mgt_gather_by_position(col.size, i64(c_pos), f32(val), f32(c_val))
-    return c_indptr, c_row, c_val
-
-
-def test_csc_conversion_matches_scipy():
-    lib = sh.load("avx512")
-    rng = np.random.default_rng(2)
-    X, indptr, col, val = sparse_features(rng, 60, 45, 0.1)
-    c_indptr, c_row, c_val = csc_of(lib, 60, 45, indptr, col, val)
-    ref = X.tocsc()
-    ref.sort_indices()
-    np.testing.assert_array_equal(c_indptr, ref.indptr)
-    np.testing.assert_array_equal(c_row, ref.indices)
-    np.testing.assert_array_equal(c_val, ref.data)
+    np.testing.assert_allclose(Yd, Y, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("variant", ["avx512", "portable"])
 @pytest.mark.parametrize("F", [1, 3, 7, 31, 33, 47])
-@pytest.mark.parametrize("form", ["csc", "csr"])
-def test_sparse_weight_grad_matches_numpy(variant, F, form):
+@pytest.mark.parametrize("block_cols", BLOCKINGS)
+def test_sparse_weight_grad_matches_numpy(variant, F, block_cols):
     lib = sh.load(variant)
     rng = np.random.default_rng(F + 50)
     rows, K = 80, 64
     X, indptr, col, val = sparse_features(rng, rows, K, 0.1)
     G = rng.standard_normal((rows, F)).astype(np.float32)
     ref = X.toarray().astype(np.float64).T @ G
+    blocks = sh.SparseBlocks(lib, rows, K, indptr, col, val, block_cols)
     for accumulate in (0, 1):
         base = rng.standard_normal((K, F)).astype(np.float32)
         dW = base.copy() if accumulate else np.full((K, F), np.nan, np.float32)
-        if form == "csc":
-            c_indptr, c_row, c_val = csc_of(lib, rows, K, indptr, col, val)
-            st = lib.mgt_sparse_weight_grad_csc(K, F, i64(c_indptr), i64(c_row), f32(c_val), f32(G), f32(dW),
-                                                accumulate)
-        else:
-            st = lib.mgt_sparse_weight_grad_csr(rows, K, F, i64(indptr), i64(col), f32(val), f32(G), f32(dW),
-                                                accumulate)
-        assert st == 0
+        assert blocks.grad(F, G, dW, accumulate) == 0
         np.testing.assert_allclose(dW, ref + (base if accumulate else 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("block_cols", [8, 4096])
+def test_sparse_dropout_is_the_dense_layouts_mask(variant, block_cols):
+    """Dropout inside the sparse kernels drops element (r, c) exactly when the dense path does."""
+    lib = sh.load(variant)
+    rng = np.random.default_rng(7)
+    rows, K, F, p, key = 40, 30, 33, 0.4, (11, 3, 5)
+    X, indptr, col, val = sparse_features(rng, rows, K, 0.3)
+    mask = dropout_mask(lib, rows, K, p, key)
+    assert 0.4 < (mask == 0).mean() < 0.8
+    Xdrop = X.toarray() * mask
+    W = rng.standard_normal((K, F)).astype(np.float32)
+    Y = np.empty((rows, F), np.float32)
+    blocks = sh.SparseBlocks(lib, rows, K, indptr, col, val, block_cols)
+    assert blocks.forward(F, W, Y, p, key) == 0
+    np.testing.assert_allclose(Y, Xdrop @ W, rtol=1e-5, atol=1e-5)
+    G = rng.standard_normal((rows, F)).astype(np.float32)
+    dW = np.empty((K, F), np.float32)
+    assert blocks.grad(F, G, dW, 0, p, key) == 0
+    np.testing.assert_allclose(dW, Xdrop.T @ G, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("indptr, col, block_cols", [
+    ([0, 2, 1], [0, 1], 8),          # a decreasing row pointer
+    ([0, 1, 2], [0, 5], 8),          # a column out of range (K = 4)
+    ([0, 1, 2], [0, -1], 8),         # a negative column
+    ([1, 1, 2], [0, 1], 8),          # a row pointer that does not start at 0
+    ([0, 1, 2], [0, 1], 6),          # a block width that is not a power of two
+])
+def test_sparse_blocks_reject_bad_csr(indptr, col, block_cols):
+    lib = sh.load("avx512")
+    indptr, col = np.array(indptr, np.int64), np.array(col, np.int32)
+    blocks = sh.SparseBlocks(lib, 2, 4, indptr, col, np.ones(2, np.float32), block_cols)
+    assert blocks.status == 1 and blocks.handle == sh.ffi.NULL
 
 
 # ---------------------------------------------------------------------------------------------

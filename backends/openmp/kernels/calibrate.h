@@ -66,14 +66,15 @@ struct RhoResult {
 // rho on an X [rows x K] feature matrix of the given density, times W [K x F].
 inline RhoResult sparse_dense_ratio(idx_t rows, idx_t K, idx_t F, double density, int reps) {
     BenchRng rng(42);
-    std::vector<idx_t> indptr(rows + 1, 0), col;
+    std::vector<std::int64_t> indptr(rows + 1, 0);
+    std::vector<std::int32_t> col;
     std::vector<float> val, dense(static_cast<size_t>(rows) * K, 0.f);
     col.reserve(static_cast<size_t>(rows * K * density * 1.2) + 16);
     for (idx_t r = 0; r < rows; ++r) {
         for (idx_t k = 0; k < K; ++k) {
             if (rng.uniform() < density) {
                 const float v = rng.uniform() - 0.5f;
-                col.push_back(k);
+                col.push_back(static_cast<std::int32_t>(k));
                 val.push_back(v);
                 dense[static_cast<size_t>(r) * K + k] = v;
             }
@@ -82,11 +83,14 @@ inline RhoResult sparse_dense_ratio(idx_t rows, idx_t K, idx_t F, double density
     }
     std::vector<float> W(static_cast<size_t>(K) * F), Y(static_cast<size_t>(rows) * F);
     for (auto& w : W) w = rng.uniform() - 0.5f;
+    SparseFeatureBlocks X;
+    if (build_feature_blocks(rows, K, indptr.data(), col.data(), val.data(), feature_block_cols(), X) != kOk)
+        return RhoResult{0, 0, 0};
     blas_match_openmp_threads();
     double t_sparse = 1e30, t_dense = 1e30;
     for (int r = 0; r < reps; ++r) {
         double t0 = omp_get_wtime();
-        sparse_linear_forward(rows, K, F, indptr.data(), col.data(), val.data(), W.data(), F, Y.data(), F);
+        sparse_linear_forward(X, W.data(), F, Y.data());
         t_sparse = std::min(t_sparse, omp_get_wtime() - t0);
         t0 = omp_get_wtime();
         linear_forward(rows, K, F, dense.data(), W.data(), Y.data());

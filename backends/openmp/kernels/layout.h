@@ -12,7 +12,7 @@ namespace mg {
 // Stable counting sort: inside each transposed row, entries keep increasing original position, so
 // (with a row-sorted input) increasing original row; parallel edges end up adjacent. The max
 // backward of spmm.h relies on that order. For a dst-sorted graph CSR this yields the by-source
-// CSR (`t_indptr`, `t_col` = destination, `t_eid`); for a feature matrix it yields its CSC.
+// CSR (`t_indptr`, `t_col` = destination, `t_eid`).
 // Returns kErrArgument if a column index is outside [0, n_cols).
 inline int transpose_csr(idx_t n_rows, idx_t n_cols, const idx_t* indptr, const idx_t* col,
                          idx_t* t_indptr, idx_t* t_row, idx_t* t_pos) {
@@ -33,12 +33,6 @@ inline int transpose_csr(idx_t n_rows, idx_t n_cols, const idx_t* indptr, const 
         }
     }
     return kOk;
-}
-
-// out[i] = values[pos[i]]: carries per-entry values (edge weights, feature values) to a permuted layout.
-inline void gather_by_position(idx_t n, const idx_t* pos, const float* values, float* out) {
-#pragma omp parallel for schedule(static)
-    for (idx_t i = 0; i < n; ++i) out[i] = values[pos[i]];
 }
 
 // GCN normalisation scale s[v] = 1/sqrt(in_degree(v) + self_loop); 0 for a node with no terms.

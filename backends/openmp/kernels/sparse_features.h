@@ -1,122 +1,278 @@
-// Sparse input-feature path (Morphling IV-B): X is a sparse [rows x K] CSR matrix, W is dense.
+// Sparse input-feature path (Morphling IV-B): X is a sparse [rows x K] matrix, W is dense.
 //
-//   forward      Y  = X_csr * W        rows streamed through a hot K x TILE slab of W
-//   weight grad  dW = X^T * G          over the CSC of X (gather per weight row, no atomics), or
-//                                      over the CSR with thread-local buffers and one reduction
-// The CSC is the transpose CSR of X: build it once with mg::transpose_csr (layout.h) and carry the
-// values with mg::gather_by_position. The input X needs no gradient (it is data).
+//   forward      Y  = X * W        rows streamed through a cache-resident slab of W
+//   weight grad  dW = X^T * G      rows scattered into thread-local slabs of dW, one reduction,
+//                                  no atomics
+//
+// Both run over one column-blocked copy of X (`SparseFeatureBlocks`): the K columns are cut into
+// blocks of `block_cols`, and each block holds the CSR of its columns with 16-bit column
+// offsets. A block of W (or of dW) is block_cols x TILE floats, sized to stay in the per-core L2,
+// so the random row reads of W (forward) and read-modify-writes of dW (backward) hit L2 instead
+// of L3/DRAM. Wide bag-of-words inputs are where this matters: K = 61,278 makes W 7.8 MB, and
+// every non-zero of X touches a random 128-byte row of it.
+//
+// Why not a CSC for the gradient: the CSC is a second copy of the largest array in the program
+// (on NELL-shaped inputs 32M non-zeros, 390 MB with 64-bit indices), and its random reads of G
+// have the same cache problem. The blocked copy costs 6 bytes per non-zero and serves both
+// directions.
+//
+// Dropout on X (`FeatureDropout`) is applied inside both kernels from the counter-based mask of
+// element (r, c), index r * K + c: the mask is the one the dense path draws for the same element,
+// and no dropped copy of X is ever stored.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "common.h"
+#include "dropout.h"
 #include "spmm.h"
+
+#ifndef MG_FEATURE_BLOCK_BYTES
+#define MG_FEATURE_BLOCK_BYTES (1 << 20)  // half of this machine's 2 MiB L2: the slab plus streamed rows
+#endif
 
 namespace mg {
 
-// Y[r, :] = sum_j val[j] * W[col[j], :] for j in row r, then the optional bias/activation epilogue.
-// Loop order: W column slabs outermost (K x TILE floats stay in L1/L2 while every row streams
-// through them), rows distributed dynamically inside each slab.  A slab larger than the L2
-// (wide bag-of-words inputs: K = 61,278 gives 7.8 MB) is read at random like a neighbour list,
-// so its rows are prefetched LOOKAHEAD non-zeros ahead as in the SpMM.
-template <int TILE = MG_SPMM_TILE, int LOOKAHEAD = MG_SPMM_LOOKAHEAD>
-int sparse_linear_forward(idx_t rows, idx_t K, idx_t F, const idx_t* indptr, const idx_t* col,
-                          const float* val, const float* W, idx_t ldw, float* Y, idx_t ldy,
-                          const Epilogue& epi = Epilogue{}) {
+struct SparseFeatureBlocks {
+    idx_t rows = 0, cols = 0;
+    idx_t block_cols = 0;                // columns per block: a power of two <= 65,536 (16-bit offsets)
+    int block_shift = 0;                 // log2(block_cols): column c is in block c >> block_shift
+    idx_t blocks = 0;
+    std::vector<std::int64_t> ptr;       // [blocks * rows + 1]; (block b, row r) is ptr[b*rows + r] ..
+    std::vector<std::uint16_t> col;      // column offset inside the block
+    std::vector<float> val;
+    std::vector<float> scratch;          // thread-local dW slabs of the weight gradient
+
+    std::int64_t bytes() const {
+        return std::int64_t(ptr.size() * sizeof(std::int64_t) + col.size() * sizeof(std::uint16_t) +
+                            (val.size() + scratch.size()) * sizeof(float));
+    }
+};
+
+// Columns per block such that a block of a TILE-wide weight fits MG_FEATURE_BLOCK_BYTES.
+template <int TILE = MG_SPMM_TILE>
+constexpr idx_t feature_block_cols() {
+    constexpr idx_t c = MG_FEATURE_BLOCK_BYTES / (TILE * idx_t(sizeof(float)));
+    static_assert(c >= 1 && c <= 65536 && (c & (c - 1)) == 0,
+                  "MG_FEATURE_BLOCK_BYTES / (4 * TILE) must be a power of two in [1, 65536]");
+    return c;
+}
+
+// Build the blocked copy from a CSR (int64 row pointers, int32 column indices: the layout scipy
+// uses). Returns kErrArgument for a bad size, a block width that is not a power of two, a
+// decreasing indptr or a column out of range.
+inline int build_feature_blocks(idx_t rows, idx_t cols, const std::int64_t* indptr, const std::int32_t* indices,
+                                const float* data, idx_t block_cols, SparseFeatureBlocks& out) {
+    if (rows < 0 || cols < 0 || block_cols < 1 || block_cols > 65536 || (block_cols & (block_cols - 1)) || !indptr)
+        return kErrArgument;
+    int shift = 0;
+    while ((idx_t(1) << shift) < block_cols) ++shift;
+    if (indptr[0] != 0) return kErrArgument;
+    for (idx_t r = 0; r < rows; ++r)
+        if (indptr[r + 1] < indptr[r]) return kErrArgument;
+    const std::int64_t nnz = indptr[rows];
+    const idx_t blocks = cols == 0 ? 1 : (cols + block_cols - 1) / block_cols;
+    out.rows = rows;
+    out.cols = cols;
+    out.block_cols = block_cols;
+    out.block_shift = shift;
+    out.blocks = blocks;
+    out.ptr.assign(size_t(blocks * rows + 1), 0);
+    out.col.resize(size_t(nnz));
+    out.val.resize(size_t(nnz));
+    out.scratch.clear();
+    std::int64_t* ptr = out.ptr.data();
+    int bad = 0;
+    // Count the entries of every (block, row) into ptr[b*rows + r + 1]; rows are independent.
+#pragma omp parallel for schedule(dynamic, 256) reduction(| : bad)
+    for (idx_t r = 0; r < rows; ++r) {
+        for (std::int64_t j = indptr[r]; j < indptr[r + 1]; ++j) {
+            const idx_t c = indices[j];
+            if (c < 0 || c >= cols) {
+                bad = 1;
+                continue;
+            }
+            ++ptr[(c >> shift) * rows + r + 1];
+        }
+    }
+    if (bad) return kErrArgument;
+    for (idx_t i = 0; i < blocks * rows; ++i) ptr[i + 1] += ptr[i];
+    std::uint16_t* col = out.col.data();
+    float* val = out.val.data();
+#pragma omp parallel
+    {
+        std::vector<std::int64_t> cursor(size_t(blocks), 0);
+#pragma omp for schedule(dynamic, 256)
+        for (idx_t r = 0; r < rows; ++r) {
+            for (idx_t b = 0; b < blocks; ++b) cursor[size_t(b)] = ptr[b * rows + r];
+            for (std::int64_t j = indptr[r]; j < indptr[r + 1]; ++j) {
+                const idx_t c = indices[j], b = c >> shift;
+                const std::int64_t at = cursor[size_t(b)]++;
+                col[at] = static_cast<std::uint16_t>(c & (block_cols - 1));
+                val[at] = data ? data[j] : 1.f;
+            }
+        }
+    }
+    return kOk;
+}
+
+// Dropout applied to X inside the kernels (p = 0: none).
+struct FeatureDropout {
+    float p = 0.f;
+    DropoutKey key{0, 0, 0};
+};
+
+namespace sparse_detail {
+
+// Coefficient of entry j of (block b, row r): the stored value, dropped and rescaled when a
+// dropout is attached.  Element (r, c) has dropout index r * K + c, as in the dense layout.
+struct Plain {
+    const float* v;
+    MG_INLINE float operator()(idx_t j) const { return v[j]; }
+};
+struct Dropped {
+    const float* v;
+    const std::uint16_t* c;
+    std::uint64_t base, threshold, first;  // first = r * K + b * block_cols
+    float scale;
+    MG_INLINE float operator()(idx_t j) const {
+        return dropout_detail::keep(base, first + c[j], threshold) ? v[j] * scale : 0.f;
+    }
+};
+
+// Calls body(coef) with the coefficient functor of entry range `start` of (block b, row r).
+template <class Body>
+MG_INLINE void with_coef(const SparseFeatureBlocks& X, const FeatureDropout& drop, idx_t b, idx_t r,
+                         std::int64_t start, const Body& body) {
+    if (drop.p <= 0.f) {
+        body(Plain{X.val.data() + start});
+        return;
+    }
+    body(Dropped{X.val.data() + start, X.col.data() + start, dropout_detail::stream_base(drop.key),
+                 dropout_detail::drop_threshold(drop.p), std::uint64_t(r * X.cols + b * X.block_cols),
+                 1.f / (1.f - drop.p)});
+}
+
+// slab[c[j], 0:width) += coef(j) * g[0:width) for the n entries of one row (the row of G is
+// loaded once and kept in registers).
+template <int TILE, bool MASKED, class Coef>
+MG_INLINE void scatter_row(const std::uint16_t* MG_RESTRICT c, std::int64_t n, const Coef& coef,
+                           const float* MG_RESTRICT g, int width, float* MG_RESTRICT slab) {
+#if MG_HAVE_AVX512
+    constexpr int NV = TILE / 16;
+    __m512 gv[NV];
+    __mmask16 mask[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+        mask[v] = MASKED ? spmm_detail::lane_mask(width - 16 * v) : static_cast<__mmask16>(0xFFFF);
+        gv[v] = MASKED ? _mm512_maskz_loadu_ps(mask[v], g + 16 * v) : _mm512_loadu_ps(g + 16 * v);
+    }
+    for (std::int64_t j = 0; j < n; ++j) {
+        float* d = slab + idx_t(c[j]) * TILE;
+        const __m512 x = _mm512_set1_ps(coef(j));
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v)
+            _mm512_store_ps(d + 16 * v, _mm512_fmadd_ps(x, gv[v], _mm512_load_ps(d + 16 * v)));
+    }
+#else
+    const int w = MASKED ? width : TILE;
+    for (std::int64_t j = 0; j < n; ++j) {
+        float* d = slab + idx_t(c[j]) * TILE;
+        const float x = coef(j);
+#pragma omp simd
+        for (int f = 0; f < w; ++f) d[f] += x * g[f];
+    }
+#endif
+}
+
+}  // namespace sparse_detail
+
+// Y = drop(X) * W, W row-major [K x F] with leading dimension F, Y [rows x F].
+template <int TILE = MG_SPMM_TILE>
+int sparse_linear_forward(const SparseFeatureBlocks& X, const float* W, idx_t F, float* Y,
+                          const FeatureDropout& drop = FeatureDropout{}) {
     static_assert(TILE > 0 && TILE <= 256, "tile width must lie in (0, 256]");
-    if (rows < 0 || K < 0 || F < 0 || ldw < F || ldy < F || !indptr) return kErrArgument;
+    if (F < 0 || X.blocks < 1) return kErrArgument;
     using namespace spmm_detail;
-    const bool slab_in_l2 = K * TILE * idx_t(sizeof(float)) <= (idx_t(1) << 20);
+    const idx_t rows = X.rows;
+    const Epilogue none{};
 #pragma omp parallel
     {
         alignas(64) float vals[TILE];
         for (idx_t f0 = 0; f0 < F; f0 += TILE) {
             const int width = static_cast<int>(F - f0 < TILE ? F - f0 : TILE);
-            const float* bias = epi.bias ? epi.bias + f0 : nullptr;
-#pragma omp for schedule(dynamic, 64) nowait
-            for (idx_t r = 0; r < rows; ++r) {
-                const idx_t start = indptr[r];
-                const idx_t nnz = indptr[r + 1] - start;
-                const float* v = val + start;
-                auto coef = [v](idx_t k) { return v[k]; };
-                if (slab_in_l2) {
-                    if (width == TILE) gather_sum<TILE, 0, false>(col + start, nnz, coef, W, ldw, f0, width, vals);
-                    else gather_sum<TILE, 0, true>(col + start, nnz, coef, W, ldw, f0, width, vals);
-                } else {
-                    if (width == TILE) gather_sum<TILE, LOOKAHEAD, false>(col + start, nnz, coef, W, ldw, f0, width, vals);
-                    else gather_sum<TILE, LOOKAHEAD, true>(col + start, nnz, coef, W, ldw, f0, width, vals);
+            for (idx_t b = 0; b < X.blocks; ++b) {
+                const float* Wb = W + b * X.block_cols * F;
+                // The implicit barrier at the end of each block orders the accumulation into Y.
+#pragma omp for schedule(dynamic, 64)
+                for (idx_t r = 0; r < rows; ++r) {
+                    const std::int64_t start = X.ptr[size_t(b * rows + r)];
+                    const std::int64_t n = X.ptr[size_t(b * rows + r + 1)] - start;
+                    if (n == 0 && b > 0) continue;
+                    sparse_detail::with_coef(X, drop, b, r, start, [&](const auto& coef) {
+                        if (width == TILE) gather_sum<TILE, 0, false>(X.col.data() + start, n, coef, Wb, F, f0, width, vals);
+                        else gather_sum<TILE, 0, true>(X.col.data() + start, n, coef, Wb, F, f0, width, vals);
+                    });
+                    finish_tile(vals, width, 1.f, nullptr, 0.f, none, nullptr, b > 0, Y + r * F + f0);
                 }
-                finish_tile(vals, width, 1.f, nullptr, 0.f, epi, bias, false, Y + r * ldy + f0);
             }
         }
     }
     return kOk;
 }
 
-// dW[k, :] (+)= sum_{r in column k} X[r,k] * G[r, :], over the CSC of X (csc_indptr[K+1],
-// csc_row, csc_val). Each thread owns whole rows of dW: no atomics and no reduction needed.
-template <int TILE = MG_SPMM_TILE, int LOOKAHEAD = MG_SPMM_LOOKAHEAD>
-int sparse_weight_grad_csc(idx_t K, idx_t F, const idx_t* csc_indptr, const idx_t* csc_row,
-                           const float* csc_val, const float* G, idx_t ldg, float* dW, idx_t lddw,
-                           bool accumulate = false) {
-    static_assert(TILE > 0 && TILE <= 256, "tile width must lie in (0, 256]");
-    if (K < 0 || F < 0 || ldg < F || lddw < F || !csc_indptr) return kErrArgument;
-    using namespace spmm_detail;
-    const Epilogue none{};
-#pragma omp parallel for schedule(dynamic, 64)
-    for (idx_t k = 0; k < K; ++k) {
-        const idx_t start = csc_indptr[k];
-        const idx_t nnz = csc_indptr[k + 1] - start;
-        const float* v = csc_val + start;
-        auto coef = [v](idx_t j) { return v[j]; };
-        alignas(64) float vals[TILE];
-        for (idx_t f0 = 0; f0 < F; f0 += TILE) {
-            const int width = static_cast<int>(F - f0 < TILE ? F - f0 : TILE);
-            if (width == TILE)
-                gather_sum<TILE, LOOKAHEAD, false>(csc_row + start, nnz, coef, G, ldg, f0, width, vals);
-            else
-                gather_sum<TILE, LOOKAHEAD, true>(csc_row + start, nnz, coef, G, ldg, f0, width, vals);
-            finish_tile(vals, width, 1.f, nullptr, 0.f, none, nullptr, accumulate, dW + k * lddw + f0);
-        }
-    }
-    return kOk;
-}
-
-// The same gradient from the CSR alone: each thread scatters its rows into a private K x F
-// buffer, then one parallel reduction over dW rows sums the buffers. No atomics; costs
-// threads * K * F floats of scratch, so prefer the CSC form when the CSC is available.
-inline int sparse_weight_grad_csr(idx_t rows, idx_t K, idx_t F, const idx_t* indptr, const idx_t* col,
-                                  const float* val, const float* G, idx_t ldg, float* dW, idx_t lddw,
-                                  bool accumulate = false) {
-    if (rows < 0 || K < 0 || F < 0 || ldg < F || lddw < F || !indptr) return kErrArgument;
+// dW (+)= drop(X)^T * G, G [rows x F], dW [K x F]. Each thread scatters its rows into a private
+// block_cols x TILE slab; the slabs of one block are then summed into dW, rows split over threads.
+template <int TILE = MG_SPMM_TILE>
+int sparse_weight_grad(SparseFeatureBlocks& X, const float* G, idx_t F, float* dW, bool accumulate = false,
+                       const FeatureDropout& drop = FeatureDropout{}) {
+    static_assert(TILE > 0 && TILE <= 256 && TILE % 16 == 0, "tile width must be a multiple of 16 in (0, 256]");
+    if (F < 0 || X.blocks < 1) return kErrArgument;
     const int T = omp_get_max_threads();
-    std::vector<float> scratch(static_cast<size_t>(T) * static_cast<size_t>(K) * static_cast<size_t>(F), 0.f);
-    float* buf = scratch.data();
+    const size_t slab_floats = size_t(X.block_cols) * TILE;
+    X.scratch.resize(size_t(T) * slab_floats + 16);
+    // 64-byte aligned slabs: the scatter uses aligned loads and stores.
+    float* base = X.scratch.data();
+    while (reinterpret_cast<std::uintptr_t>(base) % 64) ++base;
+    const idx_t rows = X.rows;
 #pragma omp parallel num_threads(T)
     {
-        float* mine = buf + static_cast<size_t>(omp_get_thread_num()) * K * F;
+        const int t = omp_get_thread_num(), team = omp_get_num_threads();
+        float* mine = base + size_t(t) * slab_floats;
+        for (idx_t f0 = 0; f0 < F; f0 += TILE) {
+            const int width = static_cast<int>(F - f0 < TILE ? F - f0 : TILE);
+            for (idx_t b = 0; b < X.blocks; ++b) {
+                const idx_t k0 = b * X.block_cols;
+                const idx_t kn = (X.cols - k0 < X.block_cols ? X.cols - k0 : X.block_cols);
+                std::fill(mine, mine + size_t(kn) * TILE, 0.f);
 #pragma omp for schedule(dynamic, 64)
-        for (idx_t r = 0; r < rows; ++r) {
-            const float* MG_RESTRICT g = G + r * ldg;
-            for (idx_t j = indptr[r]; j < indptr[r + 1]; ++j) {
-                float* MG_RESTRICT d = mine + col[j] * F;
-                const float x = val[j];
-#pragma omp simd
-                for (idx_t f = 0; f < F; ++f) d[f] += x * g[f];
-            }
-        }
-        // Implicit barrier above; now reduce the private buffers row by row.
+                for (idx_t r = 0; r < rows; ++r) {
+                    const std::int64_t start = X.ptr[size_t(b * rows + r)];
+                    const std::int64_t n = X.ptr[size_t(b * rows + r + 1)] - start;
+                    if (n == 0) continue;
+                    const float* g = G + r * F + f0;
+                    sparse_detail::with_coef(X, drop, b, r, start, [&](const auto& coef) {
+                        if (width == TILE) sparse_detail::scatter_row<TILE, false>(X.col.data() + start, n, coef, g, width, mine);
+                        else sparse_detail::scatter_row<TILE, true>(X.col.data() + start, n, coef, g, width, mine);
+                    });
+                }
+                // (implicit barrier: every slab of this block is complete)
 #pragma omp for schedule(static)
-        for (idx_t k = 0; k < K; ++k) {
-            float* MG_RESTRICT out = dW + k * lddw;
-            if (!accumulate) {
+                for (idx_t k = 0; k < kn; ++k) {
+                    float* MG_RESTRICT out = dW + (k0 + k) * F + f0;
+                    float sum[TILE];
 #pragma omp simd
-                for (idx_t f = 0; f < F; ++f) out[f] = 0.f;
-            }
-            for (int t = 0; t < T; ++t) {
-                const float* MG_RESTRICT part = buf + (static_cast<size_t>(t) * K + k) * F;
+                    for (int f = 0; f < TILE; ++f) sum[f] = 0.f;
+                    for (int s = 0; s < team; ++s) {
+                        const float* MG_RESTRICT part = base + size_t(s) * slab_floats + size_t(k) * TILE;
 #pragma omp simd
-                for (idx_t f = 0; f < F; ++f) out[f] += part[f];
+                        for (int f = 0; f < TILE; ++f) sum[f] += part[f];
+                    }
+                    for (int f = 0; f < width; ++f) out[f] = (accumulate ? out[f] : 0.f) + sum[f];
+                }
+                // (implicit barrier: the slabs are reused by the next block)
             }
         }
     }

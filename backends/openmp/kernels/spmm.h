@@ -49,9 +49,10 @@ MG_INLINE __mmask16 lane_mask(int remaining) {
 }
 #endif
 
-// out[0:TILE) = sum_k coef(k) * X[nbr[k], f0 : f0+width).  MASKED: width < TILE.
-template <int TILE, int LA, bool MASKED, class Coef>
-MG_INLINE void gather_sum(const idx_t* MG_RESTRICT nbr, idx_t deg, const Coef& coef,
+// out[0:TILE) = sum_k coef(k) * X[nbr[k], f0 : f0+width).  MASKED: width < TILE.  The index
+// type is idx_t for graph neighbours and uint16_t for the column-blocked sparse features.
+template <int TILE, int LA, bool MASKED, class Coef, class Index>
+MG_INLINE void gather_sum(const Index* MG_RESTRICT nbr, idx_t deg, const Coef& coef,
                           const float* MG_RESTRICT X, idx_t ldx, idx_t f0, int width,
                           float* MG_RESTRICT out) {
     idx_t k = 0;
