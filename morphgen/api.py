@@ -276,8 +276,8 @@ def train_command(args) -> int:
     from .data import load_dataset
     _require_backend(args.backend)
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
-    from .bench.memory import current_rss_bytes
-    baseline_rss = current_rss_bytes()        # the data is loaded: growth from here is training's
+    from .bench.memory import start_training_peak
+    baseline_rss = start_training_peak()      # the data is loaded: growth from here is training's
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
                           sparsity_threshold=args.sparsity_threshold)
     print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)

@@ -22,6 +22,7 @@ from .loads import imbalance, part_loads
 from .isolated import place_free_nodes
 from .quiet import captured_c_stdout
 from .refine import refine_cut, repair_balance
+from .swaps import refine_with_swaps
 
 
 @dataclass
@@ -88,8 +89,8 @@ def tolerance_ladder(imbalance_target: float, max_imbalance: float, steps: int) 
 
 def metis_phase(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *, ladder: list[float],
                 seed: int, edge_cut, trials: int = 4, repair_within: Optional[float] = None,
-                methods: tuple = (False, True), free: Optional[np.ndarray] = None
-                ) -> tuple[Optional[np.ndarray], list[Attempt]]:
+                methods: tuple = (False, True), free: Optional[np.ndarray] = None,
+                swaps: bool = False) -> tuple[Optional[np.ndarray], list[Attempt]]:
     """At each tolerance run k-way and recursive bisection; of those that meet it, keep the
     smaller cut.  The chosen attempt is the last one in the returned list.
 
@@ -100,6 +101,7 @@ def metis_phase(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *, l
     methods: recursive flags to try at each tolerance (False = k-way, True = recursive).
     free: mask of nodes without edges (isolated.py); METIS sees them with weight 0 and they are
     placed afterwards, to level the loads.
+    swaps: after the single-move refinement, also trade vertices pairwise (swaps.py).
     """
     target = ladder[0]
     metis_weights = loads
@@ -130,7 +132,7 @@ def metis_phase(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *, l
             raw_imbalance = imbalance(part_loads(assignment, loads, num_parts))
             if raw_imbalance <= repair_within + 1e-12:
                 assignment, attempt.note = _repair_and_refine(adj, loads, assignment, num_parts, target,
-                                                              raw_imbalance, edge_cut)
+                                                              raw_imbalance, edge_cut, swaps)
             attempt.load_imbalance = imbalance(part_loads(assignment, loads, num_parts))
             attempt.edge_cut = edge_cut(assignment)
             if attempt.load_imbalance <= tolerance + 1e-12:
@@ -145,7 +147,7 @@ def metis_phase(adj: SymmetricAdjacency, loads: np.ndarray, num_parts: int, *, l
     return None, attempts
 
 
-def _repair_and_refine(adj, loads, assignment, num_parts, target, raw_imbalance, edge_cut):
+def _repair_and_refine(adj, loads, assignment, num_parts, target, raw_imbalance, edge_cut, swaps=False):
     """Bring a near miss within `target`, then lower its cut; returns (assignment, note)."""
     raw_cut = edge_cut(assignment)
     notes = []
@@ -153,6 +155,8 @@ def _repair_and_refine(adj, loads, assignment, num_parts, target, raw_imbalance,
         assignment = repair_balance(adj, loads, assignment, num_parts, bound=target)
         notes.append(f"METIS gave imbalance {raw_imbalance:.3f}, balance repaired")
     refined = refine_cut(adj, loads, assignment, num_parts, bound=target)
+    if swaps:
+        refined = refine_with_swaps(adj, loads, refined, num_parts, bound=target)
     new_cut = edge_cut(refined)
     notes.append(f"cut {raw_cut} -> {new_cut} after {'repair and ' if notes else ''}refinement")
     return refined, ", ".join(notes)

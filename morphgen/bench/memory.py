@@ -1,8 +1,9 @@
 """Memory accounting for benchmarks: the process's resident set, and the analytic minimum of a GCN.
 
 Measured side: `peak_rss_bytes` (getrusage ru_maxrss, the kernel's high-water mark of the resident
-set over the process lifetime), `vm_hwm_bytes` / `current_rss_bytes` (the same figures read from
-/proc/self/status, where VmHWM can be reset by writing 5 to /proc/self/clear_refs).
+set), `vm_hwm_bytes` / `current_rss_bytes` (the same figures read from /proc/self/status), and
+`start_training_peak`, which every system calls once its data is loaded: it resets the high-water
+mark (writing 5 to /proc/self/clear_refs), so the peak read at the end is the peak of training.
 
 Analytic side: `analytic_minimum_bytes` is the smallest footprint a full-batch GCN training epoch can
 have with fp32 values, int32 column indices and int64 row pointers. It is the yardstick the measured
@@ -51,6 +52,22 @@ def current_rss_bytes() -> Optional[int]:
 def vm_hwm_bytes() -> Optional[int]:
     """Resident-set high-water mark (VmHWM), or None where /proc is unavailable."""
     return _status_field("VmHWM")
+
+
+def start_training_peak() -> Optional[int]:
+    """Mark the start of training and return the resident set now (the baseline).
+
+    Resets the kernel's resident-set high-water mark (which also resets ru_maxrss), so that
+    `peak_rss_bytes` afterwards is the peak since this moment: without it, the peak would still
+    hold whatever transient peak loading or generating the data reached, and "growth during
+    training" would measure the loader. Where the reset is not possible the peak stays the
+    lifetime peak (an overestimate, never an underestimate)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+    return current_rss_bytes()
 
 
 def _positive(name: str, v) -> int:

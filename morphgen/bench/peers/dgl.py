@@ -22,7 +22,7 @@ import types
 
 import numpy as np
 
-from morphgen.bench.memory import current_rss_bytes
+from morphgen.bench.memory import start_training_peak
 
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
@@ -61,7 +61,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     dgl, GraphConv = import_dgl()
     g = build_graph(dgl, torch, data, spec.self_loops)
     x = torch.from_numpy(data.dense_features())
-    baseline = current_rss_bytes()        # libraries imported, data in tensors, no model yet
+    baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
     convs = [GraphConv(spec.layers[i], spec.layers[i + 1], norm="both", weight=True, bias=spec.bias,
                        allow_zero_in_degree=not spec.self_loops) for i in range(spec.num_layers)]
     if spec.init_weights is not None:

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from morphgen.bench.memory import current_rss_bytes
+from morphgen.bench.memory import start_training_peak
 
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
@@ -73,7 +73,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's "beta"/invariant notices
     adj_t, adj_desc = _adjacency(torch, data, spec.self_loops)
     x, feat_desc = _features(torch, spec, data)
-    baseline = current_rss_bytes()        # libraries imported, data in tensors, no model yet
+    baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
     convs = [GCNConv(spec.layers[i], spec.layers[i + 1], cached=True, normalize=True,
                      add_self_loops=spec.self_loops, bias=spec.bias) for i in range(spec.num_layers)]
     if spec.init_weights is not None:
