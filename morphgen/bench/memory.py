@@ -54,6 +54,16 @@ def vm_hwm_bytes() -> Optional[int]:
     return _status_field("VmHWM")
 
 
+def _trim_heap() -> None:
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass      # not glibc: nothing to trim
+
+
 def start_training_peak() -> Optional[int]:
     """Mark the start of training and return the resident set now (the baseline).
 
@@ -61,7 +71,12 @@ def start_training_peak() -> Optional[int]:
     `peak_rss_bytes` afterwards is the peak since this moment: without it, the peak would still
     hold whatever transient peak loading or generating the data reached, and "growth during
     training" would measure the loader. Where the reset is not possible the peak stays the
-    lifetime peak (an overestimate, never an underestimate)."""
+    lifetime peak (an overestimate, never an underestimate).
+
+    First hands the heap's free memory back to the system (glibc malloc_trim): memory that the
+    loader freed but the allocator kept would otherwise sit in the baseline and be silently reused
+    by training, hiding training's own allocations from the growth figure."""
+    _trim_heap()
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")

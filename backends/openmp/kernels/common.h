@@ -38,6 +38,7 @@ enum Status : int {
     kErrArgument = 1,     // a size or pointer argument is invalid
     kErrInParallel = 2,   // called from inside an OpenMP parallel region
     kErrTooLarge = 3,     // a dimension does not fit the 32-bit BLAS interface
+    kErrNoMemory = 4,     // a scratch allocation failed
 };
 
 enum class Reduce : int { Sum = 0, Mean = 1, Max = 2 };

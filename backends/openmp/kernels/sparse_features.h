@@ -23,14 +23,17 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "common.h"
 #include "dropout.h"
 #include "spmm.h"
 
 #ifndef MG_FEATURE_BLOCK_BYTES
-#define MG_FEATURE_BLOCK_BYTES (1 << 20)  // half of this machine's 2 MiB L2: the slab plus streamed rows
+#define MG_FEATURE_BLOCK_BYTES (1 << 19)  // a quarter of a 2 MiB L2: room for the streamed rows (measured best)
 #endif
 
 namespace mg {
@@ -43,11 +46,34 @@ struct SparseFeatureBlocks {
     std::vector<std::int64_t> ptr;       // [blocks * rows + 1]; (block b, row r) is ptr[b*rows + r] ..
     std::vector<std::uint16_t> col;      // column offset inside the block
     std::vector<float> val;
-    std::vector<float> scratch;          // thread-local dW slabs of the weight gradient
+
+    // Thread-local dW slabs of the weight gradient, on one 2 MiB-aligned huge page region: the
+    // scatter updates random rows of them, and on 4 KiB pages those updates also miss the TLB.
+    struct Slabs {
+        float* data = nullptr;
+        size_t bytes = 0;
+        Slabs() = default;
+        Slabs(const Slabs&) = delete;
+        Slabs& operator=(const Slabs&) = delete;
+        ~Slabs() { std::free(data); }
+        float* get(size_t floats) {
+            const size_t want = (floats * sizeof(float) + kHuge - 1) / kHuge * kHuge;
+            if (want > bytes) {
+                std::free(data);
+                data = static_cast<float*>(std::aligned_alloc(kHuge, want));
+                bytes = data ? want : 0;
+#ifdef MADV_HUGEPAGE
+                if (data) madvise(data, want, MADV_HUGEPAGE);  // advice only
+#endif
+            }
+            return data;
+        }
+        static constexpr size_t kHuge = size_t(2) << 20;
+    } scratch;
 
     std::int64_t bytes() const {
         return std::int64_t(ptr.size() * sizeof(std::int64_t) + col.size() * sizeof(std::uint16_t) +
-                            (val.size() + scratch.size()) * sizeof(float));
+                            val.size() * sizeof(float) + scratch.bytes);
     }
 };
 
@@ -82,7 +108,6 @@ inline int build_feature_blocks(idx_t rows, idx_t cols, const std::int64_t* indp
     out.ptr.assign(size_t(blocks * rows + 1), 0);
     out.col.resize(size_t(nnz));
     out.val.resize(size_t(nnz));
-    out.scratch.clear();
     std::int64_t* ptr = out.ptr.data();
     int bad = 0;
     // Count the entries of every (block, row) into ptr[b*rows + r + 1]; rows are independent.
@@ -231,11 +256,9 @@ int sparse_weight_grad(SparseFeatureBlocks& X, const float* G, idx_t F, float* d
     static_assert(TILE > 0 && TILE <= 256 && TILE % 16 == 0, "tile width must be a multiple of 16 in (0, 256]");
     if (F < 0 || X.blocks < 1) return kErrArgument;
     const int T = omp_get_max_threads();
-    const size_t slab_floats = size_t(X.block_cols) * TILE;
-    X.scratch.resize(size_t(T) * slab_floats + 16);
-    // 64-byte aligned slabs: the scatter uses aligned loads and stores.
-    float* base = X.scratch.data();
-    while (reinterpret_cast<std::uintptr_t>(base) % 64) ++base;
+    const size_t slab_floats = size_t(X.block_cols) * TILE;   // a multiple of 16: every slab 64-byte aligned
+    float* base = X.scratch.get(size_t(T) * slab_floats);
+    if (!base) return kErrNoMemory;
     const idx_t rows = X.rows;
 #pragma omp parallel num_threads(T)
     {
