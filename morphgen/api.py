@@ -276,6 +276,9 @@ def train_command(args) -> int:
     from .data import load_dataset
     _require_backend(args.backend)
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
+    if args.sparsity_threshold is None and dataset.features is not None:
+        from .calibrate import calibrate
+        calibrate(args.threads)               # measured once per machine (then cached): not training's memory
     from .bench.memory import start_training_peak
     baseline_rss = start_training_peak()      # the data is loaded: growth from here is training's
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,

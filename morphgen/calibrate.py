@@ -1,9 +1,11 @@
 """Measure this machine's sparse/dense efficiency ratio rho (and the triad bandwidth), cached.
 
 The OpenMP backend picks the sparse input-feature path when the feature sparsity s exceeds
-tau = 1 - rho, where rho = (FLOP/s the sparse path sustains) / (FLOP/s of dense sgemm). rho is
-measured once per machine and thread count by a microbenchmark of a few hundred milliseconds
-(backends/openmp/kernels/calibrate.h) and kept as JSON in the morphgen cache directory.
+tau = 1 - rho, where rho = (FLOP/s of the sparse path) / (FLOP/s of the dense path). Both are
+measured on a whole layer's feature work (X W and X^T G, the product's own kernels) at the density
+where the two paths take equal time, so rho is that crossover density and tau predicts the
+crossover directly (backends/openmp/kernels/calibrate.h). It is measured once per machine and
+thread count, in about a second, and kept as JSON in the morphgen cache directory.
 `MORPHGEN_TAU` overrides the threshold without measuring.
 """
 from __future__ import annotations
@@ -20,8 +22,8 @@ from .toolchain import _cpu_identity, cache_root, compile_shared, kernel_include
 
 CDEF = """
 double mg_stream_triad_gbs(int64_t n, int reps);
-int mg_sparse_dense_ratio(int64_t rows, int64_t K, int64_t F, double density, int reps,
-                          double* sparse_gflops, double* dense_gflops, double* rho);
+int mg_sparse_dense_crossover(int64_t rows, int64_t K, int64_t F, int reps, double* density,
+                              double* sparse_gflops, double* dense_gflops);
 double mg_spmm_seconds(int la, int64_t n, const int64_t* indptr, const int64_t* col,
                        const float* X, int64_t F, float* Y, int reps);
 double mg_spmm_bytes(int64_t n, int64_t e, int64_t F);
@@ -29,9 +31,11 @@ void mg_set_threads(int n);
 int mg_max_threads(void);
 """
 
-# Microbenchmark shape: a bag-of-words-like feature matrix (rows x K at 2% density) times a
-# K x F weight, large enough that sgemm runs at full speed, small enough to stay well under a second.
-BENCH_ROWS, BENCH_K, BENCH_F, BENCH_DENSITY, BENCH_REPS = 4096, 1024, 64, 0.02, 5
+# Microbenchmark shape: a bag-of-words-like feature matrix (rows x K) through a K x F weight at the
+# hidden width of the benchmark models, large enough that sgemm runs at full speed, small enough
+# that the whole density sweep (11 densities, forward + weight gradient each) stays near a second.
+BENCH_ROWS, BENCH_K, BENCH_F, BENCH_REPS = 4096, 2048, 32, 3
+METHOD = "v2-layer-crossover"   # part of the cache key: a new method invalidates old entries
 TRIAD_FLOATS, TRIAD_REPS = 1 << 24, 5  # 3 x 64 MiB: far beyond the last-level cache
 
 
@@ -68,7 +72,7 @@ def _cache_file() -> Path:
 
 def _machine_key(threads: int) -> str:
     cpu = hashlib.sha256(_cpu_identity().encode()).hexdigest()[:16]
-    return f"{cpu}-t{threads}"
+    return f"{cpu}-t{threads}-{METHOD}"
 
 
 def measure(threads: int | None = None) -> Calibration:
@@ -78,15 +82,13 @@ def measure(threads: int | None = None) -> Calibration:
         lib.mg_set_threads(int(threads))
     nthreads = int(lib.mg_max_threads())
     out = ffi.new("double[3]")
-    st = lib.mg_sparse_dense_ratio(BENCH_ROWS, BENCH_K, BENCH_F, BENCH_DENSITY, BENCH_REPS,
-                                   out + 0, out + 1, out + 2)
+    st = lib.mg_sparse_dense_crossover(BENCH_ROWS, BENCH_K, BENCH_F, BENCH_REPS, out + 0, out + 1, out + 2)
     if st != 0:
-        raise CalibrationError(f"calibration kernel rejected its arguments (status {st})")
-    sparse, dense, rho = float(out[0]), float(out[1]), float(out[2])
-    if not (rho > 0.0) or not (dense > 0.0):
+        raise CalibrationError(f"calibration kernel failed (status {st})")
+    rho, sparse, dense = float(out[0]), float(out[1]), float(out[2])
+    if not (0.0 < rho <= 1.0) or not (dense > 0.0):
         raise CalibrationError(f"calibration produced rho={rho}, dense={dense} GFLOP/s")
     triad = float(lib.mg_stream_triad_gbs(TRIAD_FLOATS, TRIAD_REPS))
-    rho = min(rho, 1.0)  # a sparse path faster than dense on dense work would mean "always sparse"
     return Calibration(rho=rho, tau=1.0 - rho, sparse_gflops=sparse, dense_gflops=dense,
                        triad_gbs=triad, threads=nthreads, source="measured")
 

@@ -41,47 +41,12 @@ inline void set_threads(int threads) {
     blas_set_threads(1);
 }
 
-inline void sgemm_block(bool trans_a, bool trans_b, idx_t M, idx_t N, idx_t K, const float *A, idx_t lda,
-                        const float *B, idx_t ldb, float beta, float *C, idx_t ldc) {
-    scipy_cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                      blasint(M), blasint(N), blasint(K), 1.0f, A, blasint(lda), B, blasint(ldb), beta, C,
-                      blasint(ldc));
-}
-
-// C[rows, N] = A[rows, K] * op(B): each thread multiplies its own block of rows.
+// Dense products on the one pool (kernels/gemm.h: row blocks per OpenMP thread).
 inline void gemm_rows(idx_t rows, idx_t N, idx_t K, const float *A, const float *B, bool trans_b, float *C) {
-    if (rows <= 0 || N <= 0) return;
-    if (std::max({rows, N, K}) > idx_t(INT32_MAX)) throw Error("matrix dimension exceeds the BLAS interface");
-#pragma omp parallel
-    {
-        const idx_t T = omp_get_num_threads(), t = omp_get_thread_num();
-        const idx_t chunk = (rows + T - 1) / T, r0 = std::min(rows, t * chunk), r1 = std::min(rows, r0 + chunk);
-        if (r1 > r0) sgemm_block(false, trans_b, r1 - r0, N, K, A + r0 * K, K, B, trans_b ? K : N, 0.0f, C + r0 * N, N);
-    }
+    check(mg::gemm_rows(rows, N, K, A, B, trans_b, C), "dense product (a dimension exceeds the BLAS interface)");
 }
-
-// dW[K, M] = X[rows, K]^T G[rows, M]: each thread reduces its block of rows into a private
-// K x M partial (thread 0 straight into dW), then the partials are summed once.
 inline void gemm_tn_rows(idx_t rows, idx_t K, idx_t M, const float *X, const float *G, float *dW) {
-    if (std::max({rows, K, M}) > idx_t(INT32_MAX)) throw Error("matrix dimension exceeds the BLAS interface");
-    const idx_t T = omp_get_max_threads();
-    std::vector<float> partial(size_t((T - 1) * K * M));
-#pragma omp parallel num_threads(int(T))
-    {
-        const idx_t t = omp_get_thread_num();
-        const idx_t chunk = (rows + T - 1) / T, r0 = std::min(rows, t * chunk), r1 = std::min(rows, r0 + chunk);
-        float *out = t == 0 ? dW : partial.data() + (t - 1) * K * M;
-        if (r1 > r0) sgemm_block(true, false, K, M, r1 - r0, X + r0 * K, K, G + r0 * M, M, 0.0f, out, M);
-        else std::fill(out, out + K * M, 0.0f);
-    }
-    if (T > 1) {
-#pragma omp parallel for schedule(static)
-        for (idx_t i = 0; i < K * M; ++i) {
-            float acc = dW[i];
-            for (idx_t t = 1; t < T; ++t) acc += partial[size_t((t - 1) * K * M + i)];
-            dW[i] = acc;
-        }
-    }
+    check(mg::gemm_tn_rows(rows, K, M, X, G, dW), "dense weight gradient (a dimension exceeds the BLAS interface)");
 }
 
 // Rows grouped by type, for typed linear and typed reductions (Hector's gather/scatter GEMM).

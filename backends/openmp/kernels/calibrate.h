@@ -1,12 +1,14 @@
 // Machine calibration microbenchmarks:
 //   * stream_triad_gbs: STREAM-like triad a = b + s*c (OpenMP), the bandwidth roof for SpMM;
-//   * sparse_dense_ratio: rho = sustained FLOP/s of the sparse-feature path / dense sgemm FLOP/s,
-//     which sets the dense/sparse switch threshold tau = 1 - rho (Morphling IV-B);
+//   * sparse_dense_crossover: rho = FLOP/s of the sparse-feature path / FLOP/s of the dense path
+//     on a whole layer's feature work, measured where the two take equal time; it sets the
+//     dense/sparse switch threshold tau = 1 - rho (Morphling IV-B);
 //   * spmm_gbs: effective bandwidth of the aggregation kernel on a given CSR.
 // All timings keep the best of `reps` runs (the least disturbed one), as STREAM does.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -57,50 +59,91 @@ struct BenchRng {
     float uniform() { return static_cast<float>(next() >> 40) / static_cast<float>(1ull << 24); }
 };
 
-struct RhoResult {
-    double sparse_gflops;  // algorithmic FLOPs (2 * nnz * F) per second of the sparse path
-    double dense_gflops;   // 2 * rows * K * F per second of sgemm
-    double rho;            // sparse_gflops / dense_gflops
-};
-
-// rho on an X [rows x K] feature matrix of the given density, times W [K x F].
-inline RhoResult sparse_dense_ratio(idx_t rows, idx_t K, idx_t F, double density, int reps) {
-    BenchRng rng(42);
-    std::vector<std::int64_t> indptr(rows + 1, 0);
-    std::vector<std::int32_t> col;
-    std::vector<float> val, dense(static_cast<size_t>(rows) * K, 0.f);
-    col.reserve(static_cast<size_t>(rows * K * density * 1.2) + 16);
+// A random rows x K feature matrix of the given density (CSR, and dense when `dense` != nullptr).
+inline void random_features(idx_t rows, idx_t K, double density, std::uint64_t seed,
+                            std::vector<std::int64_t>& indptr, std::vector<std::int32_t>& col,
+                            std::vector<float>& val, std::vector<float>* dense) {
+    BenchRng rng(seed);
+    indptr.assign(size_t(rows + 1), 0);
+    col.clear();
+    val.clear();
+    if (dense) dense->assign(size_t(rows) * size_t(K), 0.f);
     for (idx_t r = 0; r < rows; ++r) {
         for (idx_t k = 0; k < K; ++k) {
-            if (rng.uniform() < density) {
-                const float v = rng.uniform() - 0.5f;
-                col.push_back(static_cast<std::int32_t>(k));
-                val.push_back(v);
-                dense[static_cast<size_t>(r) * K + k] = v;
-            }
+            const bool stored = density >= 1.0 || rng.uniform() < density;
+            const float v = rng.uniform() - 0.5f;
+            if (!stored) continue;
+            col.push_back(static_cast<std::int32_t>(k));
+            val.push_back(v);
+            if (dense) (*dense)[size_t(r) * size_t(K) + size_t(k)] = v;
         }
-        indptr[r + 1] = static_cast<idx_t>(col.size());
+        indptr[size_t(r + 1)] = static_cast<std::int64_t>(col.size());
     }
-    std::vector<float> W(static_cast<size_t>(K) * F), Y(static_cast<size_t>(rows) * F);
+}
+
+struct CrossoverResult {
+    double density;        // where one layer's feature work costs the same on both paths (= rho)
+    double sparse_gflops;  // at that density: 4 * nnz * F per second (forward + weight gradient)
+    double dense_gflops;   // 4 * rows * K * F per second of the dense path
+    int status;            // kOk, or the first failing kernel's status
+};
+
+// rho as the generated programs will see it: the whole feature work of a linear layer on the
+// input (Y = X W and dW = X^T G), timed on the product's own dense path (gemm_rows/gemm_tn_rows
+// on one pool) and sparse path (column blocks), best of `reps`. The sparse time grows with the
+// density d, the dense time does not; the density where they meet is the crossover d*, and since
+// both do the same useful work there, sparse FLOP/s / dense FLOP/s = d* = rho: tau = 1 - rho is
+// the sparsity above which the sparse path is faster. The crossover is interpolated (log-log)
+// between the two grid densities that bracket it; beyond the grid it is clamped to its ends.
+inline CrossoverResult sparse_dense_crossover(idx_t rows, idx_t K, idx_t F, int reps) {
+    CrossoverResult res{0, 0, 0, kOk};
+    std::vector<std::int64_t> indptr;
+    std::vector<std::int32_t> col;
+    std::vector<float> val, dense;
+    BenchRng rng(7);
+    std::vector<float> W(size_t(K) * F), G(size_t(rows) * F), Y(size_t(rows) * F), dW(size_t(K) * F);
     for (auto& w : W) w = rng.uniform() - 0.5f;
-    SparseFeatureBlocks X;
-    if (build_feature_blocks(rows, K, indptr.data(), col.data(), val.data(), feature_block_cols(), X) != kOk)
-        return RhoResult{0, 0, 0};
-    blas_match_openmp_threads();
-    double t_sparse = 1e30, t_dense = 1e30;
+    for (auto& g : G) g = rng.uniform() - 0.5f;
+    blas_set_threads(1);
+    random_features(rows, K, 1.0, 42, indptr, col, val, &dense);
+    double t_dense = 1e30;
     for (int r = 0; r < reps; ++r) {
-        double t0 = omp_get_wtime();
-        sparse_linear_forward(X, W.data(), F, Y.data());
-        t_sparse = std::min(t_sparse, omp_get_wtime() - t0);
-        t0 = omp_get_wtime();
-        linear_forward(rows, K, F, dense.data(), W.data(), Y.data());
+        const double t0 = omp_get_wtime();
+        int st = gemm_rows(rows, F, K, dense.data(), W.data(), false, Y.data());
+        if (st == kOk) st = gemm_tn_rows(rows, K, F, dense.data(), G.data(), dW.data());
+        if (st != kOk) return CrossoverResult{0, 0, 0, st};
         t_dense = std::min(t_dense, omp_get_wtime() - t0);
     }
-    const double nnz = static_cast<double>(col.size());
-    RhoResult res;
-    res.sparse_gflops = 2.0 * nnz * F / t_sparse / 1e9;
-    res.dense_gflops = 2.0 * static_cast<double>(rows) * K * F / t_dense / 1e9;
-    res.rho = res.sparse_gflops / res.dense_gflops;
+    std::vector<float>().swap(dense);
+    const double grid[] = {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0};
+    double prev_d = 0, prev_t = 0;
+    for (double d : grid) {
+        random_features(rows, K, d, 42, indptr, col, val, nullptr);
+        SparseFeatureBlocks X;
+        int st = build_feature_blocks(rows, K, indptr.data(), col.data(), val.data(), feature_block_cols(), X);
+        double t_sparse = 1e30;
+        for (int r = 0; r < reps && st == kOk; ++r) {
+            const double t0 = omp_get_wtime();
+            st = sparse_linear_forward(X, W.data(), F, Y.data());
+            if (st == kOk) st = sparse_weight_grad(X, G.data(), F, dW.data());
+            t_sparse = std::min(t_sparse, omp_get_wtime() - t0);
+        }
+        if (st != kOk) return CrossoverResult{0, 0, 0, st};
+        if (t_sparse >= t_dense || d == 1.0) {
+            double cross = d;
+            if (t_sparse >= t_dense && prev_d > 0) {  // log-log interpolation of t_sparse(d) = t_dense
+                const double s = (std::log(t_sparse) - std::log(prev_t)) / (std::log(d) - std::log(prev_d));
+                cross = s > 0 ? std::exp(std::log(prev_d) + (std::log(t_dense) - std::log(prev_t)) / s) : d;
+            }
+            res.density = std::min(1.0, std::max(grid[0], cross));
+            break;
+        }
+        prev_d = d;
+        prev_t = t_sparse;
+    }
+    const double work = 4.0 * double(rows) * double(K) * double(F);
+    res.dense_gflops = work / t_dense / 1e9;
+    res.sparse_gflops = res.density * work / t_dense / 1e9;  // same time, d* of the work
     return res;
 }
 

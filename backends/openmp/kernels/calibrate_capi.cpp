@@ -5,14 +5,14 @@ extern "C" {
 
 double mg_stream_triad_gbs(std::int64_t n, int reps) { return mg::stream_triad_gbs(n, reps); }
 
-int mg_sparse_dense_ratio(std::int64_t rows, std::int64_t K, std::int64_t F, double density, int reps,
-                          double* sparse_gflops, double* dense_gflops, double* rho) {
-    if (rows <= 0 || K <= 0 || F <= 0 || density <= 0.0 || density > 1.0 || reps <= 0) return mg::kErrArgument;
-    const mg::RhoResult r = mg::sparse_dense_ratio(rows, K, F, density, reps);
+int mg_sparse_dense_crossover(std::int64_t rows, std::int64_t K, std::int64_t F, int reps, double* density,
+                              double* sparse_gflops, double* dense_gflops) {
+    if (rows <= 0 || K <= 0 || F <= 0 || reps <= 0) return mg::kErrArgument;
+    const mg::CrossoverResult r = mg::sparse_dense_crossover(rows, K, F, reps);
+    *density = r.density;
     *sparse_gflops = r.sparse_gflops;
     *dense_gflops = r.dense_gflops;
-    *rho = r.rho;
-    return mg::kOk;
+    return r.status;
 }
 
 // Seconds of one aggregation with lookahead `la` (0, 4, 8, 16, 32 are instantiated); -1 otherwise.

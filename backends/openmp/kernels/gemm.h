@@ -1,14 +1,18 @@
 // Dense GEMM: thin row-major wrappers over scipy-openblas32's cblas (symbols carry `scipy_`).
 //
-// Threading rule (avoids oversubscription): OpenBLAS runs its own thread pool. It must never be
-// entered from inside an OpenMP parallel region (each OpenMP thread would start a full OpenBLAS
-// team), so every wrapper here refuses with kErrInParallel when omp_in_parallel() is true. Call
-// mg::blas_match_openmp_threads() once at load time so the BLAS team is as large as the OpenMP
-// team: kernels and GEMMs then alternate on the same cores, never run on top of each other.
+// Two ways to thread them, never mixed in one program:
+//   * `gemm` and the linear_* helpers call BLAS once with its own thread pool. It must never be
+//     entered from inside an OpenMP parallel region (each OpenMP thread would start a full OpenBLAS
+//     team), so they refuse with kErrInParallel when omp_in_parallel() is true;
+//     mg::blas_match_openmp_threads() sizes the BLAS team like the OpenMP team.
+//   * `gemm_rows` / `gemm_tn_rows` (what generated programs use) run single-threaded BLAS calls
+//     on row blocks inside one OpenMP region, after blas_set_threads(1): one pool for everything.
 #pragma once
 
+#include <algorithm>
 #include <climits>
 #include <initializer_list>
+#include <vector>
 
 #include <cblas.h>
 
@@ -56,6 +60,57 @@ inline int linear_weight_grad(idx_t rows, idx_t in, idx_t out, const float* X, c
 inline int linear_input_grad(idx_t rows, idx_t in, idx_t out, const float* G, const float* W, float* dX,
                              float beta = 0.f) {
     return gemm(false, true, rows, in, out, 1.f, G, out, W, out, beta, dX, in);
+}
+
+// The products the generated code runs, on ONE thread pool: OpenBLAS single-threaded
+// (blas_set_threads(1)) and the rows split over the OpenMP threads, one BLAS call per thread.
+// Two pools -- OpenBLAS's pthreads spinning after each call while OpenMP's workers run the sparse
+// kernels -- would fight for the same cores.
+inline void sgemm_block(bool trans_a, bool trans_b, idx_t M, idx_t N, idx_t K, const float* A, idx_t lda,
+                        const float* B, idx_t ldb, float beta, float* C, idx_t ldc) {
+    scipy_cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                      blasint(M), blasint(N), blasint(K), 1.0f, A, blasint(lda), B, blasint(ldb), beta, C,
+                      blasint(ldc));
+}
+
+// C[rows, N] = A[rows, K] * op(B): each thread multiplies its own block of rows.
+inline int gemm_rows(idx_t rows, idx_t N, idx_t K, const float* A, const float* B, bool trans_b, float* C) {
+    if (rows < 0 || N < 0 || K < 0) return kErrArgument;
+    if (rows > INT_MAX || N > INT_MAX || K > INT_MAX) return kErrTooLarge;
+    if (rows == 0 || N == 0) return kOk;
+#pragma omp parallel
+    {
+        const idx_t T = omp_get_num_threads(), t = omp_get_thread_num();
+        const idx_t chunk = (rows + T - 1) / T, r0 = std::min(rows, t * chunk), r1 = std::min(rows, r0 + chunk);
+        if (r1 > r0) sgemm_block(false, trans_b, r1 - r0, N, K, A + r0 * K, K, B, trans_b ? K : N, 0.0f, C + r0 * N, N);
+    }
+    return kOk;
+}
+
+// dW[K, M] = X[rows, K]^T G[rows, M]: each thread reduces its block of rows into a private
+// K x M partial (thread 0 straight into dW), then the partials are summed once.
+inline int gemm_tn_rows(idx_t rows, idx_t K, idx_t M, const float* X, const float* G, float* dW) {
+    if (rows < 0 || K < 0 || M < 0) return kErrArgument;
+    if (rows > INT_MAX || K > INT_MAX || M > INT_MAX) return kErrTooLarge;
+    const idx_t T = omp_get_max_threads();
+    std::vector<float> partial(size_t((T - 1) * K * M));   // zero: a thread that never starts adds nothing
+#pragma omp parallel num_threads(int(T))
+    {
+        const idx_t t = omp_get_thread_num();
+        const idx_t chunk = (rows + T - 1) / T, r0 = std::min(rows, t * chunk), r1 = std::min(rows, r0 + chunk);
+        float* out = t == 0 ? dW : partial.data() + (t - 1) * K * M;
+        if (r1 > r0) sgemm_block(true, false, K, M, r1 - r0, X + r0 * K, K, G + r0 * M, M, 0.0f, out, M);
+        else std::fill(out, out + K * M, 0.0f);
+    }
+    if (T > 1) {
+#pragma omp parallel for schedule(static)
+        for (idx_t i = 0; i < K * M; ++i) {
+            float acc = dW[i];
+            for (idx_t t = 1; t < T; ++t) acc += partial[size_t((t - 1) * K * M + i)];
+            dW[i] = acc;
+        }
+    }
+    return kOk;
 }
 
 }  // namespace mg
