@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <xmmintrin.h>  // _mm_getcsr / _mm_setcsr
 
 namespace mg {
 
@@ -89,6 +90,28 @@ struct ContextBase {
 
 // Float buffer owned by a context, 64-byte aligned for AVX-512 loads.
 // Freed with its owner (the context), so every buffer a model declares is released.
+// Subnormal floats off (flush-to-zero, denormals-are-zero) on every OpenMP thread while a call
+// into the library runs, restored afterwards so the caller's numerics are untouched. Backward
+// passes produce gradients in the subnormal range, and on x86 every FMA that meets one takes a
+// microcode assist: measured on the Flickr-shaped graph, the first layer's X^T G went from
+// 109 ms to 47 ms per epoch. Values below 1.2e-38 become 0, far below float32 training noise.
+class FlushDenormals {
+  public:
+    FlushDenormals() : saved_(_mm_getcsr()) { set_all(saved_ | kFtzDaz); }
+    ~FlushDenormals() { set_all(saved_); }
+    FlushDenormals(const FlushDenormals &) = delete;
+    FlushDenormals &operator=(const FlushDenormals &) = delete;
+
+  private:
+    static constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bits 15 (FTZ) and 6 (DAZ)
+    static void set_all(unsigned csr) {
+#pragma omp parallel
+        _mm_setcsr(csr);
+        _mm_setcsr(csr);
+    }
+    unsigned saved_;
+};
+
 struct Buffer {
     float *data = nullptr;
     int64_t size = 0;

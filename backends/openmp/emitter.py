@@ -27,7 +27,7 @@ from morphgen.ir import Program, Value
 _TEMPLATES = Path(__file__).parent / "templates"
 
 # Kernel families that get a timer each (reported by `--profile`).
-TIMERS = ("aggregate", "aggregate_backward", "gemm", "sparse_features", "sparse_features_grad", "typed_linear",
+TIMERS = ("aggregate", "aggregate_backward", "gemm", "input_features", "input_features_grad", "typed_linear",
           "edges", "elementwise", "dropout", "loss", "optimizer")
 
 _REDUCE = {"sum": "mg::Reduce::Sum", "mean": "mg::Reduce::Mean", "max": "mg::Reduce::Max"}
@@ -361,7 +361,7 @@ class OpenMPEmitter:
         bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
         if x.id in self.feature_like:
             fv = self.feature_like[x.id]
-            return self.timed("sparse_features", f"mg::op::linear_features({fv}, {self.feature_blocks()}, {self.ptr(w)}, "
+            return self.timed("input_features", f"mg::op::linear_features({fv}, {self.feature_blocks()}, {self.ptr(w)}, "
                               f"{M}, {self.ptr(out)})", *self._feature_cost(fv, M))
         return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
                           f"{self.ptr(out)})", bytes_, flops)
@@ -389,7 +389,7 @@ class OpenMPEmitter:
         bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
         if x.id in self.feature_like:
             fv = self.feature_like[x.id]
-            return self.timed("sparse_features_grad", f"mg::op::matmul_tn_features({fv}, "
+            return self.timed("input_features_grad", f"mg::op::matmul_tn_features({fv}, "
                               f"{self.feature_blocks()}, {self.ptr(g)}, {M}, {self.ptr(out)})", *self._feature_cost(fv, M))
         return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, "
                           f"{self.ptr(out)})", bytes_, flops)

@@ -24,7 +24,9 @@ def test_training_peak_ignores_a_loading_peak_but_sees_training():
         print(before, base, peak_rss_bytes())
     """)
     assert before - base >= 280 * MiB             # the loading transient was in the peak ...
-    assert 140 * MiB <= peak - base <= 200 * MiB  # ... and is gone from the training peak
+    # ... and is gone from the training peak, which still holds training's 150 MiB (a peak that
+    # kept the transient would be at least 300 MiB above the baseline)
+    assert 140 * MiB <= peak - base < 280 * MiB
 
 
 def test_baseline_does_not_hold_memory_the_loader_freed():

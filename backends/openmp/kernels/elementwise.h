@@ -190,11 +190,14 @@ void reduce_to(Bcast shape, int64_t rows, int64_t cols, float* out, F f) {
         return;
     }
     const int64_t width = shape == Bcast::Row ? cols : 1;
+    // One cache line of padding between the threads' partials: they are updated on every row,
+    // and a line shared by two threads would bounce between their cores each time.
+    const int64_t stride = (width + 7) / 8 * 8 + 8;
     const int nthreads = rows * cols > kParallelMin ? omp_get_max_threads() : 1;
-    std::vector<double> partial(static_cast<size_t>(nthreads) * width, 0.0);
+    std::vector<double> partial(static_cast<size_t>(nthreads) * stride, 0.0);
 #pragma omp parallel num_threads(nthreads)
     {
-        double* acc = partial.data() + static_cast<int64_t>(omp_get_thread_num()) * width;
+        double* acc = partial.data() + static_cast<int64_t>(omp_get_thread_num()) * stride;
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < rows; ++i) {
             if (shape == Bcast::Row) {
@@ -210,7 +213,7 @@ void reduce_to(Bcast shape, int64_t rows, int64_t cols, float* out, F f) {
     }
     for (int64_t j = 0; j < width; ++j) {
         double s = 0.0;
-        for (int t = 0; t < nthreads; ++t) s += partial[static_cast<size_t>(t) * width + j];
+        for (int t = 0; t < nthreads; ++t) s += partial[static_cast<size_t>(t) * stride + j];
         out[j] = static_cast<float>(s);
     }
 }

@@ -237,8 +237,8 @@ int sparse_linear_forward(const SparseFeatureBlocks& X, const float* W, idx_t F,
                     const std::int64_t n = X.ptr[size_t(b * rows + r + 1)] - start;
                     if (n == 0 && b > 0) continue;
                     sparse_detail::with_coef(X, drop, b, r, start, [&](const auto& coef) {
-                        if (width == TILE) gather_sum<TILE, 0, false>(X.col.data() + start, n, coef, Wb, F, f0, width, vals);
-                        else gather_sum<TILE, 0, true>(X.col.data() + start, n, coef, Wb, F, f0, width, vals);
+                        if (width == TILE) gather_sum<TILE, 0, false>(X.col.data() + start, n, n, coef, Wb, F, f0, width, vals);
+                        else gather_sum<TILE, 0, true>(X.col.data() + start, n, n, coef, Wb, F, f0, width, vals);
                     });
                     finish_tile(vals, width, 1.f, nullptr, 0.f, none, nullptr, b > 0, Y + r * F + f0);
                 }

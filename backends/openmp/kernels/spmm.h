@@ -12,8 +12,8 @@
 // Schedule (Morphling IV-C): rows are distributed with schedule(dynamic, 64); the feature axis
 // is cut into tiles of TILE floats (compile-time, default 32 = two 512-bit registers); for each
 // (row, tile) the accumulators stay in zmm registers while the neighbour loop issues one FMA per
-// register, and the tile of the neighbour LOOKAHEAD edges ahead is prefetched into L1. Rows with
-// degree <= LOOKAHEAD skip prefetching. A masked path handles a last tile narrower than TILE, so
+// register, and the tile of the neighbour LOOKAHEAD edges ahead in the CSR (possibly in a later
+// row) is prefetched into L1. A masked path handles a last tile narrower than TILE, so
 // any width (1, 3, 7, 33, ...) works. The epilogue (bias + activation) runs on the finished tile
 // before its single store.
 #pragma once
@@ -51,12 +51,17 @@ MG_INLINE __mmask16 lane_mask(int remaining) {
 
 // out[0:TILE) = sum_k coef(k) * X[nbr[k], f0 : f0+width).  MASKED: width < TILE.  The index
 // type is idx_t for graph neighbours and uint16_t for the column-blocked sparse features.
+//
+// Prefetching runs across row boundaries: `avail` (>= deg) is how many index entries may be read
+// from nbr on (the rest of the CSR), and entry k prefetches the row of entry k + LA even when
+// that belongs to the next rows. Rows shorter than LA (the common case at average degrees of
+// 5-10) are then prefetched by the rows before them instead of not at all.
 template <int TILE, int LA, bool MASKED, class Coef, class Index>
-MG_INLINE void gather_sum(const Index* MG_RESTRICT nbr, idx_t deg, const Coef& coef,
+MG_INLINE void gather_sum(const Index* MG_RESTRICT nbr, idx_t deg, idx_t avail, const Coef& coef,
                           const float* MG_RESTRICT X, idx_t ldx, idx_t f0, int width,
                           float* MG_RESTRICT out) {
     idx_t k = 0;
-    const idx_t prefetch_end = (LA > 0 && deg > LA) ? deg - LA : 0;
+    const idx_t prefetch_end = LA > 0 ? (avail - LA < deg ? (avail - LA > 0 ? avail - LA : 0) : deg) : 0;
 #if MG_HAVE_AVX512
     static_assert(TILE % 16 == 0, "the AVX-512 tile width must be a multiple of 16 floats");
     constexpr int NV = TILE / 16;
@@ -231,6 +236,7 @@ void forward_impl(idx_t n_rows, const idx_t* indptr, const idx_t* col, const flo
     for (idx_t v = 0; v < n_rows; ++v) {
         const idx_t start = indptr[v];
         const idx_t deg = indptr[v + 1] - start;
+        const idx_t avail = indptr[n_rows] - start;
         const idx_t* nbr = col + start;
         const float* w = HAS_W ? w_all + start : nullptr;
         auto coef = [&](idx_t k) -> float {
@@ -250,9 +256,9 @@ void forward_impl(idx_t n_rows, const idx_t* indptr, const idx_t* col, const flo
             const float* bias = epi.bias ? epi.bias + f0 : nullptr;
             if (!is_max) {
                 if (width == TILE)
-                    gather_sum<TILE, LA, false>(nbr, deg, coef, X, ldx, f0, width, vals);
+                    gather_sum<TILE, LA, false>(nbr, deg, avail, coef, X, ldx, f0, width, vals);
                 else
-                    gather_sum<TILE, LA, true>(nbr, deg, coef, X, ldx, f0, width, vals);
+                    gather_sum<TILE, LA, true>(nbr, deg, avail, coef, X, ldx, f0, width, vals);
                 const float rowf = (is_mean && cnt > 0 ? 1.f / static_cast<float>(cnt) : 1.f) * sv;
                 finish_tile(vals, width, rowf, self ? xself + f0 : nullptr, sv, epi, bias, false, yrow + f0);
             } else {
@@ -291,6 +297,7 @@ void transpose_impl(idx_t n_src, const idx_t* indptr, const idx_t* t_indptr, con
     for (idx_t u = 0; u < n_src; ++u) {
         const idx_t start = t_indptr[u];
         const idx_t deg = t_indptr[u + 1] - start;
+        const idx_t avail = t_indptr[n_src] - start;
         const idx_t* nbr = t_col + start;
         const idx_t* eid = t_eid + start;
         auto coef = [&](idx_t k) -> float {
@@ -310,9 +317,9 @@ void transpose_impl(idx_t n_src, const idx_t* indptr, const idx_t* t_indptr, con
         for (idx_t f0 = 0; f0 < F; f0 += TILE) {
             const int width = static_cast<int>(F - f0 < TILE ? F - f0 : TILE);
             if (width == TILE)
-                gather_sum<TILE, LA, false>(nbr, deg, coef, G, ldg, f0, width, vals);
+                gather_sum<TILE, LA, false>(nbr, deg, avail, coef, G, ldg, f0, width, vals);
             else
-                gather_sum<TILE, LA, true>(nbr, deg, coef, G, ldg, f0, width, vals);
+                gather_sum<TILE, LA, true>(nbr, deg, avail, coef, G, ldg, f0, width, vals);
             finish_tile(vals, width, su, self ? gself + f0 : nullptr, selfc, none, nullptr, accumulate,
                         xrow + f0);
         }
