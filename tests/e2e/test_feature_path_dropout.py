@@ -26,3 +26,12 @@ def test_input_dropout_is_the_same_on_both_paths():
     np.testing.assert_allclose(sparse_losses, dense_losses, rtol=1e-4)
     for name in dense:
         np.testing.assert_allclose(sparse[name], dense[name], rtol=1e-3, atol=1e-5, err_msg=name)
+
+
+def test_library_calls_leave_the_callers_subnormals_alone():
+    """The library flushes subnormals on its threads while it runs and restores the caller's mode."""
+    tiny = np.float32(1e-39)                         # a float32 subnormal
+    assert tiny * np.float32(1.0) != 0
+    _train("sparse", threshold=0.5, epochs=1)
+    assert tiny * np.float32(1.0) != 0
+    assert np.nextafter(np.float32(0), np.float32(1)) > 0

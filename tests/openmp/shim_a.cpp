@@ -5,6 +5,7 @@
 #include "layout.h"
 #include "sparse_features.h"
 #include "spmm.h"
+#include "tall_skinny.h"
 
 using mg::idx_t;
 
@@ -145,6 +146,9 @@ int mgt_sparse_blocks_grad(void* X, idx_t F, const float* G, float* dW, int accu
                            uint64_t epoch, uint64_t site) {
     return mg::sparse_weight_grad(*static_cast<mg::SparseFeatureBlocks*>(X), G, F, dW, accumulate != 0,
                                   mg::FeatureDropout{p, mg::DropoutKey{seed, epoch, site}});
+}
+int mgt_tall_skinny_nn(idx_t rows, idx_t K, idx_t M, const float* X, const float* W, float* Y) {
+    return mg::tall_skinny_nn(rows, K, M, X, W, Y);
 }
 int mgt_dropout_keep(uint64_t seed, uint64_t epoch, uint64_t site, float p, int64_t i) {
     return mg::dropout_keep(mg::DropoutKey{seed, epoch, site}, p, i) ? 1 : 0;

@@ -159,6 +159,28 @@ def test_blas_thread_count_is_settable():
 
 
 # ---------------------------------------------------------------------------------------------
+# tall-skinny forward product (narrow outputs skip BLAS)
+
+@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
+                                        (100, 9, 64), (0, 4, 8)])
+def test_tall_skinny_matches_numpy(variant, rows, K, M):
+    lib = sh.load(variant)
+    rng = np.random.default_rng(rows + K + M)
+    X = rng.standard_normal((rows, K)).astype(np.float32)
+    W = rng.standard_normal((K, M)).astype(np.float32)
+    Y = np.full((rows, M), np.nan, np.float32)
+    assert lib.mgt_tall_skinny_nn(rows, K, M, f32(X), f32(W), f32(Y)) == 0
+    np.testing.assert_allclose(Y, X.astype(np.float64) @ W, rtol=1e-5, atol=1e-4)
+
+
+def test_tall_skinny_rejects_a_wide_output():
+    lib = sh.load("avx512")
+    X, W, Y = (np.ones(s, np.float32) for s in ((4, 2), (2, 65), (4, 65)))
+    assert lib.mgt_tall_skinny_nn(4, 2, 65, f32(X), f32(W), f32(Y)) == 1
+
+
+# ---------------------------------------------------------------------------------------------
 # sparse feature path
 
 def sparse_features(rng, rows, K, density):
