@@ -1,14 +1,16 @@
 // Shared definitions of the OpenMP kernel library (namespace mg).
 //
 // Conventions for every kernel in this folder:
-//   * indices are int64 (mg::idx_t), data is float32, matrices are row-major with an explicit
+//   * graph indices are int64 (mg::idx_t) (the sparse input features: int64 row pointers, int32
+//     columns, as scipy stores them), data is float32, matrices are row-major with an explicit
 //     leading dimension (elements between consecutive rows);
 //   * graph layout: edges are stored sorted by destination. CSR `indptr[N+1]`, `col[E]` = source
 //     node of the edge at CSR position e; per-edge tensors are indexed by that position. The
 //     transpose (scatter-to-source) uses a CSR by source: `t_indptr`, `t_col` (= destination) and
 //     `t_eid` (= position of the edge in destination order), built by mg::transpose_csr (layout.h);
-//   * kernels open their own `omp parallel` regions; none may be called from inside one, and BLAS
-//     (gemm.h) is never called from inside one either.
+//   * kernels open their own `omp parallel` regions; none may be called from inside one. BLAS
+//     runs either with its own pool outside any region (mg::gemm) or single-threaded on per-thread
+//     row blocks inside one (mg::gemm_rows / gemm_tn_rows), see gemm.h.
 #pragma once
 
 #include <cmath>
