@@ -89,6 +89,11 @@ def csr_from_parts(prefix: str, indptr, indices, data, shape, num_rows: int,
     bad = first_outside(indices, 0, cols)
     if bad is not None:
         _fail(source, f"{prefix}_indices entry {bad} is {int(indices[bad])}, outside [0, {cols})")
+    # 32-bit indices where they fit (scipy's own choice; the sparse kernels read int32 columns), so
+    # the matrix is converted once here, while loading, and not copied again when training starts.
+    small = np.iinfo(np.int32).max
+    if cols <= small and indices.shape[0] <= small:
+        indices, indptr = indices.astype(np.int32, copy=False), indptr.astype(np.int32, copy=False)
     mat = sp.csr_matrix((data.astype(np.float32, copy=False), indices, indptr), shape=(rows, cols))
     return mat
 

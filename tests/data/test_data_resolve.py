@@ -97,3 +97,11 @@ def test_npz_without_suffix_is_recognised(tmp_path):
 def test_feature_format_on_synthetic():
     ds = load_dataset("synthetic:nodes=300,edges=1000,val=20,test=50", feature_format="csr")
     assert sp.isspmatrix_csr(ds.features) and ds.features.dtype == np.float32
+
+
+def test_sparse_features_load_with_32_bit_indices(tmp_path):
+    """The file stores int64 indices; loading gives int32 ones, the layout training borrows uncopied."""
+    ds = synthetic_dataset(nodes=300, edges=1000, features=50, sparsity=0.9, val=20, test=50)
+    back = load_dataset(save_npz(ds, tmp_path / "toy.npz"))
+    assert back.features.indices.dtype == np.int32
+    np.testing.assert_array_equal(back.features.toarray(), ds.features.toarray())
