@@ -150,7 +150,7 @@ inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t
     gemm_tn_rows(rows, K, M, X, G, dW);
 }
 
-// Input features through a weight: the dense path is one sgemm, the sparse path streams the
+// Input features through a weight: the dense path is a dense product (gemm_rows), the sparse path streams the
 // blocked rows through W (Morphling IV-B), the identity is a copy of W.
 inline FeatureDropout feature_dropout(const FeatureView &f) {
     return FeatureDropout{f.drop_p, DropoutKey{f.drop_seed, f.drop_epoch, f.drop_site}};

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from . import cli as bench_cli, harness, report as rep
 
-DEFAULT_SPARSITIES = "0,0.5,0.8,0.9,0.95,0.98,0.99,0.995,0.999"
+DEFAULT_SPARSITIES = "0,0.2,0.35,0.5,0.65,0.8,0.9,0.95,0.98,0.99,0.995,0.999"
 DEFAULT_WIDTHS = "128,512,2048"
 FORCE_DENSE, FORCE_SPARSE = 1.0, 0.0
 

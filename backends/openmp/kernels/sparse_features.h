@@ -41,7 +41,6 @@ namespace mg {
 struct SparseFeatureBlocks {
     idx_t rows = 0, cols = 0;
     idx_t block_cols = 0;                // columns per block: a power of two <= 65,536 (16-bit offsets)
-    int block_shift = 0;                 // log2(block_cols): column c is in block c >> block_shift
     idx_t blocks = 0;
     std::vector<std::int64_t> ptr;       // [blocks * rows + 1]; (block b, row r) is ptr[b*rows + r] ..
     std::vector<std::uint16_t> col;      // column offset inside the block
@@ -103,7 +102,6 @@ inline int build_feature_blocks(idx_t rows, idx_t cols, const std::int64_t* indp
     out.rows = rows;
     out.cols = cols;
     out.block_cols = block_cols;
-    out.block_shift = shift;
     out.blocks = blocks;
     out.ptr.assign(size_t(blocks * rows + 1), 0);
     out.col.resize(size_t(nnz));
