@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 from dataclasses import dataclass, field
@@ -314,7 +313,8 @@ def train_command(args) -> int:
         model.save_checkpoint(args.checkpoint)
         print(f"morphgen: checkpoint written to {args.checkpoint}", file=sys.stderr)
     if args.json_out:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        from .bench.memory import peak_rss_bytes
+        peak = peak_rss_bytes()
         report = {
             "model": str(args.model), "backend": args.backend, "dataset": dataset.name,
             "epochs": epochs, "threads": model.threads, "seed": args.seed,

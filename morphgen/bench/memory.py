@@ -1,7 +1,7 @@
 """Memory accounting for benchmarks: the process's resident set, and the analytic minimum of a GCN.
 
-Measured side: `peak_rss_bytes` (getrusage ru_maxrss, the kernel's high-water mark of the resident
-set), `vm_hwm_bytes` / `current_rss_bytes` (the same figures read from /proc/self/status), and
+Measured side: `peak_rss_bytes` (the kernel's high-water mark of the resident set, VmHWM),
+`vm_hwm_bytes` / `current_rss_bytes` (read from /proc/self/status), and
 `start_training_peak`, which every system calls once its data is loaded: it resets the high-water
 mark (writing 5 to /proc/self/clear_refs), so the peak read at the end is the peak of training.
 
@@ -28,7 +28,15 @@ class MemoryModelError(UserError, ValueError):
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set of this process in bytes (ru_maxrss; KiB on Linux, bytes on macOS)."""
+    """Peak resident set of this process in bytes.
+
+    VmHWM where /proc has it: ru_maxrss also carries the resident set of the parent at the fork
+    that started this process (Linux keeps it across execve), so a child of a process that holds a
+    large dataset would report the parent's size as its own peak. Elsewhere ru_maxrss (KiB on
+    Linux, bytes on macOS)."""
+    hwm = vm_hwm_bytes()
+    if hwm:
+        return hwm
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024
 

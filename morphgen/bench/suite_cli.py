@@ -200,8 +200,10 @@ def docs_section(args, rows, peers, machine: dict, plot_links: list, command: st
                   f"{machine['copy_gbs']:.2f} GB/s, triad {machine['triad_gbs']:.2f} GB/s, sgemm "
                   f"{machine['sgemm_gflops']:.1f} GFLOP/s.", ""]
     lines += suite_table(rows, peers) + [""]
-    lines += ["Ratios are peer time / morphgen time (above 1: morphgen is faster). Peak RSS is the whole "
-              "process (ru_maxrss), the analytic minimum is `morphgen.bench.memory.analytic_minimum_bytes`. "
+    lines += ["Ratios are peer time / morphgen time (above 1: morphgen is faster). Peak RSS is each "
+              "process's peak resident set (ru_maxrss) from the moment its data is loaded, imports and "
+              "data included (`docs/benchmarking.md`); the analytic minimum is "
+              "`morphgen.bench.memory.analytic_minimum_bytes`. "
               "Per-graph reports (configuration of every system, per-kernel GB/s and GFLOP/s, parity) are in "
               f"`{args.out}/<graph>/bench.md`.", ""]
     lines += [f"![{Path(p).stem}]({p})" for p in plot_links]

@@ -41,3 +41,15 @@ def test_baseline_does_not_hold_memory_the_loader_freed():
         print(start, start_training_peak())
     """)
     assert base - start < 60 * MiB
+
+
+def test_a_child_does_not_inherit_its_parents_peak():
+    # Linux carries the parent's resident set at fork into the child's ru_maxrss across execve;
+    # the peak morphgen reports (VmHWM) is the child's own.
+    child = _run("""
+        import numpy as np, subprocess, sys
+        held = np.ones(400 << 17); held[:] = 1.0        # the parent holds 400 MiB while it forks
+        code = "from morphgen.bench.memory import peak_rss_bytes; print(peak_rss_bytes())"
+        print(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    """)[0]
+    assert child < 200 * MiB
