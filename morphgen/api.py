@@ -122,23 +122,36 @@ class CompiledModel:
         self.feature_path = None
         self.compile_seconds = 0.0
         self.library_path = None
+        self._emitter = None            # the program's emitter, from build()
+        self._built_for = None          # (sizes, featureless) the library was built for
 
     # -- binding to data -----------------------------------------------------------------
-    def bind(self, dataset):
+    def build(self, dataset):
+        """Lower the program for this dataset's sizes, compile it and load the library (no data
+        is bound and nothing is allocated for training yet)."""
         from .backends.openmp.emitter import OpenMPEmitter
-        from .layout import GraphLayout
-        from .library import Session
+        from .library import load
         from .toolchain import compile_shared
-        from .interp import init_params
         t0 = time.perf_counter()
         self.program = lower(self.path, sizes_of(dataset), dataset.features is None)
-        self.bound_to = dataset
-        dataset = normalize_features(dataset, self.program.feature_normalization)
-        emitter = OpenMPEmitter(self.program)
-        sources = emitter.emit()
+        self._emitter = OpenMPEmitter(self.program)
+        sources = self._emitter.emit()
         self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
                                            include_dirs=include_dirs())
+        load(str(self.library_path))
         self.compile_seconds = time.perf_counter() - t0
+        self._built_for = sizes_of(dataset), dataset.features is None
+        return self
+
+    def bind(self, dataset):
+        from .layout import GraphLayout
+        from .library import Session
+        from .interp import init_params
+        if self._built_for != (sizes_of(dataset), dataset.features is None):
+            self.build(dataset)
+        emitter = self._emitter
+        self.bound_to = dataset
+        dataset = normalize_features(dataset, self.program.feature_normalization)
         self.feature_path = choose_feature_path(dataset, self.sparsity_threshold,
                                                 not emitter.needs_dense_features, self.threads)
         layout = GraphLayout.from_graph(dataset.graph)
@@ -279,10 +292,13 @@ def train_command(args) -> int:
         from .calibrate import calibrate
         calibrate(args.threads)               # measured once per machine (then cached): not training's memory
     from .bench.memory import start_training_peak
-    baseline_rss = start_training_peak()      # the data is loaded: growth from here is training's
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
                           sparsity_threshold=args.sparsity_threshold)
     print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)
+    # Compiling and loading the library come before the baseline, as importing their library does
+    # for the peers: the growth measured from there is what training allocates.
+    model.build(dataset)
+    baseline_rss = start_training_peak()      # the data is loaded: growth from here is training's
     model.bind(dataset)
     path, sparsity, tau, source = model.feature_path
     if tau is None:
