@@ -46,8 +46,8 @@ struct SparseFeatureBlocks {
     std::vector<std::uint16_t> col;      // column offset inside the block
     std::vector<float> val;
 
-    // Thread-local dW slabs of the weight gradient, on one 2 MiB-aligned huge page region: the
-    // scatter updates random rows of them, and on 4 KiB pages those updates also miss the TLB.
+    // Thread-local dW slabs of the weight gradient, from 2 MiB on a huge page region: the scatter
+    // updates random rows of them, and on 4 KiB pages those updates also miss the TLB.
     struct Slabs {
         float* data = nullptr;
         size_t bytes = 0;
@@ -56,13 +56,14 @@ struct SparseFeatureBlocks {
         Slabs& operator=(const Slabs&) = delete;
         ~Slabs() { std::free(data); }
         float* get(size_t floats) {
-            const size_t want = (floats * sizeof(float) + kHuge - 1) / kHuge * kHuge;
+            const size_t want = (floats * sizeof(float) + 63) / 64 * 64;
             if (want > bytes) {
                 std::free(data);
-                data = static_cast<float*>(std::aligned_alloc(kHuge, want));
+                const bool huge = want >= kHuge;   // small slabs (narrow inputs) stay on 4 KiB pages
+                data = static_cast<float*>(std::aligned_alloc(huge ? kHuge : 64, want));
                 bytes = data ? want : 0;
 #ifdef MADV_HUGEPAGE
-                if (data) madvise(data, want, MADV_HUGEPAGE);  // advice only
+                if (data && huge) madvise(data, want, MADV_HUGEPAGE);  // advice only
 #endif
             }
             return data;
@@ -254,7 +255,9 @@ int sparse_weight_grad(SparseFeatureBlocks& X, const float* G, idx_t F, float* d
     static_assert(TILE > 0 && TILE <= 256 && TILE % 16 == 0, "tile width must be a multiple of 16 in (0, 256]");
     if (F < 0 || X.blocks < 1) return kErrArgument;
     const int T = omp_get_max_threads();
-    const size_t slab_floats = size_t(X.block_cols) * TILE;   // a multiple of 16: every slab 64-byte aligned
+    // A block is never wider than the matrix; a multiple of 16 floats keeps every slab 64-byte aligned.
+    const idx_t slab_rows = std::min(X.block_cols, (X.cols + 15) / 16 * 16);
+    const size_t slab_floats = size_t(slab_rows) * TILE;
     float* base = X.scratch.get(size_t(T) * slab_floats);
     if (!base) return kErrNoMemory;
     const idx_t rows = X.rows;
