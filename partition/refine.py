@@ -42,6 +42,16 @@ def load_cap(loads: np.ndarray, num_parts: int, bound: float) -> float:
     return float(loads.sum()) / num_parts * bound
 
 
+def refinement_state(adj: SymmetricAdjacency, loads: np.ndarray, assignment: np.ndarray, num_parts: int,
+                     bound: float) -> tuple:
+    """What every refinement starts from: int64 loads, the load cap, the scipy CSR, each vertex's
+    connection weight to every part and the part loads (of `assignment`, which it does not copy)."""
+    loads = np.asarray(loads, np.int64)
+    csr = adj.as_scipy()
+    part_load = np.bincount(assignment, weights=loads, minlength=num_parts)
+    return loads, load_cap(loads, num_parts, bound), csr, _connection(csr, assignment, num_parts), part_load
+
+
 def repair_balance(adj: SymmetricAdjacency, loads: np.ndarray, assignment: np.ndarray, num_parts: int, *,
                    bound: float, batch_fraction: float = 0.25, max_rounds: int = 200) -> np.ndarray:
     """Move vertices out of parts whose load exceeds mean x `bound`, choosing the smallest cut
@@ -56,11 +66,7 @@ def repair_balance(adj: SymmetricAdjacency, loads: np.ndarray, assignment: np.nd
     n = a.shape[0]
     if n == 0 or num_parts == 1:
         return a
-    loads = np.asarray(loads, np.int64)
-    cap = load_cap(loads, num_parts, bound)
-    csr = adj.as_scipy()
-    conn = _connection(csr, a, num_parts)
-    part_load = np.bincount(a, weights=loads, minlength=num_parts)
+    loads, cap, csr, conn, part_load = refinement_state(adj, loads, a, num_parts, bound)
     for _ in range(max_rounds):
         excess = part_load - cap
         over = excess > 1e-9
@@ -114,12 +120,8 @@ def refine_cut(adj: SymmetricAdjacency, loads: np.ndarray, assignment: np.ndarra
     n = a.shape[0]
     if n == 0 or num_parts == 1:
         return a
-    loads = np.asarray(loads, np.int64)
-    cap = load_cap(loads, num_parts, bound)
-    csr = adj.as_scipy()
+    loads, cap, csr, conn, part_load = refinement_state(adj, loads, a, num_parts, bound)
     indptr, indices = adj.indptr, adj.indices
-    conn = _connection(csr, a, num_parts)
-    part_load = np.bincount(a, weights=loads, minlength=num_parts)
     for _ in range(max_rounds):
         own = conn[np.arange(n), a]
         gain_all = conn - own[:, None]

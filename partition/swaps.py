@@ -19,7 +19,7 @@ from collections import defaultdict, deque
 import numpy as np
 
 from .adjacency import SymmetricAdjacency
-from .refine import _apply_moves, _connection, load_cap
+from .refine import _apply_moves, refinement_state
 
 PARTNERS_TRIED = 8        # waiting vertices examined per arriving vertex; bounds the work per round
 
@@ -42,12 +42,9 @@ def refine_with_swaps(adj: SymmetricAdjacency, loads: np.ndarray, assignment: np
     n = a.shape[0]
     if n == 0 or num_parts == 1:
         return a
-    loads = np.asarray(loads, np.int64)
-    cap = load_cap(loads, num_parts, bound)
-    csr = adj.as_scipy()
+    loads, cap, csr, conn, part_load = refinement_state(adj, loads, a, num_parts, bound)
+    part_load = part_load.astype(np.float64)
     indptr, indices, weights = adj.indptr, adj.indices, adj.weights
-    conn = _connection(csr, a, num_parts)
-    part_load = np.bincount(a, weights=loads, minlength=num_parts).astype(np.float64)
     rows = np.arange(n)
     for _ in range(max_rounds):
         own = conn[rows, a]
