@@ -36,15 +36,18 @@ def _require_backend(backend: str) -> None:
             f"available: {', '.join(AVAILABLE_BACKENDS)}")
 
 
-def lower(path, sizes: Optional[dict] = None, featureless: bool = False):
-    """Parse, check and lower a program; bind sizes when given; run the passes (backward included)."""
+def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_features: bool = False):
+    """Parse, check and lower a program; bind sizes when given; run the passes (backward included).
+
+    ``dense_features``: the backend will hold the input features dense, so aggregations of them
+    may be computed once instead of every epoch (passes/hoist_invariant.py)."""
     from . import passes
     from .frontend import compile_file
     program = compile_file(str(path))
     if sizes is not None:
         program.featureless = featureless
         program.bind(sizes)
-    passes.run_default(program)
+    passes.run_default(program, dense_features=dense_features and sizes is not None and not featureless)
     return program
 
 
@@ -107,7 +110,10 @@ class CompiledModel:
     """A program compiled for one backend; `fit` binds it to a dataset and trains."""
 
     def __init__(self, path, backend: str = "openmp", threads: Optional[int] = None, seed: int = 0,
-                 sparsity_threshold: Optional[float] = None, sanitize: bool = False):
+                 sparsity_threshold: Optional[float] = None, sanitize: bool = False,
+                 hoist_invariants: bool = True):
+        """``hoist_invariants=False`` keeps aggregations of the input features inside the epoch
+        (passes/hoist_invariant.py), e.g. to measure what hoisting them saves."""
         _require_backend(backend)
         self.path = Path(path)
         self.backend = backend
@@ -115,6 +121,7 @@ class CompiledModel:
         self.seed = seed
         self.sparsity_threshold = sparsity_threshold
         self.sanitize = sanitize
+        self.hoist_invariants = hoist_invariants
         self.program = None
         self.session = None
         self.dataset = None             # what the session holds (features possibly normalised)
@@ -123,41 +130,63 @@ class CompiledModel:
         self.compile_seconds = 0.0
         self.library_path = None
         self._emitter = None            # the program's emitter, from build()
-        self._built_for = None          # (sizes, featureless) the library was built for
+        self._built_for = None          # (sizes, featureless, feature path) the library was built for
 
     # -- binding to data -----------------------------------------------------------------
     def build(self, dataset):
-        """Lower the program for this dataset's sizes, compile it and load the library (no data
-        is bound and nothing is allocated for training yet)."""
+        """Lower the program for this dataset's sizes and feature path, compile it and load the
+        library (no data is bound and nothing is allocated for training yet)."""
         from .backends.openmp.emitter import OpenMPEmitter
         from .library import load
         from .toolchain import compile_shared
         t0 = time.perf_counter()
-        self.program = lower(self.path, sizes_of(dataset), dataset.features is None)
+        # The feature path decides the program: dense features let the passes hoist their
+        # aggregations out of the epoch.  Row normalisation keeps the sparsity, so the raw
+        # features decide.  A program that reads the features outside a linear layer is lowered
+        # again for the dense path.
+        path = choose_feature_path(dataset, self.sparsity_threshold, True, self.threads)
+        featureless = dataset.features is None
+        self.program = lower(self.path, sizes_of(dataset), featureless, self.hoist_invariants and path[0] == "dense")
         self._emitter = OpenMPEmitter(self.program)
         sources = self._emitter.emit()
+        if path[0] == "sparse" and self._emitter.needs_dense_features:
+            path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads)
+            self.program = lower(self.path, sizes_of(dataset), featureless, self.hoist_invariants)
+            self._emitter = OpenMPEmitter(self.program)
+            sources = self._emitter.emit()
         self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
                                            include_dirs=include_dirs())
         load(str(self.library_path))
         self.compile_seconds = time.perf_counter() - t0
-        self._built_for = sizes_of(dataset), dataset.features is None
+        self.feature_path = path
+        self._built_for = self._build_key(dataset)
         return self
 
-    def bind(self, dataset):
+    def _build_key(self, dataset):
+        sparsity = None if dataset.features is None else float(dataset.feature_sparsity)
+        return sizes_of(dataset), dataset.features is None, sparsity
+
+    def bind(self, dataset, donate_features: bool = False):
+        """Bind the model to a dataset (building first if its sizes or features differ).
+
+        ``donate_features``: the caller will not use ``dataset.features`` again, so the runtime may
+        overwrite them (an aggregation of them computed once, in place) instead of holding a copy.
+        """
+        import scipy.sparse as sp
         from .layout import GraphLayout
         from .library import Session
         from .interp import init_params
-        if self._built_for != (sizes_of(dataset), dataset.features is None):
+        if self._built_for != self._build_key(dataset):
             self.build(dataset)
-        emitter = self._emitter
         self.bound_to = dataset
-        dataset = normalize_features(dataset, self.program.feature_normalization)
-        self.feature_path = choose_feature_path(dataset, self.sparsity_threshold,
-                                                not emitter.needs_dense_features, self.threads)
+        normalised = normalize_features(dataset, self.program.feature_normalization)
+        own_copy = normalised is not dataset or sp.issparse(dataset.features)   # made here: ours to give
+        dataset = normalised
         layout = GraphLayout.from_graph(dataset.graph)
         masks = (dataset.train_mask, dataset.val_mask, dataset.test_mask)
         self.session = Session(self.library_path, layout, _features_payload(dataset, self.feature_path[0]),
-                               dataset.labels, masks, self.program.sizes, self.threads, self.seed)
+                               dataset.labels, masks, self.program.sizes, self.threads, self.seed,
+                               donate_features=donate_features or own_copy)
         self.session.set_params(init_params(self.program, seed=self.seed))
         self.dataset = dataset
         return self
@@ -293,13 +322,13 @@ def train_command(args) -> int:
         calibrate(args.threads)               # measured once per machine (then cached): not training's memory
     from .bench.memory import start_training_peak
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
-                          sparsity_threshold=args.sparsity_threshold)
+                          sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist)
     print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)
     # Compiling and loading the library come before the baseline, as importing their library does
     # for the peers: the growth measured from there is what training allocates.
     model.build(dataset)
     baseline_rss = start_training_peak()      # the data is loaded: growth from here is training's
-    model.bind(dataset)
+    model.bind(dataset, donate_features=True)  # nothing here reads dataset.features again
     path, sparsity, tau, source = model.feature_path
     if tau is None:
         print(f"morphgen: feature path: {path} ({source})", file=sys.stderr)
@@ -308,7 +337,11 @@ def train_command(args) -> int:
               file=sys.stderr)
     print(f"morphgen: {dataset.name}: {dataset.graph.num_nodes} nodes, {dataset.graph.num_edges} edges, "
           f"{dataset.num_features} features, {dataset.num_classes} classes; {model.threads} threads; "
-          f"compiled in {model.compile_seconds:.2f} s", file=sys.stderr)
+          f"compiled in {model.compile_seconds:.2f} s, data bound in {model.session.prepare_seconds:.2f} s",
+          file=sys.stderr)
+    if model.program.invariant:
+        print(f"morphgen: {len(model.program.invariant)} aggregation(s) of the input features computed once "
+              f"instead of every epoch", file=sys.stderr)
     if args.resume:
         model.load_checkpoint(args.resume)
     epochs = args.epochs if args.epochs is not None else model.program.epochs
@@ -336,7 +369,8 @@ def train_command(args) -> int:
             "epochs": epochs, "threads": model.threads, "seed": args.seed,
             "train_acc": final["train_acc"], "val_acc": final["val_acc"], "test_acc": final["test_acc"],
             "final_loss": result.history[-1]["loss"], "epoch_times_s": times,
-            "compile_seconds": model.compile_seconds, "feature_path": path,
+            "compile_seconds": model.compile_seconds, "prepare_seconds": model.session.prepare_seconds,
+            "hoisted_aggregations": len(model.program.invariant), "feature_path": path,
             "feature_sparsity": sparsity, "sparsity_threshold": tau,
             "peak_rss_bytes": peak, "baseline_rss_bytes": baseline_rss,
             "allocated_bytes": model.session.allocated_bytes(),

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sparsity-threshold", type=float, default=None,
                    help="feature sparsity above which the sparse feature path is used "
                         "(default: tau = 1 - rho from this machine's calibration)")
+    p.add_argument("--no-hoist", action="store_true",
+                   help="recompute aggregations of the input features every epoch instead of once "
+                        "(they are hoisted out of the training loop by default on the dense feature path)")
     p.add_argument("--json", dest="json_out", default=None, help="write the run's metrics to this JSON file")
     p.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
     p.add_argument("--resume", default=None, help="start from this checkpoint")

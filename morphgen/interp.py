@@ -81,8 +81,11 @@ class Interpreter:
         return loss, grads, values
 
     def forward(self, params: dict, training: bool = True, seed: Optional[int] = None) -> dict:
-        """Values (by id) of the forward ops; the loss is skipped when there are no labels."""
+        """Values (by id) of the forward ops; the loss is skipped when there are no labels.
+
+        The invariant ops are recomputed on every call: the oracle keeps no state between runs."""
         values = self._bind_inputs(params)
+        self._execute(self.program.invariant, values, training, seed)
         self._execute(self.program.forward, values, training, seed)
         return values
 

@@ -104,6 +104,7 @@ class Program:
     name: str
     inputs: dict = field(default_factory=dict)      # role -> Value: features, labels
     params: list = field(default_factory=list)      # [Param]
+    invariant: list = field(default_factory=list)   # [Op]  of the inputs and the graph only: run once at load
     forward: list = field(default_factory=list)     # [Op]  (ends with the loss)
     loss: Optional[Value] = None
     logits: Optional[Value] = None                  # what evaluate() takes argmax of
@@ -134,8 +135,8 @@ class Program:
 
     # -- inspection ---------------------------------------------------------------------
     def all_ops(self) -> list:
-        """Forward then backward ops: the order in which one training step runs them."""
-        return list(self.forward) + list(self.backward)
+        """Invariant, forward then backward ops: the order in which the first training step runs them."""
+        return list(self.invariant) + list(self.forward) + list(self.backward)
 
     def all_values(self) -> list:
         """Every distinct value the program mentions (inputs, params, op operands, grads)."""
@@ -220,13 +221,13 @@ class Program:
         return self
 
     def validate(self) -> None:
-        """Re-run shape inference over forward and backward; check SSA order and grads.
+        """Re-run shape inference over invariant, forward and backward; check SSA order and grads.
 
         Raises :class:`IRError` (with the op's ``loc``) on the first inconsistency.
         """
         from .ir_ops import infer_full      # local: ir_ops imports this module
         defined = {v.id for v in self.inputs.values()} | {p.value.id for p in self.params}
-        for section, ops in (("forward", self.forward), ("backward", self.backward)):
+        for section, ops in (("invariant", self.invariant), ("forward", self.forward), ("backward", self.backward)):
             for i, op in enumerate(ops):
                 for v in op.inputs:
                     if v.id not in defined:
@@ -261,6 +262,9 @@ class Program:
         for p in self.params:
             wd = "" if p.weight_decay else " no-decay"
             out.append(f"  param {p.name} {p.value!r}: {p.value.describe()} init={p.init}{wd}")
+        if self.invariant:
+            out.append("invariant (computed once, when the data is bound):")
+            out += [f"  {op!r}" for op in self.invariant]
         out.append("forward:")
         out += [f"  {op!r}" for op in self.forward]
         out.append(f"  loss = {self.loss!r}")

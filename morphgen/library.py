@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,9 @@ class Session:
     """A context of a generated library bound to one graph, its features and labels."""
 
     def __init__(self, library_path, layout, features, labels, masks, sizes: dict,
-                 threads: int, seed: int):
+                 threads: int, seed: int, donate_features: bool = False):
+        """``donate_features``: the caller gives up the dense feature array; the program may
+        overwrite it (with an aggregation of it hoisted out of the epoch) instead of copying it."""
         self.ffi = _ffi()
         self.lib = load(str(library_path))
         self._keep = []                      # borrowed arrays must outlive the context
@@ -61,7 +64,7 @@ class Session:
         if self.ctx == self.ffi.NULL:
             raise InternalError("mg_create failed")
         try:
-            self._bind(layout, features, labels, masks, sizes)
+            self._bind(layout, features, labels, masks, sizes, donate_features)
         except BaseException:
             self.close()
             raise
@@ -77,7 +80,7 @@ class Session:
         if rc != 0:
             raise RuntimeFailure(f"morphgen: error: {what}: {_str(self.ffi, self.lib.mg_error(self.ctx))}")
 
-    def _bind(self, layout, features, labels, masks, sizes):
+    def _bind(self, layout, features, labels, masks, sizes, donate_features):
         lib = self.lib
         for i in range(lib.mg_num_size_symbols()):
             name = _str(self.ffi, lib.mg_size_symbol(i))
@@ -94,7 +97,12 @@ class Session:
         kind, payload = features
         if kind == "dense":
             x = np.ascontiguousarray(payload, dtype=np.float32)
-            self._check(lib.mg_set_features_dense(self.ctx, self._ptr(x, "float *"), *x.shape), "features")
+            # a converted copy is ours to give; the caller's own array only when donated
+            if (donate_features or x is not payload) and x.flags.writeable:
+                self._check(lib.mg_set_features_dense_donated(self.ctx, self._ptr(x, "float *"), *x.shape),
+                            "features")
+            else:
+                self._check(lib.mg_set_features_dense(self.ctx, self._ptr(x, "float *"), *x.shape), "features")
         elif kind == "csr":
             x = payload
             if x.shape[1] > np.iinfo(np.int32).max:
@@ -112,7 +120,9 @@ class Session:
         m = [np.ascontiguousarray(np.asarray(mask, bool) & (y >= 0), dtype=np.uint8) for mask in masks]
         self._check(lib.mg_set_labels(self.ctx, self._ptr(y, i64), *(self._ptr(a, "uint8_t *") for a in m)),
                     "labels")
+        t0 = time.perf_counter()
         self._check(lib.mg_prepare(self.ctx), "prepare")
+        self.prepare_seconds = time.perf_counter() - t0     # load-time structures and invariant values
 
     # -- training -------------------------------------------------------------------------
     def train_epoch(self) -> float:

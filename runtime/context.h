@@ -80,6 +80,7 @@ struct ContextBase {
     std::string error;
     GraphView graph;
     FeatureView features;
+    bool features_donated = false;   // the dense feature buffer may be overwritten (see the ABI)
     const int64_t *labels = nullptr;
     const uint8_t *masks[3] = {nullptr, nullptr, nullptr};  // train, val, test
     int64_t mask_count[3] = {0, 0, 0};

@@ -6,6 +6,9 @@
  * Ownership: arrays handed to mg_set_* are BORROWED, not copied (the graph and features are the
  * largest objects of a run and a copy would double peak memory).  The caller keeps them alive
  * and unchanged until mg_destroy.  Everything the library allocates it frees in mg_destroy.
+ * The one exception is mg_set_features_dense_donated: the caller gives the buffer up, and a
+ * program that hoists an aggregation of the features out of the epoch may overwrite it with that
+ * aggregation instead of allocating a second N x F array.
  *
  * Graph layout: edges sorted by destination.  indptr[N+1]/col[E] is the CSR over incoming edges
  * (col = source node); t_indptr/t_col/t_eid is the CSR over outgoing edges (t_col = destination,
@@ -42,6 +45,7 @@ int mg_set_graph(mg_ctx *ctx, int64_t num_nodes, int64_t num_edges,
                  const int64_t *etype, const int64_t *ntype,
                  int64_t num_etypes, int64_t num_ntypes);
 int mg_set_features_dense(mg_ctx *ctx, const float *x, int64_t rows, int64_t cols);
+int mg_set_features_dense_donated(mg_ctx *ctx, float *x, int64_t rows, int64_t cols);
 int mg_set_features_csr(mg_ctx *ctx, const int64_t *indptr, const int32_t *indices,
                         const float *data, int64_t rows, int64_t cols);
 int mg_set_features_identity(mg_ctx *ctx, int64_t rows);

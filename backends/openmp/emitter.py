@@ -209,7 +209,7 @@ class OpenMPEmitter:
 
     def emit(self) -> dict:
         p = self.p
-        for op in p.forward + p.backward:
+        for op in p.invariant + p.forward + p.backward:
             if op.output is not None:
                 self.producer[op.output.id] = op
             for k, v in enumerate(op.inputs):
@@ -219,6 +219,7 @@ class OpenMPEmitter:
             self.identity[self.features_id] = _Identity(None)
         elif self.features_id is not None:
             self.feature_like[self.features_id] = "m.features"
+        self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
         optimizer = self.lower_optimizer()
@@ -245,6 +246,23 @@ class OpenMPEmitter:
             logits_buffer=logits_buffer, num_classes=self.width(p.logits),
             needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes)
         return {"model.cpp": text}
+
+    def lower_invariant(self) -> None:
+        """Values of the inputs alone (passes/hoist_invariant.py): computed once, in prepare."""
+        for op in self.p.invariant:
+            self.current_op = op
+            x = op.inputs[0]
+            if op.opcode != "aggregate" or x.id != self.features_id or len(op.inputs) != 1:
+                raise InternalError(f"the OpenMP backend cannot compute '{op.opcode}' once at load time")
+            self.needs_dense_features = True
+            # Overwriting the donated features is safe only when this is their one reader.
+            sole_reader = len(self.readers.get(x.id, [])) == 1
+            name = f"inv{op.output.id}"
+            self.members += [f"mg::Buffer {name};", f"const float *{name}_data = nullptr;"]
+            self.prepare.append(f"m.{name}_data = mg::op::aggregate_features_once(m.g, {self._agg_spec(op)}, "
+                                f"m.features, {'m.features_donated' if sole_reader else 'false'}, m.{name}, "
+                                f"m.allocated_bytes)")
+            self.views[op.output.id] = f"m.{name}_data"
 
     def plan_epilogues(self) -> None:
         """Run bias + activation inside the aggregation kernel, before its one write per tile.

@@ -303,6 +303,34 @@ inline void aggregate_max_grad(const Graph &g, const AggSpec &s, const idx_t *ar
           "max aggregate backward");
 }
 
+// ---- invariant values (computed once, when the data is bound) ---------------------------------------
+// P = A X for dense input features X [N x F]: an aggregation of the inputs the training loop would
+// otherwise repeat every epoch (passes/hoist_invariant.py).  In place -- the caller donated the
+// buffer and nothing else reads the raw features -- P overwrites X 16 columns at a time through an
+// N x 16 scratch, so it costs no second N x F array; otherwise P goes into `own`.
+inline const float *aggregate_features_once(const Graph &g, const AggSpec &s, const FeatureView &x, bool in_place,
+                                            Buffer &own, int64_t &accounted) {
+    if (x.kind != FeatureKind::Dense) throw Error("an aggregation of the input features needs dense features");
+    const GraphView &v = *g.view;
+    const idx_t F = x.cols;
+    if (!in_place) {
+        own.allocate(v.num_nodes * F, accounted);
+        check(spmm(v.num_nodes, v.indptr, v.col, x.dense, F, F, own.data, F, s), "invariant aggregate (spmm)");
+        return own.data;
+    }
+    constexpr idx_t kCols = 16;     // one cache line of each neighbour row per gather
+    float *P = const_cast<float *>(x.dense);
+    std::vector<float> scratch(size_t(v.num_nodes) * size_t(std::min(kCols, F)));
+    for (idx_t f0 = 0; f0 < F; f0 += kCols) {
+        const idx_t w = std::min(kCols, F - f0);
+        check(spmm(v.num_nodes, v.indptr, v.col, P + f0, F, w, scratch.data(), w, s), "invariant aggregate (spmm)");
+#pragma omp parallel for schedule(static)
+        for (idx_t r = 0; r < v.num_nodes; ++r)
+            std::memcpy(P + r * F + f0, scratch.data() + r * w, sizeof(float) * size_t(w));
+    }
+    return P;
+}
+
 // ---- graph constants (computed once at load time) ----------------------------------------------------
 inline void in_degree(const Graph &g, float *out) {
     const GraphView &v = *g.view;

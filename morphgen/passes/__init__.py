@@ -1,7 +1,8 @@
 """Middle-end passes over the IR, one module per pass.
 
 Forward rewrites (run before autodiff; each keeps numerics up to float rounding):
-``reorder_linear_aggregate``, ``split_concat_linear``, ``reorder_linear_operators``.
+``reorder_linear_aggregate``, ``split_concat_linear``, ``reorder_linear_operators`` and, for
+dense input features, ``hoist_invariant_aggregation``.
 Analyses (after autodiff): ``annotate_fusion`` and ``analyse_liveness``.
 """
 from __future__ import annotations
@@ -10,22 +11,26 @@ from ..autodiff import differentiate
 from ..ir import Program
 from .concat_split import split_concat_linear
 from .fusion import FusionGroup, annotate_fusion
+from .hoist_invariant import hoist_invariant_aggregation
 from .linear_reorder import reorder_linear_operators
 from .liveness import Liveness, analyse_liveness
 from .reorder_aggregate import reorder_linear_aggregate
 from .rewrite import remove_dead_forward
 
 __all__ = ["run_default", "reorder_linear_aggregate", "split_concat_linear",
-           "reorder_linear_operators", "annotate_fusion", "analyse_liveness", "FusionGroup",
-           "Liveness", "remove_dead_forward"]
+           "reorder_linear_operators", "hoist_invariant_aggregation", "annotate_fusion",
+           "analyse_liveness", "FusionGroup", "Liveness", "remove_dead_forward"]
 
 
-def run_default(program: Program, num_nodes: int = None, num_edges: int = None) -> dict:
+def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
+                dense_features: bool = False) -> dict:
     """The default pipeline, in place: rewrites, autodiff, fusion annotation, liveness.
 
     An existing backward is discarded and regenerated after the rewrites.  The
-    width-dependent reordering runs only when every size is bound.  Liveness runs when
-    ``num_nodes`` and ``num_edges`` are given.  Returns a report of what each pass did.
+    width-dependent passes run only when every size is bound; aggregations of the input
+    features are hoisted out of the epoch only when the backend will hold them dense
+    (``dense_features``).  Liveness runs when ``num_nodes`` and ``num_edges`` are given.
+    Returns a report of what each pass did.
     """
     program.backward, program.grads = [], {}
     report = {}
@@ -34,6 +39,8 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None) 
     report["split_concat_linear"] = split_concat_linear(program)
     report["reorder_linear_operators"] = reorder_linear_operators(program)
     report["dead_forward_ops"] = remove_dead_forward(program)
+    if dense_features and not program.symbols():
+        report["hoist_invariant_aggregation"] = hoist_invariant_aggregation(program)
     differentiate(program)
     report["fusion"] = annotate_fusion(program)
     if num_nodes is not None and num_edges is not None:

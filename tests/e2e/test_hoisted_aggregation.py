@@ -1,0 +1,57 @@
+"""The compiled first-layer aggregation computed once (dense features) trains like the per-epoch one.
+
+`hoist_invariants=False` keeps the aggregation inside the epoch; both runs start from the same
+weights and dropout streams, so their losses and parameters agree to float32 round-off.  The
+features the caller still holds are never written; donated ones are overwritten in place."""
+import numpy as np
+import pytest
+
+import morphgen
+from morphgen.data.synthetic import synthetic_dataset
+
+from tests.e2e.support import example
+
+
+def _data(features=40):
+    return synthetic_dataset(nodes=300, edges=2400, features=features, classes=4, train_per_class=20,
+                             val=40, test=60, seed=7)
+
+
+def _train(data, hoist: bool, donate: bool = False, model_name: str = "gcn3", epochs: int = 4):
+    model = morphgen.compile(example(model_name), threads=2, seed=5, sparsity_threshold=0.99,
+                             hoist_invariants=hoist)
+    model.bind(data, donate_features=donate)
+    losses = [row["loss"] for row in model.fit(epochs=epochs).history]
+    return model, losses
+
+
+def test_hoisted_first_layer_trains_like_the_per_epoch_one():
+    data = _data()
+    hoisted, hoisted_losses = _train(data, hoist=True)
+    plain, plain_losses = _train(data, hoist=False)
+    assert len(hoisted.program.invariant) == 1 and not plain.program.invariant
+    np.testing.assert_allclose(hoisted_losses, plain_losses, rtol=1e-5)
+    a, b = hoisted.get_params(), plain.get_params()
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert hoisted.evaluate()["test_acc"] == pytest.approx(plain.evaluate()["test_acc"], abs=0.02)
+
+
+def test_callers_features_are_kept_unless_donated():
+    data = _data()
+    original = data.features.copy()
+    kept, kept_losses = _train(data, hoist=True)
+    np.testing.assert_array_equal(data.features, original)         # the caller's array is untouched
+    donated, donated_losses = _train(data, hoist=True, donate=True)
+    assert not np.array_equal(data.features, original)             # overwritten by the aggregation
+    np.testing.assert_allclose(donated_losses, kept_losses, rtol=1e-6)
+    # donated, the aggregation needs no N x F array of its own
+    n, f = original.shape
+    assert kept.session.allocated_bytes() - donated.session.allocated_bytes() >= 4 * n * f
+
+
+def test_prepare_runs_once_per_context():
+    model, _ = _train(_data(), hoist=True, donate=True, epochs=1)
+    session = model.session
+    assert session.lib.mg_prepare(session.ctx) != 0
+    assert "already" in session.ffi.string(session.lib.mg_error(session.ctx)).decode()

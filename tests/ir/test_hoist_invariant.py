@@ -1,0 +1,105 @@
+"""hoist_invariant_aggregation: aggregations of the dense input features leave the epoch.
+
+Numerics are the interpreter's (float64): the hoisted program must give the loss and every
+gradient of the original, and its gradients must pass the finite-difference check."""
+import numpy as np
+import pytest
+
+from morphgen.autodiff import differentiate
+from morphgen.interp import Interpreter
+from morphgen.ir import IRError
+from morphgen.passes import hoist_invariant_aggregation, run_default
+
+from . import models
+from .helpers import finite_difference_check, perturbed_params, random_data, random_graph
+
+
+def _bound(prog, F=12, C=3):
+    return prog.bind({"F": F, "C": C})
+
+
+def _run(prog, params, F):
+    g = random_graph(10, 26, seed=11)
+    x, labels, mask = random_data(g, F, 3)
+    return Interpreter(prog, g, x, labels, mask, dtype=np.float64, seed=3).run(params)
+
+
+def _aggregates(ops):
+    return [op for op in ops if op.opcode == "aggregate"]
+
+
+@pytest.mark.parametrize("norm", ["gcn", "mean"])
+def test_first_layer_aggregation_is_computed_once_with_the_same_numerics(norm):
+    F = 12
+    before = _bound(models.gcn(hidden=4, dropout=0.0, norm=norm), F)
+    after = _bound(models.gcn(hidden=4, dropout=0.0, norm=norm), F)
+    run_default(before)
+    report = run_default(after, dense_features=True)
+    assert report["hoist_invariant_aggregation"] == 1
+    features = after.inputs["features"]
+    (hoisted,) = after.invariant
+    assert hoisted.opcode == "aggregate" and hoisted.inputs == [features]
+    assert hoisted.output.shape == (F,)
+    # the first layer is now linear(P, W): one aggregation less forward and backward per epoch
+    assert len(_aggregates(after.forward)) == len(_aggregates(before.forward)) - 1
+    assert len(_aggregates(after.backward)) == len(_aggregates(before.backward)) - 1
+    assert not any(v.id == features.id for op in after.forward + after.backward for v in op.inputs)
+    params = perturbed_params(before)
+    loss0, grads0, _ = _run(before, params, F)
+    loss1, grads1, _ = _run(after, params, F)
+    assert loss1 == pytest.approx(loss0, rel=1e-12)
+    for name in grads0:
+        np.testing.assert_allclose(grads1[name], grads0[name], rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_hoisted_program_gradients_match_finite_differences():
+    prog = _bound(models.gcn(hidden=4, dropout=0.0), 6)
+    run_default(prog, dense_features=True)
+    assert prog.invariant
+    g = random_graph(10, 26, seed=5)
+    x, labels, mask = random_data(g, 6, 3)
+    finite_difference_check(prog, g, x, labels, mask, perturbed_params(prog))
+
+
+def test_aggregate_first_layer_is_hoisted_whole():
+    """F < hidden: the aggregation already runs on the features; hoisting it is a pure saving."""
+    prog = _bound(models.gcn(hidden=16, dropout=0.0), 4)
+    run_default(prog, dense_features=True)
+    (hoisted,) = prog.invariant
+    assert hoisted.inputs == [prog.inputs["features"]]
+    assert prog.forward[0].opcode == "linear" and prog.forward[0].inputs[0] is hoisted.output
+
+
+def test_nothing_is_hoisted_without_dense_features_or_through_a_dropout():
+    sparse = _bound(models.gcn(hidden=4, dropout=0.0))
+    assert "hoist_invariant_aggregation" not in run_default(sparse)
+    assert not sparse.invariant
+    dropped = _bound(models.gcn(hidden=4, dropout=0.5))       # dropout on the input: varies per epoch
+    assert run_default(dropped, dense_features=True)["hoist_invariant_aggregation"] == 0
+    assert not dropped.invariant
+    featureless = models.gcn(hidden=4, dropout=0.0, featureless=True).bind({"N": 10, "C": 3})
+    assert run_default(featureless, dense_features=True)["hoist_invariant_aggregation"] == 0
+
+
+def test_not_hoisted_when_the_epochs_do_not_repay_the_wide_aggregation():
+    wide = _bound(models.gcn(hidden=4, dropout=0.0), F=200)
+    wide.epochs = 10                    # 200 > 2 * 4 * 10: one aggregation at width 200 costs more
+    assert run_default(wide, dense_features=True)["hoist_invariant_aggregation"] == 0
+    wide = _bound(models.gcn(hidden=4, dropout=0.0), F=200)
+    wide.epochs = 25                    # 200 <= 2 * 4 * 25
+    assert run_default(wide, dense_features=True)["hoist_invariant_aggregation"] == 1
+
+
+def test_hoisting_is_a_forward_rewrite():
+    prog = _bound(models.gcn(hidden=4, dropout=0.0))
+    differentiate(prog)
+    with pytest.raises(IRError, match="before autodiff"):
+        hoist_invariant_aggregation(prog)
+
+
+def test_dump_shows_the_invariant_section():
+    prog = _bound(models.gcn(hidden=4, dropout=0.0))
+    run_default(prog, dense_features=True)
+    text = prog.dump()
+    assert "invariant (computed once, when the data is bound):" in text
+    assert text.index("invariant") < text.index("forward:")
