@@ -70,9 +70,17 @@ def _cache_file() -> Path:
     return cache_root() / "calibration.json"
 
 
+def _kernels_digest() -> str:
+    """The kernel sources the calibration times: a cached rho measured on other kernels is stale."""
+    digest = hashlib.sha256()
+    for header in sorted(kernel_include_dir().glob("*.h")):
+        digest.update(header.name.encode() + b"\0" + header.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def _machine_key(threads: int) -> str:
     cpu = hashlib.sha256(_cpu_identity().encode()).hexdigest()[:16]
-    return f"{cpu}-t{threads}-{METHOD}"
+    return f"{cpu}-t{threads}-{METHOD}-k{_kernels_digest()}"
 
 
 def measure(threads: int | None = None) -> Calibration:

@@ -150,6 +150,9 @@ int mgt_sparse_blocks_grad(void* X, idx_t F, const float* G, float* dW, int accu
 int mgt_tall_skinny_nn(idx_t rows, idx_t K, idx_t M, const float* X, const float* W, float* Y) {
     return mg::tall_skinny_nn(rows, K, M, X, W, Y);
 }
+int mgt_tall_skinny_tn(idx_t rows, idx_t K, idx_t M, const float* X, const float* G, float* dW) {
+    return mg::tall_skinny_tn(rows, K, M, X, G, dW);
+}
 int mgt_dropout_keep(uint64_t seed, uint64_t epoch, uint64_t site, float p, int64_t i) {
     return mg::dropout_keep(mg::DropoutKey{seed, epoch, site}, p, i) ? 1 : 0;
 }

@@ -178,6 +178,23 @@ def test_tall_skinny_rejects_a_wide_output():
     lib = sh.load("avx512")
     X, W, Y = (np.ones(s, np.float32) for s in ((4, 2), (2, 65), (4, 65)))
     assert lib.mgt_tall_skinny_nn(4, 2, 65, f32(X), f32(W), f32(Y)) == 1
+    assert lib.mgt_tall_skinny_tn(4, 2, 65, f32(X), f32(Y), f32(W)) == 1
+
+
+# K crosses the 48-column tile (47, 48, 49, 130), M every register-block tail (1..8 and past 8),
+# rows cross the 128-row chunk and the split between threads.
+@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
+                                        (300, 48, 7), (129, 49, 5), (257, 500, 3), (100, 9, 64),
+                                        (3, 2, 2), (0, 4, 8)])
+def test_tall_skinny_weight_gradient_matches_numpy(variant, rows, K, M):
+    lib = sh.load(variant)
+    rng = np.random.default_rng(rows * 7 + K + M)
+    X = rng.standard_normal((rows, K)).astype(np.float32)
+    G = rng.standard_normal((rows, M)).astype(np.float32)
+    dW = np.full((K, M), np.nan, np.float32)
+    assert lib.mgt_tall_skinny_tn(rows, K, M, f32(X), f32(G), f32(dW)) == 0
+    np.testing.assert_allclose(dW, X.T.astype(np.float64) @ G, rtol=1e-5, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------
