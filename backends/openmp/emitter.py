@@ -214,11 +214,11 @@ class OpenMPEmitter:
                 self.producer[op.output.id] = op
             for k, v in enumerate(op.inputs):
                 self.readers.setdefault(v.id, []).append((op, k))
-        self.plan_epilogues()
         if self.p.featureless and self.features_id is not None:
             self.identity[self.features_id] = _Identity(None)
         elif self.features_id is not None:
             self.feature_like[self.features_id] = "m.features"
+        self.plan_epilogues()
         self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
@@ -265,15 +265,15 @@ class OpenMPEmitter:
             self.views[op.output.id] = f"m.{name}_data"
 
     def plan_epilogues(self) -> None:
-        """Run bias + activation inside the aggregation kernel, before its one write per tile.
+        """Run bias + activation inside the aggregation or dense-product kernel, before its write.
 
-        Taken from the fusion pass's aggregate_epilogue groups when the backward reads none of
-        the intermediates (it reads the activation's output, which the kernel writes).
+        Taken from the fusion pass's aggregate_epilogue and linear_epilogue groups when the
+        backward reads none of the intermediates (it reads the activation's output, which the
+        kernel writes).
         """
         for group in self.p.fusion:
             head = group.ops[0]
-            if (group.kind != "aggregate_epilogue" or group.keep or head.opcode != "aggregate"
-                    or head.attrs.get("direction", "in") != "in" or head.attrs["reduce"] == "max"):
+            if group.keep or not (self._fusable_aggregate(group) or self._fusable_linear(group)):
                 continue
             bias = next((op.inputs[1] for op in group.ops[1:] if op.opcode == "bias_add"), None)
             act = next((op for op in group.ops[1:] if op.opcode in _EPILOGUE_ACT), None)
@@ -281,6 +281,27 @@ class OpenMPEmitter:
                 continue
             self.epilogues[id(head)] = (bias, act, group.ops[-1].output)
             self.absorbed.update(id(op) for op in group.ops[1:])
+
+    @staticmethod
+    def _fusable_aggregate(group) -> bool:
+        head = group.ops[0]
+        return (group.kind == "aggregate_epilogue" and head.opcode == "aggregate"
+                and head.attrs.get("direction", "in") == "in" and head.attrs["reduce"] != "max")
+
+    def _fusable_linear(self, group) -> bool:
+        """A plain dense product: the input-feature paths and featureless rows have their own kernels."""
+        x = group.ops[0].inputs[0]
+        return (group.kind == "linear_epilogue" and x.assoc == "node" and x.id not in self.feature_like
+                and self._identity_rows(x) is None)
+
+    def _epilogue_arg(self, op) -> str:
+        """`, mg::Epilogue{...}` for an op whose bias/activation tail runs inside it, else ''."""
+        if id(op) not in self.epilogues:
+            return ""
+        bias, act, _ = self.epilogues[id(op)]
+        kind = _EPILOGUE_ACT[act.opcode] if act is not None else "mg::Act::None"
+        alpha = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act.opcode, 0.0))) if act else "0.0"
+        return f", mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f}}"
 
     def share_buffers(self) -> dict:
         """Let values whose lifetimes do not overlap share one buffer (liveness over the epoch).
@@ -381,8 +402,11 @@ class OpenMPEmitter:
             fv = self.feature_like[x.id]
             return self.timed("input_features", f"mg::op::linear_features({fv}, {self.feature_blocks()}, {self.ptr(w)}, "
                               f"{M}, {self.ptr(out)})", *self._feature_cost(fv, M))
+        epilogue = self._epilogue_arg(op)
+        if epilogue:
+            out = self.epilogues[id(op)][2]
         return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
-                          f"{self.ptr(out)})", bytes_, flops)
+                          f"{self.ptr(out)}{epilogue})", bytes_, flops)
 
     def op_matmul_nt(self, op, g, w):
         out = op.output
@@ -511,12 +535,9 @@ class OpenMPEmitter:
         bytes_, flops = self._agg_cost(x)
         if op.attrs.get("direction", "in") == "in":
             arg = self.argmax_for(out) if op.attrs["reduce"] == "max" else "nullptr"
-            epilogue = ""
-            if id(op) in self.epilogues:
-                bias, act, out = self.epilogues[id(op)]
-                kind = _EPILOGUE_ACT[act.opcode] if act is not None else "mg::Act::None"
-                alpha = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act.opcode, 0.0))) if act else "0.0"
-                epilogue = f", mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f}}"
+            epilogue = self._epilogue_arg(op)
+            if epilogue:
+                out = self.epilogues[id(op)][2]
             return self.timed("aggregate", f"mg::op::aggregate(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "
                               f"{self.width(x)}, {self.ptr(out)}, {arg}{epilogue})", bytes_, flops)
         return self.timed("aggregate_backward", f"mg::op::aggregate_transpose(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "

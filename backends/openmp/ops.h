@@ -42,8 +42,9 @@ inline void set_threads(int threads) {
 }
 
 // Dense products on the one pool (kernels/gemm.h: row blocks per OpenMP thread).
-inline void gemm_rows(idx_t rows, idx_t N, idx_t K, const float *A, const float *B, bool trans_b, float *C) {
-    check(mg::gemm_rows(rows, N, K, A, B, trans_b, C), "dense product (a dimension exceeds the BLAS interface)");
+inline void gemm_rows(idx_t rows, idx_t N, idx_t K, const float *A, const float *B, bool trans_b, float *C,
+                      const Epilogue &epi = Epilogue{}) {
+    check(mg::gemm_rows(rows, N, K, A, B, trans_b, C, epi), "dense product (a dimension exceeds the BLAS interface)");
 }
 inline void gemm_tn_rows(idx_t rows, idx_t K, idx_t M, const float *X, const float *G, float *dW) {
     check(mg::gemm_tn_rows(rows, K, M, X, G, dW), "dense weight gradient (a dimension exceeds the BLAS interface)");
@@ -140,8 +141,10 @@ struct EmbeddingPlan {
 };
 
 // ---- dense linear algebra --------------------------------------------------------------------
-inline void linear(const float *X, idx_t rows, idx_t K, const float *W, idx_t M, float *Y) {
-    gemm_rows(rows, M, K, X, W, false, Y);
+// Y = act(X W + bias): a fused linear epilogue (passes/fusion.py), none by default.
+inline void linear(const float *X, idx_t rows, idx_t K, const float *W, idx_t M, float *Y,
+                   const Epilogue &epi = Epilogue{}) {
+    op::gemm_rows(rows, M, K, X, W, false, Y, epi);     // op::, not mg:: found through Epilogue
 }
 inline void matmul_nt(const float *G, idx_t rows, idx_t M, const float *W, idx_t K, float *dX) {
     gemm_rows(rows, K, M, G, W, true, dX);

@@ -5,6 +5,8 @@ The IR stays unchanged; the groups go into the side table ``program.fusion`` as
 
 * ``aggregate_epilogue``: ``aggregate|scatter -> bias_add -> activation`` (either tail op
   optional, at least one present): the epilogue runs on each output tile before its one write.
+* ``linear_epilogue``: the same tail after a ``linear`` (a first layer whose aggregation was
+  hoisted out of the epoch ends this way).
 * ``edge_chain``: edge-wise elementwise ops (gathers, arithmetic, dots, activations, graph
   scalars, typed_param rows) feeding a ``scatter`` or a weighted ``aggregate``: one traversal
   computes each edge's message and reduces it without materialising the edge tensors
@@ -27,7 +29,7 @@ EDGE_ELEMENTWISE = ("gather", "add", "sub", "mul", "div", "scale", "neg", "dot",
 
 @dataclass(eq=False)
 class FusionGroup:
-    kind: str                  # aggregate_epilogue | edge_chain
+    kind: str                  # aggregate_epilogue | linear_epilogue | edge_chain
     ops: list                  # the forward ops, in program order
     keep: list = field(default_factory=list)   # intermediates the backward still reads
 
@@ -54,7 +56,7 @@ def annotate_fusion(program: Program) -> list:
 
     groups = []
     for op in program.forward:
-        if op.opcode in ("aggregate", "scatter"):
+        if op.opcode in ("aggregate", "scatter", "linear"):
             chain = [op]
             nxt = only_reader(op.output)
             if nxt is not None and nxt.opcode == "bias_add" and nxt.inputs[0] is chain[-1].output:
@@ -63,7 +65,8 @@ def annotate_fusion(program: Program) -> list:
             if nxt is not None and nxt.opcode in EPILOGUE_ACTIVATIONS:
                 chain.append(nxt)
             if len(chain) > 1:
-                groups.append(_group("aggregate_epilogue", chain, backward_reads))
+                kind = "linear_epilogue" if op.opcode == "linear" else "aggregate_epilogue"
+                groups.append(_group(kind, chain, backward_reads))
         message = (op.inputs[0] if op.opcode == "scatter" else
                    op.inputs[1] if op.opcode == "aggregate" and len(op.inputs) == 2 else None)
         if message is not None:

@@ -168,6 +168,15 @@ def test_gcn_epilogue_groups():
     assert relu_group.keep == []
 
 
+def test_hoisted_first_layer_ends_in_a_linear_epilogue():
+    prog = _bound(lambda: models.gcn(dropout=0.0), F=40)
+    run_default(prog, dense_features=True)
+    chains = [[op.opcode for op in g.ops] for g in prog.fusion if g.kind == "linear_epilogue"]
+    assert chains == [["linear", "bias_add", "relu"]]
+    group = next(g for g in prog.fusion if g.kind == "linear_epilogue")
+    assert group.ops[0].inputs[0] is prog.invariant[0].output and group.keep == []
+
+
 def test_gat_edge_chain_feeds_scatter():
     prog = _bound(models.gat)
     differentiate(prog)

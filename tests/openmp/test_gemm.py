@@ -181,6 +181,35 @@ def test_tall_skinny_rejects_a_wide_output():
     assert lib.mgt_tall_skinny_tn(4, 2, 65, f32(X), f32(Y), f32(W)) == 1
 
 
+def _epilogue_reference(Y, bias, act, alpha):
+    Y = Y + (bias if bias is not None else 0.0)
+    if act == 1:
+        return np.maximum(Y, 0.0)
+    if act == 2:
+        return np.where(Y > 0, Y, alpha * Y)
+    if act == 3:
+        return np.where(Y > 0, Y, alpha * np.expm1(Y))
+    return Y
+
+
+# M <= 64 runs the tall-skinny kernel, M = 80 OpenBLAS on row blocks; both apply the epilogue.
+@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("M", [7, 32, 80])
+@pytest.mark.parametrize("act, with_bias", [(0, True), (1, True), (1, False), (2, True), (3, True)])
+def test_dense_product_epilogue(variant, M, act, with_bias):
+    lib = sh.load(variant)
+    rng = np.random.default_rng(M + act)
+    rows, K, alpha = 37, 19, 0.2
+    X = rng.standard_normal((rows, K)).astype(np.float32)
+    W = rng.standard_normal((K, M)).astype(np.float32)
+    bias = rng.standard_normal(M).astype(np.float32) if with_bias else None
+    Y = np.full((rows, M), np.nan, np.float32)
+    assert lib.mgt_gemm_rows_epilogue(rows, K, M, f32(X), f32(W), f32(Y),
+                                      f32(bias), act, alpha) == 0
+    want = _epilogue_reference(X.astype(np.float64) @ W, bias, act, alpha)
+    np.testing.assert_allclose(Y, want, rtol=1e-5, atol=1e-4)
+
+
 # K crosses the 48-column tile (47, 48, 49, 130), M every register-block tail (1..8 and past 8),
 # rows cross the 128-row chunk and the split between threads.
 @pytest.mark.parametrize("variant", ["avx512", "portable"])

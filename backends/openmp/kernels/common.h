@@ -65,6 +65,35 @@ struct Epilogue {
     float alpha = 0.01f;
 };
 
+// Y[r] = act(Y[r] + bias) for rows [r0, r1) of a row-major [*, M] matrix: the epilogue of a dense
+// product, run on a block of rows it has just written (still in cache).
+inline void apply_epilogue_rows(const Epilogue& epi, float* Y, std::int64_t M, std::int64_t r0, std::int64_t r1) {
+    if (!epi.bias && epi.act == Act::None) return;
+    for (std::int64_t r = r0; r < r1; ++r) {
+        float* MG_RESTRICT y = Y + r * M;
+        if (epi.bias) {
+#pragma omp simd
+            for (std::int64_t m = 0; m < M; ++m) y[m] += epi.bias[m];
+        }
+        switch (epi.act) {
+            case Act::Relu:
+#pragma omp simd
+                for (std::int64_t m = 0; m < M; ++m) y[m] = y[m] > 0.f ? y[m] : 0.f;
+                break;
+            case Act::LeakyRelu:
+#pragma omp simd
+                for (std::int64_t m = 0; m < M; ++m) y[m] = y[m] > 0.f ? y[m] : epi.alpha * y[m];
+                break;
+            case Act::Elu:
+                for (std::int64_t m = 0; m < M; ++m) y[m] = y[m] > 0.f ? y[m] : epi.alpha * std::expm1(y[m]);
+                break;
+            case Act::None:
+            default:
+                break;
+        }
+    }
+}
+
 inline int max_threads() { return omp_get_max_threads(); }
 
 // Prefetch the `bytes` starting at p into L1 (one hint per 64-byte line).

@@ -125,14 +125,19 @@ inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* WT,
 #endif
 }
 
-// Rows [r0, r1) of Y = X W.
-inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, idx_t r0, idx_t r1) {
+// Rows [r0, r1) of Y = epi(X W): the epilogue runs on each block of rows right after it is written.
+inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, idx_t r0, idx_t r1,
+                    const Epilogue& epi) {
 #if MG_HAVE_AVX512
     idx_t r = r0;
-    for (; r + kRows <= r1; r += kRows)
+    for (; r + kRows <= r1; r += kRows) {
         for (idx_t m0 = 0; m0 < M; m0 += 32) nn_tile<kRows>(X + r * K, K, W, M, m0, Y + r * M);
-    for (; r < r1; ++r)
+        apply_epilogue_rows(epi, Y, M, r, r + kRows);
+    }
+    for (; r < r1; ++r) {
         for (idx_t m0 = 0; m0 < M; m0 += 32) nn_tile<1>(X + r * K, K, W, M, m0, Y + r * M);
+        apply_epilogue_rows(epi, Y, M, r, r + 1);
+    }
 #else
     for (idx_t r = r0; r < r1; ++r) {
         float* y = Y + r * M;
@@ -143,14 +148,17 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
 #pragma omp simd
             for (idx_t m = 0; m < M; ++m) y[m] += x * w[m];
         }
+        apply_epilogue_rows(epi, Y, M, r, r + 1);
     }
 #endif
 }
 
 }  // namespace skinny_detail
 
-// Y[rows, M] = X[rows, K] W[K, M], rows split statically over the OpenMP threads.
-inline int tall_skinny_nn(idx_t rows, idx_t K, idx_t M, const float* X, const float* W, float* Y) {
+// Y[rows, M] = epi(X[rows, K] W[K, M]) (bias and activation, none by default), rows split
+// statically over the OpenMP threads.
+inline int tall_skinny_nn(idx_t rows, idx_t K, idx_t M, const float* X, const float* W, float* Y,
+                          const Epilogue& epi = Epilogue{}) {
     if (rows < 0 || K < 0 || M < 0 || M > kSkinnyMaxWidth) return kErrArgument;
     if (omp_in_parallel()) return kErrInParallel;
 #pragma omp parallel
@@ -161,7 +169,7 @@ inline int tall_skinny_nn(idx_t rows, idx_t K, idx_t M, const float* X, const fl
         const idx_t per = (tiles + T - 1) / T;
         const idx_t r0 = std::min(rows, t * per * skinny_detail::kRows);
         const idx_t r1 = std::min(rows, r0 + per * skinny_detail::kRows);
-        if (r1 > r0) skinny_detail::nn_rows(X, K, W, M, Y, r0, r1);
+        if (r1 > r0) skinny_detail::nn_rows(X, K, W, M, Y, r0, r1, epi);
     }
     return kOk;
 }
