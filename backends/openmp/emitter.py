@@ -94,6 +94,7 @@ class OpenMPEmitter:
         self.current_op = None           # the op being lowered (for located errors)
         self.readers: dict = {}          # value id -> [(op, input position)] over forward + backward
         self.absorbed: set = set()       # id() of ops run inside a fused epilogue
+        self.fused_dropout_grad: dict = {}   # act_grad output id -> the dropout_grad it runs inside
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
 
     # -- shapes ------------------------------------------------------------------------------
@@ -219,6 +220,7 @@ class OpenMPEmitter:
         elif self.features_id is not None:
             self.feature_like[self.features_id] = "m.features"
         self.plan_epilogues()
+        self.plan_dropout_act_grads()
         self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
@@ -282,6 +284,16 @@ class OpenMPEmitter:
             self.epilogues[id(head)] = (bias, act, group.ops[-1].output)
             self.absorbed.update(id(op) for op in group.ops[1:])
 
+    def plan_dropout_act_grads(self) -> None:
+        """Run a dropout_grad inside the act_grad that is its one reader (one pass, no array)."""
+        for op in self.p.backward:
+            if op.opcode != "dropout_grad":
+                continue
+            readers = self.readers.get(op.output.id, [])
+            if len(readers) == 1 and readers[0][0].opcode == "act_grad" and readers[0][1] == 0:
+                self.fused_dropout_grad[readers[0][0].output.id] = op
+                self.absorbed.add(id(op))
+
     @staticmethod
     def _fusable_aggregate(group) -> bool:
         head = group.ops[0]
@@ -322,6 +334,8 @@ class OpenMPEmitter:
                 defined.setdefault(op.output.id, i)
             if id(op) in self.epilogues:       # the fused kernel writes the chain's final value here
                 defined[self.epilogues[id(op)][2].id] = i
+            if op.output is not None and op.output.id in self.fused_dropout_grad:   # reads the dropout's input
+                last_use[self.fused_dropout_grad[op.output.id].inputs[0].id] = i
         pinned = {v.id for v in self.p.grads.values()} | {self.p.loss.id, self.p.logits.id}
         pinned |= {op.output.id for op in order if op.opcode == "graph_scalar"}
         by_id = {b["name"]: b for b in self.buffers}
@@ -576,6 +590,13 @@ class OpenMPEmitter:
     def op_act_grad(self, op, g, y):
         act = op.attrs["act"]
         alpha = _float(op.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act, 0.0)))
+        drop = self.fused_dropout_grad.get(op.output.id)
+        if drop is not None:
+            g = drop.inputs[0]
+            return self.timed("elementwise", f"mg::op::dropout_act_grad(mg::op::ActKind::{_ACT_KIND[act]}, {alpha}f, "
+                              f"{self.ptr(g)}, {self.ptr(y)}, {self.numel(g)}, {_float(drop.attrs['p'])}f, m.seed, "
+                              f"uint64_t(m.epoch), {int(drop.attrs['site'])}u, {self.ptr(op.output)})",
+                              f"12.0 * {self.numel(g)}")
         return self.timed("elementwise", f"mg::op::act_grad(mg::op::ActKind::{_ACT_KIND[act]}, {alpha}f, {self.ptr(g)}, "
                           f"{self.ptr(y)}, {self.numel(g)}, {self.ptr(op.output)})", f"12.0 * {self.numel(g)}")
 

@@ -400,25 +400,42 @@ inline void act_grad_loop(const float *G, const float *Y, idx_t n, float *dX, D 
 #pragma omp parallel for simd schedule(static) if (n > (1 << 15))
     for (idx_t i = 0; i < n; ++i) dX[i] = d(G[i], Y[i]);
 }
+// dX[i] = d(dropout_grad(G)[i], Y[i]), the mask regenerated from (base, thr) as dropout_bwd does.
+template <class D>
+inline void dropout_act_grad_loop(const float *G, const float *Y, idx_t n, float *dX, uint64_t base, uint64_t thr,
+                                  float s, D d) {
+#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+    for (idx_t i = 0; i < n; ++i)
+        dX[i] = d(dropout_detail::keep(base, static_cast<uint64_t>(i), thr) ? G[i] * s : 0.f, Y[i]);
+}
+// Calls run(d) with d(g, y) = g * act'(x), written with the forward output y: for alpha > 0,
+// y > 0 exactly when x > 0, and for elu alpha * exp(x) = y + alpha on the negative side.  One
+// loop per kind: a switch inside the loop keeps it from vectorising.
+template <class Run>
+inline void with_act_derivative(ActKind act, float alpha, Run run) {
+    switch (act) {
+        case ActKind::Relu: run([](float g, float y) { return y > 0.f ? g : 0.f; }); break;
+        case ActKind::LeakyRelu: run([alpha](float g, float y) { return y > 0.f ? g : alpha * g; }); break;
+        case ActKind::Elu: run([alpha](float g, float y) { return y > 0.f ? g : g * (y + alpha); }); break;
+        case ActKind::Exp: run([](float g, float y) { return g * y; }); break;
+        case ActKind::Sigmoid: run([](float g, float y) { return g * y * (1.f - y); }); break;
+        default: run([](float g, float y) { return g * (1.f - y * y); }); break;
+    }
+}
 }  // namespace detail
 
 inline void act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float *dX) {
-    // Written with the forward output y: for alpha > 0, y > 0 exactly when x > 0, and for elu
-    // alpha * exp(x) = y + alpha on the negative side. One loop per kind: a switch inside the
-    // loop keeps it from vectorising.
-    using detail::act_grad_loop;
-    switch (act) {
-        case ActKind::Relu: act_grad_loop(G, Y, n, dX, [](float g, float y) { return y > 0.f ? g : 0.f; }); break;
-        case ActKind::LeakyRelu:
-            act_grad_loop(G, Y, n, dX, [alpha](float g, float y) { return y > 0.f ? g : alpha * g; });
-            break;
-        case ActKind::Elu:
-            act_grad_loop(G, Y, n, dX, [alpha](float g, float y) { return y > 0.f ? g : g * (y + alpha); });
-            break;
-        case ActKind::Exp: act_grad_loop(G, Y, n, dX, [](float g, float y) { return g * y; }); break;
-        case ActKind::Sigmoid: act_grad_loop(G, Y, n, dX, [](float g, float y) { return g * y * (1.f - y); }); break;
-        default: act_grad_loop(G, Y, n, dX, [](float g, float y) { return g * (1.f - y * y); }); break;
-    }
+    detail::with_act_derivative(act, alpha, [&](auto d) { detail::act_grad_loop(G, Y, n, dX, d); });
+}
+// The backward of `act -> dropout` in one pass: act_grad(dropout_grad(G), Y) without the
+// intermediate array (bit-identical: every derivative maps a dropped 0 to 0).
+inline void dropout_act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float p,
+                             uint64_t seed, uint64_t epoch, uint64_t site, float *dX) {
+    if (p <= 0.f) return act_grad(act, alpha, G, Y, n, dX);
+    const uint64_t base = dropout_detail::stream_base(DropoutKey{seed, epoch, site});
+    const uint64_t thr = dropout_detail::drop_threshold(p);
+    const float s = 1.0f / (1.0f - p);
+    detail::with_act_derivative(act, alpha, [&](auto d) { detail::dropout_act_grad_loop(G, Y, n, dX, base, thr, s, d); });
 }
 // out[r] = sum over the features of row r (a width-1 operand's gradient).
 inline void feature_sum(const float *G, idx_t rows, idx_t F, float *out) {
