@@ -305,7 +305,8 @@ def median_after_warmup(times: Sequence[float], warmup: int) -> Optional[float]:
     return float(statistics.median(timed)) if timed else None
 
 
-SYSTEM_KEYS = ("system", "config", "epoch_time_s", "epoch_times_s", "compile_seconds", "peak_rss_bytes",
+SYSTEM_KEYS = ("system", "config", "epoch_time_s", "epoch_times_s", "compile_seconds", "setup_seconds",
+               "peak_rss_bytes",
                "baseline_rss_bytes", "first_epoch_loss", "final_loss", "train_acc", "val_acc", "test_acc",
                "error")
 
@@ -344,9 +345,11 @@ def run_morphgen(model, data_path, work_dir, *, epochs: int, warmup: int, seed: 
         "config": {"backend": r.get("backend"), "feature_path": r.get("feature_path"),
                    "feature_sparsity": r.get("feature_sparsity"),
                    "sparsity_threshold": r.get("sparsity_threshold"), "threads": r.get("threads"),
-                   "adjacency": "CSR (generated kernels)", "profiled": bool(profile)},
+                   "adjacency": "CSR (generated kernels)", "profiled": bool(profile),
+                   "hoisted_aggregations": r.get("hoisted_aggregations")},
         "epoch_times_s": times, "epoch_time_s": median_after_warmup(times, warmup),
-        "compile_seconds": r.get("compile_seconds"), "peak_rss_bytes": r.get("peak_rss_bytes"),
+        "compile_seconds": r.get("compile_seconds"), "setup_seconds": r.get("prepare_seconds"),
+        "peak_rss_bytes": r.get("peak_rss_bytes"),
         "baseline_rss_bytes": r.get("baseline_rss_bytes"), "allocated_bytes": r.get("allocated_bytes"),
         "first_epoch_loss": history[0].get("loss") if history else None,
         "final_loss": r.get("final_loss"), "train_acc": r.get("train_acc"), "val_acc": r.get("val_acc"),
