@@ -146,7 +146,8 @@ class CompiledModel:
         # again for the dense path.
         path = choose_feature_path(dataset, self.sparsity_threshold, True, self.threads)
         featureless = dataset.features is None
-        self.program = lower(self.path, sizes_of(dataset), featureless, self.hoist_invariants and path[0] == "dense")
+        hoist = self.hoist_invariants and path[0] == "dense"
+        self.program = lower(self.path, sizes_of(dataset), featureless, hoist)
         self._emitter = OpenMPEmitter(self.program)
         sources = self._emitter.emit()
         if path[0] == "sparse" and self._emitter.needs_dense_features:

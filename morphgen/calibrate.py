@@ -78,9 +78,12 @@ def _kernels_digest() -> str:
     return digest.hexdigest()[:12]
 
 
+def _machine_prefix(threads: int) -> str:
+    return f"{hashlib.sha256(_cpu_identity().encode()).hexdigest()[:16]}-t{threads}-"
+
+
 def _machine_key(threads: int) -> str:
-    cpu = hashlib.sha256(_cpu_identity().encode()).hexdigest()[:16]
-    return f"{cpu}-t{threads}-{METHOD}-k{_kernels_digest()}"
+    return f"{_machine_prefix(threads)}{METHOD}-k{_kernels_digest()}"
 
 
 def measure(threads: int | None = None) -> Calibration:
@@ -127,6 +130,9 @@ def calibrate(threads: int | None = None, force: bool = False) -> Calibration:
         entry["source"] = "cache"
         return Calibration(**entry)
     result = measure(threads)
+    # entries of this CPU and thread count from older methods or kernels can never be read again
+    prefix = _machine_prefix(int(lib.mg_max_threads()))
+    table = {k: v for k, v in table.items() if not k.startswith(prefix)}
     table[key] = {k: v for k, v in asdict(result).items() if k != "source"}
     _write_table(path, table)
     return result

@@ -201,8 +201,8 @@ def docs_section(args, rows, peers, machine: dict, plot_links: list, command: st
                   f"{machine['sgemm_gflops']:.1f} GFLOP/s.", ""]
     lines += suite_table(rows, peers) + [""]
     lines += ["Ratios are peer time / morphgen time (above 1: morphgen is faster). Peak RSS is each "
-              "process's peak resident set (ru_maxrss) from the moment its data is loaded, imports and "
-              "data included (`docs/benchmarking.md`); the analytic minimum is "
+              "process's peak resident set (VmHWM, reset once its data is loaded; imports and data "
+              "included, `docs/benchmarking.md`); the analytic minimum is "
               "`morphgen.bench.memory.analytic_minimum_bytes`. "
               "Per-graph reports (configuration of every system, per-kernel GB/s and GFLOP/s, parity) are in "
               f"`{args.out}/<graph>/bench.md`.", ""]

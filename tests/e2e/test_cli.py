@@ -1,4 +1,6 @@
 """The `morphgen` command line as a user meets it: exit codes, located messages, no tracebacks."""
+import json
+
 import numpy as np
 import pytest
 
@@ -141,3 +143,22 @@ def test_compile_of_a_bad_program(tmp_path):
     bad.write_text(BAD_PROGRAM)
     proc = run_cli("compile", bad, "--emit", "ir")
     assert_clean_failure(proc, 2, f"{bad}:9:")
+
+
+def test_train_hoists_the_first_aggregation_unless_told_not_to(tmp_path):
+    """Dense features: the first layer's aggregation is computed once (reported), same losses."""
+    data = "synthetic:nodes=200,edges=1200,features=24,classes=3,val=40,test=60,seed=2"
+    runs = {}
+    for flag in ([], ["--no-hoist"]):
+        out = tmp_path / f"run{len(runs)}.json"
+        proc = run_cli("train", example("gcn3"), "--dataset", data, "--epochs", "3", "--threads", "2",
+                       "--sparsity-threshold", "1", "--json", out, "--quiet", *flag)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[tuple(flag)] = (proc.stderr, json.loads(out.read_text()))
+    (hoisted_err, hoisted), (plain_err, plain) = runs[()], runs[("--no-hoist",)]
+    assert hoisted["hoisted_aggregations"] == 1 and plain["hoisted_aggregations"] == 0
+    assert "computed once instead of every epoch" in hoisted_err
+    assert "computed once" not in plain_err
+    assert hoisted["prepare_seconds"] >= 0
+    np.testing.assert_allclose([r["loss"] for r in hoisted["history"]],
+                               [r["loss"] for r in plain["history"]], rtol=1e-5)

@@ -37,8 +37,10 @@ def test_hoisted_first_layer_trains_like_the_per_epoch_one():
     assert hoisted.evaluate()["test_acc"] == pytest.approx(plain.evaluate()["test_acc"], abs=0.02)
 
 
-def test_callers_features_are_kept_unless_donated():
-    data = _data()
+# 40 features: 16-column blocks with a remainder; 530: 64-column blocks with a remainder
+@pytest.mark.parametrize("features", [40, 530])
+def test_callers_features_are_kept_unless_donated(features):
+    data = _data(features)
     original = data.features.copy()
     kept, kept_losses = _train(data, hoist=True)
     np.testing.assert_array_equal(data.features, original)         # the caller's array is untouched

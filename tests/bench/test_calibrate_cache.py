@@ -1,0 +1,44 @@
+"""The calibration cache: keyed by CPU, threads, method and the kernel sources; stale entries go."""
+import json
+
+from morphgen import calibrate as cal
+
+
+def _fake(rho):
+    return cal.Calibration(rho=rho, tau=1 - rho, sparse_gflops=1.0, dense_gflops=2.0, triad_gbs=3.0,
+                           threads=2, source="measured")
+
+
+def test_new_kernels_remeasure_and_replace_their_stale_entry(tmp_path, monkeypatch):
+    cache = tmp_path / "calibration.json"
+    monkeypatch.setattr(cal, "_cache_file", lambda: cache)
+    measured = []
+
+    def measure(threads=None):
+        measured.append(threads)
+        return _fake(0.3 + 0.1 * len(measured))
+    monkeypatch.setattr(cal, "measure", measure)
+    monkeypatch.setattr(cal, "_kernels_digest", lambda: "aaaa")
+    prefix = cal._machine_prefix(2)
+    cache.write_text(json.dumps({prefix + "v1-old": {"rho": 0.9}, "othercpu-t2-v2": {"rho": 0.5}}))
+
+    first = cal.calibrate(2)
+    assert first.source == "measured" and first.rho == 0.4
+    assert cal.calibrate(2).source == "cache" and len(measured) == 1      # same kernels: from the cache
+
+    monkeypatch.setattr(cal, "_kernels_digest", lambda: "bbbb")          # the kernels changed
+    again = cal.calibrate(2)
+    assert again.source == "measured" and again.rho == 0.5
+    table = json.loads(cache.read_text())
+    assert list(k for k in table if k.startswith(prefix)) == [cal._machine_key(2)]
+    assert table[cal._machine_key(2)]["rho"] == 0.5
+    assert "othercpu-t2-v2" in table                                      # other machines are kept
+
+
+def test_the_kernel_digest_follows_the_sources(tmp_path, monkeypatch):
+    for name, text in (("a.h", "int a;"), ("b.h", "int b;")):
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(cal, "kernel_include_dir", lambda: tmp_path)
+    before = cal._kernels_digest()
+    (tmp_path / "b.h").write_text("int b2;")
+    assert cal._kernels_digest() != before
