@@ -7,6 +7,7 @@
 //     mg::blas_match_openmp_threads() sizes the BLAS team like the OpenMP team.
 //   * `gemm_rows` / `gemm_tn_rows` (what generated programs use) run single-threaded BLAS calls
 //     on row blocks inside one OpenMP region, after blas_set_threads(1): one pool for everything.
+//     Products with a side of at most kSkinnyMaxWidth columns skip BLAS for tall_skinny.h.
 #pragma once
 
 #include <algorithm>
