@@ -136,7 +136,6 @@ class CompiledModel:
     def build(self, dataset):
         """Lower the program for this dataset's sizes and feature path, compile it and load the
         library (no data is bound and nothing is allocated for training yet)."""
-        from .backends.openmp.emitter import OpenMPEmitter
         from .library import load
         from .toolchain import compile_shared
         t0 = time.perf_counter()
@@ -145,27 +144,31 @@ class CompiledModel:
         # features decide.  A program that reads the features outside a linear layer is lowered
         # again for the dense path.
         path = choose_feature_path(dataset, self.sparsity_threshold, True, self.threads)
-        featureless = dataset.features is None
-        hoist = self.hoist_invariants and path[0] == "dense"
-        self.program = lower(self.path, sizes_of(dataset), featureless, hoist)
-        self._emitter = OpenMPEmitter(self.program)
-        sources = self._emitter.emit()
+        sources = self._lower_and_emit(dataset, dense=path[0] == "dense")
         if path[0] == "sparse" and self._emitter.needs_dense_features:
             path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads)
-            self.program = lower(self.path, sizes_of(dataset), featureless, self.hoist_invariants)
-            self._emitter = OpenMPEmitter(self.program)
-            sources = self._emitter.emit()
+            sources = self._lower_and_emit(dataset, dense=True)
         self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
                                            include_dirs=include_dirs())
         load(str(self.library_path))
         self.compile_seconds = time.perf_counter() - t0
         self.feature_path = path
-        self._built_for = self._build_key(dataset)
+        self._built_for = self._build_key(dataset, sparsity=path[1])
         return self
 
-    def _build_key(self, dataset):
-        sparsity = None if dataset.features is None else float(dataset.feature_sparsity)
-        return sizes_of(dataset), dataset.features is None, sparsity
+    def _lower_and_emit(self, dataset, dense: bool) -> dict:
+        from .backends.openmp.emitter import OpenMPEmitter
+        self.program = lower(self.path, sizes_of(dataset), dataset.features is None,
+                             self.hoist_invariants and dense)
+        self._emitter = OpenMPEmitter(self.program)
+        return self._emitter.emit()
+
+    @staticmethod
+    def _build_key(dataset, sparsity: Optional[float] = None):
+        """What the library depends on; ``sparsity`` saves a scan of the features when known."""
+        if dataset.features is None:
+            return sizes_of(dataset), True, None
+        return sizes_of(dataset), False, float(dataset.feature_sparsity if sparsity is None else sparsity)
 
     def bind(self, dataset, donate_features: bool = False):
         """Bind the model to a dataset (building first if its sizes or features differ).

@@ -306,14 +306,15 @@ class OpenMPEmitter:
         return (group.kind == "linear_epilogue" and x.assoc == "node" and x.id not in self.feature_like
                 and self._identity_rows(x) is None)
 
-    def _epilogue_arg(self, op) -> str:
-        """`, mg::Epilogue{...}` for an op whose bias/activation tail runs inside it, else ''."""
+    def _epilogue(self, op) -> tuple:
+        """(`, mg::Epilogue{...}`, the value the kernel writes) for an op whose bias/activation
+        tail runs inside it; ('', op.output) otherwise."""
         if id(op) not in self.epilogues:
-            return ""
-        bias, act, _ = self.epilogues[id(op)]
+            return "", op.output
+        bias, act, final = self.epilogues[id(op)]
         kind = _EPILOGUE_ACT[act.opcode] if act is not None else "mg::Act::None"
         alpha = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act.opcode, 0.0))) if act else "0.0"
-        return f", mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f}}"
+        return f", mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f}}", final
 
     def share_buffers(self) -> dict:
         """Let values whose lifetimes do not overlap share one buffer (liveness over the epoch).
@@ -416,9 +417,7 @@ class OpenMPEmitter:
             fv = self.feature_like[x.id]
             return self.timed("input_features", f"mg::op::linear_features({fv}, {self.feature_blocks()}, {self.ptr(w)}, "
                               f"{M}, {self.ptr(out)})", *self._feature_cost(fv, M))
-        epilogue = self._epilogue_arg(op)
-        if epilogue:
-            out = self.epilogues[id(op)][2]
+        epilogue, out = self._epilogue(op)
         return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
                           f"{self.ptr(out)}{epilogue})", bytes_, flops)
 
@@ -549,9 +548,7 @@ class OpenMPEmitter:
         bytes_, flops = self._agg_cost(x)
         if op.attrs.get("direction", "in") == "in":
             arg = self.argmax_for(out) if op.attrs["reduce"] == "max" else "nullptr"
-            epilogue = self._epilogue_arg(op)
-            if epilogue:
-                out = self.epilogues[id(op)][2]
+            epilogue, out = self._epilogue(op)
             return self.timed("aggregate", f"mg::op::aggregate(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "
                               f"{self.width(x)}, {self.ptr(out)}, {arg}{epilogue})", bytes_, flops)
         return self.timed("aggregate_backward", f"mg::op::aggregate_transpose(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "

@@ -41,8 +41,9 @@ def hoist_invariant_aggregation(program: Program) -> int:
     return count
 
 
-def _aggregates_features(op, features) -> bool:
-    return (op.opcode == "aggregate" and len(op.inputs) == 1 and op.inputs[0].id == features.id
+def _linear_in_its_input(op) -> bool:
+    """A forward sum/mean aggregation with no edge weights: A x, with A a constant of the graph."""
+    return (op.opcode == "aggregate" and len(op.inputs) == 1
             and op.attrs["reduce"] in HOISTABLE_REDUCTIONS and op.attrs.get("direction", "in") == "in")
 
 
@@ -55,17 +56,15 @@ def _repaid(program: Program, features, layer_width) -> bool:
 def _hoist_one(program: Program, features) -> bool:
     uses, prod = forward_uses(program), producers(program)
     for pos, op in enumerate(program.forward):
-        if op.opcode != "aggregate":
+        if not _linear_in_its_input(op):
             continue
-        if _aggregates_features(op, features):
+        if op.inputs[0].id == features.id:
             program.forward.pop(pos)
             program.invariant.append(op)
             return True
         lin = prod.get(op.inputs[0].id)
-        if (len(op.inputs) != 1 or op.attrs["reduce"] not in HOISTABLE_REDUCTIONS
-                or op.attrs.get("direction", "in") != "in" or lin is None or lin.opcode != "linear"
-                or lin.inputs[0].id != features.id or uses.get(lin.output.id, 0) != 1
-                or not _repaid(program, features, lin.output.width)):
+        if (lin is None or lin.opcode != "linear" or lin.inputs[0].id != features.id
+                or uses.get(lin.output.id, 0) != 1 or not _repaid(program, features, lin.output.width)):
             continue
         x, w = lin.inputs
         hoisted = new_op(program, "aggregate", [x], op.attrs, op.loc, name="aggregated_features")

@@ -65,33 +65,34 @@ struct Epilogue {
     float alpha = 0.01f;
 };
 
-// Y[r] = act(Y[r] + bias) for rows [r0, r1) of a row-major [*, M] matrix: the epilogue of a dense
-// product, run on a block of rows it has just written (still in cache).
+// v[0..n) = act(v + bias) (bias may be nullptr): a fused epilogue on one row segment in cache.
+MG_INLINE void apply_epilogue(Act act, float alpha, const float* bias, float* MG_RESTRICT v, std::int64_t n) {
+    if (bias) {
+#pragma omp simd
+        for (std::int64_t i = 0; i < n; ++i) v[i] += bias[i];
+    }
+    switch (act) {
+        case Act::Relu:
+#pragma omp simd
+            for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] > 0.f ? v[i] : 0.f;
+            break;
+        case Act::LeakyRelu:
+#pragma omp simd
+            for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] > 0.f ? v[i] : alpha * v[i];
+            break;
+        case Act::Elu:
+            for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] > 0.f ? v[i] : alpha * std::expm1(v[i]);
+            break;
+        case Act::None:
+        default:
+            break;
+    }
+}
+
+// The epilogue of a dense product on rows [r0, r1) of a row-major [*, M] matrix it has just written.
 inline void apply_epilogue_rows(const Epilogue& epi, float* Y, std::int64_t M, std::int64_t r0, std::int64_t r1) {
     if (!epi.bias && epi.act == Act::None) return;
-    for (std::int64_t r = r0; r < r1; ++r) {
-        float* MG_RESTRICT y = Y + r * M;
-        if (epi.bias) {
-#pragma omp simd
-            for (std::int64_t m = 0; m < M; ++m) y[m] += epi.bias[m];
-        }
-        switch (epi.act) {
-            case Act::Relu:
-#pragma omp simd
-                for (std::int64_t m = 0; m < M; ++m) y[m] = y[m] > 0.f ? y[m] : 0.f;
-                break;
-            case Act::LeakyRelu:
-#pragma omp simd
-                for (std::int64_t m = 0; m < M; ++m) y[m] = y[m] > 0.f ? y[m] : epi.alpha * y[m];
-                break;
-            case Act::Elu:
-                for (std::int64_t m = 0; m < M; ++m) y[m] = y[m] > 0.f ? y[m] : epi.alpha * std::expm1(y[m]);
-                break;
-            case Act::None:
-            default:
-                break;
-        }
-    }
+    for (std::int64_t r = r0; r < r1; ++r) apply_epilogue(epi.act, epi.alpha, epi.bias, Y + r * M, M);
 }
 
 inline int max_threads() { return omp_get_max_threads(); }

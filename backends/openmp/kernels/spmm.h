@@ -193,26 +193,7 @@ MG_INLINE void finish_tile(const float* MG_RESTRICT vals, int width, float rowf,
     }
 #pragma omp simd
     for (int f = 0; f < width; ++f) t[f] *= rowf;
-    if (bias) {
-#pragma omp simd
-        for (int f = 0; f < width; ++f) t[f] += bias[f];
-    }
-    switch (epi.act) {
-        case Act::Relu:
-#pragma omp simd
-            for (int f = 0; f < width; ++f) t[f] = t[f] > 0.f ? t[f] : 0.f;
-            break;
-        case Act::LeakyRelu:
-#pragma omp simd
-            for (int f = 0; f < width; ++f) t[f] = t[f] > 0.f ? t[f] : epi.alpha * t[f];
-            break;
-        case Act::Elu:
-            for (int f = 0; f < width; ++f) t[f] = t[f] > 0.f ? t[f] : epi.alpha * std::expm1(t[f]);
-            break;
-        case Act::None:
-        default:
-            break;
-    }
+    apply_epilogue(epi.act, epi.alpha, bias, t, width);
     if (accumulate) {
 #pragma omp simd
         for (int f = 0; f < width; ++f) y[f] += t[f];
