@@ -23,9 +23,8 @@ invariant), or for a max reduction or edge weights that are values of the progra
 from __future__ import annotations
 
 from ..ir import Program
+from .reorder_aggregate import LINEAR_REDUCTIONS
 from .rewrite import concrete, forward_uses, new_op, producers, remove_dead_forward, require_forward_only
-
-HOISTABLE_REDUCTIONS = ("sum", "mean")
 
 
 def hoist_invariant_aggregation(program: Program) -> int:
@@ -44,7 +43,7 @@ def hoist_invariant_aggregation(program: Program) -> int:
 def _linear_in_its_input(op) -> bool:
     """A forward sum/mean aggregation with no edge weights: A x, with A a constant of the graph."""
     return (op.opcode == "aggregate" and len(op.inputs) == 1
-            and op.attrs["reduce"] in HOISTABLE_REDUCTIONS and op.attrs.get("direction", "in") == "in")
+            and op.attrs["reduce"] in LINEAR_REDUCTIONS and op.attrs.get("direction", "in") == "in")
 
 
 def _repaid(program: Program, features, layer_width) -> bool:
