@@ -33,14 +33,37 @@ class OneHotRows:
         return (self.index.shape[0], self.n)
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z):
+    """splitmix64's finaliser on uint64 (arrays or scalars), wrapping like C."""
+    z = np.asarray(z, np.uint64)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def dropout_keep_mask(seed: int, epoch: int, site: int, p: float, n: int) -> np.ndarray:
+    """Which of n elements dropout keeps: bit for bit the stream of kernels/dropout.h."""
+    u = lambda v: np.uint64(int(v) & 0xFFFFFFFFFFFFFFFF)
+    with np.errstate(over="ignore"):
+        base = _mix64(_mix64(_mix64(u(seed) + _GOLDEN) + u(epoch) * _GOLDEN) + u(site) * _GOLDEN)
+        i = np.arange(1, n + 1, dtype=np.uint64)
+        hashes = _mix64(base + i * _GOLDEN) >> np.uint64(32)
+    threshold = np.uint64(int(float(np.float32(p)) * 4294967296.0))
+    return hashes >= threshold
+
+
 class Interpreter:
     """Runs one program on one graph.
 
     ``features``: dense ``[N, F]`` array, scipy sparse matrix, or ``None`` for the identity
     (featureless).  ``labels``: int ``[N]`` with ``-1`` for unlabelled nodes.  ``train_mask``:
-    bool ``[N]`` (the loss averages over masked, labelled nodes).  ``seed`` keys the dropout
-    masks: the mask of a dropout op depends only on (seed, the op's result id), so forward
-    and backward (and repeated runs) see the same mask.
+    bool ``[N]`` (the loss averages over masked, labelled nodes).  ``seed`` and ``epoch`` key the
+    dropout masks exactly as in the generated code: the mask of a dropout op depends only on
+    (seed, epoch, the op's result id), so forward and backward (and repeated runs) see the same
+    mask, and a backend's epoch ``k`` can be compared with ``epoch = k`` here.
     """
 
     def __init__(self, program: Program, graph: Graph, features=None, labels=None,
@@ -49,6 +72,7 @@ class Interpreter:
         self.graph = graph
         self.dtype = np.dtype(dtype)
         self.seed = seed
+        self.epoch = 0          # the backends' epoch counter: it keys the dropout masks too
         n = graph.num_nodes
         if features is None:
             if not program.featureless and "features" in program.inputs:
@@ -328,9 +352,9 @@ class Interpreter:
         return np.concatenate([self._dense(p, op) for p in parts], axis=1)
 
     def _dropout_mask(self, site: int, shape, p: float):
-        """Keep-mask of dropout ``site``: a function of (seed, site) only, so the backward
-        and every re-run regenerate the same mask."""
-        return np.random.default_rng([self._seed, site]).random(shape) >= p
+        """Keep-mask of dropout ``site``: the backends' counter-based stream (``dropout_keep``
+        of kernels/dropout.h) keyed by (seed, epoch, site), element i of the row-major array."""
+        return dropout_keep_mask(self._seed, self.epoch, site, p, int(np.prod(shape))).reshape(shape)
 
     def _op_dropout(self, op, x):
         p = op.attrs["p"]

@@ -91,6 +91,7 @@ class OpenMPEmitter:
         self.has_buffer: set = set()
         self.feature_like: dict = {}     # value id -> C++ FeatureView expression (input features, dropped)
         self.epilogues: dict = {}        # id(aggregate op) -> (bias value, activation op, final value)
+        self.epilogues_run: set = set()  # id() of the heads whose kernel call carries their epilogue
         self.current_op = None           # the op being lowered (for located errors)
         self.readers: dict = {}          # value id -> [(op, input position)] over forward + backward
         self.absorbed: set = set()       # id() of ops run inside a fused epilogue
@@ -219,11 +220,16 @@ class OpenMPEmitter:
             self.identity[self.features_id] = _Identity(None)
         elif self.features_id is not None:
             self.feature_like[self.features_id] = "m.features"
+        self.plan_feature_views()
         self.plan_epilogues()
         self.plan_dropout_act_grads()
         self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
+        unrun = [op for op in p.forward if id(op) in self.epilogues and id(op) not in self.epilogues_run]
+        if unrun:       # a fused tail that its head's kernel never ran would silently vanish
+            raise InternalError(f"the OpenMP backend planned a bias/activation epilogue for "
+                                f"'{unrun[0].opcode}' (%{unrun[0].output.id}) that its kernel does not run")
         optimizer = self.lower_optimizer()
         loss_buffer = self.ptr(p.loss).replace("m.", "", 1).replace(".data", "")
         logits_buffer = self.ptr(p.logits).replace("m.", "", 1).replace(".data", "")
@@ -265,6 +271,20 @@ class OpenMPEmitter:
                                 f"m.features, {'m.features_donated' if sole_reader else 'false'}, m.{name}, "
                                 f"m.allocated_bytes)")
             self.views[op.output.id] = f"m.{name}_data"
+
+    def plan_feature_views(self) -> None:
+        """Decide which dropouts of the input features stay in the features' own format.
+
+        Dropped input features stay sparse or dense as loaded (the mask applied inside the
+        feature kernels) only when every reader multiplies them by a weight; any other reader
+        needs a plain buffer.  Decided before the fusion plan, which must know which products
+        run on the feature kernels (those take no epilogue).
+        """
+        for op in self.p.forward:
+            if op.opcode == "dropout" and op.inputs[0].id in self.feature_like and all(
+                    k == 0 and reader.opcode in ("linear", "matmul_tn")
+                    for reader, k in self.readers.get(op.output.id, [])):
+                self.feature_like[op.output.id] = f"m.fv{op.output.id}"
 
     def plan_epilogues(self) -> None:
         """Run bias + activation inside the aggregation or dense-product kernel, before its write.
@@ -312,6 +332,7 @@ class OpenMPEmitter:
         if id(op) not in self.epilogues:
             return "", op.output
         bias, act, final = self.epilogues[id(op)]
+        self.epilogues_run.add(id(op))
         kind = _EPILOGUE_ACT[act.opcode] if act is not None else "mg::Act::None"
         alpha = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act.opcode, 0.0))) if act else "0.0"
         return f", mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f}}", final
@@ -671,10 +692,7 @@ class OpenMPEmitter:
         return self.timed("elementwise", f"mg::op::outer({self.ptr(g)}, {self.ptr(a)}, {T}, {K}, {M}, {self.ptr(op.output)})")
 
     def op_dropout(self, op, x):
-        # Dropped input features stay in the features' own format (sparse or dense) only when
-        # every reader multiplies them by a weight; any other reader needs a plain buffer.
-        if x.id in self.feature_like and all(
-                k == 0 and reader.opcode in ("linear", "matmul_tn") for reader, k in self.readers.get(op.output.id, [])):
+        if op.output.id in self.feature_like:       # planned by plan_feature_views
             return self._dropout_features(op, x)
         n = self.numel(x)
         return self.timed("dropout", f"mg::op::dropout(training, {self.ptr(x)}, {self.ptr(op.output)}, {n}, "
@@ -682,10 +700,9 @@ class OpenMPEmitter:
 
     def _dropout_features(self, op, x):
         out = op.output
-        view, values = f"fv{out.id}", f"fvalues{out.id}"
+        view, values = f"fv{out.id}", f"fvalues{out.id}"      # the names plan_feature_views gave
         self.members.append(f"mg::FeatureView {view}; mg::Buffer {values};")
         self.prepare.append(f"m.{values}.allocate(mg::op::dropped_feature_buffer(m.features), m.allocated_bytes)")
-        self.feature_like[out.id] = f"m.{view}"
         return self.timed("dropout", f"mg::op::dropout_features(training, {self.feature_like[x.id]}, m.{view}, "
                           f"m.{values}.data, {_float(op.attrs['p'])}f, m.seed, uint64_t(m.epoch), {out.id}u)",
                           f"8.0 * mg::op::feature_values(m.features)")

@@ -349,3 +349,15 @@ def test_calibration_measures_caches_and_can_be_overridden(tmp_path, monkeypatch
     monkeypatch.setenv("MORPHGEN_TAU", "high")
     with pytest.raises(cal.CalibrationError, match="MORPHGEN_TAU"):
         cal.calibrate()
+
+
+@pytest.mark.parametrize("key, p", [((0, 0, 3), 0.5), ((11, 3, 5), 0.4), ((2**63 + 5, 7, 123), 0.1),
+                                    ((1, 2, 3), 0.9)])
+def test_interpreter_dropout_mask_is_the_kernels(key, p):
+    """The numpy oracle regenerates the kernels' counter-based mask bit for bit, so programs
+    with dropout can be compared with the interpreter element by element."""
+    from morphgen.interp import dropout_keep_mask
+    lib = sh.load("portable")
+    n = 517
+    kernel = np.array([lib.mgt_dropout_keep(*key, p, i) for i in range(n)], bool)
+    np.testing.assert_array_equal(dropout_keep_mask(*key, p, n), kernel)
