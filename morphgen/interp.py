@@ -351,20 +351,28 @@ class Interpreter:
     def _op_concat(self, op, *parts):
         return np.concatenate([self._dense(p, op) for p in parts], axis=1)
 
-    def _dropout_mask(self, site: int, shape, p: float):
+    def _dropout_mask(self, site: int, shape, p: float, assoc: str):
         """Keep-mask of dropout ``site``: the backends' counter-based stream (``dropout_keep``
-        of kernels/dropout.h) keyed by (seed, epoch, site), element i of the row-major array."""
-        return dropout_keep_mask(self._seed, self.epoch, site, p, int(np.prod(shape))).reshape(shape)
+        of kernels/dropout.h) keyed by (seed, epoch, site), element i of the row-major array.
+
+        Rows of an edge tensor are numbered in the canonical edge order (by destination, stable
+        in the input order; morphgen/layout.py), the order in which every backend stores them."""
+        keep = dropout_keep_mask(self._seed, self.epoch, site, p, int(np.prod(shape))).reshape(shape)
+        if assoc != "edge":
+            return keep
+        by_input_order = np.empty_like(keep)
+        by_input_order[self.graph.by_dst[1]] = keep
+        return by_input_order
 
     def _op_dropout(self, op, x):
         p = op.attrs["p"]
         if not self._training or p == 0.0:
             return x
         if isinstance(x, OneHotRows):      # only the one stored element per row can be dropped
-            keep = self._dropout_mask(op.output.id, x.index.shape, p)
+            keep = self._dropout_mask(op.output.id, x.index.shape, p, op.output.assoc)
             return OneHotRows(x.index, x.scale * keep / (1.0 - p), x.n)
         x = self._dense(x, op)
-        return x * self._dropout_mask(op.output.id, x.shape, p) / (1.0 - p)
+        return x * self._dropout_mask(op.output.id, x.shape, p, op.output.assoc) / (1.0 - p)
 
     def _op_cross_entropy(self, op, logits, labels):
         logits = self._dense(logits, op)
@@ -453,7 +461,7 @@ class Interpreter:
         p = op.attrs["p"]
         if not self._training or p == 0.0:
             return g
-        return g * self._dropout_mask(op.attrs["site"], g.shape, p) / (1.0 - p)
+        return g * self._dropout_mask(op.attrs["site"], g.shape, p, op.output.assoc) / (1.0 - p)
 
     def _op_cross_entropy_grad(self, op, logits, labels):
         logits = self._dense(logits, op)

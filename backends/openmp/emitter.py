@@ -342,7 +342,8 @@ class OpenMPEmitter:
 
         A value lives from the op that defines it to its last reader in forward + backward;
         weight gradients live until the optimizer step, the loss and logits until the end (they
-        are read after a forward pass), graph constants forever.  Only buffers of identical
+        are read after a forward pass), graph constants (written once at load time) for the whole
+        run, from before the first op.  Only buffers of identical
         size are shared, and never between an op's inputs and its output.
         Returns the renaming buffer name -> shared buffer name.
         """
@@ -353,7 +354,8 @@ class OpenMPEmitter:
             for v in op.inputs:
                 last_use[v.id] = i
             if op.output is not None:
-                defined.setdefault(op.output.id, i)
+                # Graph constants are written once, in prepare, before any epoch op runs.
+                defined.setdefault(op.output.id, -1 if op.opcode == "graph_scalar" else i)
             if id(op) in self.epilogues:       # the fused kernel writes the chain's final value here
                 defined[self.epilogues[id(op)][2].id] = i
             if op.output is not None and op.output.id in self.fused_dropout_grad:   # reads the dropout's input

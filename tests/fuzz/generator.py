@@ -1,0 +1,291 @@
+"""Random well-typed .mp programs, in the manner of Csmith: every program the generator writes
+must pass `morphgen check`, train, and mean the same thing on every backend as in the numpy
+interpreter.
+
+A program is built from a seed alone (`generate(seed)` is deterministic).  Two styles:
+
+* explicit: one training loop whose body assigns fresh node and edge properties through
+  random expressions (projections, typed projections, element-wise arithmetic with
+  broadcasting, activations, dropout, biases, reductions over in- and out-edges and
+  neighbours, concatenation, dot products, degrees, edge softmax), then a loss on a C-wide
+  node property;
+* directives: a random stack of `gnn.layer` / `gnn.forwardPass` layers (GCN, SAGE, GIN, GAT with
+  every aggregator each accepts), with random widths, activations, dropout and biases.
+
+Every expression is typed while it is generated (node or edge rows, a width), so the text is
+correct by construction.  Values stay numerically tame: `exp` only of a tanh, division only by
+constants, no maximum over values that are equal on every in-edge (a tie would make the
+argmax, and so the gradient, depend on the order of edges).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+WIDTHS = (1, 2, 3, 5, 8)
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "elu", "leaky_relu", "exp")
+DROPOUTS = (0.1, 0.3, 0.5)
+LAYER_KINDS = {"GCN": ("Sum", "Mean"), "SAGE": ("Sum", "Mean", "Max"), "GIN": ("Sum", "Mean", "Max"),
+               "GAT": ("Sum",)}
+
+
+@dataclass
+class FuzzProgram:
+    seed: int
+    source: str
+    style: str                  # explicit | directives
+    typed: bool                 # reads e.etype / v.ntype: needs a typed graph
+    features_only_through_weights: bool = True   # trainable on a featureless (identity) input
+
+    @property
+    def name(self) -> str:
+        return f"fuzz{self.seed}"
+
+
+@dataclass
+class _Scope:
+    """What the generator may read at this point of the epoch body."""
+    node: dict = field(default_factory=dict)     # node property -> width
+    edge: dict = field(default_factory=dict)     # edge property -> width
+
+
+class _Writer:
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.weights: list = []                   # declarations
+        self.props: list = []
+        self.typed = False
+        self.x_direct = False                    # x read other than as `x * W`
+        self.counter = 0
+
+    # -- names and declarations ------------------------------------------------------------
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def weight(self, *dims, init=None) -> str:
+        name = self.fresh("W" if len(dims) > 1 else "b")
+        shape = "".join(f"[{d}]" for d in dims)
+        init = init or ("glorot" if len(dims) > 1 else self.rng.choice(("zeros", "glorot", "ones")))
+        self.weights.append(f"weight<float{shape}> {name} = {init};")
+        return name
+
+    def prop(self, kind: str, width) -> str:
+        name = self.fresh("h" if kind == "Node" else "a")
+        shape = "" if width == 1 else f"[{width}]"
+        self.props.append(f"prop{kind}<float{shape}> {name};")
+        return name
+
+    def pick(self, options, weights=None):
+        return self.rng.choices(list(options), weights=weights)[0]
+
+    # -- node rows -------------------------------------------------------------------------------
+    def node_read(self, scope: _Scope, width, inside_edge: bool):
+        """A node property of this width as a node (or, inside a reduction, the destination's) row."""
+        names = [n for n, w in scope.node.items() if w == width]
+        if not names:
+            return None
+        name = self.rng.choice(names)
+        if name == "x":
+            self.x_direct = True
+        return f"e.dst.{name}" if inside_edge else f"v.{name}"
+
+    def projection(self, scope: _Scope, width, end: str):
+        """`row * W`: a node property of any width projected to `width` (end: v, src, dst)."""
+        # Later statements mostly read what earlier ones defined, so little of the program is dead.
+        items = sorted(scope.node.items())
+        name, k = self.rng.choices(items, weights=[1 if n == "x" else 4 for n, _ in items])[0]
+        typed = end in ("src", "dst") and self.rng.random() < 0.3
+        row = f"v.{name}" if end == "v" else f"e.{end}.{name}"
+        if typed:
+            self.typed = True
+            return f"({row} * {self.weight('g.etypes', k, width)}[e.etype])"
+        if end == "v" and self.rng.random() < 0.15:
+            self.typed = True
+            return f"({row} * {self.weight('g.ntypes', k, width)}[v.ntype])"
+        return f"({row} * {self.weight(k, width)})"
+
+    def node_expr(self, scope: _Scope, width, depth: int) -> str:
+        if depth <= 0:
+            leaf = self.node_read(scope, width, False) if self.rng.random() < 0.3 else None
+            return leaf or self.projection(scope, width, "v")
+        choice = self.pick(("proj", "act", "binary", "bias", "scale", "reduce", "neighbors", "concat",
+                            "dot", "degree", "dropout", "neg"),
+                           (3, 3, 3, 2, 1, 4, 2, 1, 1, 1, 2, 1))
+        d = depth - 1
+        if choice == "proj":
+            return self.projection(scope, width, "v")
+        if choice == "act":
+            return self.activation(self.node_expr(scope, width, d))
+        if choice == "binary":
+            return self.binary(lambda w: self.node_expr(scope, w, d), width)
+        if choice == "bias":
+            return f"({self.node_expr(scope, width, d)} + {self.weight(width)})"
+        if choice == "scale":
+            return self.scaled(self.node_expr(scope, width, d))
+        if choice == "neg":
+            return f"(-{self.node_expr(scope, width, d)})"
+        if choice == "dropout":
+            return f"dropout({self.node_expr(scope, width, d)}, {self.rng.choice(DROPOUTS)})"
+        if choice == "reduce":
+            return self.reduction(scope, width, d)
+        if choice == "neighbors":
+            names = [n for n, w in scope.node.items() if w == width and n != "x"]
+            if names:
+                reduce = self.pick(("Sum", "Mean"))
+                return f"{reduce}(u in g.neighbors(v): u.{self.rng.choice(names)})"
+            return self.reduction(scope, width, d)
+        if choice == "concat" and width != 1 and not isinstance(width, str):
+            left = self.rng.randint(1, width - 1)
+            return f"concat({self.node_expr(scope, left, d)}, {self.node_expr(scope, width - left, d)})"
+        if choice == "dot" and width == 1:
+            k = self.rng.choice(WIDTHS[1:])
+            other = self.weight(k) if self.rng.random() < 0.5 else self.node_expr(scope, k, d)
+            return f"dot({self.node_expr(scope, k, d)}, {other})"
+        if choice == "degree" and width == 1:
+            return f"v.{self.pick(('in_degree', 'out_degree'))}"
+        return self.projection(scope, width, "v")
+
+    # -- edge rows -------------------------------------------------------------------------------
+    def edge_expr(self, scope: _Scope, width, depth: int, in_reduction: bool) -> str:
+        """An edge row; `in_reduction`: inside Sum/Mean/Max over v's edges (edge_softmax not allowed)."""
+        if depth <= 0:
+            return self.edge_leaf(scope, width)
+        choice = self.pick(("leaf", "act", "binary", "scale", "dropout", "typed_row", "softmax", "rel_degree",
+                            "dot", "neg"), (4, 3, 3, 1, 1, 1, 1, 1, 1, 1))
+        d = depth - 1
+        if choice == "act":
+            return self.activation(self.edge_expr(scope, width, d, in_reduction))
+        if choice == "binary":
+            return self.binary(lambda w: self.edge_expr(scope, w, d, in_reduction), width)
+        if choice == "scale":
+            return self.scaled(self.edge_expr(scope, width, d, in_reduction))
+        if choice == "neg":
+            return f"(-{self.edge_expr(scope, width, d, in_reduction)})"
+        if choice == "dropout":
+            return f"dropout({self.edge_expr(scope, width, d, in_reduction)}, {self.rng.choice(DROPOUTS)})"
+        if choice == "typed_row":
+            self.typed = True
+            return f"{self.weight('g.etypes', width)}[e.etype]"
+        if choice == "softmax" and not in_reduction:
+            return f"edge_softmax({self.edge_expr(scope, width, d, in_reduction)})"
+        if choice == "rel_degree" and width == 1:
+            self.typed = True
+            return "e.rel_degree"
+        if choice == "dot" and width == 1:
+            k = self.rng.choice(WIDTHS[1:])
+            return f"dot({self.edge_expr(scope, k, d, in_reduction)}, {self.edge_leaf(scope, k)})"
+        return self.edge_leaf(scope, width)
+
+    def edge_leaf(self, scope: _Scope, width) -> str:
+        names = [n for n, w in scope.edge.items() if w == width]
+        r = self.rng.random()
+        if names and r < 0.5:
+            return f"e.{self.rng.choice(names)}"
+        if r < 0.7:
+            src = [n for n, w in scope.node.items() if w == width]
+            if src:
+                name = self.rng.choice(src)
+                if name == "x":
+                    self.x_direct = True
+                return f"e.src.{name}"
+        return self.projection(scope, width, self.pick(("src", "dst"), (3, 1)))
+
+    def reduction(self, scope: _Scope, width, depth: int) -> str:
+        reduce = self.pick(("Sum", "Mean", "Max"), (3, 2, 1))
+        direction = self.pick(("incoming", "outgoing"), (3, 1))
+        body = self.edge_expr(scope, width, depth, in_reduction=True)
+        if reduce == "Max" and "e.src." not in body:
+            # A maximum over a value that is the same on every edge of the reduction would tie
+            # (the body is written for in-edges: e.src is the far end, before the swap below).
+            reduce = "Sum"
+        if direction == "outgoing":
+            # Inside an outgoing reduction the node itself is e.src: the body's ends swap roles.
+            body = body.replace("e.src.", "e.SRC.").replace("e.dst.", "e.src.").replace("e.SRC.", "e.dst.")
+        return f"{reduce}(e in v.{direction}_edges(): {body})"
+
+    # -- shared pieces -----------------------------------------------------------------------
+    def activation(self, inner: str) -> str:
+        act = self.rng.choice(ACTIVATIONS)
+        if act == "exp":
+            return f"exp(tanh({inner}))"
+        if act == "leaky_relu":
+            return f"leaky_relu({inner}, {self.rng.choice((0.01, 0.2))})"
+        if act == "elu" and self.rng.random() < 0.5:
+            return f"elu({inner}, 0.5)"
+        return f"{act}({inner})"
+
+    def scaled(self, inner: str) -> str:
+        if self.rng.random() < 0.5:
+            return f"({inner} * {self.rng.choice((0.5, 2.0, 0.25, 1.5))})"
+        return f"({inner} / {self.rng.choice((2, 4, 3))})"
+
+    def binary(self, make, width) -> str:
+        op = self.pick(("+", "-", "*"))
+        if width != 1 and self.rng.random() < 0.2:      # a width-1 operand broadcasts over the row
+            left, right = make(width), make(1)
+            if self.rng.random() < 0.5:
+                left, right = right, left
+            return f"({left} {op} {right})"
+        return f"({make(width)} {op} {make(width)})"
+
+
+def _explicit(w: _Writer) -> str:
+    scope = _Scope(node={"x": "F"})
+    body = []
+    for _ in range(w.rng.randint(1, 3)):
+        width = w.rng.choice(WIDTHS)
+        if w.rng.random() < 0.35:
+            name = w.prop("Edge", width)
+            body.append(f"forall (e in g.edges()) {{ e.{name} = {w.edge_expr(scope, width, w.rng.randint(1, 3), False)}; }}")
+            scope.edge[name] = width
+        else:
+            name = w.prop("Node", width)
+            body.append(f"forall (v in g.nodes()) {{ v.{name} = {w.node_expr(scope, width, w.rng.randint(1, 3))}; }}")
+            scope.node[name] = width
+    out = w.prop("Node", "C")
+    body.append(f"forall (v in g.nodes()) {{ v.{out} = {w.node_expr(scope, 'C', w.rng.randint(1, 2))}; }}")
+    body.append(f'gnn.loss({out}, "cross_entropy");')
+    body += ["gnn.backPropagation();", "gnn.optimizerStep();"]
+    return "\n".join("        " + line for line in body)
+
+
+def _directives(w: _Writer) -> tuple:
+    layers = w.rng.randint(1, 3)
+    widths = ["F"] + [w.rng.choice(WIDTHS[1:]) for _ in range(layers - 1)] + ["C"]
+    decls, passes = [], []
+    for layer in range(layers):
+        kind = w.rng.choice(sorted(LAYER_KINDS))
+        agg = w.rng.choice(LAYER_KINDS[kind])
+        options = []
+        if w.rng.random() < 0.5:
+            options.append(f"dropout = {w.rng.choice(DROPOUTS)}")
+        if w.rng.random() < 0.4:
+            options.append(f'activation = "{w.rng.choice(("relu", "elu", "leaky_relu", "tanh", "sigmoid"))}"')
+        if w.rng.random() < 0.2:
+            options.append("bias = false")
+        extra = "".join(", " + o for o in options)
+        decls.append(f"gnn.layer({widths[layer]}, {widths[layer + 1]}{extra});")
+        passes.append(f'gnn.forwardPass({layer}, "{kind}", "{agg}");')
+    body = passes + ['gnn.loss("cross_entropy");', "gnn.backPropagation();", "gnn.optimizerStep();"]
+    # A first layer that drops its input, or reads it outside a product (SAGE's and GIN's
+    # aggregation of the raw input), needs real features: an identity input cannot provide them.
+    direct = "dropout" in decls[0] or any(k in passes[0] for k in ('"SAGE"', '"GIN"'))
+    return decls, "\n".join("        " + line for line in body), direct
+
+
+def generate(seed: int) -> FuzzProgram:
+    w = _Writer(seed)
+    style = "directives" if w.rng.random() < 0.25 else "explicit"
+    if style == "explicit":
+        body, head, direct = _explicit(w), w.weights + w.props, w.x_direct
+    else:
+        decls, body, direct = _directives(w)
+        head = decls
+    lines = [f"// generated by tests/fuzz/generator.py, seed {seed}",
+             "function fuzz(Graph g, propNode<float[F]> x, propNode<int[C]> y) {"]
+    lines += ["    " + d for d in head]
+    lines += ['    gnn.optimizer("sgd", lr = 0.1);',
+              "    for (int epoch = 0; epoch < 3; epoch++) {", body, "    }", "}", ""]
+    return FuzzProgram(seed, "\n".join(lines), style, w.typed, not direct)

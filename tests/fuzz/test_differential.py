@@ -1,0 +1,47 @@
+"""Random programs (tests/fuzz/generator.py) trained by the OpenMP backend and by the numpy
+interpreter, with the passes on and off; and every bug the generator found, kept as a program.
+
+`MORPHGEN_FUZZ_PROGRAMS` sets how many generated programs run (default 200); the long
+campaigns recorded in docs/testing.md use `python -m tests.fuzz.campaign`.
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+from morphgen.frontend import compile_source
+from tests.fuzz.differential import check, variants_for
+from tests.fuzz.generator import FuzzProgram, generate
+
+PROGRAMS = int(os.environ.get("MORPHGEN_FUZZ_PROGRAMS", "200"))
+REGRESSIONS = sorted((Path(__file__).parent / "regressions").glob("*.mp"))
+
+
+@pytest.mark.parametrize("seed", range(PROGRAMS))
+def test_generated_program_matches_interpreter(seed):
+    fp = generate(seed)
+    for variant in variants_for(fp):
+        check(fp, variant)
+
+
+@pytest.mark.parametrize("variant", ["plain", "passes", "sparse"])
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
+def test_regression_program_matches_interpreter(path, variant):
+    source = path.read_text()
+    fp = FuzzProgram(seed=11, source=source, style="regression", typed="etype" in source or "ntype" in source)
+    check(fp, variant)
+
+
+def test_generated_programs_are_well_typed():
+    """Far more programs than are trained: each must pass the front end as written."""
+    for seed in range(1000):
+        fp = generate(seed)
+        compile_source(fp.source, filename=f"{fp.name}.mp")
+
+
+def test_generator_is_deterministic_and_varied():
+    assert generate(7).source == generate(7).source
+    sources = {generate(seed).source for seed in range(50)}
+    assert len(sources) == 50
+    styles = {generate(seed).style for seed in range(50)}
+    assert styles == {"explicit", "directives"}
