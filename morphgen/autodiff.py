@@ -13,7 +13,7 @@ no parameter gradient needs are removed at the end.
 from __future__ import annotations
 
 from .ir import IRError, Program, Value, dim_add
-from .ir_ops import Builder
+from .ir_ops import MATH_FUNCTIONS, ROW_SOFTMAXES, Builder
 
 
 def differentiate(program: Program) -> None:
@@ -244,6 +244,15 @@ def _activation(ctx, op, g):
     ctx.accumulate(op.inputs[0], ctx.emit("act_grad", g, op.output, **attrs))
 
 
+def _math(ctx, op, g):
+    x = op.inputs[0]
+    ctx.accumulate(x, ctx.emit("math_grad", g, x, fn=op.opcode, c=float(op.attrs.get("c", 0.0))))
+
+
+def _row_softmax(ctx, op, g):
+    ctx.accumulate(op.inputs[0], ctx.emit("softmax_grad", g, op.output, log=op.opcode == "log_softmax"))
+
+
 def _dot(ctx, op, g):
     a, b = op.inputs
     if ctx.needs(a):
@@ -295,4 +304,5 @@ GRADIENT_RULES = {
     "edge_softmax": _edge_softmax, "concat": _concat, "dropout": _dropout,
     "matvec": _matvec, "param_slice": _param_slice,
     **{act: _activation for act in ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")},
+    **{fn: _math for fn in MATH_FUNCTIONS}, **{fn: _row_softmax for fn in ROW_SOFTMAXES},
 }

@@ -16,6 +16,7 @@ from typing import Optional
 
 import numpy as np
 import scipy.sparse as sp
+import scipy.special
 
 from .graph import Graph
 from .ir import IRError, Op, Program
@@ -336,6 +337,44 @@ class Interpreter:
     def _op_tanh(self, op, x):
         return np.tanh(self._dense(x, op))
 
+    # -- elementwise math (kernels/math.h): rsqrt(0) = 0, gelu in its exact erf form ----------
+    def _op_sqrt(self, op, x):
+        return np.sqrt(self._dense(x, op))
+
+    def _op_rsqrt(self, op, x):
+        x = self._dense(x, op)
+        with np.errstate(divide="ignore"):
+            return np.where(x == 0, 0.0, 1.0 / np.sqrt(x))
+
+    def _op_log(self, op, x):
+        return np.log(self._dense(x, op))
+
+    def _op_abs(self, op, x):
+        return np.abs(self._dense(x, op))
+
+    def _op_pow(self, op, x):
+        return np.power(self._dense(x, op), op.attrs["c"])
+
+    def _op_gelu(self, op, x):
+        x = self._dense(x, op)
+        return 0.5 * x * (1.0 + scipy.special.erf(x / np.sqrt(2.0)))
+
+    def _op_softplus(self, op, x):
+        return np.logaddexp(0.0, self._dense(x, op))
+
+    def _op_shift(self, op, x):
+        return self._dense(x, op) + op.attrs["c"]
+
+    def _op_softmax(self, op, x):
+        x = self._dense(x, op)
+        ex = np.exp(x - x.max(axis=1, keepdims=True))
+        return ex / ex.sum(axis=1, keepdims=True)
+
+    def _op_log_softmax(self, op, x):
+        x = self._dense(x, op)
+        shifted = x - x.max(axis=1, keepdims=True)
+        return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
     def _op_dot(self, op, a, b):
         a, b = self._binary_operands(op, a, b)
         return np.sum(a * b, axis=-1, keepdims=True)
@@ -440,6 +479,27 @@ class Interpreter:
         if act == "sigmoid":
             return g * y * (1.0 - y)
         return g * (1.0 - y * y)            # tanh
+
+    def _op_math_grad(self, op, g, x):
+        x, fn, c = self._dense(x, op), op.attrs["fn"], op.attrs.get("c", 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            derivative = {
+                "sqrt": lambda: 0.5 / np.sqrt(x),
+                "rsqrt": lambda: np.where(x == 0, 0.0, -0.5 * x ** -1.5),
+                "log": lambda: 1.0 / x,
+                "abs": lambda: np.sign(x),
+                "pow": lambda: c * np.power(x, c - 1.0),
+                "gelu": lambda: (0.5 * (1.0 + scipy.special.erf(x / np.sqrt(2.0)))
+                                 + x * np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi)),
+                "softplus": lambda: 0.5 * (1.0 + np.tanh(0.5 * x)),
+                "shift": lambda: np.ones_like(x),
+            }[fn]()
+        return g * derivative
+
+    def _op_softmax_grad(self, op, g, y):
+        if op.attrs["log"]:
+            return g - np.exp(y) * g.sum(axis=1, keepdims=True)
+        return y * (g - (g * y).sum(axis=1, keepdims=True))
 
     def _op_edge_softmax_grad(self, op, g, y):
         gy = g * y

@@ -21,6 +21,9 @@ add|sub|mul|div(a, b)        elementwise with broadcasting of width-1 rows and p
 scale(x, c)                  x * c for a float attribute c
 bias_add(x, b)               b param [M] added to every row
 relu|exp|sigmoid|tanh(x)     elementwise; leaky_relu(x, alpha), elu(x, alpha)
+sqrt|rsqrt|log|abs|gelu|softplus(x), pow(x, c), shift(x, c)
+                             elementwise math; rsqrt(0) = 0; shift adds the constant c
+softmax|log_softmax(x)       over the features of each row
 dot(a, b)                    rowwise dot product -> [1]
 edge_softmax(s)              edge [H] -> edge [H], softmax over each destination's in-edges
 typed_param(W)               W param [T,K] with domain etype|ntype -> edge|node [K]: row W[type]
@@ -45,6 +48,8 @@ typed_row_sum(g, types)      per type t: Σ_{type(r)=t} g[r] -> param [T,K]
 row_sum(g)                   Σ_r g[r] -> param [M] (bias and broadcast-param gradients)
 feature_sum(g)               Σ_f g[r,f] -> [1] per row (broadcast width-1 gradients)
 act_grad(g, y, act, alpha)   activation derivative expressed with the forward output y
+math_grad(g, x, fn, c)       g ⊙ f'(x) for the elementwise math function fn (with constant c)
+softmax_grad(g, y, log)      row softmax (log=False) or log-softmax (log=True) backward from y
 edge_softmax_grad(g, y)      y ⊙ (g − Σ_{in-edges of dst} y ⊙ g)
 aggregate_max_grad(g, x, y)  route g[v,f] to the argmax source of the forward max
 scatter_max_grad(g, m, y)    route g[v,f] to the argmax edge of the forward max
@@ -61,6 +66,8 @@ from .ir import IRError, Op, Value, dim_add, dim_sub
 
 UNARY = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh", "neg")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")
+MATH_FUNCTIONS = ("sqrt", "rsqrt", "log", "abs", "pow", "gelu", "softplus", "shift")
+ROW_SOFTMAXES = ("softmax", "log_softmax")
 BINARY = ("add", "sub", "mul", "div")
 REDUCTIONS = ("sum", "mean", "max")
 GRAPH_SCALARS = {"in_degree": "node", "out_degree": "node", "rel_degree": "edge",
@@ -199,6 +206,19 @@ def _unary(ins, attrs, loc):
     return x.assoc, x.shape, "f32"
 
 
+def _math(ins, attrs, loc):
+    (x,) = ins
+    _need(_rows(x), f"elementwise math needs node or edge rows, got {x.describe()}", loc)
+    _need(isinstance(attrs.get("c", 0.0), float), "the constant of pow/shift must be a float", loc)
+    return x.assoc, x.shape, "f32"
+
+
+def _row_softmax(ins, attrs, loc):
+    (x,) = ins
+    _need(_rows(x), f"softmax over features needs node or edge rows, got {x.describe()}", loc)
+    return x.assoc, x.shape, "f32"
+
+
 def _bias_add(ins, attrs, loc):
     x, b = ins
     _need(b.assoc == "param" and len(b.shape) == 1, f"bias must be a [M] weight, got {b.describe()}", loc)
@@ -249,6 +269,7 @@ _RULES = {
     "scale": _unary, "dot": _dot, "edge_softmax": _edge_softmax, "concat": _concat,
     "dropout": _dropout, "cross_entropy": _cross_entropy,
     **{op: _binary for op in BINARY}, **{op: _unary for op in UNARY},
+    **{op: _math for op in MATH_FUNCTIONS}, **{op: _row_softmax for op in ROW_SOFTMAXES},
 }
 
 FORWARD_OPCODES = tuple(_RULES)
@@ -358,6 +379,20 @@ def _act_grad(ins, attrs, loc):
     return g.assoc, g.shape, "f32"
 
 
+def _math_grad(ins, attrs, loc):
+    g, x = ins
+    _need(attrs.get("fn") in MATH_FUNCTIONS, f"math_grad: unknown function {attrs.get('fn')!r}", loc)
+    _need(g.assoc == x.assoc and _same_width(g.width, x.width), "math_grad: g and x differ", loc)
+    return g.assoc, g.shape, "f32"
+
+
+def _softmax_grad(ins, attrs, loc):
+    g, y = ins
+    _need(isinstance(attrs.get("log"), bool), "softmax_grad needs 'log'", loc)
+    _need(g.assoc == y.assoc and _same_width(g.width, y.width), "softmax_grad: g and y differ", loc)
+    return g.assoc, g.shape, "f32"
+
+
 def _edge_softmax_grad(ins, attrs, loc):
     g, y = ins
     _need(g.assoc == "edge" and y.assoc == "edge", "edge_softmax_grad needs edge values", loc)
@@ -424,7 +459,7 @@ def _matvec_t(ins, attrs, loc):
 
 PASS_OPCODES = ("param_slice", "matvec")
 BACKWARD_OPCODES = ("matmul_nt", "matmul_tn", "typed_matmul_nt", "typed_matmul_tn", "typed_row_sum",
-                    "row_sum", "feature_sum", "act_grad", "edge_softmax_grad",
+                    "row_sum", "feature_sum", "act_grad", "math_grad", "softmax_grad", "edge_softmax_grad",
                     "aggregate_max_grad", "scatter_max_grad", "dropout_grad",
                     "cross_entropy_grad", "slice", "row_concat", "outer", "matvec_t")
 

@@ -40,6 +40,8 @@ _ACT_FWD = {"relu": "mg::relu_fwd({x}, {y}, {n})", "exp": "mg::exp_fwd({x}, {y},
             "leaky_relu": "mg::leaky_relu_fwd({x}, {y}, {n}, {alpha}f)",
             "elu": "mg::elu_fwd({x}, {y}, {n}, {alpha}f)"}
 _ACT_DEFAULT_ALPHA = {"leaky_relu": 0.01, "elu": 1.0}
+_MATH_FN = {"sqrt": "Sqrt", "rsqrt": "Rsqrt", "log": "Log", "abs": "Abs", "pow": "Pow", "gelu": "Gelu",
+            "softplus": "Softplus", "shift": "Shift"}
 _EPILOGUE_ACT = {"relu": "mg::Act::Relu", "leaky_relu": "mg::Act::LeakyRelu", "elu": "mg::Act::Elu"}
 
 
@@ -619,6 +621,30 @@ class OpenMPEmitter:
                               f"12.0 * {self.numel(g)}")
         return self.timed("elementwise", f"mg::op::act_grad(mg::op::ActKind::{_ACT_KIND[act]}, {alpha}f, {self.ptr(g)}, "
                           f"{self.ptr(y)}, {self.numel(g)}, {self.ptr(op.output)})", f"12.0 * {self.numel(g)}")
+
+    def _math(self, op, x):
+        fn, c = _MATH_FN[op.opcode], _float(op.attrs.get("c", 0.0))
+        return self.timed("elementwise", f"mg::math_fwd(mg::MathFn::{fn}, {c}f, {self.ptr(x)}, {self.ptr(op.output)}, "
+                          f"{self.numel(op.output)})", f"8.0 * {self.numel(op.output)}")
+
+    op_sqrt = op_rsqrt = op_log = op_abs = op_pow = op_gelu = op_softplus = op_shift = _math
+
+    def op_math_grad(self, op, g, x):
+        fn, c = _MATH_FN[op.attrs["fn"]], _float(op.attrs.get("c", 0.0))
+        return self.timed("elementwise", f"mg::math_bwd(mg::MathFn::{fn}, {c}f, {self.ptr(g)}, {self.ptr(x)}, "
+                          f"{self.ptr(op.output)}, {self.numel(g)})", f"12.0 * {self.numel(g)}")
+
+    def _row_softmax(self, op, x):
+        log = "true" if op.opcode == "log_softmax" else "false"
+        return self.timed("elementwise", f"mg::row_softmax_fwd({self.ptr(x)}, {self.ptr(op.output)}, {self.rows(x)}, "
+                          f"{self.width(x)}, {log})", f"8.0 * {self.numel(x)}")
+
+    op_softmax = op_log_softmax = _row_softmax
+
+    def op_softmax_grad(self, op, g, y):
+        log = "true" if op.attrs["log"] else "false"
+        return self.timed("elementwise", f"mg::row_softmax_bwd({self.ptr(y)}, {self.ptr(g)}, {self.ptr(op.output)}, "
+                          f"{self.rows(g)}, {self.width(g)}, {log})", f"12.0 * {self.numel(g)}")
 
     def op_scale(self, op, x):
         return self.timed("elementwise", f"mg::scale({self.ptr(x)}, {self.ptr(op.output)}, {self.numel(x)}, "

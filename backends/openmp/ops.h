@@ -21,6 +21,7 @@
 #include "kernels/gemm.h"
 #include "kernels/layout.h"
 #include "kernels/loss.h"
+#include "kernels/math.h"
 #include "kernels/optim.h"
 #include "kernels/sparse_features.h"
 #include "kernels/spmm.h"

@@ -253,14 +253,24 @@ class ExpressionLowering:
             return self.elementwise(coord, "div", left, right, lnode, rnode)
         # + and -
         if is_const(left) or is_const(right):
-            raise SemanticError(coord, f"adding a constant to a tensor is not supported "
-                                       f"(in '{op}')")
+            return self.shift(coord, op, left, right, lnode, rnode)
         if op == "+":
             if is_bias(right) and not is_bias(left):
                 return self.bias_add(coord, self.rows(left, lnode), right)
             if is_bias(left) and not is_bias(right):
                 return self.bias_add(coord, self.rows(right, rnode), left)
         return self.elementwise(coord, "add" if op == "+" else "sub", left, right, lnode, rnode)
+
+    def shift(self, coord, op, left, right, lnode, rnode):
+        """A tensor plus or minus a constant: `x + c`, `c + x`, `x - c`, `c - x`."""
+        c = check_number(coord, f"the constant added in '{op}'", right if is_const(right) else left)
+        if is_const(right):
+            x = self.rows(left, lnode)
+            return self.b.emit("shift", x, loc=coord, c=float(c) if op == "+" else -float(c))
+        x = self.rows(right, rnode)
+        if op == "-":
+            x = self.b.emit("neg", x, loc=coord)
+        return self.b.emit("shift", x, loc=coord, c=float(c))
 
     def fold(self, coord, op, a, b):
         if op in ("/", "%"):
@@ -396,6 +406,34 @@ class ExpressionLowering:
     def f_leaky_relu(self, e, args):
         alpha = self._const_arg(e, 1, "leaky_relu slope", lo=0.0) if len(args) > 1 else 0.01
         return self.f_unary(e, args, "leaky_relu", alpha=alpha)
+
+    def f_sqrt(self, e, args):
+        return self.f_unary(e, args, "sqrt")
+
+    def f_rsqrt(self, e, args):
+        return self.f_unary(e, args, "rsqrt")
+
+    def f_log(self, e, args):
+        return self.f_unary(e, args, "log")
+
+    def f_abs(self, e, args):
+        return self.f_unary(e, args, "abs")
+
+    def f_gelu(self, e, args):
+        return self.f_unary(e, args, "gelu")
+
+    def f_softplus(self, e, args):
+        return self.f_unary(e, args, "softplus")
+
+    def f_softmax(self, e, args):
+        return self.f_unary(e, args, "softmax")
+
+    def f_log_softmax(self, e, args):
+        return self.f_unary(e, args, "log_softmax")
+
+    def f_pow(self, e, args):
+        c = self._const_arg(e, 1, "pow exponent")
+        return self.f_unary(e, args, "pow", c=c)
 
     def f_dropout(self, e, args):
         p = self._const_arg(e, 1, "dropout rate", lo=0.0, hi=1.0, hi_open=True)

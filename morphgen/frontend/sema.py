@@ -187,6 +187,8 @@ FEATURE_NORMALIZATIONS = ("row",)
 BUILTINS = {
     "relu": (1, 1), "elu": (1, 2), "leaky_relu": (1, 2), "sigmoid": (1, 1), "tanh": (1, 1),
     "exp": (1, 1), "dot": (2, 2), "concat": (2, 64), "edge_softmax": (1, 1), "dropout": (2, 2),
+    "sqrt": (1, 1), "rsqrt": (1, 1), "log": (1, 1), "abs": (1, 1), "pow": (2, 2), "gelu": (1, 1),
+    "softplus": (1, 1), "softmax": (1, 1), "log_softmax": (1, 1),
 }
 
 NODE_BUILTIN_ATTRS = {"in_degree": "in_degree", "out_degree": "out_degree"}

@@ -117,10 +117,10 @@ def test_errors_are_reported_even_after_earlier_errors():
     assert [d.message for d in diags] == ["undeclared name 'Wx'; did you mean 'W'?"]
     src2 = program("    weight<float[F][C]> W = glorot;  propNode<float[C]> out;\n",
                    "        forall (v in g.nodes()) { v.out = v.x * Wx; }\n"
-                   "        forall (v in g.nodes()) { v.out = v.x * W + 1; }\n")
+                   "        forall (v in g.nodes()) { v.out = v.x * W + false; }\n")
     msgs = [d.message for d in check_source(src2, "m.mp")]
     assert msgs == ["undeclared name 'Wx'; did you mean 'W'?",
-                    "adding a constant to a tensor is not supported (in '+')"]
+                    "the constant added in '+' must be a number, got a boolean"]
 
 
 def test_syntax_recovery_reports_several_errors():

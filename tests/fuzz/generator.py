@@ -23,7 +23,7 @@ import random
 from dataclasses import dataclass, field
 
 WIDTHS = (1, 2, 3, 5, 8)
-ACTIVATIONS = ("relu", "sigmoid", "tanh", "elu", "leaky_relu", "exp")
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "elu", "leaky_relu", "exp", "math", "math")
 DROPOUTS = (0.1, 0.3, 0.5)
 LAYER_KINDS = {"GCN": ("Sum", "Mean"), "SAGE": ("Sum", "Mean", "Max"), "GIN": ("Sum", "Mean", "Max"),
                "GAT": ("Sum",)}
@@ -132,10 +132,16 @@ class _Writer:
             return self.reduction(scope, width, d)
         if choice == "neighbors":
             names = [n for n, w in scope.node.items() if w == width and n != "x"]
-            if names:
-                reduce = self.pick(("Sum", "Mean"))
+            if names and self.rng.random() < 0.5:
+                reduce = self.pick(("Sum", "Mean", "Max"), (2, 2, 1))
                 return f"{reduce}(u in g.neighbors(v): u.{self.rng.choice(names)})"
-            return self.reduction(scope, width, d)
+            # Aggregate-then-project: of the input features this is what the passes reorder and
+            # hoist out of the epoch (SGC, GCN's first layer written by hand).
+            name, k = self.rng.choice(sorted(scope.node.items()))
+            if name == "x":
+                self.x_direct = True
+            reduce = self.pick(("Sum", "Mean"))
+            return f"({reduce}(u in g.neighbors(v): u.{name}) * {self.weight(k, width)})"
         if choice == "concat" and width != 1 and not isinstance(width, str):
             left = self.rng.randint(1, width - 1)
             return f"concat({self.node_expr(scope, left, d)}, {self.node_expr(scope, width - left, d)})"
@@ -144,7 +150,8 @@ class _Writer:
             other = self.weight(k) if self.rng.random() < 0.5 else self.node_expr(scope, k, d)
             return f"dot({self.node_expr(scope, k, d)}, {other})"
         if choice == "degree" and width == 1:
-            return f"v.{self.pick(('in_degree', 'out_degree'))}"
+            degree = f"v.{self.pick(('in_degree', 'out_degree'))}"
+            return f"rsqrt({degree})" if self.rng.random() < 0.5 else degree
         return self.projection(scope, width, "v")
 
     # -- edge rows -------------------------------------------------------------------------------
@@ -208,6 +215,13 @@ class _Writer:
     # -- shared pieces -----------------------------------------------------------------------
     def activation(self, inner: str) -> str:
         act = self.rng.choice(ACTIVATIONS)
+        if act == "math":
+            # Each function on a domain where it is smooth and tame.
+            return self.rng.choice((
+                f"sqrt(softplus({inner}) + 0.5)", f"rsqrt(softplus({inner}) + 0.25)",
+                f"log(softplus({inner}) + 1.0)", f"abs({inner})", f"pow(tanh({inner}), 2)",
+                f"pow(sigmoid({inner}) + 0.5, 1.5)", f"gelu({inner})", f"softplus({inner})",
+                f"(1.0 - {inner})", f"({inner} + 0.5)", f"softmax({inner})", f"log_softmax({inner})"))
         if act == "exp":
             return f"exp(tanh({inner}))"
         if act == "leaky_relu":
@@ -234,14 +248,16 @@ class _Writer:
 def _explicit(w: _Writer) -> str:
     scope = _Scope(node={"x": "F"})
     body = []
-    for _ in range(w.rng.randint(1, 3)):
+    for _ in range(w.rng.randint(1, 4)):
         width = w.rng.choice(WIDTHS)
         if w.rng.random() < 0.35:
             name = w.prop("Edge", width)
             body.append(f"forall (e in g.edges()) {{ e.{name} = {w.edge_expr(scope, width, w.rng.randint(1, 3), False)}; }}")
             scope.edge[name] = width
         else:
-            name = w.prop("Node", width)
+            same = [n for n, k in scope.node.items() if k == width and n != "x"]
+            # Sometimes a property is assigned again from its own value (v.h = f(v.h)).
+            name = w.rng.choice(same) if same and w.rng.random() < 0.3 else w.prop("Node", width)
             body.append(f"forall (v in g.nodes()) {{ v.{name} = {w.node_expr(scope, width, w.rng.randint(1, 3))}; }}")
             scope.node[name] = width
     out = w.prop("Node", "C")

@@ -64,6 +64,16 @@ def _binary(name, shape_b):
     return build
 
 
+def _on_positive(name, **attrs):
+    """A math function whose domain is the positive numbers, fed a value in (1/e, e)."""
+    return lambda m, h, k: m.emit(name, _positive(m, h), **attrs)
+
+
+def _wide(name, **attrs):
+    """A function fed a value in (-3, 3), where its curvature lies."""
+    return lambda m, h, k: m.emit(name, m.emit("scale", h, c=3.0), **attrs)
+
+
 def _typed_linear_edge(m, h, k):
     w = m.param("Wt", ("etypes", k, 5), domain="etype")
     return m.emit("typed_linear", m.emit("gather", h, end="src"), w)
@@ -175,6 +185,18 @@ CASES = {
     "exp": _unary("exp"),
     "sigmoid": _unary("sigmoid"),
     "tanh": _unary("tanh"),
+    "sqrt": _on_positive("sqrt"),
+    "rsqrt": _on_positive("rsqrt"),
+    "log": _on_positive("log"),
+    "pow_fractional": _on_positive("pow", c=1.5),
+    "pow_negative": _on_positive("pow", c=-0.5),
+    "pow_square": _wide("pow", c=2.0),
+    "abs": _wide("abs"),
+    "gelu": _wide("gelu"),
+    "softplus": _wide("softplus"),
+    "shift": _unary("shift", c=0.7),
+    "softmax": _wide("softmax"),
+    "log_softmax": _wide("log_softmax"),
     "dot_rows": _dot_rows,
     "dot_param": _dot_param,
     "edge_softmax": _edge_softmax,
@@ -244,3 +266,34 @@ def test_no_nan_with_zero_in_degree(data):
         agg_op = next(op for op in prog.forward if op.opcode in ("aggregate", "scatter"))
         out = values[agg_op.output.id]
         assert np.all(out[g.in_degree == 0] == 0.0), name
+
+
+def test_math_functions_match_numpy_definitions(data):
+    """Forward values of the math ops against their textbook definitions (rsqrt(0) = 0)."""
+    import math
+    from morphgen.interp import Interpreter
+    g, x, labels, mask = data
+    m = ModelBuilder("math_values")
+    v = m.emit("linear", m.x, m.param("W0", ("F", 3)))
+    ops = {name: m.emit(name, v, **attrs) for name, attrs in
+           (("abs", {}), ("gelu", {}), ("softplus", {}), ("shift", {"c": -0.25}), ("softmax", {}),
+            ("log_softmax", {}))}
+    deg = m.emit("rsqrt", m.emit("graph_scalar", kind="in_degree"))
+    logits = m.emit("linear", m.emit("add", v, deg), m.param("Wout", (3, "C")))
+    prog = m.finish(logits)
+    prog.bind({"F": F, "C": C})
+    params = perturbed_params(prog)
+    values = Interpreter(prog, g, x, labels, mask).forward(params, training=False)
+    h = values[v.id]
+    np.testing.assert_allclose(values[ops["abs"].id], np.abs(h))
+    erf = np.vectorize(math.erf)
+    np.testing.assert_allclose(values[ops["gelu"].id], h * 0.5 * (1 + erf(h / math.sqrt(2))))
+    np.testing.assert_allclose(values[ops["softplus"].id], np.log1p(np.exp(h)))
+    np.testing.assert_allclose(values[ops["shift"].id], h - 0.25)
+    soft = np.exp(h) / np.exp(h).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(values[ops["softmax"].id], soft)
+    np.testing.assert_allclose(values[ops["log_softmax"].id], np.log(soft))
+    degree = g.in_degree.astype(float)
+    want = np.where(degree > 0, 1 / np.sqrt(np.maximum(degree, 1)), 0.0)
+    np.testing.assert_allclose(values[deg.id].reshape(-1), want)
+    assert np.any(degree == 0), "the graph must have a node without in-edges"
