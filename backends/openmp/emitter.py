@@ -23,6 +23,7 @@ import jinja2
 from morphgen import __version__
 from morphgen.errors import InternalError, UserError
 from morphgen.ir import Program, Value
+from morphgen.passes.liveness import lifetimes
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
@@ -342,35 +343,24 @@ class OpenMPEmitter:
     def share_buffers(self) -> dict:
         """Let values whose lifetimes do not overlap share one buffer (liveness over the epoch).
 
-        A value lives from the op that defines it to its last reader in forward + backward;
-        weight gradients live until the optimizer step, the loss and logits until the end (they
-        are read after a forward pass), graph constants (written once at load time) for the whole
-        run, from before the first op.  Only buffers of identical
-        size are shared, and never between an op's inputs and its output.
+        Lifetimes come from passes.lifetimes, the rule the memory report uses too, told where
+        this backend's fused kernels write and read: a fused epilogue writes the chain's final
+        value at its head, a fused dropout backward reads the dropout's input gradient.  Only
+        buffers of identical size are shared, and never between an op's inputs and its output.
         Returns the renaming buffer name -> shared buffer name.
         """
         order = self.p.forward + self.p.backward
-        end = len(order)
-        defined, last_use = {}, {}
-        for i, op in enumerate(order):
-            for v in op.inputs:
-                last_use[v.id] = i
-            if op.output is not None:
-                # Graph constants are written once, in prepare, before any epoch op runs.
-                defined.setdefault(op.output.id, -1 if op.opcode == "graph_scalar" else i)
-            if id(op) in self.epilogues:       # the fused kernel writes the chain's final value here
-                defined[self.epilogues[id(op)][2].id] = i
-            if op.output is not None and op.output.id in self.fused_dropout_grad:   # reads the dropout's input
-                last_use[self.fused_dropout_grad[op.output.id].inputs[0].id] = i
-        pinned = {v.id for v in self.p.grads.values()} | {self.p.loss.id, self.p.logits.id}
-        pinned |= {op.output.id for op in order if op.opcode == "graph_scalar"}
+        step = {id(op): i for i, op in enumerate(order)}
+        defined_at = {final.id: step[head] for head, (_, _, final) in self.epilogues.items()}
+        read_at = [(drop.inputs[0].id, step[id(self.producer[vid])])
+                   for vid, drop in self.fused_dropout_grad.items()]
+        live = lifetimes(self.p, order, defined_at, read_at)
         by_id = {b["name"]: b for b in self.buffers}
         pools: dict = {}                 # numel expression -> [(shared name, free from op index)]
         rename, shared = {}, []
-        for vid in sorted((int(n[1:]) for n in by_id), key=lambda i: defined.get(i, -1)):
+        for vid in sorted((int(n[1:]) for n in by_id), key=lambda i: live[i][0]):
             name = f"v{vid}"
-            start = defined.get(vid, -1)
-            stop = end + 1 if vid in pinned or start < 0 else last_use.get(vid, start)
+            start, stop = live[vid]
             pool = pools.setdefault(by_id[name]["numel"], [])
             slot = next((k for k, (_, free) in enumerate(pool) if free < start), None)
             if slot is None:

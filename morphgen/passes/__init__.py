@@ -13,13 +13,13 @@ from .concat_split import split_concat_linear
 from .fusion import FusionGroup, annotate_fusion
 from .hoist_invariant import hoist_invariant_aggregation
 from .linear_reorder import reorder_linear_operators
-from .liveness import Liveness, analyse_liveness
+from .liveness import Liveness, analyse_liveness, lifetimes
 from .reorder_aggregate import reorder_linear_aggregate
 from .rewrite import remove_dead_forward
 
 __all__ = ["run_default", "reorder_linear_aggregate", "split_concat_linear",
            "reorder_linear_operators", "hoist_invariant_aggregation", "annotate_fusion",
-           "analyse_liveness", "FusionGroup", "Liveness", "remove_dead_forward"]
+           "analyse_liveness", "lifetimes", "FusionGroup", "Liveness", "remove_dead_forward"]
 
 
 def run_default(program: Program, num_nodes: int = None, num_edges: int = None,

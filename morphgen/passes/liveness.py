@@ -39,6 +39,38 @@ class Liveness:
         return self.peak_bytes + self.param_bytes + self.optimizer_bytes
 
 
+def lifetimes(program: Program, ops: list, defined_at: dict = None, read_at: list = ()) -> dict:
+    """value id -> (first step, last step) over the steps of ``ops``: the one lifetime rule of
+    the memory report and of the backends' buffer plans.
+
+    A value lives from the step that defines it to the last step that reads it.  Inputs and
+    graph constants (``graph_scalar``: written once when the data is bound) live from before
+    the first step (-1) to the end; parameter gradients, the loss and the logits to the end
+    (the optimizer and the evaluation read them).  Parameters have no lifetime here.  A backend
+    that runs ops fused passes ``defined_at`` (value id -> the step whose kernel writes it) and
+    ``read_at`` ((value id, step) pairs its fused kernels read besides the ops' own inputs).
+    """
+    end = len(ops)
+    params = {p.value.id for p in program.params}
+    live = {v.id: (-1, end) for v in program.inputs.values()}
+    for step, op in enumerate(ops):
+        for v in op.inputs:
+            if v.id in live:
+                live[v.id] = (live[v.id][0], max(live[v.id][1], step))
+        if op.output is not None and op.output.id not in params and op.output.id not in live:
+            live[op.output.id] = (-1, end) if op.opcode == "graph_scalar" else (step, step)
+    for vid, step in (defined_at or {}).items():
+        if vid in live:
+            live[vid] = (min(live[vid][0], step), live[vid][1])
+    for vid, step in read_at:
+        if vid in live:
+            live[vid] = (live[vid][0], max(live[vid][1], step))
+    for v in list(program.grads.values()) + [program.loss, program.logits]:
+        if v is not None and v.id in live:
+            live[v.id] = (live[v.id][0], end)
+    return live
+
+
 def analyse_liveness(program: Program, num_nodes: int, num_edges: int) -> Liveness:
     ops = program.all_ops()
     end = len(ops)
@@ -56,22 +88,17 @@ def analyse_liveness(program: Program, num_nodes: int, num_edges: int) -> Livene
             return dims[0] * 12
         return prod(dims) * ELEMENT_BYTES.get(v.dtype, 4)
 
+    result.intervals = lifetimes(program, ops)
+    features = program.inputs.get("features")
+    if program.featureless and features is not None:
+        del result.intervals[features.id]              # the identity is never stored
     for v in program.inputs.values():
-        if not (program.featureless and v is program.inputs.get("features")):
-            result.intervals[v.id] = (-1, end)
+        if v.id in result.intervals:
             result.sizes[v.id] = size(v)
-    for step, op in enumerate(ops):
-        for v in op.inputs:
-            if v.id in result.intervals:
-                first, last = result.intervals[v.id]
-                result.intervals[v.id] = (first, max(last, step))
+    for op in ops:
         if op.output is not None and op.output.id not in params:
-            result.intervals[op.output.id] = (step, step)
             # a param_slice is a view into its weight: no buffer of its own
             result.sizes[op.output.id] = 0 if op.opcode == "param_slice" else size(op.output)
-    for v in list(program.grads.values()) + [program.loss, program.logits]:
-        if v is not None and v.id in result.intervals:
-            result.intervals[v.id] = (result.intervals[v.id][0], end)
     for step, op in enumerate(ops):           # argmax side buffers of max reductions
         if op.opcode in ("aggregate_max_grad", "scatter_max_grad"):
             fwd = op.inputs[2]
