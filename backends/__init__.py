@@ -1,0 +1,106 @@
+"""The backend registry: every code generator morphgen knows, as one bundle each.
+
+A backend is its emitter (IR -> sources), the compiler driver that builds them, and what it
+can do, stated as data (`Capabilities`) so that the pipeline asks the backend instead of
+knowing backends by name.  The command line (`--backend`, its help text), the Python API
+(`morphgen.compile(..., backend=)`) and the error for an unknown or unavailable backend all
+read this one table.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Optional
+
+from morphgen.errors import UserError
+
+
+class BackendUnavailable(UserError):
+    """The backend asked for does not exist, is not built yet, or its toolchain is missing."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    sparse_features: bool        # multiplies CSR input features by weights without densifying them
+    hoist_invariants: bool       # computes aggregations of dense input features once, at load time
+    featureless: bool            # takes the identity input (embedding lookups) of featureless data
+    distributed: bool = False    # splits the graph over ranks with halo exchange
+    device_memory: bool = False  # buffers live on an accelerator, not in host memory
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    summary: str
+    capabilities: Capabilities
+    compiler_env: str            # environment variable that overrides the compiler driver
+    compiler_default: str
+    emitter: Optional[str] = None     # "module:Class" of the emitter; None while not built
+
+    @property
+    def compiler(self) -> str:
+        return os.environ.get(self.compiler_env, self.compiler_default)
+
+    def missing(self) -> Optional[str]:
+        """What keeps this backend from building programs here (a short phrase), or None."""
+        if self.emitter is None:
+            return "not available yet in this version"
+        if shutil.which(self.compiler) is None:
+            return f"its compiler '{self.compiler}' is not on PATH (set ${self.compiler_env} to use another)"
+        return None
+
+    def unavailable_reason(self) -> Optional[str]:
+        """Why this backend cannot build programs here, as a sentence, or None when it can."""
+        missing = self.missing()
+        return None if missing is None else f"the {self.name} backend: {missing}"
+
+    def emitter_class(self):
+        module, cls = self.emitter.split(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+REGISTRY = {
+    "openmp": Backend(
+        "openmp", "one multicore CPU: OpenMP, SIMD sparse kernels, BLAS",
+        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True),
+        "MORPHGEN_CXX", "g++", "morphgen.backends.openmp.emitter:OpenMPEmitter"),
+    "cuda": Backend(
+        "cuda", "one NVIDIA GPU",
+        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, device_memory=True),
+        "MORPHGEN_NVCC", "nvcc"),
+    "mpi": Backend(
+        "mpi", "a cluster of CPU nodes: partitioned graph, halo exchange",
+        Capabilities(sparse_features=True, hoist_invariants=False, featureless=True, distributed=True),
+        "MORPHGEN_MPICXX", "mpicxx"),
+}
+
+
+def names() -> tuple:
+    return tuple(REGISTRY)
+
+
+def available_names() -> tuple:
+    return tuple(n for n, b in REGISTRY.items() if b.unavailable_reason() is None)
+
+
+def help_text() -> str:
+    """One phrase per backend for `--help`."""
+    parts = []
+    for b in REGISTRY.values():
+        missing = b.missing()
+        parts.append(f"{b.name} ({b.summary}{'' if missing is None else '; ' + missing})")
+    return "; ".join(parts)
+
+
+def require(name: str) -> Backend:
+    """The backend called `name`, ready to build programs, or a BackendUnavailable that says why."""
+    backend = REGISTRY.get(name)
+    if backend is None:
+        raise BackendUnavailable(f"morphgen: error: unknown backend {name!r}; backends: {', '.join(names())}")
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        ready = available_names()
+        raise BackendUnavailable(f"morphgen: error: {reason}; available: {', '.join(ready) or 'none'}")
+    return backend

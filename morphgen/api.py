@@ -22,18 +22,7 @@ import numpy as np
 
 from .errors import UserError
 
-AVAILABLE_BACKENDS = ("openmp",)
-
-
-class BackendUnavailable(UserError):
-    pass
-
-
-def _require_backend(backend: str) -> None:
-    if backend not in AVAILABLE_BACKENDS:
-        raise BackendUnavailable(
-            f"morphgen: error: the {backend} backend is not available yet in this version; "
-            f"available: {', '.join(AVAILABLE_BACKENDS)}")
+from .backends import BackendUnavailable, require as require_backend   # noqa: F401 (re-exported)
 
 
 def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_features: bool = False):
@@ -114,7 +103,7 @@ class CompiledModel:
                  hoist_invariants: bool = True):
         """``hoist_invariants=False`` keeps aggregations of the input features inside the epoch
         (passes/hoist_invariant.py), e.g. to measure what hoisting them saves."""
-        _require_backend(backend)
+        self._backend = require_backend(backend)
         self.path = Path(path)
         self.backend = backend
         self.threads = threads or os.cpu_count() or 1
@@ -143,24 +132,24 @@ class CompiledModel:
         # aggregations out of the epoch.  Row normalisation keeps the sparsity, so the raw
         # features decide.  A program that reads the features outside a linear layer is lowered
         # again for the dense path.
-        path = choose_feature_path(dataset, self.sparsity_threshold, True, self.threads)
+        can_sparse = self._backend.capabilities.sparse_features
+        path = choose_feature_path(dataset, self.sparsity_threshold, can_sparse, self.threads)
         sources = self._lower_and_emit(dataset, dense=path[0] == "dense")
         if path[0] == "sparse" and self._emitter.needs_dense_features:
             path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads)
             sources = self._lower_and_emit(dataset, dense=True)
         self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
                                            include_dirs=include_dirs())
-        load(str(self.library_path))
+        load(str(self.library_path), self.backend)
         self.compile_seconds = time.perf_counter() - t0
         self.feature_path = path
         self._built_for = self._build_key(dataset, sparsity=path[1])
         return self
 
     def _lower_and_emit(self, dataset, dense: bool) -> dict:
-        from .backends.openmp.emitter import OpenMPEmitter
-        self.program = lower(self.path, sizes_of(dataset), dataset.features is None,
-                             self.hoist_invariants and dense)
-        self._emitter = OpenMPEmitter(self.program)
+        hoist = self.hoist_invariants and dense and self._backend.capabilities.hoist_invariants
+        self.program = lower(self.path, sizes_of(dataset), dataset.features is None, hoist)
+        self._emitter = self._backend.emitter_class()(self.program)
         return self._emitter.emit()
 
     @staticmethod
@@ -251,7 +240,7 @@ def include_dirs():
 def compile(path, backend: str = "openmp", **kwargs) -> CompiledModel:
     """Check a program and prepare it for `backend`; the library is built when data is bound."""
     from .frontend import compile_file
-    _require_backend(backend)
+    require_backend(backend)
     compile_file(str(path))          # diagnose now, not at fit time
     return CompiledModel(path, backend=backend, **kwargs)
 
@@ -262,11 +251,10 @@ def compile_command(args) -> int:
         program = lower(args.model)
         print(program.dump())
         return 0
-    _require_backend(args.backend)
-    from .backends.openmp.emitter import emit
+    backend = require_backend(args.backend)
     from .toolchain import compile_shared
     program = lower(args.model)
-    sources = emit(program)
+    sources = backend.emitter_class()(program).emit()
     if args.emit == "cpp":
         for name, text in sources.items():
             print(f"// ---- {name}\n{text}")
@@ -319,7 +307,7 @@ class Progress:
 
 def train_command(args) -> int:
     from .data import load_dataset
-    _require_backend(args.backend)
+    require_backend(args.backend)
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
     if args.sparsity_threshold is None and dataset.features is not None:
         from .calibrate import calibrate

@@ -13,12 +13,11 @@ import sys
 from . import __version__
 from .errors import UserError, InternalError
 
-BACKENDS = ("openmp", "cuda", "mpi")
-
-
 def _add_common_model_args(p: argparse.ArgumentParser) -> None:
+    from . import backends
     p.add_argument("model", help="the .mp program")
-    p.add_argument("--backend", default="openmp", choices=BACKENDS, help="code generator (default openmp)")
+    p.add_argument("--backend", default="openmp", choices=backends.names(),
+                   help=f"code generator (default openmp): {backends.help_text()}")
 
 
 def _add_data_args(p: argparse.ArgumentParser, default="synthetic") -> None:

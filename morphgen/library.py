@@ -33,9 +33,18 @@ def _ffi():
     return ffi
 
 
+def load(path: str, backend: str = None):
+    """dlopen a built library once per process; with `backend`, check that this backend built it."""
+    lib = _dlopen(path)
+    built_by = _str(_ffi(), lib.mg_backend_name())
+    if backend is not None and built_by != backend:
+        raise InternalError(f"the library {path} was built by the {built_by or 'unknown'} backend, "
+                            f"not by {backend}")
+    return lib
+
+
 @functools.lru_cache(maxsize=None)
-def load(path: str):
-    """dlopen a built library once per process."""
+def _dlopen(path: str):
     # OpenMP workers that spin between parallel regions fight OpenBLAS's own pool (and any other
     # process) for the cores; sleeping workers cost a wake-up per region but never collapse
     # under load.  A user's explicit setting wins.  Read once, when libgomp initialises.
