@@ -308,6 +308,8 @@ class Progress:
 def train_command(args) -> int:
     from .data import load_dataset
     require_backend(args.backend)
+    for flag, target in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
+        _check_writable(flag, target)      # before training, not after it
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
     if args.sparsity_threshold is None and dataset.features is not None:
         from .calibrate import calibrate
@@ -370,8 +372,31 @@ def train_command(args) -> int:
         }
         if args.profile:
             report["profile"] = model.session.timers()
-        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
+        write_atomically(Path(args.json_out), json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _check_writable(flag: str, target) -> None:
+    if target is None:
+        return
+    path = Path(target)
+    if path.is_dir():
+        raise UserError(f"morphgen: error: {flag} {path} is a directory; give a file name")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise UserError(f"morphgen: error: {flag} {path}: the folder {folder} does not exist or is not writable")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it into place: an interrupted
+    write never leaves a half file, and what was at `path` stays until the new one is complete."""
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"morphgen: error: cannot write {path}: {err.strerror or err}") from err
 
 
 def _print_profile(rows):

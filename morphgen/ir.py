@@ -117,6 +117,7 @@ class Program:
     featureless: bool = False                       # the features input is the identity
     feature_normalization: Optional[str] = None     # "row": features scaled to unit row sums at load
     fusion: list = field(default_factory=list)      # [FusionGroup] from morphgen.passes.fusion
+    fingerprint: str = ""                           # of the program as written (source_fingerprint)
     _next_id: int = 0
 
     # -- construction -------------------------------------------------------------------
@@ -252,6 +253,15 @@ class Program:
             if g.assoc != "param" or not _shapes_agree(g.shape, p.value.shape):
                 raise IRError(f"gradient of '{name}' is {g.describe()}, parameter is "
                               f"{p.value.describe()}")
+
+    def source_fingerprint(self) -> str:
+        """A hash of the parameters and forward operations, taken before any pass runs: the
+        same for every backend and every dataset, different for a program that computes
+        something else (checkpoints carry it)."""
+        import hashlib
+        text = "\n".join([f"{p.name} {p.value.describe()} {p.init}" for p in self.params]
+                         + [repr(op) for op in self.forward])
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def dump(self) -> str:
         """Readable text of the whole program (``morphgen compile --emit ir``)."""

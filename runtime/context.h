@@ -5,6 +5,7 @@
 #define MORPHGEN_CONTEXT_H
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xmmintrin.h>  // _mm_getcsr / _mm_setcsr
 
 namespace mg {
@@ -166,16 +169,35 @@ struct IndexBuffer {
 };
 
 // --- checkpoint files: a magic, a format version, then named float arrays ------------------
-constexpr char kCheckpointMagic[8] = {'M', 'G', 'C', 'K', 'P', 'T', '0', '1'};
+// Format 02: magic, program fingerprint (u64), epoch (i64), then per array its name (i64 length
+// + bytes), its element count (i64) and its float32 values, and last an FNV-1a 64 checksum of
+// everything before it.  Written to a temporary file renamed into place, so a crash mid-write
+// never leaves a half checkpoint under the name.
+constexpr char kCheckpointMagic[8] = {'M', 'G', 'C', 'K', 'P', 'T', '0', '2'};
+constexpr char kCheckpointMagicV1[8] = {'M', 'G', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr int64_t kMaxCheckpointEpoch = int64_t(1) << 40;
+constexpr float kMaxCheckpointValue = 1e30f;   // larger weights mean corruption, not training
+
+inline uint64_t fnv1a(const void *p, size_t n, uint64_t h = 1469598103934665603ull) {
+    const unsigned char *b = static_cast<const unsigned char *>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
 
 class CheckpointWriter {
   public:
-    explicit CheckpointWriter(const char *path) : f_(std::fopen(path, "wb")), path_(path) {
-        if (!f_) throw Error(std::string("cannot open checkpoint for writing: ") + path);
+    CheckpointWriter(const char *path, uint64_t fingerprint)
+        : path_(path), tmp_(path_ + ".partial-" + std::to_string(getpid())) {
+        f_ = std::fopen(tmp_.c_str(), "wb");
+        if (!f_) throw Error("cannot open checkpoint for writing: " + path_ + " (" + std::strerror(errno) + ")");
         put(kCheckpointMagic, sizeof kCheckpointMagic);
+        put(&fingerprint, sizeof fingerprint);
     }
     ~CheckpointWriter() {
-        if (f_) std::fclose(f_);
+        if (f_) {              // an error before close(): nothing half-written stays behind
+            std::fclose(f_);
+            std::remove(tmp_.c_str());
+        }
     }
     void scalar(int64_t v) { put(&v, sizeof v); }
     void array(const std::string &name, const float *data, int64_t n) {
@@ -186,33 +208,76 @@ class CheckpointWriter {
         put(data, size_t(n) * sizeof(float));
     }
     void close() {
-        if (std::fclose(f_) != 0) throw Error("error closing checkpoint " + path_);
+        const uint64_t sum = hash_;
+        put(&sum, sizeof sum);
+        const bool flushed = std::fflush(f_) == 0 && fsync(fileno(f_)) == 0;
+        const bool closed = std::fclose(f_) == 0;
         f_ = nullptr;
+        if (!flushed || !closed || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+            const std::string why = std::strerror(errno);
+            std::remove(tmp_.c_str());
+            throw Error("error writing checkpoint " + path_ + " (" + why + ")");
+        }
     }
 
   private:
     void put(const void *p, size_t n) {
         if (n && std::fwrite(p, 1, n, f_) != n) throw Error("error writing checkpoint " + path_);
+        hash_ = fnv1a(p, n, hash_);
     }
-    std::FILE *f_;
-    std::string path_;
+    std::string path_, tmp_;
+    std::FILE *f_ = nullptr;
+    uint64_t hash_ = fnv1a(nullptr, 0);
 };
 
+// Reads and verifies a whole checkpoint before anything is taken from it: its size against the
+// largest checkpoint this model can have, the checksum, the program fingerprint, then every
+// field as it is read (epoch range, array names and sizes, finite values of sane magnitude).
 class CheckpointReader {
   public:
-    explicit CheckpointReader(const char *path) : f_(std::fopen(path, "rb")), path_(path) {
-        if (!f_) throw Error(std::string("cannot open checkpoint: ") + path);
-        char magic[sizeof kCheckpointMagic];
-        get(magic, sizeof magic);
-        if (std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0)
+    CheckpointReader(const char *path, uint64_t fingerprint, int64_t max_bytes) : path_(path) {
+        std::FILE *f = std::fopen(path, "rb");
+        if (!f) throw Error("cannot open checkpoint: " + path_ + " (" + std::strerror(errno) + ")");
+        struct stat st;
+        if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+            std::fclose(f);
+            throw Error(path_ + " is not a regular file");
+        }
+        if (st.st_size > max_bytes) {
+            std::fclose(f);
+            throw Error(path_ + " is not a checkpoint of this model: " + std::to_string(st.st_size) +
+                        " bytes, at most " + std::to_string(max_bytes) + " expected");
+        }
+        data_.resize(size_t(st.st_size));
+        const size_t got = data_.empty() ? 0 : std::fread(data_.data(), 1, data_.size(), f);
+        std::fclose(f);
+        if (got != data_.size()) throw Error(path_ + ": read error");
+        if (data_.size() < sizeof kCheckpointMagic ||
+            std::memcmp(data_.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0) {
+            if (data_.size() >= sizeof kCheckpointMagicV1 &&
+                std::memcmp(data_.data(), kCheckpointMagicV1, sizeof kCheckpointMagicV1) == 0)
+                throw Error(path_ + " is a morphgen checkpoint of format 01, written before checkpoints carried a "
+                                    "checksum and a program fingerprint; it cannot be verified, train again");
             throw Error(path_ + " is not a morphgen checkpoint");
+        }
+        const size_t header = sizeof kCheckpointMagic + 2 * sizeof(int64_t), tail = sizeof(uint64_t);
+        if (data_.size() < header + tail) throw Error(path_ + ": truncated checkpoint");
+        end_ = data_.size() - tail;
+        uint64_t stored;
+        std::memcpy(&stored, data_.data() + end_, sizeof stored);
+        if (stored != fnv1a(data_.data(), end_))
+            throw Error(path_ + ": truncated or corrupted checkpoint (checksum mismatch)");
+        pos_ = sizeof kCheckpointMagic;
+        uint64_t theirs;
+        get(&theirs, sizeof theirs);
+        if (theirs != fingerprint)
+            throw Error(path_ + " is a checkpoint of a different program (its parameters or operations differ "
+                                "from this one's)");
     }
-    ~CheckpointReader() {
-        if (f_) std::fclose(f_);
-    }
-    int64_t scalar() {
+    int64_t epoch() {
         int64_t v;
         get(&v, sizeof v);
+        if (v < 0 || v > kMaxCheckpointEpoch) throw Error(path_ + ": corrupt epoch counter " + std::to_string(v));
         return v;
     }
     void array(const std::string &name, float *data, int64_t n) {
@@ -228,18 +293,24 @@ class CheckpointReader {
             throw Error(path_ + ": array '" + name + "' has " + std::to_string(m) + " values, the model needs " +
                         std::to_string(n) + " (checkpoint of a different model or dataset?)");
         get(data, size_t(n) * sizeof(float));
+        for (int64_t i = 0; i < n; ++i)
+            if (!(std::fabs(data[i]) <= kMaxCheckpointValue))
+                throw Error(path_ + ": array '" + name + "' holds " + std::to_string(data[i]) + " at index " +
+                            std::to_string(i) + " (not finite or implausibly large: a corrupted checkpoint)");
     }
-
     void expect_end() {
-        if (std::fgetc(f_) != EOF) throw Error(path_ + ": trailing data (checkpoint of a different model?)");
+        if (pos_ != end_) throw Error(path_ + ": trailing data (checkpoint of a different model?)");
     }
 
   private:
     void get(void *p, size_t n) {
-        if (n && std::fread(p, 1, n, f_) != n) throw Error(path_ + ": truncated checkpoint");
+        if (n > end_ - pos_) throw Error(path_ + ": truncated checkpoint");
+        std::memcpy(p, data_.data() + pos_, n);
+        pos_ += n;
     }
-    std::FILE *f_;
     std::string path_;
+    std::vector<unsigned char> data_;
+    size_t pos_ = 0, end_ = 0;
 };
 
 }  // namespace mg

@@ -255,7 +255,8 @@ class OpenMPEmitter:
             index_buffers=self.index_buffers, members=self.members, prepare=self.prepare,
             forward=forward, backward=backward, optimizer=optimizer, loss_buffer=loss_buffer,
             logits_buffer=logits_buffer, num_classes=self.width(p.logits),
-            needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes)
+            needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes,
+            fingerprint=int((p.fingerprint or p.source_fingerprint())[:16], 16))
         return {"model.cpp": text}
 
     def lower_invariant(self) -> None:

@@ -20,6 +20,8 @@ def _run(text: str, filename: str):
         program = None
         if module is not None and not sink:
             program = Lowerer(sink).lower_module(module)
+            if program is not None:
+                program.fingerprint = program.source_fingerprint()
         elif module is None and not sink:
             sink.error(None, "the file contains no function")
     except RecursionError:

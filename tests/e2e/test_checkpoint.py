@@ -92,7 +92,7 @@ def _expect_load_error(model, path, *needles):
 
 def test_checkpoint_of_a_different_model_is_rejected(saved):
     path, _, _ = saved
-    _expect_load_error(_model("sage"), path, str(path), "layer0.W")
+    _expect_load_error(_model("sage"), path, str(path), "checkpoint of a different program")
 
 
 def test_checkpoint_for_a_different_dataset_is_rejected(saved):
@@ -132,14 +132,72 @@ def test_garbage_checkpoint_is_rejected(tmp_path):
     _expect_load_error(model, tmp_path / "missing.ckpt", "missing.ckpt")
 
 
+# Format 02 (runtime/context.h): magic (8), fingerprint (8), epoch (8), arrays, FNV-1a 64 checksum (8).
+EPOCH_FIELD = slice(16, 24)
+FIRST_NAME_LENGTH = slice(24, 32)
+
+
+def _with_checksum(body: bytes) -> bytes:
+    """A forged checkpoint: `body` followed by its correct checksum, so only the field checks remain."""
+    h = 1469598103934665603
+    for b in body:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return body + h.to_bytes(8, "little")
+
+
+def _forge(path, tmp_path, name, edit) -> "Path":
+    body = bytearray(path.read_bytes()[:-8])
+    edit(body)
+    bad = tmp_path / name
+    bad.write_bytes(_with_checksum(bytes(body)))
+    return bad
+
+
 def test_corrupt_name_length_is_rejected(saved, tmp_path):
-    """A valid header followed by a nonsense array-name length is reported, not obeyed."""
+    """A nonsense array-name length is reported, not obeyed, even under a matching checksum."""
+    path, _, _ = saved
+    bad = _forge(path, tmp_path, "corrupt.ckpt",
+                 lambda b: b.__setitem__(FIRST_NAME_LENGTH, (2 ** 40).to_bytes(8, "little")))
+    _expect_load_error(_model(), bad, "corrupt")
+
+
+def test_a_flipped_byte_is_caught_by_the_checksum(saved, tmp_path):
     path, _, _ = saved
     data = bytearray(path.read_bytes())
-    data[16:24] = (2 ** 40).to_bytes(8, "little")     # magic (8) + epoch (8), then the name length
-    bad = tmp_path / "corrupt.ckpt"
-    bad.write_bytes(bytes(data))
-    _expect_load_error(_model(), bad, "corrupt")
+    for where in (20, len(data) // 2, len(data) - 20):
+        flipped = bytearray(data)
+        flipped[where] ^= 0x10
+        bad = tmp_path / f"flip{where}.ckpt"
+        bad.write_bytes(bytes(flipped))
+        _expect_load_error(_model(), bad, "checksum mismatch")
+
+
+@pytest.mark.parametrize("epoch", [-1, 2 ** 62])
+def test_an_impossible_epoch_counter_is_rejected(saved, tmp_path, epoch):
+    path, _, _ = saved
+    bad = _forge(path, tmp_path, "epoch.ckpt",
+                 lambda b: b.__setitem__(EPOCH_FIELD, epoch.to_bytes(8, "little", signed=True)))
+    _expect_load_error(_model(), bad, "corrupt epoch counter")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, 1e38])
+def test_non_finite_or_huge_weights_are_rejected(saved, tmp_path, value):
+    path, _, _ = saved
+    raw = np.float32(value).tobytes()
+    bad = _forge(path, tmp_path, "weights.ckpt", lambda b: b.__setitem__(slice(len(b) - 4, len(b)), raw))
+    _expect_load_error(_model(), bad, "not finite or implausibly large")
+
+
+def test_saving_is_atomic_and_leaves_no_partial_files(saved, tmp_path):
+    model = _model()
+    target = tmp_path / "run.ckpt"
+    target.write_bytes(b"the previous checkpoint")
+    model.save_checkpoint(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
+    model.load_checkpoint(target)
+    with pytest.raises(UserError):
+        model.save_checkpoint(tmp_path / "no_such_dir" / "x.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
 
 
 def _cli_train(tmp_path, tag, epochs, *extra):

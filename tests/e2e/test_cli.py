@@ -162,3 +162,21 @@ def test_train_hoists_the_first_aggregation_unless_told_not_to(tmp_path):
     assert hoisted["prepare_seconds"] >= 0
     np.testing.assert_allclose([r["loss"] for r in hoisted["history"]],
                                [r["loss"] for r in plain["history"]], rtol=1e-5)
+
+
+@pytest.mark.parametrize("flag", ["--json", "--checkpoint"])
+def test_an_unwritable_output_is_refused_before_training(tmp_path, flag):
+    proc = run_cli("train", example("gcn"), "--epochs", "1", "--quiet", flag, tmp_path / "missing" / "out")
+    assert_clean_failure(proc, 2, flag, "does not exist or is not writable")
+    assert "compiling" not in proc.stderr          # refused before any work
+    proc = run_cli("train", example("gcn"), "--epochs", "1", "--quiet", flag, tmp_path)
+    assert_clean_failure(proc, 2, "is a directory")
+
+
+def test_json_report_is_written_atomically(tmp_path):
+    report = tmp_path / "run.json"
+    report.write_text("previous report")
+    proc = run_cli("train", example("gcn"), "--epochs", "1", "--quiet", "--json", report)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(report.read_text())["epochs"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
