@@ -8,6 +8,11 @@ headers and extra include directories, the compiler version and the host CPU's i
 Concurrency: every build runs in a private temporary directory next to the cache entry and is moved
 into place with one atomic `os.rename`. Two processes racing on the same entry both compile; the
 loser discards its copy and returns the winner's, so a returned path never changes under a loader.
+
+Trust: a complete build writes the SHA-256 of its library next to it, and an entry is loaded only
+when the library still hashes to it. A truncated, emptied, replaced or half-deleted entry is thrown
+away and rebuilt. An interrupted build removes its temporary directory. When the cache cannot be
+written (read-only, full, not ours) the build goes to a private directory instead, with a note.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -33,10 +39,12 @@ __all__ = [
     "compiler",
 ]
 
-BASE_FLAGS = ("-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
+# -Werror=overflow: a size product that wraps in `int` must fail the build, not allocate too little.
+BASE_FLAGS = ("-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-Werror=overflow")
 OPT_FLAGS = ("-O3",)
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1")
 COMPILED_SUFFIXES = (".cpp", ".cc", ".cxx")
+CHECKSUM_SUFFIX = ".sha256"   # next to each cached library: its SHA-256, written after a complete build
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 # How many lines of compiler diagnostics a BuildError carries; the full log stays in the build dir.
 _ERROR_LINES = 12
@@ -214,11 +222,114 @@ def compile_shared(
     digest = h.hexdigest()[:24]
 
     root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root() / "build"
-    final_dir = root / digest
     so_name = f"lib{name}.so"
-    final_so = final_dir / so_name
-    if final_so.exists():
+    final_so = root / digest / so_name
+    if _verified(final_so):
         return final_so
+    _discard(root / digest)          # missing, partial or tampered: rebuild it
+
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".tmp-{digest}-", dir=root))
+    except OSError as exc:
+        root = _private_build_dir(root, exc)
+        final_so = root / digest / so_name
+        if _verified(final_so):
+            return final_so
+        _discard(root / digest)
+        work = Path(tempfile.mkdtemp(prefix=f".tmp-{digest}-", dir=root))
+    try:
+        _build(work, sources, so_name, name, cxx, opt, user_flags, inc_dirs, blas, root, digest)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)   # Ctrl-C or a crash: leave no debris in the cache
+        raise
+    try:
+        os.rename(work, root / digest)
+    except OSError:
+        if _verified(final_so):
+            # Another process finished the same build first; its copy is identical, use it.
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            return work / so_name   # the slot holds something we cannot replace: use our own build
+    return final_so
+
+
+def _build(work: Path, sources, so_name, name, cxx, opt, user_flags, inc_dirs, blas, root, digest) -> None:
+    """Compile `sources` into work/so_name and stamp it with its checksum, or raise BuildError."""
+    for fname, text in sources.items():
+        (work / fname).write_text(text)
+    units = [fname for fname in sorted(sources) if fname.endswith(COMPILED_SUFFIXES)]
+    cmd = [
+        cxx, *BASE_FLAGS, *opt, *user_flags,
+        *(f"-I{d}" for d in inc_dirs),
+        *units, "-o", so_name, *blas,
+    ]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    log = "$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr
+    (work / "build.log").write_text(log)
+    if proc.returncode != 0 or not (work / so_name).exists():
+        # Keep the failed directory under a stable, recognisable name for inspection.
+        kept = root / f"failed-{digest}"
+        shutil.rmtree(kept, ignore_errors=True)
+        try:
+            shutil.copytree(work, kept)
+        except OSError:
+            kept = None
+        raise BuildError(
+            f"C++ build of {name!r} failed (exit {proc.returncode})"
+            + (f"; sources and build.log kept in {kept}" if kept else "")
+            + f"\n{_first_errors(proc.stderr or proc.stdout)}",
+            build_dir=kept,
+            log=log,
+        )
+    # Written last: an entry without a matching stamp is an incomplete build.
+    (work / (so_name + CHECKSUM_SUFFIX)).write_text(_file_digest(work / so_name) + "\n")
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verified(so: Path) -> bool:
+    """Whether `so` is a complete build: a regular file whose SHA-256 matches its stamp."""
+    try:
+        stamp = (so.parent / (so.name + CHECKSUM_SUFFIX)).read_text().strip()
+        return so.is_file() and not so.is_symlink() and stamp == _file_digest(so)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _discard(entry: Path) -> None:
+    """Remove a cache entry that did not verify; a loader still holding it keeps its inode."""
+    if not entry.exists() and not entry.is_symlink():
+        return
+    trash = entry.with_name(f".discard-{entry.name}-{os.getpid()}")
+    try:
+        os.rename(entry, trash)
+    except OSError:
+        return          # not ours to remove (read-only cache): the caller builds elsewhere
+    if trash.is_symlink() or trash.is_file():
+        trash.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+_noted_private: set = set()
+
+
+def _private_build_dir(root: Path, reason: OSError) -> Path:
+    """A per-user build directory for when the cache cannot be written; noted once per cache."""
+    private = Path(tempfile.gettempdir()) / f"morphgen-build-{os.getuid()}"
+    private.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if str(root) not in _noted_private:
+        _noted_private.add(str(root))
+        print(f"morphgen: note: the build cache {root} cannot be written ({reason.strerror or reason}); "
+              f"building in {private}", file=sys.stderr)
+    return private
 
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{digest}-", dir=root))

@@ -103,8 +103,9 @@ class OpenMPEmitter:
 
     # -- shapes ------------------------------------------------------------------------------
     def dim(self, d) -> str:
+        """A size as a C++ expression, always 64-bit: products of sizes must not wrap in int."""
         if isinstance(d, int):
-            return str(d)
+            return f"int64_t({d})"
         text = str(d)
 
         def size_ref(match):

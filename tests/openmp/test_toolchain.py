@@ -1,0 +1,142 @@
+"""The build cache verifies what it loads, rebuilds what does not verify, and sizes never wrap.
+
+Tiny translation units keep these fast: each build is well under a second.
+"""
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from morphgen import api, toolchain
+from morphgen.backends import require
+from morphgen.toolchain import CHECKSUM_SUFFIX, BuildError, compile_shared
+
+SOURCE = {"unit.cpp": 'extern "C" int mg_answer() { return 42; }\n'}
+
+
+def _build(cache, source=SOURCE):
+    return compile_shared(source, name="unit", cache_dir=cache)
+
+
+def _answer(so: Path) -> int:
+    import cffi
+    ffi = cffi.FFI()
+    ffi.cdef("int mg_answer(void);")
+    return ffi.dlopen(str(so)).mg_answer()
+
+
+def test_a_complete_build_is_stamped_and_reused(tmp_path):
+    so = _build(tmp_path)
+    stamp = so.with_name(so.name + CHECKSUM_SUFFIX)
+    assert stamp.read_text().strip() == toolchain._file_digest(so)
+    assert _build(tmp_path) == so
+    assert _answer(so) == 42
+    # Nothing but the entry itself is left in the cache.
+    assert [p.name for p in tmp_path.iterdir()] == [so.parent.name]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "random", "missing", "other_library", "no_stamp"])
+def test_a_damaged_entry_is_rebuilt_not_loaded(tmp_path, damage):
+    so = _build(tmp_path)
+    good = so.read_bytes()
+    if damage == "truncate":
+        so.write_bytes(good[: len(good) // 2])
+    elif damage == "empty":
+        so.write_bytes(b"")
+    elif damage == "random":
+        so.write_bytes(os.urandom(len(good)))
+    elif damage == "missing":
+        so.unlink()
+    elif damage == "other_library":
+        other = compile_shared({"unit.cpp": 'extern "C" int mg_answer() { return 7; }\n'},
+                               name="unit", cache_dir=tmp_path / "elsewhere")
+        so.write_bytes(other.read_bytes())
+    elif damage == "no_stamp":
+        so.with_name(so.name + CHECKSUM_SUFFIX).unlink()
+    rebuilt = _build(tmp_path)
+    assert rebuilt == so
+    assert toolchain._verified(rebuilt)
+    assert _answer(rebuilt) == 42
+
+
+def test_an_interrupted_build_leaves_no_debris(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(toolchain.subprocess, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _build(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_build_is_kept_for_inspection_and_not_cached(tmp_path):
+    with pytest.raises(BuildError) as info:
+        _build(tmp_path, {"unit.cpp": "this is not C++\n"})
+    kept = info.value.build_dir
+    assert kept is not None and (kept / "build.log").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name]
+
+
+def test_a_read_only_cache_falls_back_to_a_private_directory(tmp_path, capsys, monkeypatch):
+    # Root writes through permission bits, so the read-only cache is simulated at the syscall the
+    # cache uses first: creating its temporary build directory.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(prefix="", dir=None):
+        if dir is not None and Path(dir) == cache:
+            raise PermissionError(13, "Permission denied", str(dir))
+        return real_mkdtemp(prefix=prefix, dir=dir)
+    monkeypatch.setattr(toolchain.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(toolchain.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    so = _build(cache)
+    assert so.is_relative_to(tmp_path / "tmp") and toolchain._verified(so) and _answer(so) == 42
+    assert list(cache.iterdir()) == []
+    assert "cannot be written (Permission denied)" in capsys.readouterr().err
+    assert _build(cache) == so          # and the private build is reused
+
+
+def test_sizes_are_64_bit_in_generated_code(tmp_path):
+    """A 70000 x 70000 weight wraps in `int`; the generated C++ must compute it in 64 bits, and the
+    build flags must turn any remaining overflow into an error."""
+    program_text = """
+function big(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[F][70000]> W1 = glorot;
+    weight<float[70000][70000]> W2 = glorot;
+    weight<float[70000][C]> W3 = glorot;
+    propNode<float[C]> h;
+    gnn.optimizer("adam", lr = 0.01);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        forall (v in g.nodes()) {
+            v.h = relu(relu(v.x * W1) * W2) * W3;
+        }
+        gnn.loss(h, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+"""
+    model = tmp_path / "big.mp"
+    model.write_text(program_text)
+    sources = require("openmp").emitter_class()(api.lower(model)).emit()
+    assert "-Werror=overflow" in toolchain.BASE_FLAGS
+
+    def syntax_check(srcs):
+        for name, text in srcs.items():
+            (tmp_path / name).write_text(text)
+        flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"]
+        include = [f"-I{toolchain.kernel_include_dir()}", *(f"-I{d}" for d in api.include_dirs()),
+                   toolchain.openblas_flags()[0]]
+        units = [n for n in srcs if n.endswith(toolchain.COMPILED_SUFFIXES)]
+        return subprocess.run([toolchain.compiler(), *flags, "-fsyntax-only", *include, *units],
+                              cwd=tmp_path, capture_output=True, text=True)
+
+    proc = syntax_check(sources)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # The check has teeth: the same code with the sizes as plain `int` literals does not build.
+    wrapped = {n: t.replace("int64_t(70000)", "70000") for n, t in sources.items()}
+    proc = syntax_check(wrapped)
+    assert proc.returncode != 0 and "overflow" in proc.stderr
