@@ -32,12 +32,37 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
     may be computed once instead of every epoch (passes/hoist_invariant.py)."""
     from . import passes
     from .frontend import compile_file
+    from .ir import IRError
     program = compile_file(str(path))
-    if sizes is not None:
-        program.featureless = featureless
-        program.bind(sizes)
-    passes.run_default(program, dense_features=dense_features and sizes is not None and not featureless)
+    used = {_canonical_size(s) for s in program.symbols()}
+    try:
+        if sizes is not None:
+            program.featureless = featureless
+            program.bind(sizes)
+        passes.run_default(program, dense_features=dense_features and sizes is not None and not featureless)
+    except IRError as err:
+        # Shapes that only the dataset's sizes reveal: the error still points into the program.
+        raise located_error(err, path, {k: v for k, v in (sizes or {}).items() if k in used}) from None
     return program
+
+
+def _canonical_size(symbol: str) -> str:
+    return symbol.replace("g.", "")
+
+
+def located_error(err, path, sizes: Optional[dict] = None):
+    """An IRError as a ``FILE:LINE:COL: error:`` diagnostic, naming the dataset sizes involved."""
+    from .frontend import CompileError, Diagnostic
+    loc = getattr(err, "loc", None)
+    line, col = (getattr(loc, "line", 0) or 1), (getattr(loc, "col", 0) or 1)
+    try:
+        source_line = Path(path).read_text(encoding="utf-8").splitlines()[line - 1] if loc else ""
+    except (OSError, UnicodeDecodeError, IndexError):
+        source_line = ""
+    message = getattr(err, "message", str(err))
+    if sizes:
+        message += f" (with the dataset's sizes {', '.join(f'{k}={v}' for k, v in sizes.items())})"
+    return CompileError([Diagnostic(str(path), line, col, message, "error", source_line)])
 
 
 def sizes_of(dataset) -> dict:

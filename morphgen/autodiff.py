@@ -80,7 +80,11 @@ class _Context:
     def reduce_to(self, g: Value, target: Value) -> Value:
         """Undo broadcasting: sum ``g`` down to the shape of the operand ``target``."""
         if target.assoc == "param":
-            return g if g.assoc == "param" else self.emit("row_sum", g)
+            if g.assoc == "param":
+                return g
+            if target.width == 1 and g.width != 1:      # a scalar weight scaled every feature
+                g = self.emit("feature_sum", g)
+            return self.emit("row_sum", g)
         if target.assoc == "scalar":
             raise IRError("gradients of scalar operands are not supported", self.loc)
         if target.width == 1 and g.width != 1:

@@ -27,7 +27,7 @@ Dim = Union[int, str]          # a concrete width or a size symbol bound at load
 
 ASSOCIATIONS = ("node", "edge", "param", "scalar")
 TYPE_DOMAINS = ("etype", "ntype")
-SIZE_ATTRS = ("types", "start", "stop")   # op attributes that may hold a size symbol
+SIZE_ATTRS = ("types", "start", "stop", "classes")   # op attributes that may hold a size symbol
 
 
 class IRError(UserError):

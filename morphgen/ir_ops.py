@@ -180,13 +180,19 @@ def _broadcast(a: Value, b: Value, loc, what: str):
     if a.assoc == "param" and _rows(b):
         a, b = b, a
     if _rows(a) and b.assoc == "param":
-        _need(len(b.shape) == 1 and (a.width == 1 or _same_width(a.width, b.width)),
+        # A weight of width 1 is a learned scalar: it scales every feature (GIN's eps, a gate).
+        _need(len(b.shape) == 1 and (a.width == 1 or b.width == 1 or _same_width(a.width, b.width)),
               f"{what}: cannot broadcast {b.describe()} over {a.describe()}", loc)
         return a.assoc, (a.shape if a.width != 1 else b.shape)
     if a.assoc == "scalar" or b.assoc == "scalar":
         other = b if a.assoc == "scalar" else a
         return other.assoc, other.shape
     _need(a.assoc == b.assoc, f"{what}: cannot combine a {a.assoc} value with a {b.assoc} value", loc)
+    if a.assoc == "param":
+        # No weight-by-weight broadcasting: its gradient would need a reduction over a weight.
+        _need(_same_width(a.width, b.width), f"{what}: weights of widths {a.width} and {b.width} "
+                                             f"cannot be combined", loc)
+        return a.assoc, a.shape
     if a.width == 1:
         return a.assoc, b.shape
     if b.width == 1:
@@ -260,6 +266,9 @@ def _cross_entropy(ins, attrs, loc):
     logits, labels = ins
     _need(logits.assoc == "node" and labels.assoc == "node",
           "cross entropy needs node logits and node labels", loc)
+    classes = attrs.get("classes", logits.width)
+    _need(_same_width(logits.width, classes),
+          f"the loss needs one logit per class ({classes}), but the output has width {logits.width}", loc)
     return "scalar", (), "f32"
 
 

@@ -134,18 +134,21 @@ class OpenMPEmitter:
         return f"({self.rows(v)}) * ({self.width(v)})"
 
     # -- storage -------------------------------------------------------------------------------
+    def _featureless_read(self) -> UnsupportedInput:
+        op = self.current_op
+        where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op is not None and op.loc else ""
+        return UnsupportedInput(
+            f"{where}error: this program reads the input features directly (in '{op.opcode if op else '?'}'),"
+            f" not only through a weight; a featureless dataset (identity features) cannot provide "
+            f"that: train it on a dataset with node features")
+
     def ptr(self, v: Value) -> str:
         if v.id in self.param_index:
             return f"m.p{self.param_index[v.id]}.data"
         if v.id in self.views:
             return self.views[v.id]
         if v.id in self.identity:
-            op = self.current_op
-            where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op is not None and op.loc else ""
-            raise UnsupportedInput(
-                f"{where}error: this program reads the input features directly (in '{op.opcode if op else '?'}'),"
-                f" not only through a weight; a featureless dataset (identity features) cannot provide "
-                f"that: train it on a dataset with node features")
+            raise self._featureless_read()
         if v.id == self.features_id:
             self.needs_dense_features = True
             return "m.features.dense"
@@ -561,7 +564,7 @@ class OpenMPEmitter:
     def op_aggregate(self, op, x, *weights):
         out = op.output
         if self._identity_rows(x) is not None:
-            raise InternalError("aggregation of featureless one-hot rows is not supported: apply a weight first")
+            raise self._featureless_read()      # an aggregation of identity rows is N wide
         bytes_, flops = self._agg_cost(x)
         if op.attrs.get("direction", "in") == "in":
             arg = self.argmax_for(out) if op.attrs["reduce"] == "max" else "nullptr"
@@ -578,8 +581,8 @@ class OpenMPEmitter:
                           f"{self.argmax_for(y)}, {self.ptr(g)}, {self.width(g)}, {self.ptr(op.output)})", bytes_, flops)
 
     def _bcast(self, v: Value, out: Value) -> str:
-        if v.assoc == "scalar":
-            return "mg::Bcast::Scalar"
+        if v.assoc == "scalar" or (v.assoc == "param" and v.width == 1 and out.assoc != "param"):
+            return "mg::Bcast::Scalar"     # a scalar weight scales every element
         if v.assoc == "param" and out.assoc != "param":
             return "mg::Bcast::Row"
         if v.shape and v.shape[-1] == 1 and out.shape and out.shape[-1] != 1:

@@ -338,7 +338,10 @@ class DirectiveLowering:
         if classes is not None and widths_conflict(logits.width, classes):
             raise SemanticError(where, f"the loss needs one logit per class ({classes}), but the "
                                        f"output has width {logits.width}")
-        loss = self.b.emit("cross_entropy", logits, self.labels, loc=e.coord, name="loss")
+        # The class count goes with the loss so that a width only the dataset reveals (C) is
+        # still checked, and located here, when the sizes are bound.
+        extra = {"classes": classes} if classes is not None else {}
+        loss = self.b.emit("cross_entropy", logits, self.labels, loc=e.coord, name="loss", **extra)
         self.program.loss, self.program.logits = loss, logits
         t.loss_done = True
 

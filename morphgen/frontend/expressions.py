@@ -143,6 +143,10 @@ class ExpressionLowering:
             raise Poisoned()
         if sym.value is None:
             raise SemanticError(e.coord, f"property '{sym.name}' is read before it is assigned")
+        if sym.dtype == "i64":
+            # Reading the labels into the model would leak the answer it is trained to predict.
+            raise SemanticError(e.coord, f"'{sym.name}' holds the labels: only gnn.loss reads them, "
+                                         f"a model that reads them sees the answer")
         return self.at_end(sym.value, obj, e.coord)
 
     def no_property(self, coord, obj: ElemRef, name):

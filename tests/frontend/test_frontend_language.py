@@ -188,13 +188,11 @@ def test_bad_epoch_loops(header, message):
     assert [d.message for d in check_source(src, "e.mp")] == [message]
 
 
-def test_ir_errors_from_the_builder_become_located_diagnostics():
-    # A [1] weight passes the front end's width check (width-1 rows broadcast) but the IR
-    # refuses to broadcast a parameter vector of another width: the IRError keeps its place.
-    src = program("    weight<float[F][16]> W = glorot;  weight<float[1]> s = ones;\n"
-                  "    propNode<float[16]> out;\n",
-                  "        forall (v in g.nodes()) { v.out = v.x * W * s; }\n")
-    [d] = check_source(src, "ir.mp")
-    line = src.split("\n").index("        forall (v in g.nodes()) { v.out = v.x * W * s; }") + 1
-    assert (d.line, d.col) == (line, 51)
-    assert d.message == "elementwise op: cannot broadcast param[1] over node[16]"
+def test_a_width_one_weight_is_a_learned_scalar():
+    # It scales every feature (GIN's eps); other widths must match the rows they multiply.
+    decl = "    weight<float[F][16]> W = glorot;  weight<float[1]> s = ones;\n    propNode<float[16]> out;\n"
+    assert check_source(program(decl, "        forall (v in g.nodes()) { v.out = v.x * W * s; }\n"),
+                        "ir.mp") == []
+    [d] = check_source(program(decl.replace("float[1]", "float[4]"),
+                               "        forall (v in g.nodes()) { v.out = v.x * W * s; }\n"), "ir.mp")
+    assert (d.col, d.message) == (51, "shape mismatch: widths 16 and 4 differ")
