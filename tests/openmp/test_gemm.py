@@ -361,3 +361,28 @@ def test_interpreter_dropout_mask_is_the_kernels(key, p):
     n = 517
     kernel = np.array([lib.mgt_dropout_keep(*key, p, i) for i in range(n)], bool)
     np.testing.assert_array_equal(dropout_keep_mask(*key, p, n), kernel)
+
+
+def test_sparse_weight_grad_is_the_same_bits_every_run():
+    """Xᵀ·G sums per-thread slabs: the rows each slab gets must not depend on timing.  Four
+    threads on a smaller machine and uneven rows make a timing-dependent split show up."""
+    lib = sh.load("avx512")
+    rng = np.random.default_rng(8)
+    rows, K, F = 6000, 300, 16
+    X, indptr, col, val = sparse_features(rng, rows, K, 0.03)
+    heavy = sp.random(rows // 10, K, density=0.5, format="csr", random_state=3, dtype=np.float32)
+    X = sp.vstack([X[: rows - rows // 10], heavy], format="csr").astype(np.float32)
+    indptr, col, val = X.indptr.astype(np.int64), X.indices.astype(np.int32), np.ascontiguousarray(X.data)
+    G = rng.standard_normal((rows, F)).astype(np.float32)
+    blocks = sh.SparseBlocks(lib, rows, K, indptr, col, val, 4096)
+    lib.mgt_set_threads(4)
+    try:
+        results = []
+        for _ in range(40):
+            dW = np.empty((K, F), np.float32)
+            assert blocks.grad(F, G, dW, 0) == 0
+            results.append(dW)
+    finally:
+        lib.mgt_set_threads(os.cpu_count() or 1)
+    for dW in results[1:]:
+        np.testing.assert_array_equal(dW, results[0])

@@ -677,6 +677,22 @@ def test_cross_entropy_empty_mask(lib):
     assert loss == 0.0 and np.all(d == 0)
 
 
+def test_cross_entropy_loss_is_the_same_bits_every_run(lib):
+    """The loss sums per-thread partials; an OpenMP reduction adds them in arrival order, so with
+    three or more threads the last bits changed from call to call."""
+    rng = np.random.default_rng(12)
+    rows, classes = 40000, 7
+    z = rand(rng, rows, classes) * 3
+    labels = rng.integers(0, classes, rows).astype(np.int64)
+    lib.mgb_set_threads(5)
+    try:
+        losses = {lib.mgb_softmax_cross_entropy(F(z), I(labels), ffi.NULL, rows, classes, ffi.NULL)
+                  for _ in range(200)}
+    finally:
+        lib.mgb_set_threads(os.cpu_count() or 1)
+    assert len(losses) == 1, sorted(losses)
+
+
 def test_cross_entropy_large_parallel(lib):
     rng = np.random.default_rng(8)
     rows, classes = 4000, 7

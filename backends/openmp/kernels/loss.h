@@ -5,8 +5,11 @@
 // loader checks this once, so the per-epoch kernel does not.
 #pragma once
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "common.h"
 
@@ -36,34 +39,44 @@ inline float softmax_cross_entropy(const float* logits, const int64_t* labels, c
     using loss_detail::counted;
     const int64_t n = mask_count(mask, rows);
     const float inv_n = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
-    double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total) if (rows * classes > loss_detail::kParallelMin)
-    for (int64_t i = 0; i < rows; ++i) {
-        const float* z = logits + i * classes;
-        float* d = dlogits ? dlogits + i * classes : nullptr;
-        if (!counted(mask, i)) {
-            if (d) {
+    // Per-thread partials over a static partition, added in thread order: an OpenMP reduction
+    // combines them in arrival order, which changes the loss's last bits from run to run.
+    const int team = rows * classes > loss_detail::kParallelMin ? omp_get_max_threads() : 1;
+    std::vector<double> partial(static_cast<size_t>(team) * 8, 0.0);   // a cache line apart
+#pragma omp parallel num_threads(team)
+    {
+        double mine = 0.0;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < rows; ++i) {
+            const float* z = logits + i * classes;
+            float* d = dlogits ? dlogits + i * classes : nullptr;
+            if (!counted(mask, i)) {
+                if (d) {
 #pragma omp simd
-                for (int64_t c = 0; c < classes; ++c) d[c] = 0.0f;
+                    for (int64_t c = 0; c < classes; ++c) d[c] = 0.0f;
+                }
+                continue;
             }
-            continue;
-        }
-        float zmax = z[0];
+            float zmax = z[0];
 #pragma omp simd reduction(max : zmax)
-        for (int64_t c = 0; c < classes; ++c) zmax = z[c] > zmax ? z[c] : zmax;
-        float sum = 0.0f;
+            for (int64_t c = 0; c < classes; ++c) zmax = z[c] > zmax ? z[c] : zmax;
+            float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t c = 0; c < classes; ++c) sum += std::exp(z[c] - zmax);
-        const float lse = zmax + std::log(sum);
-        const int64_t y = labels[i];
-        total += static_cast<double>(lse - z[y]);
-        if (d) {
-            const float scale = inv_n / sum;
+            for (int64_t c = 0; c < classes; ++c) sum += std::exp(z[c] - zmax);
+            const float lse = zmax + std::log(sum);
+            const int64_t y = labels[i];
+            mine += static_cast<double>(lse - z[y]);
+            if (d) {
+                const float scale = inv_n / sum;
 #pragma omp simd
-            for (int64_t c = 0; c < classes; ++c) d[c] = std::exp(z[c] - zmax) * scale;
-            d[y] -= inv_n;
+                for (int64_t c = 0; c < classes; ++c) d[c] = std::exp(z[c] - zmax) * scale;
+                d[y] -= inv_n;
+            }
         }
+        partial[static_cast<size_t>(omp_get_thread_num()) * 8] = mine;
     }
+    double total = 0.0;
+    for (int t = 0; t < team; ++t) total += partial[static_cast<size_t>(t) * 8];
     return n > 0 ? static_cast<float>(total / static_cast<double>(n)) : 0.0f;
 }
 

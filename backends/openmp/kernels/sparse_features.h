@@ -271,7 +271,9 @@ int sparse_weight_grad(SparseFeatureBlocks& X, const float* G, idx_t F, float* d
                 const idx_t k0 = b * X.block_cols;
                 const idx_t kn = (X.cols - k0 < X.block_cols ? X.cols - k0 : X.block_cols);
                 std::fill(mine, mine + size_t(kn) * TILE, 0.f);
-#pragma omp for schedule(dynamic, 64)
+                // Static chunks: which rows land in which thread's slab must not depend on timing,
+                // or the slabs' sums (and the run's bits) would change from run to run.
+#pragma omp for schedule(static, 64)
                 for (idx_t r = 0; r < rows; ++r) {
                     const std::int64_t start = X.ptr[size_t(b * rows + r)];
                     const std::int64_t n = X.ptr[size_t(b * rows + r + 1)] - start;
