@@ -333,6 +333,8 @@ class Progress:
 def train_command(args) -> int:
     from .data import load_dataset
     require_backend(args.backend)
+    if args.sanitize:
+        _rerun_with_sanitizer_runtime()
     for flag, target in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
         _check_writable(flag, target)      # before training, not after it
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
@@ -341,7 +343,8 @@ def train_command(args) -> int:
         calibrate(args.threads)               # measured once per machine (then cached): not training's memory
     from .bench.memory import start_training_peak
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
-                          sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist)
+                          sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist,
+                          sanitize=args.sanitize)
     print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)
     # Compiling and loading the library come before the baseline, as importing their library does
     # for the peers: the growth measured from there is what training allocates.
@@ -399,6 +402,22 @@ def train_command(args) -> int:
             report["profile"] = model.session.timers()
         write_atomically(Path(args.json_out), json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _rerun_with_sanitizer_runtime() -> None:
+    """A sanitized library loads only into a process that starts with the ASan runtime: restart
+    this command with it preloaded (once; the restarted process finds it in LD_PRELOAD)."""
+    from .toolchain import asan_runtime_path
+    runtime = str(asan_runtime_path())
+    if runtime in os.environ.get("LD_PRELOAD", "").split(":"):
+        return
+    env = dict(os.environ, LD_PRELOAD=":".join(filter(None, [runtime, os.environ.get("LD_PRELOAD")])))
+    # Python itself leaks by design and is not instrumented: report only the library's errors.
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=0:halt_on_error=1")
+    env.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
+    print("morphgen: restarting with the sanitizer runtime preloaded", file=sys.stderr)
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "morphgen", *sys.argv[1:]], env)
 
 
 def _check_writable(flag: str, target) -> None:

@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", default=None, help="start from this checkpoint")
     p.add_argument("--profile", action="store_true", help="report per-kernel time, GB/s and GFLOP/s")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--sanitize", action="store_true",
+                   help="build with AddressSanitizer and UndefinedBehaviorSanitizer (slow; for bug reports)")
     p.set_defaults(handler=_cmd_train)
 
     # subcommands whose implementation lives in their own package register themselves

@@ -35,3 +35,16 @@ def test_fixtures_pass_under_sanitizers():
     proc = _run_worker("out-of-bounds")
     assert proc.returncode != 0, proc.stdout + proc.stderr[-3000:]
     assert "AddressSanitizer" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_train_with_sanitize_restarts_under_the_sanitizer_and_trains():
+    """`morphgen train --sanitize` builds the instrumented library and preloads its runtime itself."""
+    from tests.e2e.support import example, run_cli
+    proc = run_cli("train", example("gcn"), "--dataset",
+                   "synthetic:nodes=150,edges=700,features=12,classes=3,train_per_class=10,val=20,test=30,seed=2",
+                   "--epochs", "2", "--threads", "2", "--quiet", "--sanitize")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    assert "restarting with the sanitizer runtime preloaded" in proc.stderr
+    assert "ERROR: AddressSanitizer" not in text and "runtime error" not in text
+    assert "final:" in text
