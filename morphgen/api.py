@@ -163,6 +163,7 @@ class CompiledModel:
         if path[0] == "sparse" and self._emitter.needs_dense_features:
             path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads)
             sources = self._lower_and_emit(dataset, dense=True)
+        check_run_fits(self.program, dataset, path[0])      # before minutes of compiling
         self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
                                            include_dirs=include_dirs())
         load(str(self.library_path), self.backend)
@@ -253,6 +254,41 @@ class CompiledModel:
 
 class TrainingDiverged(UserError):
     pass
+
+
+def run_memory_estimate(program, dataset, feature_path: str) -> dict:
+    """Bytes a bound run will hold, by part: the buffer plan's peak (passes/liveness.py), the
+    parameters with their optimizer state, and the runtime's copy of the graph and features."""
+    import scipy.sparse as sp
+    from .passes import analyse_liveness
+    n, e = dataset.graph.num_nodes, dataset.graph.num_edges
+    live = analyse_liveness(program, n, e)
+    x = dataset.features
+    if x is None:
+        features = 0
+    elif sp.issparse(x) and feature_path == "sparse":
+        features = x.nnz * 8 + (n + 1) * 8
+    else:
+        features = n * dataset.num_features * 4
+    # two CSR orders (by destination, by source) with edge ids, degrees, labels and masks
+    graph = 2 * (n + 1) * 8 + 3 * e * 8 + n * 8 + n * 12
+    return {"activations and gradients": live.peak_bytes,
+            "parameters and optimizer state": live.param_bytes + live.optimizer_bytes,
+            "graph and features": graph + features}
+
+
+def check_run_fits(program, dataset, feature_path: str) -> None:
+    """Refuse, before allocating anything, a run that cannot fit in the memory left."""
+    from .resources import available_memory, gib
+    free = available_memory()
+    if free is None:
+        return
+    parts = run_memory_estimate(program, dataset, feature_path)
+    need = sum(parts.values())
+    if need > free:
+        detail = ", ".join(f"{name} {gib(b)}" for name, b in parts.items())
+        raise UserError(f"morphgen: error: training {program.name} on {dataset.name} needs about "
+                        f"{gib(need)} ({detail}), but only {gib(free)} of memory is available")
 
 
 def include_dirs():

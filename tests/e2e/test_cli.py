@@ -244,3 +244,40 @@ function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {{
     proc = run_cli("train", program, "--dataset", _npz(tmp_path / "d.npz"), "--epochs", "1", "--quiet")
     line = 9 if case == "loss_width" else 8
     assert_clean_failure(proc, 2, f"{program}:{line}:", f"error: {message}", "with the dataset's sizes")
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_it_allocates(tmp_path):
+    """A 200000 x 200000 weight with Adam needs about 600 GiB: say so, before compiling."""
+    program = tmp_path / "huge.mp"
+    program.write_text("""\
+function huge(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[F][200000]> W1 = glorot;
+    weight<float[200000][200000]> W2 = glorot;
+    weight<float[200000][C]> W3 = glorot;
+    propNode<float[C]> out;
+    gnn.optimizer("adam", lr = 0.01);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        forall (v in g.nodes()) { v.out = relu(relu(v.x * W1) * W2) * W3; }
+        gnn.loss(out, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+""")
+    proc = run_cli("train", program, "--dataset", _npz(tmp_path / "d.npz"), "--epochs", "1", "--quiet",
+                   timeout=120)
+    assert_clean_failure(proc, 2, "needs about", "parameters and optimizer state", "of memory is available")
+
+
+def test_the_memory_estimate_counts_what_a_run_holds(monkeypatch):
+    """The refusal is driven by the estimate against what the system says is free."""
+    import morphgen
+    from morphgen import resources
+    from morphgen.errors import UserError
+    from tests.e2e.support import small_dataset
+    data = small_dataset()
+    monkeypatch.setattr(resources, "available_memory", lambda: 64 * 1024)
+    with pytest.raises(UserError, match=r"needs about .*, but only 0\.1 MiB of memory is available"):
+        morphgen.compile(example("gcn"), threads=2).bind(data)
+    monkeypatch.setattr(resources, "available_memory", lambda: 1 << 40)
+    morphgen.compile(example("gcn"), threads=2).bind(data)

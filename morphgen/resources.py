@@ -1,0 +1,66 @@
+"""How much memory this process may still allocate: the smaller of the kernel's MemAvailable
+and what the process's cgroup (container, SLURM job) allows beyond what it already uses.
+
+Used to refuse, before allocating, a dataset or a run that cannot fit, with the figure, rather
+than grow until the kernel's OOM killer ends the process without a word."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+GIB = 1 << 30
+
+
+def _read_int(path: Path) -> Optional[int]:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None       # "max" (no limit) reads as None
+
+
+def _mem_available() -> Optional[int]:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_headroom() -> Optional[int]:
+    """Limit minus usage of this process's cgroup (v2, else v1); None when unlimited or unknown."""
+    try:
+        entries = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for entry in entries:
+        parts = entry.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, rel = parts
+        if hierarchy == "0" and controllers == "":                     # cgroup v2
+            base = Path("/sys/fs/cgroup") / rel.lstrip("/")
+            limit, usage = _read_int(base / "memory.max"), _read_int(base / "memory.current")
+        elif "memory" in controllers.split(","):                       # cgroup v1
+            base = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
+            limit, usage = (_read_int(base / "memory.limit_in_bytes"),
+                            _read_int(base / "memory.usage_in_bytes"))
+            if limit is not None and limit >= 1 << 60:                 # v1 spells "no limit" so
+                limit = None
+        else:
+            continue
+        if limit is not None:
+            return max(limit - (usage or 0), 0)
+    return None
+
+
+def available_memory() -> Optional[int]:
+    """Bytes this process may still allocate, or None when the system does not say."""
+    figures = [f for f in (_mem_available(), _cgroup_headroom()) if f is not None]
+    return min(figures) if figures else None
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / GIB:.2f} GiB" if nbytes >= GIB / 100 else f"{nbytes / (1 << 20):.1f} MiB"
