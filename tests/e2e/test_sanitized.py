@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from morphgen import toolchain
 from tests.e2e import sanitized_worker
-from tests.e2e.support import REPO
+from tests.e2e.support import EXAMPLES, REPO
 
 
 def _run_worker(*args):
@@ -48,3 +50,23 @@ def test_train_with_sanitize_restarts_under_the_sanitizer_and_trains():
     assert "restarting with the sanitizer runtime preloaded" in proc.stderr
     assert "ERROR: AddressSanitizer" not in text and "runtime error" not in text
     assert "final:" in text
+
+
+def _example_dataset(name, tmp_path):
+    from morphgen.data import save_npz
+    from tests.e2e.support import RELATIONAL_EXAMPLES, typed_dataset
+    if name in RELATIONAL_EXAMPLES:
+        return save_npz(typed_dataset(features=7), tmp_path / "typed.npz")
+    return "synthetic:nodes=150,edges=700,features=12,classes=3,train_per_class=10,val=20,test=30,seed=2"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.mp")))
+def test_every_example_trains_under_the_sanitizers(name, tmp_path):
+    """Every example, built with ASan + UBSan, trains an epoch on both feature paths' worth of
+    kernels (dense synthetic features) without a report."""
+    from tests.e2e.support import example, run_cli
+    proc = run_cli("train", example(name), "--dataset", _example_dataset(name, tmp_path), "--epochs", "2",
+                   "--threads", "2", "--quiet", "--sanitize")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    assert "AddressSanitizer" not in text and "runtime error" not in text, text[-4000:]
