@@ -315,7 +315,11 @@ def compile_command(args) -> int:
     backend = require_backend(args.backend)
     from .toolchain import compile_shared
     program = lower(args.model)
-    sources = backend.emitter_class()(program).emit()
+    emitter = backend.emitter_class()(program)
+    sources = emitter.emit()
+    if args.emit == "plan":
+        print(emitter.plan())
+        return 0
     if args.emit == "cpp":
         for name, text in sources.items():
             print(f"// ---- {name}\n{text}")

@@ -40,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="lower a program and generate, build and cache its library")
     _add_common_model_args(p)
-    p.add_argument("--emit", choices=("ir", "cpp", "lib"), default="lib",
-                   help="ir: print forward and backward IR; cpp: print generated source; lib: build (default)")
+    p.add_argument("--emit", choices=("ir", "plan", "cpp", "lib"), default="lib",
+                   help="ir: print forward and backward IR; plan: per IR op, the kernel, fusion and buffer "
+                        "the backend chose; cpp: print generated source; lib: build (default)")
     p.add_argument("-o", "--output", default=None, help="directory for the sources, IR and library")
     p.set_defaults(handler=_cmd_compile)
 

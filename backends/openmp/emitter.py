@@ -100,6 +100,9 @@ class OpenMPEmitter:
         self.absorbed: set = set()       # id() of ops run inside a fused epilogue
         self.fused_dropout_grad: dict = {}   # act_grad output id -> the dropout_grad it runs inside
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
+        self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
+        self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
+        self.rename: dict = {}           # value buffer -> shared buffer (share_buffers)
 
     # -- shapes ------------------------------------------------------------------------------
     def dim(self, d) -> str:
@@ -199,12 +202,15 @@ class OpenMPEmitter:
 
     # -- emission ----------------------------------------------------------------------------------
     def timed(self, timer: str, call: str, bytes_: str = "0", flops: str = "0") -> str:
+        if self.plan_rows and self.plan_rows[-1]["op"] is self.current_op:
+            self.plan_rows[-1]["kernels"].append(call.split("(", 1)[0])
         return (f"{{ mg::ScopedTimer _t(m.timers[{TIMERS.index(timer)}], double({bytes_}), double({flops})); "
                 f"{call}; }}")
 
     def lower(self, ops: list) -> list:
         out = []
         for op in ops:
+            self.plan_rows.append({"op": op, "kernels": [], "fused_into": self.fused_into.get(id(op))})
             if id(op) in self.absorbed:
                 continue
             self.current_op = op
@@ -237,11 +243,12 @@ class OpenMPEmitter:
         if unrun:       # a fused tail that its head's kernel never ran would silently vanish
             raise InternalError(f"the OpenMP backend planned a bias/activation epilogue for "
                                 f"'{unrun[0].opcode}' (%{unrun[0].output.id}) that its kernel does not run")
+        self.current_op = None           # the optimizer's calls belong to no IR op
         optimizer = self.lower_optimizer()
         loss_buffer = self.ptr(p.loss).replace("m.", "", 1).replace(".data", "")
         logits_buffer = self.ptr(p.logits).replace("m.", "", 1).replace(".data", "")
         self.prepare = self.graph_needs + self.prepare
-        rename = self.share_buffers()
+        rename = self.rename = self.share_buffers()
         forward, backward, optimizer, self.prepare = (
             [_rename(line, rename) for line in lines] for lines in (forward, backward, optimizer, self.prepare))
         loss_buffer, logits_buffer = rename.get(loss_buffer, loss_buffer), rename.get(logits_buffer, logits_buffer)
@@ -262,6 +269,45 @@ class OpenMPEmitter:
             needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes,
             fingerprint=int((p.fingerprint or p.source_fingerprint())[:16], 16))
         return {"model.cpp": text}
+
+    def plan(self) -> str:
+        """What this backend chose for each IR op, as a table (``morphgen compile --emit plan``):
+        the kernels it calls, the op whose kernel runs it when fused, and where its result lives."""
+        if not self.plan_rows:
+            self.emit()
+        section_of = {id(op): name for name, ops in (("invariant", self.p.invariant), ("forward", self.p.forward),
+                                                     ("backward", self.p.backward)) for op in ops}
+        lines = [f"{'section':<9} {'op':<34} {'kernel':<40} {'fused into':<12} storage"]
+        for row in self.plan_rows:
+            op = row["op"]
+            out = op.output
+            what = f"{out!r} = {op.opcode}" if out is not None else op.opcode
+            head = row["fused_into"]
+            fused = f"{head.output!r} {head.opcode}" if head is not None else "-"
+            kernel = ", ".join(row["kernels"]) or ("(in its kernel)" if head is not None else "-")
+            if id(op) in self.epilogues:        # the kernel writes the fused chain's last value
+                storage = f"written as {self.epilogues[id(op)][2]!r}"
+            else:
+                storage = self.storage_of(out) if out is not None else "-"
+            lines.append(f"{section_of.get(id(op), '?'):<9} {what:<34} {kernel:<40} {fused:<12} {storage}")
+        o = self.p.optimizer
+        lines.append(f"optimizer {o.kind} step on {len(self.p.params)} parameters, one vectorised kernel call each")
+        return "\n".join(lines)
+
+    def storage_of(self, v: Value) -> str:
+        """Where a value lives: a parameter, a shared epoch buffer, a view of another buffer."""
+        if v.id in self.param_index:
+            return f"parameter {self.p.params[self.param_index[v.id]].name}"
+        if v.id in self.identity:
+            return "identity rows (featureless: never stored)"
+        if v.id in self.feature_like:
+            return "input features (dense or sparse blocks, as bound)"
+        if v.id in self.views:
+            return f"view {self.views[v.id]}"
+        if v.id in self.has_buffer:
+            name = f"v{v.id}"
+            return f"buffer {self.rename.get(name, name)} {v.assoc}[{','.join(map(str, v.shape))}]"
+        return "-"
 
     def lower_invariant(self) -> None:
         """Values of the inputs alone (passes/hoist_invariant.py): computed once, in prepare."""
@@ -311,6 +357,7 @@ class OpenMPEmitter:
                 continue
             self.epilogues[id(head)] = (bias, act, group.ops[-1].output)
             self.absorbed.update(id(op) for op in group.ops[1:])
+            self.fused_into.update((id(op), head) for op in group.ops[1:])
 
     def plan_dropout_act_grads(self) -> None:
         """Run a dropout_grad inside the act_grad that is its one reader (one pass, no array)."""
@@ -321,6 +368,7 @@ class OpenMPEmitter:
             if len(readers) == 1 and readers[0][0].opcode == "act_grad" and readers[0][1] == 0:
                 self.fused_dropout_grad[readers[0][0].output.id] = op
                 self.absorbed.add(id(op))
+                self.fused_into[id(op)] = readers[0][0]
 
     @staticmethod
     def _fusable_aggregate(group) -> bool:

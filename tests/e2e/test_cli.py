@@ -281,3 +281,19 @@ def test_the_memory_estimate_counts_what_a_run_holds(monkeypatch):
         morphgen.compile(example("gcn"), threads=2).bind(data)
     monkeypatch.setattr(resources, "available_memory", lambda: 1 << 40)
     morphgen.compile(example("gcn"), threads=2).bind(data)
+
+
+def test_compile_emit_plan_shows_each_ops_kernel_fusion_and_buffer():
+    from morphgen import api
+    proc = run_cli("compile", example("gcn"), "--emit", "plan")
+    assert proc.returncode == 0, proc.stderr
+    rows = proc.stdout.splitlines()
+    program = api.lower(example("gcn"))
+    ops = program.invariant + program.forward + program.backward
+    assert len(rows) == 1 + len(ops) + 1          # header, one row per IR op, the optimizer
+    by_value = {row.split()[1]: row for row in rows[1:-1]}
+    assert "mg::op::linear_features" in by_value["%4"]          # the input features' own kernel
+    assert "written as %8" in by_value["%5"]                     # the aggregation writes relu's result
+    assert "(in its kernel)" in by_value["%8"] and "%5 aggregate" in by_value["%8"]
+    assert "buffer b" in by_value["%8"]
+    assert rows[-1].startswith("optimizer adam step on 4 parameters")
