@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Optional
 
 GIB = 1 << 30
+PROC_MEMINFO = "/proc/meminfo"
+PROC_CGROUP = "/proc/self/cgroup"
+CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 def _read_int(path: Path) -> Optional[int]:
@@ -21,7 +24,7 @@ def _read_int(path: Path) -> Optional[int]:
 
 def _mem_available() -> Optional[int]:
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in Path(PROC_MEMINFO).read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
@@ -32,7 +35,7 @@ def _mem_available() -> Optional[int]:
 def _cgroup_headroom() -> Optional[int]:
     """Limit minus usage of this process's cgroup (v2, else v1); None when unlimited or unknown."""
     try:
-        entries = Path("/proc/self/cgroup").read_text().splitlines()
+        entries = Path(PROC_CGROUP).read_text().splitlines()
     except OSError:
         return None
     for entry in entries:
@@ -41,10 +44,10 @@ def _cgroup_headroom() -> Optional[int]:
             continue
         hierarchy, controllers, rel = parts
         if hierarchy == "0" and controllers == "":                     # cgroup v2
-            base = Path("/sys/fs/cgroup") / rel.lstrip("/")
+            base = Path(CGROUP_ROOT) / rel.lstrip("/")
             limit, usage = _read_int(base / "memory.max"), _read_int(base / "memory.current")
         elif "memory" in controllers.split(","):                       # cgroup v1
-            base = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
+            base = Path(CGROUP_ROOT) / "memory" / rel.lstrip("/")
             limit, usage = (_read_int(base / "memory.limit_in_bytes"),
                             _read_int(base / "memory.usage_in_bytes"))
             if limit is not None and limit >= 1 << 60:                 # v1 spells "no limit" so

@@ -12,8 +12,11 @@ from typing import Optional
 import numpy as np
 
 from morphgen.data.errors import DataError
+from morphgen.data.guards import require_file
 from morphgen.data.validate import make_graph
 from morphgen.graph import Graph
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def parse_edge_lines(lines, source: str):
@@ -31,6 +34,9 @@ def parse_edge_lines(lines, source: str):
             raise DataError(f"{source}:{lineno}: node ids must be integers, got {raw.strip()!r}") from None
         if s < 0 or d < 0:
             raise DataError(f"{source}:{lineno}: node ids must be non-negative, got {raw.strip()!r}")
+        if max(s, d) > _INT64_MAX:
+            raise DataError(f"{source}:{lineno}: node id {max(s, d)} is too large: ids are stored as "
+                            f"int64 (at most {_INT64_MAX})")
         src.append(s)
         dst.append(d)
     return np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
@@ -38,6 +44,7 @@ def parse_edge_lines(lines, source: str):
 
 def read_edge_list(path, num_nodes: Optional[int] = None) -> Graph:
     path = Path(path)
+    require_file(path)
     try:
         with open(path, "r", encoding="utf-8") as fh:
             src, dst = parse_edge_lines(fh, str(path))

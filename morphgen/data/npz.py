@@ -9,9 +9,12 @@ string ``meta``.  Nothing is unpickled: files are opened with ``allow_pickle=Fal
 """
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Optional
 
@@ -20,39 +23,101 @@ import scipy.sparse as sp
 
 from morphgen.data.dataset import Dataset
 from morphgen.data.errors import DataError
-from morphgen.data.validate import (check_edge_index, csr_from_parts, make_graph, require_integer,
-                                    require_scalar_int)
+from morphgen.data.guards import human_bytes, require_file, require_memory
+from morphgen.data.validate import (check_declared_count, check_edge_index, csr_from_parts, make_graph,
+                                    require_integer, require_scalar_int)
 from morphgen.graph import Graph
 
 CSR_PARTS = ("indptr", "indices", "data", "shape")
 
 
+# Errors that reading a damaged archive member can raise: a bad deflate stream (zlib.error), a
+# stream that ends early (EOFError), a CRC mismatch (BadZipFile), short or malformed .npy data
+# (ValueError), an unsupported compression method or flag (NotImplementedError, RuntimeError).
+_DAMAGED = (EOFError, zlib.error, zipfile.BadZipFile, ValueError, OSError, NotImplementedError,
+            RuntimeError)
+# How much of a member is read to parse its .npy header; numpy itself refuses headers over 10000
+# characters, and this keeps a header that declares a 4 GiB length from being read at all.
+_HEADER_READ = 1 << 16
+
+
+def _reason(exc: BaseException) -> str:
+    """The exception's message, or its type when it has none (zipfile's EOFError)."""
+    return str(exc) or type(exc).__name__
+
+
 class NpzArchive:
-    """Read access to an ``.npz`` whose missing keys become ``DataError``s naming key and file."""
+    """Read access to an ``.npz`` whose missing keys become ``DataError``s naming key and file.
+
+    Each member's .npy header is checked before its data is read (see ``__getitem__``), so a
+    damaged or hostile archive is a ``DataError``, never a numpy, zlib or memory error.
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.source = str(self.path)
+        require_file(self.path)
         try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(len(np.lib.format.MAGIC_PREFIX))
+            # checked here because np.load would read a single .npy whole, whatever its header says
+            if head.startswith(np.lib.format.MAGIC_PREFIX):
+                raise DataError(f"{self.source}: holds a single array, expected an .npz archive of named arrays")
+            if not head:
+                raise DataError(f"{self.source}: not a readable .npz archive (the file is empty)")
             self._z = np.load(self.path, allow_pickle=False)
-        except FileNotFoundError:
-            raise DataError(f"{self.source}: file not found") from None
-        except (OSError, ValueError, zipfile.BadZipFile) as exc:
-            raise DataError(f"{self.source}: not a readable .npz archive ({exc})") from None
-        if not isinstance(self._z, np.lib.npyio.NpzFile):
-            raise DataError(f"{self.source}: holds a single array, expected an .npz archive of named arrays")
+        except DataError:
+            raise
+        except _DAMAGED as exc:
+            raise DataError(f"{self.source}: not a readable .npz archive ({_reason(exc)})") from None
         self.keys = set(self._z.files)
 
     def __contains__(self, key: str) -> bool:
         return key in self.keys
 
+    def _member(self, key: str) -> zipfile.ZipInfo:
+        """The zip entry numpy reads for ``key``: the name itself, else ``key + '.npy'``."""
+        names = self._z.zip.namelist()
+        return self._z.zip.getinfo(key if key in names else key + ".npy")
+
+    def _check_header(self, key: str, info: zipfile.ZipInfo) -> None:
+        """Refuse a member that is not a .npy array, holds objects, or whose declared shape does not
+        match the member's size in the zip directory or does not fit in memory."""
+        with self._z.zip.open(info) as fh:
+            head = fh.read(_HEADER_READ)
+        if not head.startswith(np.lib.format.MAGIC_PREFIX):
+            raise DataError(f"{self.source}: key '{key}': member '{info.filename}' is not a .npy array "
+                            f"(it starts with {head[:16]!r})")
+        header = io.BytesIO(head)
+        version = np.lib.format.read_magic(header)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise DataError(f"{self.source}: key '{key}': unsupported .npy format version {version}")
+        # 3.0 differs from 2.0 only in the header's text encoding (utf-8 field names)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read_header(header)
+        if dtype.hasobject:
+            raise DataError(f"{self.source}: key '{key}' cannot be read without unpickling "
+                            f"(dtype {dtype} holds Python objects)")
+        if any(d < 0 for d in shape):
+            raise DataError(f"{self.source}: key '{key}' is damaged (negative dimension in shape {shape})")
+        nbytes = math.prod(shape) * dtype.itemsize
+        if header.tell() + nbytes != info.file_size:
+            raise DataError(f"{self.source}: key '{key}' is damaged: its header declares shape {shape} "
+                            f"of {dtype}, {human_bytes(nbytes)} of data, but the member holds "
+                            f"{human_bytes(max(info.file_size - header.tell(), 0))}")
+        require_memory(nbytes, f"{self.source}: key '{key}': shape {shape} of {dtype}")
+
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self.keys:
             raise DataError(f"{self.source}: missing key '{key}' (keys present: {', '.join(sorted(self.keys))})")
         try:
+            self._check_header(key, self._member(key))
             return self._z[key]
-        except ValueError as exc:   # object arrays need pickle, which is refused
-            raise DataError(f"{self.source}: key '{key}' cannot be read without unpickling ({exc})") from None
+        except DataError:        # a ValueError too: already says what is wrong
+            raise
+        except _DAMAGED as exc:
+            raise DataError(f"{self.source}: key '{key}' is damaged ({_reason(exc)})") from None
 
     def meta(self) -> dict:
         if "meta" not in self.keys:
@@ -77,11 +142,16 @@ def _num_nodes(z: NpzArchive) -> int:
     if "num_nodes" in z:
         n = require_scalar_int("num_nodes", z["num_nodes"], z.source)
     elif "x_shape" in z:
-        n = int(require_integer("x_shape", z["x_shape"], z.source)[0])
-    elif "x" in z:
-        n = int(z["x"].shape[0])
-    elif "y" in z:
-        n = int(z["y"].shape[0])
+        shape = require_integer("x_shape", z["x_shape"], z.source)
+        if shape.shape != (2,):
+            raise DataError(f"{z.source}: x_shape: shape {shape.shape}, expected (2,)")
+        n = int(shape[0])
+    elif "x" in z or "y" in z:
+        key = "x" if "x" in z else "y"
+        arr = z[key]
+        if arr.ndim == 0:
+            raise DataError(f"{z.source}: {key}: a 0-d array, expected one row per node")
+        n = int(arr.shape[0])
     else:
         raise DataError(f"{z.source}: missing key 'num_nodes' (needed when there are no features or labels)")
     if n < 0:
@@ -177,9 +247,13 @@ def read_npz(path, name: Optional[str] = None) -> Dataset:
         num_classes = _num_classes(z, meta, y)
     finally:
         z.close()
-    return Dataset(name=name or path.stem, graph=graph, features=features, labels=y,
-                   train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], num_classes=num_classes,
-                   meta={"source": str(path), "format": "npz", "file_meta": meta, "notes": notes})
+    ds = Dataset(name=name or path.stem, graph=graph, features=features, labels=y,
+                 train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], num_classes=num_classes,
+                 meta={"source": str(path), "format": "npz", "file_meta": meta, "notes": notes})
+    # validated labels lie below num_classes; the count itself sizes the model's output layer
+    check_declared_count("num_classes", ds.num_classes, ds.num_nodes, "nodes", int(ds.labels.max(initial=-1)),
+                         "label in y", z.source)
+    return ds
 
 
 def save_npz(dataset: Dataset, path, compressed: bool = True) -> Path:

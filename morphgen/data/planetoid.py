@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import io
+import math
 import pickle
 import re
 import warnings
@@ -26,6 +27,7 @@ import scipy.sparse as sp
 
 from morphgen.data.dataset import Dataset
 from morphgen.data.errors import DataError
+from morphgen.data.guards import require_dir, require_file, require_memory
 from morphgen.data.keys import sorted_unique
 from morphgen.data.validate import make_graph
 
@@ -67,6 +69,7 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 def _unpickle(path: Path):
+    require_file(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -86,6 +89,10 @@ def planetoid_names(directory: Path) -> list:
 
 
 def _as_dense_labels(name: str, arr, path: Path) -> np.ndarray:
+    if sp.issparse(arr):
+        # a sparse matrix's shape is only declared: check the dense copy fits before making it
+        require_memory(math.prod(arr.shape) * arr.dtype.itemsize,
+                       f"{path}: {name}: a dense copy of the {arr.shape} labels")
     a = arr.toarray() if sp.issparse(arr) else np.asarray(arr)
     if a.ndim != 2:
         raise DataError(f"{path}: {name}: shape {a.shape}, expected one-hot rows [n, classes]")
@@ -102,6 +109,7 @@ def _as_csr(name: str, arr, path: Path) -> sp.csr_matrix:
 
 
 def _read_test_index(path: Path) -> np.ndarray:
+    require_file(path)
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
@@ -147,6 +155,7 @@ def _edges(graph_dict, num_nodes: int, path: Path):
 
 def read_planetoid(directory, name: Optional[str] = None) -> Dataset:
     directory = Path(directory)
+    require_dir(directory)
     names = planetoid_names(directory)
     if name is None:
         if len(names) != 1:
@@ -154,7 +163,7 @@ def read_planetoid(directory, name: Optional[str] = None) -> Dataset:
             raise DataError(f"{directory}: expected the files of one Planetoid dataset "
                             f"(ind.<name>.graph ...); found: {found}. Pass name=...")
         name = names[0]
-    missing = [f"ind.{name}.{p}" for p in PARTS + ("test.index",) if not (directory / f"ind.{name}.{p}").is_file()]
+    missing = [f"ind.{name}.{p}" for p in PARTS + ("test.index",) if not (directory / f"ind.{name}.{p}").exists()]
     if missing:
         raise DataError(f"{directory}: missing Planetoid file(s) {', '.join(missing)}")
     obj = {p: _unpickle(directory / f"ind.{name}.{p}") for p in PARTS}
@@ -184,9 +193,16 @@ def read_planetoid(directory, name: Optional[str] = None) -> Dataset:
         # isolated test ids (CiteSeer): pad tx/ty with zero rows so every id in lo..hi has a row
         if tx.shape[0] != len(test_sorted) or len(np.unique(test_sorted)) != len(test_sorted):
             raise DataError(f"{path('tx')}: {tx.shape[0]} rows for {len(test_sorted)} test ids")
-        tx_full = sp.lil_matrix((span, tx.shape[1]), dtype=np.float32)
-        tx_full[test_sorted - lo, :] = tx
-        tx = tx_full.tocsr()
+        # the largest test id sets the padded size: check it fits before allocating per row
+        # (a dense label row and the int64 CSR row counts and offsets)
+        require_memory(span * (ty.shape[1] * ty.dtype.itemsize + 16),
+                       f"{path('test.index')}: test ids span {lo}..{hi}; padding {span} rows")
+        # tx row i moves to row test_sorted[i] - lo; built as CSR directly (a lil matrix would
+        # cost a Python list per padded row)
+        counts = np.zeros(span, np.int64)
+        counts[test_sorted - lo] = np.diff(tx.indptr)
+        indptr = np.concatenate([[0], np.cumsum(counts)])
+        tx = sp.csr_matrix((tx.data, tx.indices, indptr), shape=(span, tx.shape[1]))
         ty_full = np.zeros((span, ty.shape[1]), dtype=ty.dtype)
         ty_full[test_sorted - lo, :] = ty
         ty = ty_full

@@ -10,6 +10,7 @@ A spec is one of
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from pathlib import Path
 from typing import Optional, Union
@@ -20,6 +21,7 @@ import scipy.sparse as sp
 from morphgen.data.dataset import Dataset
 from morphgen.data.edgelist import read_edge_list
 from morphgen.data.errors import DataError
+from morphgen.data.guards import require_file, require_memory
 from morphgen.data.keys import sorted_unique
 from morphgen.data.npz import read_npz, read_npz_graph
 from morphgen.data.planetoid import read_planetoid
@@ -32,6 +34,7 @@ ENV_VAR = "MORPHGEN_DATA"
 _PATH_SUFFIXES = (".npz", ".txt", ".edges", ".el", ".tsv", ".csv", ".edgelist")
 _FILE_OPTIONS = ("name", "feature_format", "num_nodes")
 _FEATURE_FORMATS = ("dense", "csr")
+_MAX_KEYED_NODES = math.isqrt(int(np.iinfo(np.int64).max))   # n * n must fit in int64
 
 Spec = Union[str, os.PathLike]
 
@@ -78,10 +81,11 @@ def _locate(spec: Spec, data_dir) -> Path:
     text = os.fspath(spec)
     if isinstance(spec, os.PathLike) or _looks_like_path(text):
         path = Path(text)
-        if not path.exists():
-            raise DataError(f"{path}: no such file or directory")
-        return path
-    return resolve_name(text, data_dir)
+    else:
+        path = resolve_name(text, data_dir)
+    # before anything opens it: reading a device never ends, opening a FIFO blocks
+    require_file(path, allow_dir=True)
+    return path
 
 
 def _is_npz(path: Path) -> bool:
@@ -110,6 +114,7 @@ def _convert_features(ds: Dataset, layout: Optional[str]) -> Dataset:
         raise DataError(f"feature_format: must be one of {', '.join(_FEATURE_FORMATS)}, got {layout!r}")
     f = ds.features
     if layout == "dense" and sp.issparse(f):
+        require_memory(f.shape[0] * f.shape[1] * 4, f"feature_format: a dense copy of the {f.shape} features")
         ds.features = np.ascontiguousarray(f.toarray(), dtype=np.float32)
     elif layout == "csr" and not sp.issparse(f):
         ds.features = sp.csr_matrix(f, dtype=np.float32)
@@ -150,6 +155,9 @@ def symmetrise_graph(graph: Graph) -> Graph:
         raise DataError("symmetrise: the graph has edge types; typed graphs carry their inverse "
                         "edges as separate types, so symmetrise only applies to untyped graphs")
     n = graph.num_nodes
+    if n > _MAX_KEYED_NODES:
+        raise DataError(f"symmetrise: {n} nodes is too many: edges are deduplicated through int64 keys "
+                        f"src * num_nodes + dst, which hold at most {_MAX_KEYED_NODES} nodes")
     src = np.concatenate([graph.src, graph.dst])
     dst = np.concatenate([graph.dst, graph.src])
     keys = sorted_unique(src * n + dst)

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from morphgen.data.errors import DataError, located
+from morphgen.data.guards import require_memory
 from morphgen.graph import Graph, GraphError
 
 
@@ -51,12 +52,52 @@ def check_edge_index(edge_index, num_nodes: int, source: Optional[str]):
     return np.ascontiguousarray(ei[0]), np.ascontiguousarray(ei[1])
 
 
+def check_declared_count(field: str, declared: int, items: int, what: str, largest_used: int,
+                         used_by: str, source: Optional[str]) -> None:
+    """A count a file declares (edge/node types, classes) against the items it describes.
+
+    Unused trailing entries are allowed (the largest id used + 1 may be below the count), but only
+    up to ``max(items, largest used + 1)``: models allocate per declared entry (a weight matrix per
+    edge type, a logit column per class), so an unchecked count of 10**8 allocates gigabytes
+    before anything else fails.
+    """
+    if declared < 1:
+        _fail(source, f"{field}: must be at least 1, got {declared}")
+    bound = max(1, items, largest_used + 1)
+    if declared > bound:
+        _fail(source, f"{field}: is {declared}, more than the {items} {what} it describes; expected at most "
+                      f"{bound} (the larger of the number of {what} and the largest {used_by} + 1 = "
+                      f"{largest_used + 1})")
+
+
+def _largest(arr) -> int:
+    return int(arr.max()) if arr is not None and arr.size else -1
+
+
+# Every graph gets two CSR layouts (by destination and by source) of num_nodes + 1 int64 offsets.
+_LAYOUT_BYTES_PER_NODE = 2 * 8
+
+
 def make_graph(num_nodes: int, src, dst, source: Optional[str], **typed) -> Graph:
-    """Build a ``Graph`` turning its own ``GraphError`` into a ``DataError`` with the source."""
+    """Build a ``Graph`` turning its own ``GraphError`` into a ``DataError`` with the source.
+
+    Also refuses declared sizes that would drive a huge allocation later (when the graph layout is
+    built or a model is sized): a node count whose index arrays do not fit in memory, and type
+    counts far beyond the types used (``check_declared_count``).
+    """
     try:
-        return Graph(num_nodes, src, dst, **typed)
+        graph = Graph(num_nodes, src, dst, **typed)
     except GraphError as exc:
         raise DataError(located(source, str(exc))) from None
+    require_memory((num_nodes + 1) * _LAYOUT_BYTES_PER_NODE,
+                   located(source, f"num_nodes: indexing {num_nodes} nodes (the graph's CSR offsets alone)"))
+    if graph.etype is not None:
+        check_declared_count("num_edge_types", graph.num_etypes, graph.num_edges, "edges",
+                             _largest(graph.etype), "edge_type", source)
+    if graph.ntype is not None:
+        check_declared_count("num_node_types", graph.num_ntypes, graph.num_nodes, "nodes",
+                             _largest(graph.ntype), "node_type", source)
+    return graph
 
 
 def csr_from_parts(prefix: str, indptr, indices, data, shape, num_rows: int,
@@ -89,6 +130,14 @@ def csr_from_parts(prefix: str, indptr, indices, data, shape, num_rows: int,
     bad = first_outside(indices, 0, cols)
     if bad is not None:
         _fail(source, f"{prefix}_indices entry {bad} is {int(indices[bad])}, outside [0, {cols})")
+    # the column count sizes the model's first weight matrix: empty trailing columns are allowed,
+    # but no more columns than stored values or rows (the width of a featureless identity input)
+    nnz, largest = indices.shape[0], _largest(indices)
+    bound = max(1, nnz, rows, largest + 1)
+    if cols > bound:
+        _fail(source, f"{prefix}_shape: {cols} columns, more than the {nnz} stored values and {rows} rows; "
+                      f"expected at most {bound} (the largest of those and the largest column used + 1 = "
+                      f"{largest + 1})")
     # 32-bit indices where they fit (scipy's own choice; the sparse kernels read int32 columns), so
     # the matrix is converted once here, while loading, and not copied again when training starts.
     small = np.iinfo(np.int32).max
