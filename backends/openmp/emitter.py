@@ -74,10 +74,13 @@ class _Identity:
 
 
 class OpenMPEmitter:
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
+        """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
+        lowering's share_buffers; emit() makes it, so callers pass only the program."""
         self.p = program
+        self.buffer_of, self.shared_buffers = buffer_plan or ({}, None)
         self.sizes: list = []
-        self.buffers: list = []          # dicts: name, numel, comment
+        self.buffers: list = []          # dicts: name, numel, comment (one per value needing storage)
         self.index_buffers: list = []
         self.members: list = []          # extra Model members (plans)
         self.prepare: list = []          # statements run once at load time
@@ -102,7 +105,6 @@ class OpenMPEmitter:
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
         self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
-        self.rename: dict = {}           # value buffer -> shared buffer (share_buffers)
 
     # -- shapes ------------------------------------------------------------------------------
     def dim(self, d) -> str:
@@ -157,9 +159,13 @@ class OpenMPEmitter:
             return "m.features.dense"
         if v.id not in self.has_buffer:
             self.has_buffer.add(v.id)
-            self.buffers.append({"name": f"v{v.id}", "numel": self.numel(v),
+            self.buffers.append({"name": f"v{v.id}", "id": v.id, "numel": self.numel(v),
                                  "comment": f"{v.describe()} {_c_string(v.name)}"[:80]})
-        return f"m.v{v.id}.data"
+        return f"m.{self.buffer_name(v)}.data"
+
+    def buffer_name(self, v: Value) -> str:
+        """The Model member that stores ``v``: its shared buffer once the plan exists."""
+        return self.buffer_of.get(v.id, f"v{v.id}")
 
     def argmax_for(self, v: Value) -> str:
         if v.id not in self.argmax:
@@ -223,6 +229,16 @@ class OpenMPEmitter:
         return out
 
     def emit(self) -> dict:
+        """Lower twice: the first lowering finds which values need storage of their own and
+        where the fused kernels read and write; share_buffers turns that into a plan; the second
+        lowering writes every call with its final buffer, so no generated text is rewritten."""
+        probe = type(self)(self.p)
+        probe.lower_program()
+        self.__init__(self.p, buffer_plan=probe.share_buffers())
+        return self.render(*self.lower_program())
+
+    def lower_program(self) -> tuple:
+        """Plan the fusions, then lower invariant, forward, backward and optimizer into calls."""
         p = self.p
         for op in p.invariant + p.forward + p.backward:
             if op.output is not None:
@@ -245,13 +261,16 @@ class OpenMPEmitter:
                                 f"'{unrun[0].opcode}' (%{unrun[0].output.id}) that its kernel does not run")
         self.current_op = None           # the optimizer's calls belong to no IR op
         optimizer = self.lower_optimizer()
-        loss_buffer = self.ptr(p.loss).replace("m.", "", 1).replace(".data", "")
-        logits_buffer = self.ptr(p.logits).replace("m.", "", 1).replace(".data", "")
+        for v in (p.loss, p.logits):     # read by the ABI: they need storage of their own
+            if self.ptr(v) != f"m.{self.buffer_name(v)}.data":
+                raise InternalError(f"the OpenMP backend stores {v!r} ({v.name}) as a view; the ABI reads it "
+                                    f"as a buffer")
         self.prepare = self.graph_needs + self.prepare
-        rename = self.rename = self.share_buffers()
-        forward, backward, optimizer, self.prepare = (
-            [_rename(line, rename) for line in lines] for lines in (forward, backward, optimizer, self.prepare))
-        loss_buffer, logits_buffer = rename.get(loss_buffer, loss_buffer), rename.get(logits_buffer, logits_buffer)
+        return forward, backward, optimizer
+
+    def render(self, forward: list, backward: list, optimizer: list) -> dict:
+        p = self.p
+        loss_buffer, logits_buffer = self.buffer_name(p.loss), self.buffer_name(p.logits)
         params = []
         moments = {"adam": 2, "adamw": 2, "sgd": 1 if p.optimizer.momentum else 0}[p.optimizer.kind]
         for i, prm in enumerate(p.params):
@@ -262,7 +281,7 @@ class OpenMPEmitter:
                                  keep_trailing_newline=True)
         text = env.get_template("model.cpp.j2").render(
             version=__version__, source_name=_c_string(p.name), program_name=_c_string(p.name),
-            sizes=self.sizes, params=params, timers=TIMERS, buffers=self.buffers,
+            sizes=self.sizes, params=params, timers=TIMERS, buffers=self.shared_buffers,
             index_buffers=self.index_buffers, members=self.members, prepare=self.prepare,
             forward=forward, backward=backward, optimizer=optimizer, loss_buffer=loss_buffer,
             logits_buffer=logits_buffer, num_classes=self.width(p.logits),
@@ -305,8 +324,7 @@ class OpenMPEmitter:
         if v.id in self.views:
             return f"view {self.views[v.id]}"
         if v.id in self.has_buffer:
-            name = f"v{v.id}"
-            return f"buffer {self.rename.get(name, name)} {v.assoc}[{','.join(map(str, v.shape))}]"
+            return f"buffer {self.buffer_name(v)} {v.assoc}[{','.join(map(str, v.shape))}]"
         return "-"
 
     def lower_invariant(self) -> None:
@@ -400,7 +418,7 @@ class OpenMPEmitter:
         this backend's fused kernels write and read: a fused epilogue writes the chain's final
         value at its head, a fused dropout backward reads the dropout's input gradient.  Only
         buffers of identical size are shared, and never between an op's inputs and its output.
-        Returns the renaming buffer name -> shared buffer name.
+        Returns (value id -> shared buffer name, the shared buffers).
         """
         order = self.p.forward + self.p.backward
         step = {id(op): i for i, op in enumerate(order)}
@@ -408,24 +426,22 @@ class OpenMPEmitter:
         read_at = [(drop.inputs[0].id, step[id(self.producer[vid])])
                    for vid, drop in self.fused_dropout_grad.items()]
         live = lifetimes(self.p, order, defined_at, read_at)
-        by_id = {b["name"]: b for b in self.buffers}
+        by_id = {b["id"]: b for b in self.buffers}
         pools: dict = {}                 # numel expression -> [(shared name, free from op index)]
-        rename, shared = {}, []
-        for vid in sorted((int(n[1:]) for n in by_id), key=lambda i: live[i][0]):
-            name = f"v{vid}"
+        plan, shared = {}, []
+        for vid in sorted(by_id, key=lambda i: live[i][0]):
             start, stop = live[vid]
-            pool = pools.setdefault(by_id[name]["numel"], [])
+            pool = pools.setdefault(by_id[vid]["numel"], [])
             slot = next((k for k, (_, free) in enumerate(pool) if free < start), None)
             if slot is None:
                 target = f"b{len(shared)}"
-                shared.append({"name": target, "numel": by_id[name]["numel"], "comment": by_id[name]["comment"]})
+                shared.append({"name": target, "numel": by_id[vid]["numel"], "comment": by_id[vid]["comment"]})
                 pool.append((target, stop))
             else:
                 target = pool[slot][0]
                 pool[slot] = (target, stop)
-            rename[name] = target
-        self.buffers = shared
-        return rename
+            plan[vid] = target
+        return plan, shared
 
     def lower_optimizer(self) -> list:
         o = self.p.optimizer
@@ -791,10 +807,6 @@ class OpenMPEmitter:
         return self.timed("loss", f"mg::op::cross_entropy_grad({self.ptr(logits)}, m.labels, m.masks[0], "
                           f"m.graph.num_nodes, {self.width(logits)}, {self.ptr(op.output)})",
                           f"8.0 * {self.numel(logits)}")
-
-
-def _rename(line: str, rename: dict) -> str:
-    return re.sub(r"\bm\.(v\d+)\.", lambda mt: f"m.{rename.get(mt.group(1), mt.group(1))}.", line)
 
 
 def emit(program: Program) -> dict:
