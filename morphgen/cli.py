@@ -77,9 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_check(args) -> int:
     from .frontend import check_file
+    from .frontend.diagnostics import render_all
     diagnostics = check_file(args.model)
-    for d in diagnostics:
-        print(d.render(), file=sys.stderr)
+    if diagnostics:
+        print(render_all(diagnostics), file=sys.stderr)
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
         print(f"{len(errors)} error{'s' if len(errors) != 1 else ''}", file=sys.stderr)
@@ -89,13 +90,13 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_compile(args) -> int:
-    from . import api
-    return api.compile_command(args)
+    from . import commands
+    return commands.compile_command(args)
 
 
 def _cmd_train(args) -> int:
-    from . import api
-    return api.train_command(args)
+    from . import commands
+    return commands.train_command(args)
 
 
 def main(argv=None) -> int:

@@ -17,85 +17,13 @@ Feature widths may be symbolic (``"F"``, ``"C"``) until bound to a dataset; see
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Optional
 
-from .errors import UserError
-
-Dim = Union[int, str]          # a concrete width or a size symbol bound at load time
-
-ASSOCIATIONS = ("node", "edge", "param", "scalar")
-TYPE_DOMAINS = ("etype", "ntype")
-SIZE_ATTRS = ("types", "start", "stop", "classes")   # op attributes that may hold a size symbol
-
-
-class IRError(UserError):
-    """An inconsistency in an IR program; ``loc`` points into the .mp source when known."""
-
-    def __init__(self, message: str, loc: Any = None):
-        super().__init__(message)
-        self.message = message
-        self.loc = loc
-
-
-@dataclass(eq=False)
-class Value:
-    """An SSA value.  ``shape`` excludes the row axis for node/edge values."""
-    id: int
-    assoc: str
-    shape: tuple
-    dtype: str = "f32"            # f32 | i64 | bool
-    name: str = ""                # readable hint, sanitised before reaching any code
-    domain: Optional[str] = None  # for params: "etype" / "ntype" type dimension
-
-    @property
-    def width(self) -> Dim:
-        """Last feature dimension (1 for a scalar-per-row value)."""
-        return self.shape[-1] if self.shape else 1
-
-    def __repr__(self) -> str:
-        return f"%{self.id}"
-
-    def describe(self) -> str:
-        dims = ",".join(str(d) for d in self.shape)
-        dom = f"@{self.domain}" if self.domain else ""
-        return f"{self.assoc}[{dims}]{dom}"
-
-
-@dataclass(eq=False)
-class Op:
-    opcode: str
-    inputs: list
-    output: Optional[Value]
-    attrs: dict = field(default_factory=dict)
-    loc: Any = None               # morphgen.frontend Coord of the .mp construct that produced it
-
-    def __repr__(self) -> str:
-        args = ", ".join(repr(v) for v in self.inputs)
-        attrs = "".join(f", {k}={v!r}" for k, v in sorted(self.attrs.items()))
-        lhs = f"{self.output!r}: {self.output.describe()} = " if self.output is not None else ""
-        return f"{lhs}{self.opcode}({args}{attrs})"
-
-
-@dataclass
-class Param:
-    """A trainable weight.  ``value`` is the IR value that names it in ops."""
-    name: str
-    value: Value
-    init: str = "glorot"          # glorot | zeros | ones | normal | uniform
-    weight_decay: bool = True     # whether the optimizer's decay applies to it
-
-
-@dataclass
-class Optimizer:
-    kind: str = "adam"            # adam | adamw | sgd
-    lr: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    momentum: float = 0.0
+from .ir_core import (ASSOCIATIONS, SIZE_ATTRS, TYPE_DOMAINS, Dim, IRError, Op, Optimizer,  # noqa: F401
+                      Param, Value, _canonical_symbol, _resolve, _shapes_agree, _symbol_terms, dim_add,
+                      dim_sub, format_dim, parse_dim)
+from .ir_ops import infer_full
 
 
 @dataclass
@@ -226,7 +154,6 @@ class Program:
 
         Raises :class:`IRError` (with the op's ``loc``) on the first inconsistency.
         """
-        from .ir_ops import infer_full      # local: ir_ops imports this module
         defined = {v.id for v in self.inputs.values()} | {p.value.id for p in self.params}
         for section, ops in (("invariant", self.invariant), ("forward", self.forward), ("backward", self.backward)):
             for i, op in enumerate(ops):
@@ -293,79 +220,3 @@ class Program:
             out.append(f"features normalised: {self.feature_normalization}")
         out.append(f"epochs {self.epochs}")
         return "\n".join(out)
-
-
-def _canonical_symbol(name: str) -> str:
-    return name[2:] if name.startswith("g.") else name
-
-
-_TERM = re.compile(r"\s*([+-])?\s*([A-Za-z_][A-Za-z0-9_.]*|\d+)\s*")
-
-
-def parse_dim(dim) -> tuple:
-    """``(constant, {symbol: coefficient})`` of a dim such as ``16``, ``"F"`` or ``"F+16-C"``."""
-    if not isinstance(dim, str):
-        return int(dim), {}
-    const, coefs, pos = 0, {}, 0
-    while pos < len(dim):
-        m = _TERM.match(dim, pos)
-        if m is None or m.end() == pos:
-            raise IRError(f"malformed size expression {dim!r}")
-        sign = -1 if m.group(1) == "-" else 1
-        term = m.group(2)
-        if term.isdigit():
-            const += sign * int(term)
-        else:
-            key = _canonical_symbol(term)
-            coefs[key] = coefs.get(key, 0) + sign
-        pos = m.end()
-    return const, {k: c for k, c in coefs.items() if c}
-
-
-def format_dim(const: int, coefs: dict):
-    """Inverse of :func:`parse_dim`: an int when no symbol is left."""
-    if not coefs:
-        return const
-    parts = []
-    for k, c in sorted(coefs.items()):
-        parts += [("+" if c > 0 else "-") + k] * abs(c)     # "F+F" rather than "2*F": one grammar
-    text = "".join(parts)
-    if const:
-        text += f"{const:+d}"
-    return text[1:] if text.startswith("+") else text
-
-
-def dim_add(a, b):
-    ca, sa = parse_dim(a)
-    cb, sb = parse_dim(b)
-    coefs = dict(sa)
-    for k, c in sb.items():
-        coefs[k] = coefs.get(k, 0) + c
-    return format_dim(ca + cb, {k: c for k, c in coefs.items() if c})
-
-
-def dim_sub(a, b):
-    cb, sb = parse_dim(b)
-    return dim_add(a, format_dim(-cb, {k: -c for k, c in sb.items()}) if sb else -cb)
-
-
-def _symbol_terms(dim: str) -> list:
-    return list(parse_dim(dim)[1])
-
-
-def _resolve(dim, table: dict):
-    """An int for ``dim`` (an int, a symbol, or a sum/difference of symbols and ints)."""
-    if not isinstance(dim, str):
-        return dim
-    const, coefs = parse_dim(dim)
-    for key, c in coefs.items():
-        if key not in table:
-            raise IRError(f"unbound size symbol '{key}'")
-        const += c * table[key]
-    return const
-
-
-def _shapes_agree(a: tuple, b: tuple) -> bool:
-    if len(a) != len(b):
-        return False
-    return all(x == y or isinstance(x, str) or isinstance(y, str) for x, y in zip(a, b))

@@ -62,7 +62,7 @@ matvec_t(W, g)               Wᵀ·g per type: matvec's vector gradient
 """
 from __future__ import annotations
 
-from .ir import IRError, Op, Value, dim_add, dim_sub
+from .ir_core import IRError, Op, Value, dim_add, dim_sub
 
 UNARY = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh", "neg")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")

@@ -289,7 +289,7 @@ class OpenMPEmitter:
             fingerprint=int((p.fingerprint or p.source_fingerprint())[:16], 16))
         return {"model.cpp": text}
 
-    def plan(self) -> str:
+    def plan_table(self) -> str:
         """What this backend chose for each IR op, as a table (``morphgen compile --emit plan``):
         the kernels it calls, the op whose kernel runs it when fused, and where its result lives."""
         if not self.plan_rows:

@@ -207,7 +207,7 @@ def prepare_dataset(spec: str, data_dir, out_dir, keep: bool = False,
     peer_path = path
     peer_ds = ds
     if feature_normalization is not None:
-        from morphgen.api import normalize_features
+        from morphgen.pipeline import normalize_features
         peer_ds = normalize_features(peer_ds, feature_normalization)
     if unlabelled.any():
         # The peer runners need a class for every node. Unlabelled nodes are in no split, so loss

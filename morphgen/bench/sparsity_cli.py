@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from . import cli as bench_cli, harness, report as rep
+from .runs import resolve_cap, resolve_threads
 
 DEFAULT_SPARSITIES = "0,0.2,0.35,0.5,0.65,0.8,0.9,0.95,0.98,0.99,0.995,0.999"
 DEFAULT_WIDTHS = "128,512,2048"
@@ -94,7 +95,7 @@ def calibrated_tau(threads=None) -> dict:
 
 def _time_path(args, data, work, threshold: float, want: str, threads: int) -> dict:
     entry = harness.run_morphgen(args.model, data.path, work, epochs=args.epochs, warmup=args.warmup,
-                                 seed=args.seed, threads=threads, cap_gib=bench_cli.resolve_cap(args),
+                                 seed=args.seed, threads=threads, cap_gib=resolve_cap(args),
                                  timeout_s=args.timeout, profile=False, sparsity_threshold=threshold,
                                  tag=f"morphgen_{want}")
     got = (entry.get("config") or {}).get("feature_path")
@@ -147,7 +148,7 @@ def run(args) -> int:
         raise harness.BenchError(f"model: {args.model}: no such file")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    threads = bench_cli.resolve_threads(args)
+    threads = resolve_threads(args)
     calibration = calibrated_tau(threads)
     runs = []
     for width in widths:

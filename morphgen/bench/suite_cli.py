@@ -20,7 +20,7 @@ from typing import Optional
 
 from morphgen.errors import UserError
 
-from . import cli as bench_cli, harness, report as rep
+from . import cli as bench_cli, harness, report as rep, runs
 
 BEGIN_MARK = "<!-- bench-suite:begin -->"
 END_MARK = "<!-- bench-suite:end -->"
@@ -213,7 +213,7 @@ def docs_section(args, rows, peers, machine: dict, plot_links: list, command: st
 def run(args) -> int:
     bench_cli.check_common(args)
     graphs = select(args.only)
-    peers = bench_cli.parse_peers(args.peers)
+    peers = runs.parse_peers(args.peers)
     if not Path(args.model).is_file():
         raise harness.BenchError(f"--model: {args.model}: no such file")
     out = Path(args.out)

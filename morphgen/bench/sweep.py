@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from . import cli as bench_cli, harness, report as rep
+from . import harness, report as rep, runs
 
 SWEEP_DEGREE = 16
 SWEEP_FEATURES = 64
@@ -85,14 +85,14 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     shape = harness.program_shape(args.model)
-    threads = bench_cli.resolve_threads(args)
-    machine = bench_cli.measure_limits(threads, args.quick_machine)
+    threads = runs.resolve_threads(args)
+    machine = runs.measure_limits(threads, args.quick_machine)
     points = []
     for edges, nodes in sweep_points(args.sweep_min, args.sweep_max):
         with harness.scratch_dir(out) as tmp:
             data = harness.prepare_dataset(synthetic_spec(edges, nodes, args.seed), None, tmp,
                                            feature_normalization=shape.feature_normalization)
-            r = bench_cli.bench_one(args, data, shape, Path(tmp), machine)
+            r = runs.bench_one(args, data, shape, Path(tmp), machine)
         points.append({"edges": edges, "nodes": nodes, "systems": r["systems"],
                        "analytic_minimum_bytes": r["analytic_minimum_bytes"]})
         for s in r["systems"]:
@@ -102,8 +102,8 @@ def run(args) -> int:
     time_series, time_fail = collect_series(points, "epoch_time_s", 1e3)
     mem_series, mem_fail = collect_series(points, "peak_rss_bytes", 1 / rep.MiB)
     exponents = {name: fit_exponent(*xy) for name, xy in time_series.items()}
-    summary = {"model": str(args.model), "command": bench_cli.command_line(args), "threads": threads,
-               "epochs": args.epochs, "warmup": args.warmup, "memory_cap_gib": bench_cli.resolve_cap(args),
+    summary = {"model": str(args.model), "command": runs.command_line(args), "threads": threads,
+               "epochs": args.epochs, "warmup": args.warmup, "memory_cap_gib": runs.resolve_cap(args),
                "machine": machine, "points": points, "exponents": exponents}
     rep.line_plot(time_series, "edges", "median epoch time (ms)", "epoch time vs edges",
                   out / "sweep_epoch_time.png", failures=time_fail)

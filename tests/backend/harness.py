@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from morphgen.api import include_dirs
+from morphgen.pipeline import include_dirs
 from morphgen.passes import run_default
 from morphgen.backends.openmp.emitter import emit
 from morphgen.interp import Interpreter

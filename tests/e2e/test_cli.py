@@ -284,11 +284,11 @@ def test_the_memory_estimate_counts_what_a_run_holds(monkeypatch):
 
 
 def test_compile_emit_plan_shows_each_ops_kernel_fusion_and_buffer():
-    from morphgen import api
+    from morphgen import pipeline
     proc = run_cli("compile", example("gcn"), "--emit", "plan")
     assert proc.returncode == 0, proc.stderr
     rows = proc.stdout.splitlines()
-    program = api.lower(example("gcn"))
+    program = pipeline.lower(example("gcn"))
     ops = program.invariant + program.forward + program.backward
     assert len(rows) == 1 + len(ops) + 1          # header, one row per IR op, the optimizer
     by_value = {row.split()[1]: row for row in rows[1:-1]}

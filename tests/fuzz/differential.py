@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from morphgen.api import include_dirs
+from morphgen.pipeline import include_dirs
 from morphgen.autodiff import differentiate
 from morphgen.backends.openmp.emitter import OpenMPEmitter
 from morphgen.frontend import compile_source

@@ -6,7 +6,7 @@ import pytest
 from cffi import FFI
 
 from morphgen import toolchain
-from morphgen.api import include_dirs
+from morphgen.pipeline import include_dirs
 
 SOURCE = r'''
 #include "ops.h"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from morphgen import api, toolchain
+from morphgen import pipeline, toolchain
 from morphgen.backends import require
 from morphgen.toolchain import CHECKSUM_SUFFIX, BuildError, compile_shared
 
@@ -121,14 +121,14 @@ function big(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
 """
     model = tmp_path / "big.mp"
     model.write_text(program_text)
-    sources = require("openmp").emitter_class()(api.lower(model)).emit()
+    sources = require("openmp").emitter_class()(pipeline.lower(model)).emit()
     assert "-Werror=overflow" in toolchain.BASE_FLAGS
 
     def syntax_check(srcs):
         for name, text in srcs.items():
             (tmp_path / name).write_text(text)
         flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"]
-        include = [f"-I{toolchain.kernel_include_dir()}", *(f"-I{d}" for d in api.include_dirs()),
+        include = [f"-I{toolchain.kernel_include_dir()}", *(f"-I{d}" for d in pipeline.include_dirs()),
                    toolchain.openblas_flags()[0]]
         units = [n for n in srcs if n.endswith(toolchain.COMPILED_SUFFIXES)]
         return subprocess.run([toolchain.compiler(), *flags, "-fsyntax-only", *include, *units],

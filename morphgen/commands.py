@@ -1,0 +1,200 @@
+"""The `compile` and `train` commands: arguments in, terminal output and files out."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .api import CompiledModel
+from .backends import require as require_backend
+from .errors import UserError
+from .pipeline import include_dirs, lower
+
+
+def compile_command(args) -> int:
+    if args.emit == "ir":
+        program = lower(args.model)
+        print(program.dump())
+        return 0
+    backend = require_backend(args.backend)
+    from .toolchain import compile_shared
+    program = lower(args.model)
+    emitter = backend.emitter_class()(program)
+    sources = emitter.emit()
+    if args.emit == "plan":
+        print(emitter.plan_table())
+        return 0
+    if args.emit == "cpp":
+        for name, text in sources.items():
+            print(f"// ---- {name}\n{text}")
+        return 0
+    lib = compile_shared(sources, name=f"mg_{args.backend}", include_dirs=include_dirs())
+    if args.output:
+        out = Path(args.output)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in sources.items():
+            (out / name).write_text(text)
+        (out / "program.ir").write_text(program.dump() + "\n")
+        target = out / f"lib{_safe_stem(args.model)}_{args.backend}.so"
+        target.write_bytes(Path(lib).read_bytes())
+        print(f"wrote {', '.join(sorted(sources))}, program.ir and {target.name} to {out}")
+    else:
+        print(f"built {lib}")
+    return 0
+
+
+def _safe_stem(path) -> str:
+    import re
+    return re.sub(r"[^A-Za-z0-9_]", "_", Path(path).stem) or "model"
+
+
+class Progress:
+    """One-line progress bar on a terminal; a line every tenth of the run otherwise."""
+
+    def __init__(self, stream=sys.stderr, quiet=False):
+        self.stream = stream
+        self.quiet = quiet
+        self.tty = stream.isatty()
+
+    def __call__(self, row, total):
+        if self.quiet:
+            return
+        e = row["epoch"]
+        width = 24
+        done = int(width * e / total)
+        bar = "#" * done + "." * (width - done)
+        acc = ""
+        if "train_acc" in row:
+            acc = f" train {row['train_acc']:.3f} val {row['val_acc']:.3f} test {row['test_acc']:.3f}"
+        text = f"[{bar}] epoch {e:>4}/{total} loss {row['loss']:.4f}{acc} {row['epoch_time_s'] * 1e3:7.1f} ms"
+        if self.tty:
+            self.stream.write("\r" + text + ("\n" if e == total else ""))
+            self.stream.flush()
+        elif e == total or e % max(1, total // 10) == 0 or e == 1:
+            self.stream.write(text + "\n")
+
+
+def train_command(args) -> int:
+    from .data import load_dataset
+    require_backend(args.backend)
+    if args.sanitize:
+        _rerun_with_sanitizer_runtime()
+    for flag, target in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
+        _check_writable(flag, target)      # before training, not after it
+    dataset = load_dataset(args.dataset, data_dir=args.data_dir)
+    if args.sparsity_threshold is None and dataset.features is not None:
+        from .calibrate import calibrate
+        calibrate(args.threads)               # measured once per machine (then cached): not training's memory
+    from .bench.memory import start_training_peak
+    model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
+                          sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist,
+                          sanitize=args.sanitize)
+    print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)
+    # Compiling and loading the library come before the baseline, as importing their library does
+    # for the peers: the growth measured from there is what training allocates.
+    model.build(dataset)
+    baseline_rss = start_training_peak()      # the data is loaded: growth from here is training's
+    model.bind(dataset, donate_features=True)  # nothing here reads dataset.features again
+    path, sparsity, tau, source = model.feature_path
+    if tau is None:
+        print(f"morphgen: feature path: {path} ({source})", file=sys.stderr)
+    else:
+        print(f"morphgen: feature path: {path} (sparsity {sparsity:.4f} vs tau {tau:.3f}, {source})",
+              file=sys.stderr)
+    print(f"morphgen: {dataset.name}: {dataset.graph.num_nodes} nodes, {dataset.graph.num_edges} edges, "
+          f"{dataset.num_features} features, {dataset.num_classes} classes; {model.threads} threads; "
+          f"compiled in {model.compile_seconds:.2f} s, data bound in {model.session.prepare_seconds:.2f} s",
+          file=sys.stderr)
+    if model.program.invariant:
+        print(f"morphgen: {len(model.program.invariant)} aggregation(s) of the input features computed once "
+              f"instead of every epoch", file=sys.stderr)
+    if args.resume:
+        model.load_checkpoint(args.resume)
+    epochs = args.epochs if args.epochs is not None else model.program.epochs
+    if epochs <= 0:
+        raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
+    eval_every = max(1, epochs // 50)
+    if args.profile:
+        model.session.reset_timers()
+    result = model.fit(epochs=epochs, progress=Progress(quiet=args.quiet), eval_every=eval_every)
+    final = result.final
+    times = [r["epoch_time_s"] for r in result.history]
+    print(f"final: train_acc {final['train_acc']:.4f} val_acc {final['val_acc']:.4f} "
+          f"test_acc {final['test_acc']:.4f} loss {result.history[-1]['loss']:.4f} "
+          f"median epoch {np.median(times) * 1e3:.2f} ms")
+    if args.profile:
+        _print_profile(model.session.timers())
+    if args.checkpoint:
+        model.save_checkpoint(args.checkpoint)
+        print(f"morphgen: checkpoint written to {args.checkpoint}", file=sys.stderr)
+    if args.json_out:
+        from .bench.memory import peak_rss_bytes
+        peak = peak_rss_bytes()
+        report = {
+            "model": str(args.model), "backend": args.backend, "dataset": dataset.name,
+            "epochs": epochs, "threads": model.threads, "seed": args.seed,
+            "train_acc": final["train_acc"], "val_acc": final["val_acc"], "test_acc": final["test_acc"],
+            "final_loss": result.history[-1]["loss"], "epoch_times_s": times,
+            "compile_seconds": model.compile_seconds, "prepare_seconds": model.session.prepare_seconds,
+            "hoisted_aggregations": len(model.program.invariant), "feature_path": path,
+            "feature_sparsity": sparsity, "sparsity_threshold": tau,
+            "peak_rss_bytes": peak, "baseline_rss_bytes": baseline_rss,
+            "allocated_bytes": model.session.allocated_bytes(),
+            "history": result.history,
+        }
+        if args.profile:
+            report["profile"] = model.session.timers()
+        write_atomically(Path(args.json_out), json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def _rerun_with_sanitizer_runtime() -> None:
+    """A sanitized library loads only into a process that starts with the ASan runtime: restart
+    this command with it preloaded (once; the restarted process finds it in LD_PRELOAD)."""
+    from .toolchain import asan_runtime_path
+    runtime = str(asan_runtime_path())
+    if runtime in os.environ.get("LD_PRELOAD", "").split(":"):
+        return
+    env = dict(os.environ, LD_PRELOAD=":".join(filter(None, [runtime, os.environ.get("LD_PRELOAD")])))
+    # Python itself leaks by design and is not instrumented: report only the library's errors.
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=0:halt_on_error=1")
+    env.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
+    print("morphgen: restarting with the sanitizer runtime preloaded", file=sys.stderr)
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "morphgen", *sys.argv[1:]], env)
+
+
+def _check_writable(flag: str, target) -> None:
+    if target is None:
+        return
+    path = Path(target)
+    if path.is_dir():
+        raise UserError(f"morphgen: error: {flag} {path} is a directory; give a file name")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise UserError(f"morphgen: error: {flag} {path}: the folder {folder} does not exist or is not writable")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it into place: an interrupted
+    write never leaves a half file, and what was at `path` stays until the new one is complete."""
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"morphgen: error: cannot write {path}: {err.strerror or err}") from err
+
+
+def _print_profile(rows):
+    print(f"{'kernel':<28}{'calls':>8}{'seconds':>10}{'GB/s':>9}{'GFLOP/s':>9}")
+    for r in sorted(rows, key=lambda r: -r["seconds"]):
+        if not r["calls"]:
+            continue
+        s = max(r["seconds"], 1e-12)
+        print(f"{r['kernel']:<28}{r['calls']:>8}{r['seconds']:>10.4f}{r['bytes'] / s / 1e9:>9.2f}"
+              f"{r['flops'] / s / 1e9:>9.2f}")

@@ -1,0 +1,143 @@
+"""The pipeline and its policies, between the public API and the backends (GUIDE §2):
+parse + check -> IR -> bind the dataset's sizes -> passes and autodiff, with the choices that
+depend on the data (feature path, feature normalisation) and the memory a run will hold.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .errors import UserError
+
+
+def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_features: bool = False):
+    """Parse, check and lower a program; bind sizes when given; run the passes (backward included).
+
+    ``dense_features``: the backend will hold the input features dense, so aggregations of them
+    may be computed once instead of every epoch (passes/hoist_invariant.py)."""
+    from . import passes
+    from .frontend import compile_file
+    from .ir import IRError
+    program = compile_file(str(path))
+    used = {_canonical_size(s) for s in program.symbols()}
+    try:
+        if sizes is not None:
+            program.featureless = featureless
+            program.bind(sizes)
+        passes.run_default(program, dense_features=dense_features and sizes is not None and not featureless)
+    except IRError as err:
+        # Shapes that only the dataset's sizes reveal: the error still points into the program.
+        raise located_error(err, path, {k: v for k, v in (sizes or {}).items() if k in used}) from None
+    return program
+
+
+def _canonical_size(symbol: str) -> str:
+    return symbol.replace("g.", "")
+
+
+def located_error(err, path, sizes: Optional[dict] = None):
+    """An IRError as a ``FILE:LINE:COL: error:`` diagnostic, naming the dataset sizes involved."""
+    from .frontend import CompileError, Diagnostic
+    loc = getattr(err, "loc", None)
+    line, col = (getattr(loc, "line", 0) or 1), (getattr(loc, "col", 0) or 1)
+    try:
+        source_line = Path(path).read_text(encoding="utf-8").splitlines()[line - 1] if loc else ""
+    except (OSError, UnicodeDecodeError, IndexError):
+        source_line = ""
+    message = getattr(err, "message", str(err))
+    if sizes:
+        message += f" (with the dataset's sizes {', '.join(f'{k}={v}' for k, v in sizes.items())})"
+    return CompileError([Diagnostic(str(path), line, col, message, "error", source_line)])
+
+
+def sizes_of(dataset) -> dict:
+    g = dataset.graph
+    return {"F": dataset.num_features, "C": dataset.num_classes, "N": g.num_nodes,
+            "etypes": g.num_etypes, "ntypes": g.num_ntypes}
+
+
+def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: bool = True,
+                        threads: Optional[int] = None):
+    """Dense or sparse feature path, decided once at load time (Morphling §IV-B).
+
+    Returns (path, sparsity, tau, reason).
+    """
+    if dataset.features is None:
+        return "identity", 1.0, None, "featureless input: embedding lookup"
+    sparsity = float(dataset.feature_sparsity)
+    if threshold is not None:
+        tau, source = float(threshold), "--sparsity-threshold"
+    else:
+        from .calibrate import calibrate
+        cal = calibrate(threads)
+        tau, source = float(cal.tau), f"tau = 1 - rho, rho = {cal.rho:.3f} ({cal.source})"
+    if sparsity > tau and not sparse_supported:
+        return "dense", sparsity, tau, source + "; the program reads the features outside a linear layer"
+    return ("sparse" if sparsity > tau else "dense"), sparsity, tau, source
+
+
+def normalize_features(dataset, kind: Optional[str]):
+    """The program's input preprocessing (gnn.normalizeFeatures), on a copy of the features."""
+    import dataclasses
+    import scipy.sparse as sp
+    if kind is None or dataset.features is None:
+        return dataset
+    x = dataset.features
+    sums = np.asarray(abs(x).sum(axis=1)).reshape(-1).astype(np.float64)
+    scale = np.divide(1.0, sums, out=np.zeros_like(sums), where=sums > 0).astype(np.float32)
+    x = sp.diags(scale).dot(x).tocsr().astype(np.float32) if sp.issparse(x) else x * scale[:, None]
+    return dataclasses.replace(dataset, features=x)
+
+
+def features_payload(dataset, path: str):
+    import scipy.sparse as sp
+    x = dataset.features
+    if path == "identity":
+        return ("identity", None)
+    if path == "sparse":
+        return ("csr", sp.csr_matrix(x, dtype=np.float32) if not sp.issparse(x) else x.tocsr())
+    return ("dense", x.toarray() if sp.issparse(x) else x)
+
+
+def run_memory_estimate(program, dataset, feature_path: str) -> dict:
+    """Bytes a bound run will hold, by part: the buffer plan's peak (passes/liveness.py), the
+    parameters with their optimizer state, and the runtime's copy of the graph and features."""
+    import scipy.sparse as sp
+    from .passes import analyse_liveness
+    n, e = dataset.graph.num_nodes, dataset.graph.num_edges
+    live = analyse_liveness(program, n, e)
+    x = dataset.features
+    if x is None:
+        features = 0
+    elif sp.issparse(x) and feature_path == "sparse":
+        features = x.nnz * 8 + (n + 1) * 8
+    else:
+        features = n * dataset.num_features * 4
+    # two CSR orders (by destination, by source) with edge ids, degrees, labels and masks
+    graph = 2 * (n + 1) * 8 + 3 * e * 8 + n * 8 + n * 12
+    return {"activations and gradients": live.peak_bytes,
+            "parameters and optimizer state": live.param_bytes + live.optimizer_bytes,
+            "graph and features": graph + features}
+
+
+def check_run_fits(program, dataset, feature_path: str) -> None:
+    """Refuse, before allocating anything, a run that cannot fit in the memory left."""
+    from .resources import available_memory, gib
+    free = available_memory()
+    if free is None:
+        return
+    parts = run_memory_estimate(program, dataset, feature_path)
+    need = sum(parts.values())
+    if need > free:
+        detail = ", ".join(f"{name} {gib(b)}" for name, b in parts.items())
+        raise UserError(f"morphgen: error: training {program.name} on {dataset.name} needs about "
+                        f"{gib(need)} ({detail}), but only {gib(free)} of memory is available")
+
+
+def include_dirs():
+    """Header folders every generated library is built against (runtime ABI, backend op layer)."""
+    import morphgen.runtime as runtime_pkg
+    import morphgen.backends.openmp as openmp_pkg
+    return (str(Path(runtime_pkg.__file__).parent), str(Path(openmp_pkg.__file__).parent))
