@@ -42,7 +42,8 @@ __all__ = [
 # -Werror=overflow: a size product that wraps in `int` must fail the build, not allocate too little.
 BASE_FLAGS = ("-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-Werror=overflow")
 OPT_FLAGS = ("-O3",)
-SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1")
+# -O0: half the build time of -O1, and no access is optimised away from the sanitizers' view.
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O0")
 COMPILED_SUFFIXES = (".cpp", ".cc", ".cxx")
 CHECKSUM_SUFFIX = ".sha256"   # next to each cached library: its SHA-256, written after a complete build
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
