@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import shim_a_loader as sh
-from shim_a_loader import MAX, MEAN, SUM, f32, i64
+from tests.openmp import shim_a_loader as sh
+from tests.openmp.shim_a_loader import MAX, MEAN, SUM, f32, i64
 
 WIDTHS = (1, 3, 7, 31, 33, 47)
 VARIANTS = ("avx512", "portable")

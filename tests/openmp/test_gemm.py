@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import shim_a_loader as sh
+from tests.openmp import shim_a_loader as sh
 from morphgen.toolchain import BuildError, compile_shared, kernel_include_dir
-from shim_a_loader import f32, i32, i64
+from tests.openmp.shim_a_loader import f32, i32, i64
 
 TINY = 'extern "C" int answer() { return %d; }\n'
 

@@ -5,7 +5,7 @@ from morphgen.graph import Graph
 from morphgen.partition import PartitionError, build_layouts, partition_graph, quality_report
 from morphgen.partition.loads import LoadModel
 
-from partition_graphs import grid
+from tests.partition.partition_graphs import grid
 
 
 def test_out_of_range_indices_name_the_field():

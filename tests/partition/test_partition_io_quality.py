@@ -8,7 +8,7 @@ from morphgen.partition import (PartitionError, build_layouts, load_part, load_p
                                 quality_report, save_partition)
 from morphgen.partition.cli import add_parser, run
 
-from partition_graphs import DATASETS, check_layouts, grid, messy
+from tests.partition.partition_graphs import DATASETS, check_layouts, grid, messy
 
 
 def _same(a, b):

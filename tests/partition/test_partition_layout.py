@@ -4,7 +4,7 @@ import pytest
 from morphgen.graph import Graph
 from morphgen.partition import build_layouts, partition_graph
 
-from partition_graphs import check_layouts, grid, messy, stars
+from tests.partition.partition_graphs import check_layouts, grid, messy, stars
 
 
 def test_hand_computed_path():

@@ -9,7 +9,7 @@ from morphgen.partition.components import component_packing
 from morphgen.partition.greedy import greedy_partition
 from morphgen.partition.loads import part_loads
 
-from partition_graphs import DATASETS, cliques, grid, messy, stars
+from tests.partition.partition_graphs import DATASETS, cliques, grid, messy, stars
 
 
 def loads_of(g):

@@ -7,7 +7,7 @@ from morphgen.partition.adjacency import symmetric_adjacency
 from morphgen.partition.loads import part_loads
 from morphgen.partition.refine import load_cap, refine_cut, repair_balance
 
-from partition_graphs import DATASETS, cliques, grid, messy, stars
+from tests.partition.partition_graphs import DATASETS, cliques, grid, messy, stars
 
 
 def loads_of(g):

@@ -11,7 +11,7 @@ from morphgen.partition.isolated import free_nodes
 from morphgen.partition.quiet import _flush_c_stdio
 from morphgen.partition.swaps import refine_with_swaps
 
-from partition_graphs import grid, messy
+from tests.partition.partition_graphs import grid, messy
 
 
 def loads_of(g):
