@@ -1,11 +1,11 @@
-"""Run one IR program through the OpenMP backend and through the numpy interpreter."""
+"""Run one IR program through a backend (OpenMP unless told) and through the numpy interpreter."""
 from __future__ import annotations
 
 import numpy as np
 
 from morphgen.pipeline import include_dirs
 from morphgen.passes import run_default
-from morphgen.backends.openmp.emitter import emit
+from morphgen.backends import require
 from morphgen.interp import Interpreter
 from morphgen.ir import Optimizer
 from morphgen.layout import GraphLayout
@@ -18,11 +18,12 @@ def sizes_for(graph, x, classes):
             "etypes": graph.num_etypes, "ntypes": graph.num_ntypes}
 
 
-def build(program, graph, x, classes, sanitize=False):
+def build(program, graph, x, classes, sanitize=False, backend="openmp"):
     program.featureless = x is None
     program.bind(sizes_for(graph, x, classes))
     run_default(program)          # rewrites, backward and fusion exactly as `morphgen train` does
-    return compile_shared(emit(program), name="test_model", include_dirs=include_dirs(), sanitize=sanitize)
+    sources = require(backend).emitter_class()(program).emit()
+    return compile_shared(sources, name=f"test_model_{backend}", include_dirs=include_dirs(), sanitize=sanitize)
 
 
 def session(lib, program, graph, x, labels, mask, features="dense", seed=0, threads=2):
