@@ -332,8 +332,17 @@ class OpenMPEmitter:
         for op in self.p.invariant:
             self.current_op = op
             x = op.inputs[0]
-            if op.opcode != "aggregate" or x.id != self.features_id or len(op.inputs) != 1:
+            if op.opcode != "aggregate" or len(op.inputs) != 1 or (
+                    x.id != self.features_id and not self.views.get(x.id, "").startswith("m.inv")):
                 raise InternalError(f"the OpenMP backend cannot compute '{op.opcode}' once at load time")
+            name = f"inv{op.output.id}"
+            if x.id != self.features_id:     # an aggregation of an aggregation (S^K x): its own buffer
+                self.members.append(f"mg::Buffer {name};")
+                self.prepare += [f"m.{name}.allocate({self.numel(op.output)}, m.allocated_bytes)",
+                                 f"mg::op::aggregate(m.g, {self._agg_spec(op)}, {self.views[x.id]}, "
+                                 f"{self.width(x)}, m.{name}.data, nullptr)"]
+                self.views[op.output.id] = f"m.{name}.data"
+                continue
             self.needs_dense_features = True
             # Overwriting the donated features is safe only when this is their one reader.
             sole_reader = len(self.readers.get(x.id, [])) == 1

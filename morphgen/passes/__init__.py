@@ -1,7 +1,7 @@
 """Middle-end passes over the IR, one module per pass.
 
 Forward rewrites (run before autodiff; each keeps numerics up to float rounding):
-``reorder_linear_aggregate``, ``split_concat_linear``, ``reorder_linear_operators`` and, for
+``fold_edge_aggregations``, ``reorder_linear_aggregate``, ``split_concat_linear``, ``reorder_linear_operators`` and, for
 dense input features, ``hoist_invariant_aggregation``.
 Analyses (after autodiff): ``annotate_fusion`` and ``analyse_liveness``.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..autodiff import differentiate
 from ..ir import Program
 from .concat_split import split_concat_linear
+from .edge_aggregate import fold_edge_aggregations
 from .fusion import FusionGroup, annotate_fusion
 from .hoist_invariant import hoist_invariant_aggregation
 from .linear_reorder import reorder_linear_operators
@@ -17,7 +18,7 @@ from .liveness import Liveness, analyse_liveness, lifetimes
 from .reorder_aggregate import reorder_linear_aggregate
 from .rewrite import remove_dead_forward
 
-__all__ = ["run_default", "reorder_linear_aggregate", "split_concat_linear",
+__all__ = ["run_default", "fold_edge_aggregations", "reorder_linear_aggregate", "split_concat_linear",
            "reorder_linear_operators", "hoist_invariant_aggregation", "annotate_fusion",
            "analyse_liveness", "lifetimes", "FusionGroup", "Liveness", "remove_dead_forward"]
 
@@ -34,6 +35,7 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
     """
     program.backward, program.grads = [], {}
     report = {}
+    report["fold_edge_aggregations"] = fold_edge_aggregations(program)
     if not program.symbols():
         report["reorder_linear_aggregate"] = reorder_linear_aggregate(program)
     report["split_concat_linear"] = split_concat_linear(program)

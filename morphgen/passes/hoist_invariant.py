@@ -7,6 +7,7 @@ aggregation of the raw features -- is the same number every epoch.  This pass mo
 * ``aggregate(x)`` with ``x`` the features                 ->  invariant ``P = aggregate(x)``
 * ``aggregate(linear(x, W))`` with ``x`` the features      ->  invariant ``P = aggregate(x)``,
   forward ``linear(P, W)`` (``A (x W) = (A x) W``, as in ``reorder_linear_aggregate``)
+* ``aggregate(P)`` with ``P`` already invariant             ->  invariant too (SGC's ``S^K x``)
 
 The second form is what a first GCN layer looks like after ``reorder_linear_aggregate`` put the
 aggregation on the narrow side.  Hoisted, the layer keeps its linear (same FLOPs) but loses one
@@ -54,10 +55,12 @@ def _repaid(program: Program, features, layer_width) -> bool:
 
 def _hoist_one(program: Program, features) -> bool:
     uses, prod = forward_uses(program), producers(program)
+    invariant = {op.output.id for op in program.invariant}
     for pos, op in enumerate(program.forward):
         if not _linear_in_its_input(op):
             continue
-        if op.inputs[0].id == features.id:
+        # A x, or A (A x) and so on: SGC's S^K x is K aggregations computed once.
+        if op.inputs[0].id == features.id or op.inputs[0].id in invariant:
             program.forward.pop(pos)
             program.invariant.append(op)
             return True

@@ -253,3 +253,39 @@ def test_run_default_keeps_numerics(name):
     prog, report = _assert_same_numerics(models.ALL[name], lambda p: run_default(p, 10, 26))
     assert report["liveness"].peak_bytes > 0
     prog.validate()
+
+
+# -- gather -> scatter folded into one aggregation ------------------------------------------
+EDGE_REDUCTIONS = """
+function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[F][C]> W = glorot;
+    propNode<float[F]> a, b, c, d, e;
+    propNode<float[C]> out;
+    gnn.optimizer("sgd", lr = 0.1);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        forall (v in g.nodes()) {
+            v.a = Sum(u in g.neighbors(v): u.x);
+            v.b = Mean(e in v.incoming_edges(): e.src.a);
+            v.c = Max(u in g.neighbors(v): u.b);
+            v.d = Sum(e in v.outgoing_edges(): e.dst.c);
+            v.e = Mean(e in v.outgoing_edges(): e.dst.d);
+            v.out = (v.e + v.a) * W;
+        }
+        gnn.loss(out, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+"""
+
+
+def test_gather_then_scatter_becomes_one_aggregation():
+    from morphgen.frontend import compile_source
+    from morphgen.passes import fold_edge_aggregations
+    prog, n = _assert_same_numerics(lambda: compile_source(EDGE_REDUCTIONS, "edges.mp"), fold_edge_aggregations)
+    # sum, mean and max over in-edges and a sum over out-edges fold; a mean over out-edges has no
+    # aggregate form (an aggregate's mean divides by the in-degree) and keeps its edge tensor
+    assert n == 4
+    aggregates = [(op.attrs["reduce"], op.attrs["direction"]) for op in prog.forward if op.opcode == "aggregate"]
+    assert aggregates == [("sum", "in"), ("mean", "in"), ("max", "in"), ("sum", "out")]
+    assert _opcodes(prog).count("gather") == 1 and _opcodes(prog).count("scatter") == 1
