@@ -331,39 +331,3 @@ def _private_build_dir(root: Path, reason: OSError) -> Path:
         print(f"morphgen: note: the build cache {root} cannot be written ({reason.strerror or reason}); "
               f"building in {private}", file=sys.stderr)
     return private
-
-    root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".tmp-{digest}-", dir=root))
-    for fname, text in sources.items():
-        (work / fname).write_text(text)
-    units = [fname for fname in sorted(sources) if fname.endswith(COMPILED_SUFFIXES)]
-    cmd = [
-        cxx, *BASE_FLAGS, *opt, *user_flags,
-        *(f"-I{d}" for d in inc_dirs),
-        *units, "-o", so_name, *blas,
-    ]
-    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-    log = "$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr
-    (work / "build.log").write_text(log)
-    if proc.returncode != 0 or not (work / so_name).exists():
-        # Keep the failed directory under a stable, recognisable name for inspection.
-        kept = root / f"failed-{digest}"
-        shutil.rmtree(kept, ignore_errors=True)
-        try:
-            os.rename(work, kept)
-        except OSError:
-            kept = work
-        raise BuildError(
-            f"C++ build of {name!r} failed (exit {proc.returncode}); sources and build.log kept in "
-            f"{kept}\n{_first_errors(proc.stderr or proc.stdout)}",
-            build_dir=kept,
-            log=log,
-        )
-    try:
-        os.rename(work, final_dir)
-    except OSError:
-        # Another process finished the same build first; its copy is identical, use it.
-        shutil.rmtree(work, ignore_errors=True)
-        if not final_so.exists():
-            raise BuildError(f"build cache entry {final_dir} exists but holds no {so_name}")
-    return final_so
