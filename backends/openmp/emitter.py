@@ -405,9 +405,10 @@ class OpenMPEmitter:
 
     def _fusable_linear(self, group) -> bool:
         """A plain dense product: the input-feature paths and featureless rows have their own kernels."""
+        if group.kind != "linear_epilogue":
+            return False        # other groups may start with an op that reads nothing (graph_scalar)
         x = group.ops[0].inputs[0]
-        return (group.kind == "linear_epilogue" and x.assoc == "node" and x.id not in self.feature_like
-                and self._identity_rows(x) is None)
+        return x.assoc == "node" and x.id not in self.feature_like and self._identity_rows(x) is None
 
     def _epilogue(self, op) -> tuple:
         """(`, mg::Epilogue{...}`, the value the kernel writes) for an op whose bias/activation
