@@ -6,9 +6,15 @@ computed from ``lexpos`` against the start of the token's line.
 """
 from __future__ import annotations
 
+import math
+
 import ply.lex as lex
 
 from ..frontend.diagnostics import show
+
+# Integer literals are C int64 values (compile-time arithmetic follows C).  The bound is checked
+# on the digits before int() sees them: int() refuses strings of over 4300 digits.
+INT_MAX = 2 ** 63 - 1
 
 KEYWORDS = {
     "function": "FUNCTION", "Graph": "GRAPH", "propNode": "PROPNODE", "propEdge": "PROPEDGE",
@@ -58,13 +64,16 @@ TOKEN_TEXT = {
 }
 
 
+# Long comments and strings are matched by repeating character classes, not groups: Python's
+# regex engine keeps backtracking state for every repetition of a group such as (a|b)*, about
+# 1 KB per character (a 1 MB string literal took 1 GB).
 def t_block_comment(t):
-    r"/\*(.|\n)*?\*/"
+    r"/\*[\s\S]*?\*/"
     t.lexer.lineno += t.value.count("\n")
 
 
 def t_unterminated_comment(t):
-    r"/\*(.|\n)*"
+    r"/\*[\s\S]*"
     t.lexer.ctx.lex_error(t.lexpos, "unterminated comment")
     t.lexer.lineno += t.value.count("\n")
 
@@ -138,26 +147,35 @@ def t_OR(t):
     return t
 
 
+# Digits are [0-9], not \d: \d would also accept other scripts' digits ('\u0663').
 def t_FLOATLIT(t):
-    r"(\d+\.\d*|\.\d+)([eE][+-]?\d+)?|\d+[eE][+-]?\d+"
+    r"([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+"
     t.value = float(t.value)
+    if math.isinf(t.value):
+        t.lexer.ctx.lex_error(t.lexpos, "float literal too large")
+        t.value = 0.0          # the program is not lowered after a lexical error
     return t
 
 
 def t_INTLIT(t):
-    r"\d+"
-    t.value = int(t.value)
+    r"[0-9]+"
+    digits = t.value.lstrip("0") or "0"
+    if len(digits) > len(str(INT_MAX)) or int(digits) > INT_MAX:
+        t.lexer.ctx.lex_error(t.lexpos, "integer literal too large")
+        t.value = 0            # the program is not lowered after a lexical error
+    else:
+        t.value = int(digits)
     return t
 
 
 def t_STRING(t):
-    r'"([^"\\\n]|\\[^\n])*"'
+    r'"[^"\\\n]*(?:\\[^\n][^"\\\n]*)*"'
     t.value = t.value[1:-1]      # kept verbatim: strings only ever select from fixed catalogues
     return t
 
 
 def t_unterminated_string(t):
-    r'"([^"\\\n,;)]|\\[^\n])*'
+    r'"[^"\\\n,;)]*(?:\\[^\n][^"\\\n,;)]*)*'
     # Most likely the closing quote was forgotten before the next delimiter: end the string
     # there so that the rest of the line still parses and reports nothing spurious.
     t.lexer.ctx.lex_error(t.lexpos, "unterminated string literal")
@@ -172,9 +190,22 @@ def t_ID(t):
     return t
 
 
+def t_illegal(t):
+    r'(?:[^A-Za-z0-9_ \t\r\f\v\n(){}\[\];,.:<>=!+\-*/%&|"]+|&(?!&)|\|(?!\|))+'
+    # A run of characters that cannot start any token is one diagnostic, not one per
+    # character.  This rule (rather than t_error) also keeps lexing linear: PLY hands t_error
+    # a copy of the whole rest of the input.
+    run = t.value
+    if len(run) == 1:
+        t.lexer.ctx.lex_error(t.lexpos, f"illegal character {show(run)}")
+    else:
+        t.lexer.ctx.lex_error(t.lexpos, f"{len(run)} illegal characters {show(run)}")
+
+
 def t_error(t):
-    ch = t.value[0]
-    t.lexer.ctx.lex_error(t.lexpos, f"illegal character {show(ch)}")
+    # Unreachable while t_illegal covers every character no other rule accepts; kept as a
+    # safety net.
+    t.lexer.ctx.lex_error(t.lexpos, f"illegal character {show(t.value[0])}")
     t.lexer.skip(1)
 
 

@@ -7,6 +7,9 @@ tables are built in memory once per process; nothing is written to disk.
 """
 from __future__ import annotations
 
+import bisect
+import re
+
 import ply.yacc as yacc
 
 from ..frontend import ast as A
@@ -21,11 +24,13 @@ class ParseContext:
         self.text = text
         self.filename = filename
         self.sink = sink
+        # Offsets where each line starts, so that a token's line is a binary search rather
+        # than a count over everything before it (which made parsing quadratic).
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
     def coord_at(self, lexpos: int) -> A.Coord:
-        start = self.text.rfind("\n", 0, lexpos) + 1
-        line = self.text.count("\n", 0, lexpos) + 1
-        return A.Coord(self.filename, line, lexpos - start + 1)
+        line = bisect.bisect_right(self.line_starts, lexpos)
+        return A.Coord(self.filename, line, lexpos - self.line_starts[line - 1] + 1)
 
     def lex_error(self, lexpos: int, message: str) -> None:
         self.sink.error(self.coord_at(lexpos), message)
@@ -64,7 +69,7 @@ class Grammar:
     def p_function_list(self, p):
         """function_list : function
                          | function_list function"""
-        p[0] = [p[1]] if len(p) == 2 else p[1] + [p[2]]
+        p[0] = _items(p, 2)
 
     def p_function(self, p):
         """function : FUNCTION ID LPAREN params_opt RPAREN block"""
@@ -78,7 +83,7 @@ class Grammar:
     def p_params(self, p):
         """params : param
                   | params COMMA param"""
-        p[0] = [p[1]] if len(p) == 2 else p[1] + [p[3]]
+        p[0] = _items(p, 3)
 
     def p_param(self, p):
         """param : type ID"""
@@ -108,7 +113,7 @@ class Grammar:
     def p_dims_opt(self, p):
         """dims_opt : dims_opt LBRACKET expr RBRACKET
                     | empty"""
-        p[0] = [] if len(p) == 2 else p[1] + [p[3]]
+        p[0] = [] if len(p) == 2 else _append(p[1], p[3])
 
     # -- statements ------------------------------------------------------------------------
     def p_block(self, p):
@@ -121,7 +126,7 @@ class Grammar:
         if len(p) == 2:
             p[0] = []
         else:
-            p[0] = p[1] + ([p[2]] if p[2] is not None else [])
+            p[0] = p[1] if p[2] is None else _append(p[1], p[2])
 
     def p_stmt_simple(self, p):
         """stmt : decl SEMI
@@ -152,7 +157,7 @@ class Grammar:
     def p_declarators(self, p):
         """declarators : declarator
                        | declarators COMMA declarator"""
-        p[0] = [p[1]] if len(p) == 2 else p[1] + [p[3]]
+        p[0] = _items(p, 3)
 
     def p_declarator(self, p):
         """declarator : ID
@@ -284,7 +289,7 @@ class Grammar:
     def p_args(self, p):
         """args : arg
                 | args COMMA arg"""
-        p[0] = [p[1]] if len(p) == 2 else p[1] + [p[3]]
+        p[0] = _items(p, 3)
 
     def p_arg(self, p):
         """arg : expr
@@ -331,6 +336,18 @@ def _expected(parser) -> str:
     if 1 <= len(names) <= 2:
         return ", expected " + " or ".join(f"'{n}'" for n in sorted(names))
     return ""
+
+
+def _append(items: list, item) -> list:
+    """Grow a list production in place: ``items + [item]`` would copy the list for every
+    item, which is quadratic in the length of a block, an argument list and so on."""
+    items.append(item)
+    return items
+
+
+def _items(p, nth):
+    """``items : item | items [SEP] item``: the list so far with ``p[nth]`` appended."""
+    return [p[1]] if len(p) == 2 else _append(p[1], p[nth])
 
 
 def _body(stmt, coord):

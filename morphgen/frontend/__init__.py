@@ -5,7 +5,17 @@
 """
 from __future__ import annotations
 
+import contextlib
+import sys
+
 from .diagnostics import CompileError, Diagnostic, DiagnosticSink
+
+# Blocks, statements and expressions nest at most this many levels (docs/language.md).  The
+# lowering recurses over the tree; the limit bounds how deep, so Python's recursion limit is
+# never what stops a program.
+MAX_NESTING = 200
+# Python frames the lowering may use per level of nesting (at most 4 today), with a margin.
+_FRAMES_PER_LEVEL = 8
 
 __all__ = ["compile_file", "compile_source", "check_file", "check_source", "CompileError",
            "Diagnostic"]
@@ -13,21 +23,43 @@ __all__ = ["compile_file", "compile_source", "check_file", "check_source", "Comp
 
 def _run(text: str, filename: str):
     from ..grammar.parser import parse
+    from .ast import too_deep
     from .lower import Lowerer
     sink = DiagnosticSink(filename, text)
-    try:
-        module = parse(text, filename, sink)
-        program = None
-        if module is not None and not sink:
-            program = Lowerer(sink).lower_module(module)
-            if program is not None:
-                program.fingerprint = program.source_fingerprint()
-        elif module is None and not sink:
-            sink.error(None, "the file contains no function")
-    except RecursionError:
-        sink.error(None, "the program is nested too deeply")
-        program = None
+    module = parse(text, filename, sink)     # PLY parses with its own stack: any depth is fine
+    program = None
+    deep = too_deep(module, MAX_NESTING) if module is not None else None
+    if deep is not None:
+        sink.error(deep.coord, f"nesting too deep: more than {MAX_NESTING} levels of "
+                               "blocks, statements and expressions")
+    if module is not None and not sink:
+        lowerer = Lowerer(sink)
+        try:
+            with _stack_room(MAX_NESTING * _FRAMES_PER_LEVEL + 500):
+                program = lowerer.lower_module(module)
+        except RecursionError:
+            # A guard only: the nesting limit keeps the lowering well inside the room above.
+            sink.error(lowerer.current, "the program is nested too deeply")
+        if program is not None and not sink:
+            program.fingerprint = program.source_fingerprint()
+    elif module is None and not sink:
+        sink.error(None, "the file contains no function")
     return (program if not sink else None), sink.sorted()
+
+
+@contextlib.contextmanager
+def _stack_room(frames: int):
+    """Let ``frames`` more Python frames fit on the stack, however deep the caller already is
+    (the caller may be a test runner or an application several hundred frames deep)."""
+    depth, f = 0, sys._getframe()
+    while f is not None:
+        depth, f = depth + 1, f.f_back
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, depth + frames))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
 
 
 def compile_source(text: str, filename: str = "<string>"):

@@ -197,3 +197,34 @@ def walk(node):
         yield n
         children = [getattr(n, f) for f in n.__dataclass_fields__ if f != "coord"]
         stack.extend(reversed(children))
+
+
+# Each of these opens a level of nesting: lowering recurses a few Python frames per level.
+# The braces of a body (``if (c) { ... }``) are part of their statement; only a block written
+# as a statement of its own is a level.
+NESTING = (Block, For, Forall, If, While, BinOp, UnaryOp, Call, Index, Attr, Reduce)
+_WITH_BODY = (Function, For, Forall, If, While)
+
+
+def too_deep(node, limit: int):
+    """The first node (depth first) nested more than ``limit`` levels deep, or None.
+
+    Measured with an explicit stack, never recursion, so any input can be measured; the
+    caller refuses to lower a tree that has one, which bounds the lowering's recursion."""
+    stack = [(node, 0)]
+    while stack:
+        n, depth = stack.pop()
+        if isinstance(n, list):
+            stack.extend((c, depth) for c in reversed(n))
+            continue
+        if not isinstance(n, Node):
+            continue
+        if isinstance(n, NESTING):
+            depth += 1
+            if depth > limit:
+                return n
+        children = [getattr(n, f) for f in n.__dataclass_fields__ if f != "coord"]
+        if isinstance(n, _WITH_BODY):
+            children = [c.stmts if isinstance(c, Block) else c for c in children]
+        stack.extend((c, depth) for c in reversed(children))
+    return None

@@ -7,6 +7,13 @@ from typing import Iterable
 
 from ..errors import UserError
 
+# A source line longer than this is shown as a window of it around the caret.
+MAX_SHOWN_LINE = 120
+# Diagnostics rendered in full; the rest are counted ("and N more errors").
+MAX_RENDERED = 20
+# A message quoting a megabyte-long name from the source is cut to this many characters.
+MAX_MESSAGE = 400
+
 
 @dataclass(frozen=True)
 class Diagnostic:
@@ -21,9 +28,24 @@ class Diagnostic:
         head = f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
         if not self.source_line:
             return head
+        text, caret = _window(self.source_line, max(self.col - 1, 0))
         # Keep tabs in the caret line so it lines up under the source in any terminal.
-        lead = "".join(c if c == "\t" else " " for c in self.source_line[: max(self.col - 1, 0)])
-        return f"{head}\n{self.source_line}\n{lead}^"
+        lead = "".join(c if c == "\t" else " " for c in text[:caret])
+        return f"{head}\n{text}\n{lead}^"
+
+
+def _window(line: str, caret: int):
+    """``line`` cut to at most MAX_SHOWN_LINE characters around index ``caret`` (cuts marked
+    with '...'), and the caret's index in the result.  A minified or generated file can have
+    lines of megabytes; each diagnostic would print its line whole."""
+    if len(line) <= MAX_SHOWN_LINE:
+        return line, caret
+    width = MAX_SHOWN_LINE - 6                 # room for '...' at both ends
+    start = min(max(caret - width // 2, 0), len(line) - width)
+    end = start + width
+    left = "..." if start > 0 else ""
+    right = "..." if end < len(line) else ""
+    return left + line[start:end] + right, caret - start + len(left)
 
 
 class CompileError(UserError):
@@ -34,15 +56,27 @@ class CompileError(UserError):
         super().__init__(render_all(self.diagnostics))
 
 
-def render_all(diagnostics: Iterable[Diagnostic]) -> str:
-    return "\n".join(d.render() for d in diagnostics)
+def render_all(diagnostics: Iterable[Diagnostic], limit: int = MAX_RENDERED) -> str:
+    """The first ``limit`` diagnostics rendered, then how many more there are: a file of
+    garbage can produce thousands, and the first ones are the ones worth reading."""
+    diagnostics = list(diagnostics)
+    out = [d.render() for d in diagnostics[:limit]]
+    rest = len(diagnostics) - limit
+    if rest > 0:
+        out.append(f"... and {rest} more error{'s' if rest != 1 else ''}")
+    return "\n".join(out)
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str:
     """``"; did you mean 'X'?"`` for the closest candidate, or an empty string."""
     best, best_key = None, None
     for cand in sorted(set(candidates)):
-        score = difflib.SequenceMatcher(None, name, cand).ratio()
+        matcher = difflib.SequenceMatcher(None, name, cand)
+        # real_quick_ratio() (from the lengths alone) bounds ratio() from above: it skips the
+        # full comparison, whose cost grows with the length of a (possibly huge) name.
+        if matcher.real_quick_ratio() < 0.6:
+            continue
+        score = matcher.ratio()
         if score < 0.6:
             continue
         # ties go to the candidate that starts like the misspelling (Wx -> W, not x)
@@ -64,13 +98,17 @@ class DiagnosticSink:
 
     def __init__(self, filename: str, text: str):
         self.filename = filename
-        self.lines = text.splitlines()
+        # Lines as the lexer counts them: split at '\n' only (splitlines() also splits at
+        # '\f', '\v', '\x1c', '\u2028', ... and would show the wrong source line).
+        self.lines = [line.removesuffix("\r") for line in text.split("\n")]
         self.items: list = []
         self._seen: set = set()
 
     def error(self, coord, message: str) -> None:
         line = getattr(coord, "line", 1) or 1
         col = getattr(coord, "col", 1) or 1
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + "..."
         key = (line, col, message)
         if key in self._seen:
             return

@@ -324,7 +324,7 @@ class DirectiveLowering:
                                                "property, e.g. gnn.loss(out, \"cross_entropy\")")
             sym = self.scope.lookup(arg.name)
             if sym is None:
-                raise undeclared(arg.coord, arg.name, self.scope)
+                raise undeclared(arg.coord, arg.name, self.names_in_scope())
             if not isinstance(sym, PropSym) or sym.assoc != "node":
                 raise SemanticError(arg.coord, f"gnn.loss needs a node property, '{arg.name}' is not one")
             if sym.poisoned:

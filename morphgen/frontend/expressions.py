@@ -15,8 +15,8 @@ from . import ast as A
 from .diagnostics import suggest
 from .sema import (AGGREGATORS, BUILTINS, EDGE_BUILTIN_ATTRS, GRAPH_ATTRS, GRAPH_METHODS,
                    NODE_BUILTIN_ATTRS, NODE_METHODS, ConstSym, ElemSym, GraphSym, LocalSym,
-                   PoisonSym, Poisoned, PropSym, Scope, SemanticError, SizeSym, WeightSym,
-                   check_number, describe, undeclared)
+                   SUGGESTION_LIMIT, PoisonSym, Poisoned, PropSym, Scope, SemanticError, SizeSym,
+                   WeightSym, check_number, describe, undeclared)
 from .values import ElemRef, GraphRef, Iteration, SizeRef, TypeCount, TypeIndex, TypedSlice
 
 _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "<": operator.lt,
@@ -87,7 +87,7 @@ class ExpressionLowering:
     def e_Name(self, e):
         sym = self.scope.lookup(e.name)
         if sym is None:
-            raise undeclared(e.coord, e.name, self.scope, BUILTINS)
+            raise undeclared(e.coord, e.name, self.names_in_scope(BUILTINS))
         if isinstance(sym, PoisonSym):
             raise Poisoned()
         if isinstance(sym, ConstSym):
@@ -149,8 +149,15 @@ class ExpressionLowering:
                                          f"a model that reads them sees the answer")
         return self.at_end(sym.value, obj, e.coord)
 
+    def names_in_scope(self, extra=()) -> set:
+        """The names to draw a 'did you mean' from: every name in scope, and ``extra``
+        (none once SUGGESTION_LIMIT errors are reported)."""
+        if len(self.sink.items) >= SUGGESTION_LIMIT:
+            return set()
+        return self.scope.visible() | set(extra)
+
     def no_property(self, coord, obj: ElemRef, name):
-        props = [n for n in self.scope.visible()
+        props = [n for n in self.names_in_scope()
                  if isinstance(self.scope.lookup(n), PropSym)
                  and self.scope.lookup(n).assoc == obj.kind]
         builtin = (["src", "dst", "etype", *EDGE_BUILTIN_ATTRS] if obj.kind == "edge"

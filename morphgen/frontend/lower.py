@@ -16,8 +16,8 @@ from .directives import TRAINING_DIRECTIVES, DirectiveLowering, TrainingState
 from .expressions import (ExpressionLowering, is_directive, is_rows, source_text,
                           widths_conflict)
 from .sema import (INITS, ConstSym, ElemSym, GraphSym, LocalSym, PoisonSym, Poisoned, PropSym,
-                   Scope, SemanticError, SizeSym, WeightSym, check_choice, describe,
-                   identifier_problem, undeclared)
+                   Scope, SemanticError, SizeSym, WeightSym, check_choice, declared_name_problem,
+                   describe, identifier_problem, undeclared)
 from .values import ElemRef, Iteration, TypeCount
 
 STATEMENT_BUDGET = 100_000      # statements executed while unrolling, over the whole program
@@ -45,6 +45,8 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
         self.labels_classes = None        # the IR symbol bound to the number of classes
         self._gathers: dict = {}
         self._scalars: dict = {}
+        self._training: dict = {}         # node -> whether it calls a training directive
+        self.current = None               # the coordinate of the statement being lowered
 
     # == entry ==============================================================================
     def lower_module(self, module: A.Module):
@@ -75,6 +77,11 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
                 graph = self._param(p, graph)
             except SemanticError as e:
                 self.sink.error(e.coord, e.message)
+                # One error per mistake: uses of the parameter stay silent, and a Graph
+                # parameter with a bad name still counts as the graph.
+                self.scope.names.setdefault(p.name, PoisonSym(p.name, p.coord))
+                if p.type.kind == "Graph" and graph is None:
+                    graph = p.name
             except Poisoned:
                 pass
         if graph is None:
@@ -142,7 +149,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
     def _body(self, fn: A.Function):
         stmts = fn.body.stmts
         loop_at = next((i for i, s in enumerate(stmts)
-                        if isinstance(s, A.For) and _calls_training(s)), None)
+                        if isinstance(s, A.For) and self.calls_training(s)), None)
         if loop_at is None:
             for s in stmts:
                 self.stmt(s)
@@ -159,6 +166,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
 
     # == statements =========================================================================
     def stmt(self, s):
+        self.current = s.coord
         self.budget -= 1
         if self.budget < 0:
             self.sink.error(s.coord, f"the program unrolls to more than {STATEMENT_BUDGET} "
@@ -180,7 +188,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
         so do complaints about the order of the directives it contained."""
         if isinstance(s, (A.Assign, A.Decl, A.ExprStmt)):
             return                     # these poison their own target precisely
-        if _calls_training(s):
+        if self.calls_training(s):
             self.train.broken = True
         for n in A.walk(s):
             if isinstance(n, A.Assign) and isinstance(n.target, A.Attr):
@@ -281,7 +289,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
                                          "function, outside loops and blocks")
         if t.elem != "float":
             raise SemanticError(t.coord, f"weights hold float values, not '{t.elem}'")
-        problem = identifier_problem(d.name)
+        problem = declared_name_problem(d.name)
         if problem:
             raise SemanticError(d.coord, problem)
         domain, dims = None, list(t.dims)
@@ -354,7 +362,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
         name = s.target.name
         sym = self.scope.lookup(name)
         if sym is None:
-            raise undeclared(s.target.coord, name, self.scope)
+            raise undeclared(s.target.coord, name, self.names_in_scope())
         if isinstance(sym, PoisonSym):
             raise Poisoned()
         if isinstance(sym, ConstSym):
@@ -421,7 +429,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
             raise Poisoned()
 
     def s_For(self, s):
-        if _calls_training(s) and not self.in_training:
+        if self.calls_training(s) and not self.in_training:
             raise SemanticError(s.coord, "the training loop must be a top-level statement of "
                                          "the function")
         saved = self.scope
@@ -559,7 +567,11 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
             self.frame = None
             self.loop_depth -= 1
 
-
-def _calls_training(node) -> bool:
-    return any(isinstance(n, A.Call) and is_directive(n) and n.func.name in TRAINING_DIRECTIVES
-               for n in A.walk(node))
+    def calls_training(self, node) -> bool:
+        """Whether ``node`` contains a training directive.  Remembered per node: an unrolled
+        loop asks again on every iteration, and each answer walks the whole subtree."""
+        if node not in self._training:
+            self._training[node] = any(
+                isinstance(n, A.Call) and is_directive(n) and n.func.name in TRAINING_DIRECTIVES
+                for n in A.walk(node))
+        return self._training[node]

@@ -148,14 +148,20 @@ class Scope:
         if old is not None and not isinstance(old, ConstSym) or sym.name in self.names:
             where = f" (first declared at line {old.coord.line})" if getattr(old, "coord", None) else ""
             raise SemanticError(sym.coord, f"'{sym.name}' is already declared{where}")
-        problem = identifier_problem(sym.name)
+        problem = declared_name_problem(sym.name)
         if problem:
             raise SemanticError(sym.coord, problem)
         self.names[sym.name] = sym
 
 
-def undeclared(coord, name: str, scope: Scope, extra=()) -> SemanticError:
-    return SemanticError(coord, f"undeclared name '{name}'" + suggest(name, scope.visible() | set(extra)))
+# "Did you mean" suggestions drawn from the names in scope stop after this many errors: each
+# compares the name with every name in scope, which over a file of thousands of errors is
+# quadratic (and only the first errors are printed).
+SUGGESTION_LIMIT = 100
+
+
+def undeclared(coord, name: str, candidates) -> SemanticError:
+    return SemanticError(coord, f"undeclared name '{name}'" + suggest(name, candidates))
 
 
 # -- the catalogue -----------------------------------------------------------------------
@@ -196,6 +202,30 @@ EDGE_BUILTIN_ATTRS = {"rel_degree": "rel_degree"}
 NODE_METHODS = ("incoming_edges", "outgoing_edges")
 GRAPH_METHODS = ("nodes", "edges", "neighbors")
 GRAPH_ATTRS = {"etypes": "etype", "ntypes": "ntype"}
+
+
+# Names the language itself resolves, whatever is declared: v.in_degree always reads the
+# graph's in-degree and relu(x) always calls the builtin, so a property, weight, local,
+# parameter or size symbol with one of these names would be silently ignored where it is used.
+# Declaring one is an error instead.
+BUILTIN_NAMES = {
+    **{n: "a builtin node property" for n in (*NODE_BUILTIN_ATTRS, "ntype")},
+    **{n: "a builtin edge property" for n in (*EDGE_BUILTIN_ATTRS, "etype", "src", "dst")},
+    **{n: "a builtin node method" for n in NODE_METHODS},
+    **{n: "a builtin graph method" for n in GRAPH_METHODS},
+    **{n: "a builtin graph attribute" for n in GRAPH_ATTRS},
+    **{n: "a builtin function" for n in BUILTINS},
+    **{n: "a builtin reduction" for n in AGGREGATORS},
+    "gnn": "the namespace of the gnn.* directives",
+}
+
+
+def declared_name_problem(name: str) -> Optional[str]:
+    """Why ``name`` may not be declared in a program (reserved or owned by a builtin), or None."""
+    problem = identifier_problem(name)
+    if problem is None and name in BUILTIN_NAMES:
+        problem = f"'{name}' is {BUILTIN_NAMES[name]}; choose another name"
+    return problem
 
 
 def check_choice(coord, what: str, value: str, choices) -> str:

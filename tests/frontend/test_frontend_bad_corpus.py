@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from frontend_helpers import BAD, assert_well_formed
+from tests.frontend.frontend_helpers import BAD, assert_well_formed
 from morphgen.frontend import CompileError, check_file, compile_file
 
 EXPECT = re.compile(r"^// expect: (\d+):(\d+): (.*)$")

@@ -1,7 +1,7 @@
 """The shipped examples compile to well-formed IR with the intended structure."""
 import pytest
 
-from frontend_helpers import EXAMPLES, ROOT, SAFE_PARAM
+from tests.frontend.frontend_helpers import EXAMPLES, ROOT, SAFE_PARAM
 from morphgen.frontend import compile_file
 from morphgen.frontend.ast import Coord
 from morphgen.frontend.sema import CPP_KEYWORDS

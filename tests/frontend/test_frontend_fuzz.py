@@ -5,7 +5,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from frontend_helpers import EXAMPLES, SAFE_PARAM, assert_well_formed
+from tests.frontend.frontend_helpers import EXAMPLES, SAFE_PARAM, assert_well_formed
 from morphgen.frontend import CompileError, compile_source
 from morphgen.frontend.sema import CPP_KEYWORDS
 

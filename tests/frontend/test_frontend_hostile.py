@@ -1,7 +1,7 @@
 """Hostile identifiers and strings never reach parameter names (or any generated name)."""
 import pytest
 
-from frontend_helpers import SAFE_PARAM, assert_well_formed
+from tests.frontend.frontend_helpers import SAFE_PARAM, assert_well_formed
 from morphgen.frontend import CompileError, check_source, compile_source
 from morphgen.frontend.sema import CPP_KEYWORDS
 
