@@ -10,7 +10,7 @@ import math
 
 import ply.lex as lex
 
-from ..frontend.diagnostics import show
+from .diagnostics import show
 
 # Integer literals are C int64 values (compile-time arithmetic follows C).  The bound is checked
 # on the digits before int() sees them: int() refuses strings of over 4300 digits.

@@ -1,6 +1,6 @@
 """PLY productions of the .mp language (one ``p_*`` method per production, pycparser style).
 
-``parse(text, filename, sink)`` returns a :class:`morphgen.frontend.ast.Module` (or ``None``
+``parse(text, filename, sink)`` returns a :class:`morphgen.grammar.ast.Module` (or ``None``
 when nothing could be recovered) and reports every lexical and syntax error it finds to
 ``sink``.  Error recovery resynchronises on statement boundaries (``;`` and ``}``).  The LALR
 tables are built in memory once per process; nothing is written to disk.
@@ -12,8 +12,8 @@ import re
 
 import ply.yacc as yacc
 
-from ..frontend import ast as A
-from ..frontend.diagnostics import show
+from . import ast as A
+from .diagnostics import show
 from . import lexer as L
 
 

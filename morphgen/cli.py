@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_check(args) -> int:
     from .frontend import check_file
-    from .frontend.diagnostics import render_all
+    from .grammar.diagnostics import render_all
     diagnostics = check_file(args.model)
     if diagnostics:
         print(render_all(diagnostics), file=sys.stderr)

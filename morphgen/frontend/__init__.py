@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from .diagnostics import CompileError, Diagnostic, DiagnosticSink
+from ..grammar.diagnostics import CompileError, Diagnostic, DiagnosticSink
 
 # Blocks, statements and expressions nest at most this many levels (docs/language.md).  The
 # lowering recurses over the tree; the limit bounds how deep, so Python's recursion limit is
@@ -23,7 +23,7 @@ __all__ = ["compile_file", "compile_source", "check_file", "check_source", "Comp
 
 def _run(text: str, filename: str):
     from ..grammar.parser import parse
-    from .ast import too_deep
+    from ..grammar.ast import too_deep
     from .lower import Lowerer
     sink = DiagnosticSink(filename, text)
     module = parse(text, filename, sink)     # PLY parses with its own stack: any depth is fine

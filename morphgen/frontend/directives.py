@@ -5,8 +5,8 @@ kind is only a recipe of linear / aggregate / attention ops written out here.
 from __future__ import annotations
 
 from ..ir import IRError, Optimizer, Param
-from . import ast as A
-from .diagnostics import suggest
+from ..grammar import ast as A
+from ..grammar.diagnostics import suggest
 from .expressions import widths_conflict
 from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LOSSES, OPTIMIZERS,
                    LayerSpec, Poisoned, PropSym, SemanticError, check_choice, check_number,

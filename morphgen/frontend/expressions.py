@@ -11,8 +11,8 @@ from __future__ import annotations
 import operator
 
 from ..ir import Value
-from . import ast as A
-from .diagnostics import suggest
+from ..grammar import ast as A
+from ..grammar.diagnostics import suggest
 from .sema import (AGGREGATORS, BUILTINS, EDGE_BUILTIN_ATTRS, GRAPH_ATTRS, GRAPH_METHODS,
                    NODE_BUILTIN_ATTRS, NODE_METHODS, ConstSym, ElemSym, GraphSym, LocalSym,
                    SUGGESTION_LIMIT, PoisonSym, Poisoned, PropSym, Scope, SemanticError, SizeSym,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..ir import IRError, Param, Program
 from ..ir_ops import Builder
-from . import ast as A
+from ..grammar import ast as A
 from .directives import TRAINING_DIRECTIVES, DirectiveLowering, TrainingState
 from .expressions import (ExpressionLowering, is_directive, is_rows, source_text,
                           widths_conflict)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .diagnostics import show, suggest
+from ..grammar.diagnostics import show, suggest
 
 # -- errors ------------------------------------------------------------------------------
 

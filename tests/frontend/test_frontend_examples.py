@@ -3,7 +3,7 @@ import pytest
 
 from tests.frontend.frontend_helpers import EXAMPLES, ROOT, SAFE_PARAM
 from morphgen.frontend import compile_file
-from morphgen.frontend.ast import Coord
+from morphgen.grammar.ast import Coord
 from morphgen.frontend.sema import CPP_KEYWORDS
 
 NAMES = {p.stem for p in EXAMPLES}

@@ -4,7 +4,7 @@ Bounds are generous (a slow CI machine), but each case took minutes or printed m
 import time
 
 from morphgen.frontend import check_source
-from morphgen.frontend.diagnostics import MAX_RENDERED, render_all
+from morphgen.grammar.diagnostics import MAX_RENDERED, render_all
 
 HEAD = "function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {\n"
 

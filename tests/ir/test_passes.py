@@ -259,7 +259,7 @@ def test_run_default_keeps_numerics(name):
 EDGE_REDUCTIONS = """
 function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
     weight<float[F][C]> W = glorot;
-    propNode<float[F]> a, b, c, d, e;
+    propNode<float[F]> a, b, c, d, q;
     propNode<float[C]> out;
     gnn.optimizer("sgd", lr = 0.1);
     for (int epoch = 0; epoch < 2; epoch++) {
@@ -268,8 +268,8 @@ function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
             v.b = Mean(e in v.incoming_edges(): e.src.a);
             v.c = Max(u in g.neighbors(v): u.b);
             v.d = Sum(e in v.outgoing_edges(): e.dst.c);
-            v.e = Mean(e in v.outgoing_edges(): e.dst.d);
-            v.out = (v.e + v.a) * W;
+            v.q = Mean(e in v.outgoing_edges(): e.dst.d);
+            v.out = (v.q + v.a) * W;
         }
         gnn.loss(out, "cross_entropy");
         gnn.backPropagation();
