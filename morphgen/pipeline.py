@@ -19,9 +19,9 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
     may be computed once instead of every epoch (passes/hoist_invariant.py)."""
     from . import passes
     from .frontend import compile_file
-    from .ir import IRError
+    from .ir_core import IRError, _canonical_symbol
     program = compile_file(str(path))
-    used = {_canonical_size(s) for s in program.symbols()}
+    used = {_canonical_symbol(s) for s in program.symbols()}
     try:
         if sizes is not None:
             program.featureless = featureless
@@ -31,10 +31,6 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
         # Shapes that only the dataset's sizes reveal: the error still points into the program.
         raise located_error(err, path, {k: v for k, v in (sizes or {}).items() if k in used}) from None
     return program
-
-
-def _canonical_size(symbol: str) -> str:
-    return symbol.replace("g.", "")
 
 
 def located_error(err, path, sizes: Optional[dict] = None):
