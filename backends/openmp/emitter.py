@@ -346,7 +346,6 @@ class OpenMPEmitter:
             self.needs_dense_features = True
             # Overwriting the donated features is safe only when this is their one reader.
             sole_reader = len(self.readers.get(x.id, [])) == 1
-            name = f"inv{op.output.id}"
             self.members += [f"mg::Buffer {name};", f"const float *{name}_data = nullptr;"]
             self.prepare.append(f"m.{name}_data = mg::op::aggregate_features_once(m.g, {self._agg_spec(op)}, "
                                 f"m.features, {'m.features_donated' if sole_reader else 'false'}, m.{name}, "
