@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import sys
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Optional
 
@@ -41,7 +43,18 @@ class Backend:
 
     @property
     def compiler(self) -> str:
-        return os.environ.get(self.compiler_env, self.compiler_default)
+        """The compiler driver: $compiler_env, else the one installed beside this Python (pip's
+        `mpich` puts mpicxx in the environment's bin, which need not be on PATH), else PATH's."""
+        if self.compiler_env in os.environ:
+            return os.environ[self.compiler_env]
+        beside = Path(sys.executable).parent / self.compiler_default
+        return str(beside) if beside.is_file() else self.compiler_default
+
+    @property
+    def include_dir(self) -> Optional[str]:
+        """This backend's own headers, when the generated source includes any."""
+        folder = Path(__file__).parent / self.name
+        return str(folder) if any(folder.glob("*.h")) else None
 
     def missing(self) -> Optional[str]:
         """What keeps this backend from building programs here (a short phrase), or None."""
@@ -72,8 +85,8 @@ REGISTRY = {
         "MORPHGEN_NVCC", "nvcc"),
     "mpi": Backend(
         "mpi", "a cluster of CPU nodes: partitioned graph, halo exchange",
-        Capabilities(sparse_features=True, hoist_invariants=False, featureless=True, distributed=True),
-        "MORPHGEN_MPICXX", "mpicxx"),
+        Capabilities(sparse_features=True, hoist_invariants=False, featureless=False, distributed=True),
+        "MORPHGEN_MPICXX", "mpicxx", "morphgen.backends.mpi.emitter:MPIEmitter"),
 }
 
 

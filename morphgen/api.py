@@ -20,7 +20,7 @@ import numpy as np
 
 from .backends import require as require_backend
 from .errors import UserError
-from .pipeline import (check_run_fits, choose_feature_path, features_payload, include_dirs, lower,
+from .pipeline import (build_library, check_run_fits, choose_feature_path, features_payload, lower,
                        normalize_features, sizes_of)
 
 
@@ -61,7 +61,6 @@ class CompiledModel:
         """Lower the program for this dataset's sizes and feature path, compile it and load the
         library (no data is bound and nothing is allocated for training yet)."""
         from .library import load
-        from .toolchain import compile_shared
         t0 = time.perf_counter()
         # The feature path decides the program: dense features let the passes hoist their
         # aggregations out of the epoch.  Row normalisation keeps the sparsity, so the raw
@@ -74,8 +73,7 @@ class CompiledModel:
             path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads)
             sources = self._lower_and_emit(dataset, dense=True)
         check_run_fits(self.program, dataset, path[0])      # before minutes of compiling
-        self.library_path = compile_shared(sources, name=f"mg_{self.backend}", sanitize=self.sanitize,
-                                           include_dirs=include_dirs())
+        self.library_path = build_library(sources, self._backend, sanitize=self.sanitize)
         load(str(self.library_path), self.backend)
         self.compile_seconds = time.perf_counter() - t0
         self.feature_path = path

@@ -51,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_args(p)
     p.add_argument("--epochs", type=int, default=None, help="override the program's epoch count")
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation and dropout")
-    p.add_argument("--threads", type=int, default=None, help="OpenMP threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="OpenMP threads (per rank with --backend mpi; default: all cores, shared by the ranks)")
+    p.add_argument("--ranks", type=int, default=None,
+                   help="MPI ranks for --backend mpi (default: $SLURM_NTASKS inside a SLURM job, else 1)")
+    p.add_argument("--parts-dir", default=None,
+                   help="--backend mpi: where the per-rank part files are written once and reused "
+                        "(default: in the build cache, keyed by the data and the rank count)")
     p.add_argument("--sparsity-threshold", type=float, default=None,
                    help="feature sparsity above which the sparse feature path is used "
                         "(default: tau = 1 - rho from this machine's calibration)")

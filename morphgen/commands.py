@@ -11,7 +11,7 @@ import numpy as np
 from .api import CompiledModel
 from .backends import require as require_backend
 from .errors import UserError
-from .pipeline import include_dirs, lower
+from .pipeline import build_library, lower
 
 
 def compile_command(args) -> int:
@@ -20,7 +20,6 @@ def compile_command(args) -> int:
         print(program.dump())
         return 0
     backend = require_backend(args.backend)
-    from .toolchain import compile_shared
     program = lower(args.model)
     emitter = backend.emitter_class()(program)
     sources = emitter.emit()
@@ -31,7 +30,7 @@ def compile_command(args) -> int:
         for name, text in sources.items():
             print(f"// ---- {name}\n{text}")
         return 0
-    lib = compile_shared(sources, name=f"mg_{args.backend}", include_dirs=include_dirs())
+    lib = build_library(sources, backend)
     if args.output:
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +78,12 @@ class Progress:
 
 def train_command(args) -> int:
     from .data import load_dataset
-    require_backend(args.backend)
+    backend = require_backend(args.backend)
+    if backend.capabilities.distributed:
+        return _train_distributed(args)
+    if args.ranks is not None or args.parts_dir is not None:
+        raise UserError(f"morphgen: error: --ranks and --parts-dir need a distributed backend (--backend mpi), "
+                        f"not {args.backend}")
     if args.sanitize:
         _rerun_with_sanitizer_runtime()
     for flag, target in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
@@ -149,6 +153,18 @@ def train_command(args) -> int:
             report["profile"] = model.session.timers()
         write_atomically(Path(args.json_out), json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _train_distributed(args) -> int:
+    from .backends.mpi.launch import train_distributed
+    for flag, value in (("--sanitize", args.sanitize), ("--profile", args.profile), ("--no-hoist", args.no_hoist)):
+        if value:
+            raise UserError(f"morphgen: error: {flag} is not supported with --backend {args.backend} yet")
+    for flag, target in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
+        _check_writable(flag, target)
+    if args.ranks is None:
+        args.ranks = int(os.environ.get("SLURM_NTASKS", "1"))
+    return train_distributed(args)
 
 
 def _rerun_with_sanitizer_runtime() -> None:

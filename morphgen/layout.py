@@ -33,15 +33,23 @@ class GraphLayout:
     @classmethod
     def from_graph(cls, g: Graph) -> "GraphLayout":
         indptr, order = g.by_dst
-        col = np.ascontiguousarray(g.src[order])
-        dst_sorted = g.dst[order]
+        etype = None if g.etype is None else g.etype[order]
+        return cls.from_csr(indptr, g.src[order], etype, g.ntype, g.num_etypes, g.num_ntypes, order)
+
+    @classmethod
+    def from_csr(cls, indptr, col, etype=None, ntype=None, num_etypes: int = 1, num_ntypes: int = 1,
+                 order=None) -> "GraphLayout":
+        """The layout of a CSR over incoming edges (``col`` = sources, rows = destinations)."""
+        n, e = indptr.shape[0] - 1, col.shape[0]
+        col = np.ascontiguousarray(col, dtype=np.int64)
+        dst_sorted = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
         t_eid = np.argsort(col, kind="stable").astype(np.int64)
-        t_indptr = np.zeros(g.num_nodes + 1, np.int64)
-        np.cumsum(np.bincount(col, minlength=g.num_nodes), out=t_indptr[1:])
-        etype = None if g.etype is None else np.ascontiguousarray(g.etype[order])
-        return cls(g.num_nodes, g.num_edges, indptr, col, t_indptr,
-                   np.ascontiguousarray(dst_sorted[t_eid]), t_eid, etype,
-                   g.ntype, g.num_etypes, g.num_ntypes, order)
+        t_indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(col, minlength=n), out=t_indptr[1:])
+        etype = None if etype is None else np.ascontiguousarray(etype, dtype=np.int64)
+        order = np.arange(e, dtype=np.int64) if order is None else order
+        return cls(n, e, np.ascontiguousarray(indptr, dtype=np.int64), col, t_indptr,
+                   np.ascontiguousarray(dst_sorted[t_eid]), t_eid, etype, ntype, num_etypes, num_ntypes, order)
 
     def nbytes(self) -> int:
         arrays = (self.indptr, self.col, self.t_indptr, self.t_col, self.t_eid, self.etype, self.ntype)

@@ -63,9 +63,13 @@ class Session:
     """A context of a generated library bound to one graph, its features and labels."""
 
     def __init__(self, library_path, layout, features, labels, masks, sizes: dict,
-                 threads: int, seed: int, donate_features: bool = False):
+                 threads: int, seed: int, donate_features: bool = False, partition: dict = None):
         """``donate_features``: the caller gives up the dense feature array; the program may
-        overwrite it (with an aggregation of it hoisted out of the epoch) instead of copying it."""
+        overwrite it (with an aggregation of it hoisted out of the epoch) instead of copying it.
+        ``partition``: a distributed library's share of the graph (the arguments of
+        mg_set_partition by name: comm, num_owned, global_nodes, peers, send_ptr, send_idx,
+        recv_ptr, node_gid, edge_gid, in_degree, out_degree)."""
+        self.partition = partition
         self.ffi = _ffi()
         self.lib = load(str(library_path))
         self._keep = []                      # borrowed arrays must outlive the context
@@ -103,6 +107,8 @@ class Session:
             self._ptr(layout.t_indptr, i64), self._ptr(layout.t_col, i64), self._ptr(layout.t_eid, i64),
             self._ptr(layout.etype, i64), self._ptr(layout.ntype, i64),
             layout.num_etypes, layout.num_ntypes), "graph")
+        if self.partition is not None:
+            self._bind_partition(self.partition)
         kind, payload = features
         if kind == "dense":
             x = np.ascontiguousarray(payload, dtype=np.float32)
@@ -132,6 +138,15 @@ class Session:
         t0 = time.perf_counter()
         self._check(lib.mg_prepare(self.ctx), "prepare")
         self.prepare_seconds = time.perf_counter() - t0     # load-time structures and invariant values
+
+    def _bind_partition(self, p: dict):
+        i64 = "int64_t *"
+        arr = {k: np.ascontiguousarray(p[k], dtype=np.int64) for k in
+               ("peers", "send_ptr", "send_idx", "recv_ptr", "node_gid", "edge_gid", "in_degree", "out_degree")}
+        self._check(self.lib.mg_set_partition(
+            self.ctx, int(p["comm"]), int(p["num_owned"]), int(p["global_nodes"]), int(arr["peers"].shape[0]),
+            *(self._ptr(arr[k], i64) for k in ("peers", "send_ptr", "send_idx", "recv_ptr", "node_gid",
+                                                 "edge_gid", "in_degree", "out_degree"))), "partition")
 
     # -- training -------------------------------------------------------------------------
     def train_epoch(self) -> float:

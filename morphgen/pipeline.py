@@ -132,8 +132,18 @@ def check_run_fits(program, dataset, feature_path: str) -> None:
                         f"{gib(need)} ({detail}), but only {gib(free)} of memory is available")
 
 
-def include_dirs():
-    """Header folders every generated library is built against (runtime ABI, backend op layer)."""
+def include_dirs(backend=None):
+    """Header folders every generated library is built against (runtime ABI, backend op layer),
+    and the backend's own headers when it has any."""
     import morphgen.runtime as runtime_pkg
     import morphgen.backends.openmp as openmp_pkg
-    return (str(Path(runtime_pkg.__file__).parent), str(Path(openmp_pkg.__file__).parent))
+    dirs = (str(Path(runtime_pkg.__file__).parent), str(Path(openmp_pkg.__file__).parent))
+    own = backend.include_dir if backend is not None else None
+    return dirs + ((own,) if own and own not in dirs else ())
+
+
+def build_library(sources: dict, backend, sanitize: bool = False):
+    """Compile a backend's generated sources with its compiler driver (cached): the library's path."""
+    from .toolchain import compile_shared
+    return compile_shared(sources, name=f"mg_{backend.name}", sanitize=sanitize,
+                          include_dirs=include_dirs(backend), cxx=backend.compiler)

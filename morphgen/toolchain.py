@@ -198,6 +198,7 @@ def compile_shared(
     flags: Iterable[str] = (),
     sanitize: bool = False,
     cache_dir: str | os.PathLike | None = None,
+    cxx: str | None = None,
 ) -> Path:
     """Build `sources` into lib<name>.so and return its path (cached; safe under concurrency).
 
@@ -205,9 +206,10 @@ def compile_shared(
     are only written next to them. The kernel headers and scipy-openblas32 are on the include path.
     sanitize=True builds with AddressSanitizer + UBSan (load it with LD_PRELOAD=asan_runtime_path()).
     cache_dir overrides the build cache directory (default: cache_root()/build).
+    cxx overrides the compiler driver (a backend's own, e.g. mpicxx; default compiler()).
     """
     _validate(sources, name)
-    cxx = compiler()
+    cxx = cxx or compiler()
     inc_dirs = [kernel_include_dir()] + [Path(d).resolve() for d in include_dirs]
     opt = SANITIZE_FLAGS if sanitize else OPT_FLAGS
     user_flags = [str(f) for f in flags]

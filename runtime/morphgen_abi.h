@@ -67,6 +67,18 @@ int mg_set_param(mg_ctx *ctx, int i, const float *in);
 int mg_save_checkpoint(mg_ctx *ctx, const char *path);
 int mg_load_checkpoint(mg_ctx *ctx, const char *path);
 
+/* Distributed backends (MPI): this rank's share of the graph, set after mg_set_graph.  comm is
+ * the Fortran handle of the communicator (mpi4py's Comm.py2f()), so mpi.h stays out of this
+ * header.  Local rows: num_owned owned nodes, then ghosts grouped by peer; peer k receives the
+ * owned rows send_idx[send_ptr[k] .. send_ptr[k+1]) and fills this rank's ghost rows
+ * [recv_ptr[k], recv_ptr[k+1]).  node_gid / edge_gid: global node id of each local row, global
+ * (destination-sorted) position of each local edge; in_degree / out_degree: global degrees of
+ * the local nodes.  Other backends return -1. */
+int mg_set_partition(mg_ctx *ctx, int64_t comm, int64_t num_owned, int64_t global_nodes, int64_t num_peers,
+                     const int64_t *peers, const int64_t *send_ptr, const int64_t *send_idx, const int64_t *recv_ptr,
+                     const int64_t *node_gid, const int64_t *edge_gid, const int64_t *in_degree,
+                     const int64_t *out_degree);
+
 int64_t mg_allocated_bytes(mg_ctx *ctx);
 int mg_num_timers(void);
 const char *mg_timer_name(int i);

@@ -74,6 +74,11 @@ class _Identity:
 
 
 class OpenMPEmitter:
+    backend = "openmp"               # the name the library answers in mg_backend_name()
+    timers = TIMERS                  # kernel families with a timer each
+    backend_headers: tuple = ()      # headers the generated source includes after ops.h
+    distributed = False              # the ABI template's distributed parts (partition, reductions)
+
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
         lowering's share_buffers; emit() makes it, so callers pass only the program."""
@@ -210,7 +215,7 @@ class OpenMPEmitter:
     def timed(self, timer: str, call: str, bytes_: str = "0", flops: str = "0") -> str:
         if self.plan_rows and self.plan_rows[-1]["op"] is self.current_op:
             self.plan_rows[-1]["kernels"].append(call.split("(", 1)[0])
-        return (f"{{ mg::ScopedTimer _t(m.timers[{TIMERS.index(timer)}], double({bytes_}), double({flops})); "
+        return (f"{{ mg::ScopedTimer _t(m.timers[{self.timers.index(timer)}], double({bytes_}), double({flops})); "
                 f"{call}; }}")
 
     def lower(self, ops: list) -> list:
@@ -224,9 +229,13 @@ class OpenMPEmitter:
             if method is None:
                 raise InternalError(f"the OpenMP backend has no lowering for IR opcode '{op.opcode}'")
             lines = method(op, *op.inputs)
-            if lines:
-                out.extend(lines if isinstance(lines, list) else [lines])
+            lines = lines if isinstance(lines, list) else [lines] if lines else []
+            out.extend(self.around(op, lines))
         return out
+
+    def around(self, op, lines: list) -> list:
+        """The calls of one op with what the backend runs before and after them (none here)."""
+        return lines
 
     def emit(self) -> dict:
         """Lower twice: the first lowering finds which values need storage of their own and
@@ -281,7 +290,8 @@ class OpenMPEmitter:
                                  keep_trailing_newline=True)
         text = env.get_template("model.cpp.j2").render(
             version=__version__, source_name=_c_string(p.name), program_name=_c_string(p.name),
-            sizes=self.sizes, params=params, timers=TIMERS, buffers=self.shared_buffers,
+            backend=self.backend, backend_headers=self.backend_headers, distributed=self.distributed,
+            sizes=self.sizes, params=params, timers=self.timers, buffers=self.shared_buffers,
             index_buffers=self.index_buffers, members=self.members, prepare=self.prepare,
             forward=forward, backward=backward, optimizer=optimizer, loss_buffer=loss_buffer,
             logits_buffer=logits_buffer, num_classes=self.width(p.logits),

@@ -33,11 +33,12 @@ inline int64_t mask_count(const uint8_t* mask, int64_t rows) {
 // Returns mean over counted rows of -log softmax(logits[i])[labels[i]], computed with the
 // log-sum-exp shift by the row maximum.  If dlogits is non-null it receives
 // (softmax - onehot) / num_counted on counted rows and 0 elsewhere.  With no counted row the
-// loss is 0 and dlogits is all zero.
+// loss is 0 and dlogits is all zero.  `count` >= 0 replaces the number of counted rows as the
+// divisor: a rank of a distributed run holds some of the rows and divides by the global count.
 inline float softmax_cross_entropy(const float* logits, const int64_t* labels, const uint8_t* mask,
-                                   int64_t rows, int64_t classes, float* dlogits) {
+                                   int64_t rows, int64_t classes, float* dlogits, int64_t count = -1) {
     using loss_detail::counted;
-    const int64_t n = mask_count(mask, rows);
+    const int64_t n = count >= 0 ? count : mask_count(mask, rows);
     const float inv_n = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
     // Per-thread partials over a static partition, added in thread order: an OpenMP reduction
     // combines them in arrival order, which changes the loss's last bits from run to run.

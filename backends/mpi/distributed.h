@@ -1,0 +1,237 @@
+// What the MPI backend adds to the OpenMP lowering of one rank (docs/backends.md, "MPI"):
+// the partition this rank holds, the halo exchanges that keep ghost rows equal to their owners'
+// rows, the reverse exchange that returns ghost-row partial sums to their owners, the weight
+// gradient all-reduce issued as soon as a gradient is complete, and global counts and sums.
+//
+// Local numbering (morphgen.partition.layout): owned nodes first, then ghosts grouped by the
+// rank that owns them, so the halo received from one peer is one contiguous slice of rows and
+// needs no unpacking.  The local CSR holds every in-edge of every owned node (in global edge
+// order inside a row), ghosts have no in-edges here.  Node-wise kernels run over ghost rows too
+// (their values are overwritten by the next exchange before anything reads them); gradients of
+// ghost rows are shipped to their owners and zeroed, so reductions over rows count each node once.
+#ifndef MORPHGEN_MPI_DISTRIBUTED_H
+#define MORPHGEN_MPI_DISTRIBUTED_H
+
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "context.h"
+#include "kernels/dropout.h"
+#include "kernels/loss.h"
+
+namespace mg {
+namespace mpi {
+
+inline void check_mpi(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw Error(std::string("MPI ") + what + ": " + std::string(text, size_t(len)));
+}
+
+// MPI counts are int: a message of more floats than that is refused, not truncated.
+inline int message_count(int64_t floats, const char *what) {
+    if (floats > INT_MAX) throw Error(std::string(what) + ": a message of more than 2^31 - 1 floats");
+    return int(floats);
+}
+
+struct Partition {
+    MPI_Comm comm = MPI_COMM_NULL;
+    int rank = 0, size = 1;
+    bool set = false;
+    int64_t num_owned = 0, num_local = 0, global_nodes = 0;
+    std::vector<int> peers;                    // ranks this rank exchanges rows with
+    std::vector<int64_t> send_ptr, send_idx;   // per peer k: owned rows send_idx[send_ptr[k] .. send_ptr[k+1])
+    std::vector<int64_t> recv_ptr;             // per peer k: ghost rows [recv_ptr[k], recv_ptr[k+1])
+    std::vector<int64_t> node_gid, edge_gid;   // global node id of each local row, global CSR position of each edge
+    std::vector<float> in_degree, out_degree;  // global degrees of the local nodes
+    std::vector<float> pack;                   // staging for rows that are not contiguous
+    // Measured per run (reported by the timers and mg_read_timer): bytes of halo payload sent.
+    double halo_bytes = 0;
+
+    int num_peers() const { return int(peers.size()); }
+};
+
+// The halo's buffers of one exchange: one request per message, the staging of sent rows.
+class Exchange {
+  public:
+    explicit Exchange(Partition &p) : p_(p) {}
+    void wait() {
+        if (!reqs_.empty())
+            check_mpi(MPI_Waitall(int(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE), "halo wait");
+        reqs_.clear();
+    }
+    void recv(float *dst, int64_t floats, int peer, int tag) {
+        if (floats == 0) return;
+        reqs_.emplace_back();
+        check_mpi(MPI_Irecv(dst, message_count(floats, "halo"), MPI_FLOAT, peer, tag, p_.comm, &reqs_.back()),
+                  "halo receive");
+    }
+    void send(const float *src, int64_t floats, int peer, int tag) {
+        if (floats == 0) return;
+        reqs_.emplace_back();
+        p_.halo_bytes += 4.0 * double(floats);
+        check_mpi(MPI_Isend(src, message_count(floats, "halo"), MPI_FLOAT, peer, tag, p_.comm, &reqs_.back()),
+                  "halo send");
+    }
+
+  private:
+    Partition &p_;
+    std::vector<MPI_Request> reqs_;
+};
+
+// Packs the owned rows every peer needs, one block per peer, in peer order.
+inline void pack_rows(Partition &p, const float *X, int64_t F) {
+    const int64_t n = p.send_ptr.back();
+    p.pack.resize(size_t(n * F));
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < n; ++k)
+        std::memcpy(p.pack.data() + k * F, X + p.send_idx[size_t(k)] * F, sizeof(float) * size_t(F));
+}
+
+constexpr int kTagForward = 101, kTagReverse = 102;
+
+// Ghost rows of X (owned + ghost rows, F wide) receive their owners' current rows.  Returns the
+// bytes this rank sent.
+inline double halo_forward(Partition &p, float *X, int64_t F) {
+    if (p.size == 1) return 0;
+    const double before = p.halo_bytes;
+    pack_rows(p, X, F);
+    Exchange ex(p);
+    for (int k = 0; k < p.num_peers(); ++k)
+        ex.recv(X + p.recv_ptr[size_t(k)] * F, (p.recv_ptr[size_t(k) + 1] - p.recv_ptr[size_t(k)]) * F,
+                p.peers[size_t(k)], kTagForward);
+    for (int k = 0; k < p.num_peers(); ++k)
+        ex.send(p.pack.data() + p.send_ptr[size_t(k)] * F, (p.send_ptr[size_t(k) + 1] - p.send_ptr[size_t(k)]) * F,
+                p.peers[size_t(k)], kTagForward);
+    ex.wait();
+    return p.halo_bytes - before;
+}
+
+// The transpose of halo_forward: each ghost row of X holds a partial sum that belongs to its
+// owner; the owners add them (peers in rank order, so the sum is the same on every run) and
+// the ghost rows become zero.  Returns the bytes this rank sent.
+inline double halo_reverse(Partition &p, float *X, int64_t F) {
+    const double before = p.halo_bytes;
+    float *ghosts = X + p.num_owned * F;
+    const int64_t ghost_floats = (p.num_local - p.num_owned) * F;
+    if (p.size > 1) {
+        p.pack.resize(size_t(p.send_ptr.back() * F));
+        Exchange ex(p);
+        for (int k = 0; k < p.num_peers(); ++k)
+            ex.recv(p.pack.data() + p.send_ptr[size_t(k)] * F,
+                    (p.send_ptr[size_t(k) + 1] - p.send_ptr[size_t(k)]) * F, p.peers[size_t(k)], kTagReverse);
+        for (int k = 0; k < p.num_peers(); ++k)
+            ex.send(X + p.recv_ptr[size_t(k)] * F, (p.recv_ptr[size_t(k) + 1] - p.recv_ptr[size_t(k)]) * F,
+                    p.peers[size_t(k)], kTagReverse);
+        ex.wait();
+        for (int k = 0; k < p.num_peers(); ++k) {   // a node may be a ghost on several peers
+#pragma omp parallel for schedule(static)
+            for (int64_t j = p.send_ptr[size_t(k)]; j < p.send_ptr[size_t(k) + 1]; ++j) {
+                float *row = X + p.send_idx[size_t(j)] * F;
+                const float *add = p.pack.data() + j * F;
+                for (int64_t c = 0; c < F; ++c) row[c] += add[c];
+            }
+        }
+    }
+    if (ghost_floats > 0) std::memset(ghosts, 0, sizeof(float) * size_t(ghost_floats));
+    return p.halo_bytes - before;
+}
+
+// Weight gradients: each is handed to MPI_Iallreduce as soon as the backward has produced it,
+// the backward goes on while it travels, and the optimizer waits for it before its step.
+class GradientReduce {
+  public:
+    void resize(int n) { reqs_.assign(size_t(n), MPI_REQUEST_NULL); }
+    void start(Partition &p, int i, float *g, int64_t n) {
+        if (p.size == 1) return;
+        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, g, message_count(n, "gradient all-reduce"), MPI_FLOAT, MPI_SUM,
+                                 p.comm, &reqs_[size_t(i)]),
+                  "gradient all-reduce");
+        issued_bytes += 4.0 * double(n);
+    }
+    // Lets the library move the reductions in flight along (MPI progresses inside MPI calls).
+    void progress() {
+        int done = 0;
+        for (auto &r : reqs_)
+            if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    }
+    void wait(int i) {
+        if (reqs_[size_t(i)] != MPI_REQUEST_NULL)
+            check_mpi(MPI_Wait(&reqs_[size_t(i)], MPI_STATUS_IGNORE), "gradient all-reduce");
+    }
+    double issued_bytes = 0;
+
+  private:
+    std::vector<MPI_Request> reqs_;
+};
+
+inline double sum_all(Partition &p, double local) {
+    if (p.size == 1) return local;
+    double total = 0;
+    check_mpi(MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, p.comm), "sum");
+    return total;
+}
+
+inline int64_t sum_all(Partition &p, int64_t local) {
+    if (p.size == 1) return local;
+    int64_t total = 0;
+    check_mpi(MPI_Allreduce(&local, &total, 1, MPI_INT64_T, MPI_SUM, p.comm), "sum");
+    return total;
+}
+
+// GCN's s = 1/sqrt(deg + self loop) from the global in-degrees (a ghost has none locally).
+inline void global_gcn_scale(const Partition &p, bool self_loop, std::vector<float> &scale) {
+    scale.resize(size_t(p.num_local));
+    for (int64_t v = 0; v < p.num_local; ++v) {
+        const float d = p.in_degree[size_t(v)] + (self_loop ? 1.f : 0.f);
+        scale[size_t(v)] = d > 0 ? 1.0f / std::sqrt(d) : 0.0f;
+    }
+}
+
+inline void global_degree(const Partition &p, bool in, float *out) {
+    const std::vector<float> &d = in ? p.in_degree : p.out_degree;
+    std::memcpy(out, d.data(), sizeof(float) * d.size());
+}
+
+// Inverted dropout whose mask is keyed by global ids: element (r, c) of a [rows, F] value uses
+// the index ids[r] * F + c, the index one process gives it, so every rank count drops the same
+// elements.  ids == nullptr: a value that is not split over ranks (weights, scalars).
+inline void dropout_rows(bool training, const float *X, float *Y, int64_t rows, int64_t F, const int64_t *ids,
+                         float p, DropoutKey key, bool backward) {
+    if (!(p > 0.f) || (!training && !backward)) {
+        if (X != Y) std::memcpy(Y, X, sizeof(float) * size_t(rows * F));
+        return;
+    }
+    const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t base = (ids ? ids[r] : r) * F;
+        for (int64_t c = 0; c < F; ++c)
+            Y[r * F + c] = dropout_keep(key, p, base + c) ? X[r * F + c] * scale : 0.f;
+    }
+}
+
+// Loss: this rank's share of the mean over the global train count (the shares add up).
+inline float cross_entropy(const float *logits, const int64_t *labels, const uint8_t *mask, int64_t rows,
+                           int64_t C, int64_t global_count, float *dlogits) {
+    return softmax_cross_entropy(logits, labels, mask, rows, C, dlogits, global_count);
+}
+
+inline double accuracy(Partition &p, const float *logits, const int64_t *labels, const uint8_t *mask,
+                       int64_t rows, int64_t C, int64_t global_count) {
+    const int64_t correct = sum_all(p, int64_t(count_correct(logits, labels, mask, rows, C)));
+    return global_count ? double(correct) / double(global_count) : 0.0;
+}
+
+}  // namespace mpi
+}  // namespace mg
+#endif

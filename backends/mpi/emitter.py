@@ -1,0 +1,175 @@
+"""MPI backend lowering: the OpenMP lowering of one rank's part, plus what splitting the graph needs.
+
+Each rank holds its owned nodes and, after them, the ghosts (remote in-neighbours of owned
+nodes; morphgen.partition.layout).  Everything the OpenMP emitter decides stays; this subclass
+adds, driven by the IR (docs/backends.md, "MPI"):
+
+- a forward halo exchange before every op that reads a node value at edge sources
+  (`aggregate` over in-edges, `gather` of sources), so ghost rows hold their owners' rows;
+- a reverse exchange after every op that writes partial sums into source rows (transposed
+  aggregations, scatters to sources, the max aggregation's backward): ghost rows go to their
+  owners, who add them, and become zero, so sums over rows count every node once;
+- each weight gradient handed to MPI_Iallreduce as soon as it is complete, the optimizer
+  waiting for it before its step (Morphling's pipelined backward);
+- degrees and GCN normalisation from the global graph, the loss as a mean over the global train
+  count, accuracies from global counts, dropout masks keyed by global node and edge ids.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from morphgen.backends.openmp.emitter import TIMERS, OpenMPEmitter, UnsupportedInput, _float
+from morphgen.ir import Value
+
+HEADER_DIR = Path(__file__).parent
+
+
+class MPIEmitter(OpenMPEmitter):
+    backend = "mpi"
+    timers = TIMERS + ("halo", "allreduce_wait")
+    backend_headers = ("distributed.h",)
+    distributed = True
+
+    def __init__(self, program, buffer_plan=None):
+        super().__init__(program, buffer_plan)
+        self.ghosts_valid: set = set()      # forward values whose ghost rows hold their owners' rows
+        self.backward_ids: set = set()
+        self.grad_started: set = set()      # parameter indices whose all-reduce is in flight
+        self.forward_ops: set = set()
+
+    # -- what the OpenMP lowering keeps and what it gives up here -------------------------------
+    def plan_feature_views(self) -> None:
+        """Dropped input features are materialised: their mask is keyed by global row ids,
+        which the sparse feature kernels do not take."""
+
+    def plan_dropout_act_grads(self) -> None:
+        """The fused dropout + activation backward keys its mask by local index: not fused here."""
+
+    def lower_program(self) -> tuple:
+        if self.p.featureless:
+            raise UnsupportedInput(
+                "morphgen: error: the mpi backend does not train featureless (identity-feature) datasets yet; "
+                "use --backend openmp, or a dataset with node features")
+        self.backward_ids = {op.output.id for op in self.p.backward if op.output is not None}
+        self.forward_ops = {id(op) for op in self.p.forward}
+        return super().lower_program()
+
+    # -- halo exchanges around the ops that cross the partition -----------------------------------
+    def around(self, op, lines: list) -> list:
+        before, after = [], []
+        source_read = self._source_read(op)
+        if source_read is not None and self._needs_exchange(source_read):
+            before.append(self._halo("halo_forward", source_read))
+            if source_read.id in self.backward_ids:
+                # a gradient's ghost rows must stay zero for the sums over rows that read it later
+                after.append(f"std::memset({self.ptr(source_read)} + m.part.num_owned * {self.width(source_read)}, 0, "
+                             f"sizeof(float) * size_t((m.part.num_local - m.part.num_owned) * {self.width(source_read)}))")
+            else:
+                self.ghosts_valid.add(source_read.id)
+        if self._writes_sources(op):
+            after.append(self._halo("halo_reverse", op.output))
+        if op.output is not None and op.output.id in self.backward_ids:
+            after += self._start_gradient_reductions(op.output)
+        return before + lines + after
+
+    @staticmethod
+    def _source_read(op):
+        """The node value this op reads at edge sources (ghost rows included), or None."""
+        if op.opcode == "aggregate" and op.attrs.get("direction", "in") == "in":
+            return op.inputs[0]
+        if op.opcode == "gather" and op.attrs["end"] == "src":
+            return op.inputs[0]
+        return None
+
+    def _writes_sources(self, op) -> bool:
+        """Whether this op leaves partial sums in source rows (owned by other ranks when ghosts)."""
+        out_aggregate = op.opcode == "aggregate" and op.attrs.get("direction", "in") == "out"
+        to_sources = op.opcode in ("scatter", "scatter_max_grad") and op.attrs.get("end", "dst") == "src"
+        if (out_aggregate or (op.opcode == "scatter" and to_sources)) and op.attrs.get("reduce") == "max":
+            raise self._unsupported(op, "a max over out-neighbours")
+        return out_aggregate or to_sources or op.opcode == "aggregate_max_grad"
+
+    def _needs_exchange(self, v: Value) -> bool:
+        if v.assoc != "node" or v.id in self.ghosts_valid:
+            return False
+        # input features and values computed once at load time are loaded for ghost rows too
+        return v.id != self.features_id and v.id not in self.feature_like and v.id not in self.views
+
+    def _halo(self, fn: str, v: Value) -> str:
+        """An exchange, timed; its timer counts the bytes actually sent."""
+        k = self.timers.index("halo")
+        return self.timed("halo", f"m.timers[{k}].bytes += mg::mpi::{fn}(m.part, {self.ptr(v)}, {self.width(v)})")
+
+    def _unsupported(self, op, what: str) -> UnsupportedInput:
+        where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op.loc else ""
+        return UnsupportedInput(f"{where}error: the mpi backend does not support {what} ('{op.opcode}') yet; "
+                                f"use --backend openmp")
+
+    # -- the pipelined weight-gradient all-reduce ------------------------------------------------
+    def _start_gradient_reductions(self, value: Value) -> list:
+        lines = []
+        for i, prm in enumerate(self.p.params):
+            g = self.p.grads.get(prm.name)
+            if g is not None and g.id == value.id and i not in self.grad_started:
+                self.grad_started.add(i)
+                lines.append(f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)})")
+        if not lines and self.grad_started:
+            lines.append("m.grads.progress()")     # MPI moves reductions along only inside its calls
+        return lines
+
+    def lower_optimizer(self) -> list:
+        waits = []
+        for i, prm in enumerate(self.p.params):
+            g = self.p.grads.get(prm.name)
+            if g is None:
+                continue
+            start = "" if i in self.grad_started else f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)}); "
+            waits.append(self.timed("allreduce_wait", f"{start}m.grads.wait({i})"))
+        steps = super().lower_optimizer()       # one step per parameter with a gradient, same order
+        return [line for pair in zip(waits, steps) for line in pair]
+
+    # -- ops whose meaning depends on the whole graph ------------------------------------------
+    def op_graph_scalar(self, op):
+        kind = op.attrs["kind"]
+        if kind in ("in_degree", "out_degree"):
+            self.prepare.append(f"mg::mpi::global_degree(m.part, {'true' if kind == 'in_degree' else 'false'}, "
+                                f"{self.ptr(op.output)})")
+            return None
+        return super().op_graph_scalar(op)      # norms use the global degrees Graph was given
+
+    def _row_ids(self, v: Value) -> str:
+        return {"node": "m.part.node_gid.data()", "edge": "m.part.edge_gid.data()"}.get(v.assoc, "nullptr")
+
+    def _dropout(self, op, x, training: str, site: str, backward: str):
+        n = self.numel(x)
+        return self.timed("dropout", f"mg::mpi::dropout_rows({training}, {self.ptr(x)}, {self.ptr(op.output)}, "
+                          f"{self.rows(x)}, {self.width(x)}, {self._row_ids(x)}, {_float(op.attrs['p'])}f, "
+                          f"mg::DropoutKey{{m.seed, uint64_t(m.epoch), {site}u}}, {backward})", f"8.0 * {n}")
+
+    def op_dropout(self, op, x):
+        return self._dropout(op, x, "training", str(op.output.id), "false")
+
+    def op_dropout_grad(self, op, g):
+        return self._dropout(op, g, "true", str(int(op.attrs["site"])), "true")
+
+    def op_cross_entropy(self, op, logits, labels):
+        return self.timed("loss", f"{self.ptr(op.output)}[0] = mg::mpi::cross_entropy({self.ptr(logits)}, m.labels, "
+                          f"m.masks[0], m.graph.num_nodes, {self.width(logits)}, m.global_mask_count[0], nullptr)",
+                          f"4.0 * {self.numel(logits)}")
+
+    def op_cross_entropy_grad(self, op, logits, labels):
+        return self.timed("loss", f"mg::mpi::cross_entropy({self.ptr(logits)}, m.labels, m.masks[0], "
+                          f"m.graph.num_nodes, {self.width(logits)}, m.global_mask_count[0], {self.ptr(op.output)})",
+                          f"8.0 * {self.numel(logits)}")
+
+    def _forward_row_reduction(self, op, x):
+        if id(op) in self.forward_ops and x.assoc == "node":
+            raise self._unsupported(op, "a sum over all nodes in the forward pass")
+
+    def op_row_sum(self, op, g):
+        self._forward_row_reduction(op, g)
+        return super().op_row_sum(op, g)
+
+    def op_matmul_tn(self, op, x, g):
+        self._forward_row_reduction(op, g)
+        return super().op_matmul_tn(op, x, g)

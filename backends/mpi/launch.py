@@ -1,0 +1,126 @@
+"""`morphgen train MODEL.mp --backend mpi --ranks N`: build once, partition once, start N ranks.
+
+The launcher does what needs the whole dataset: it checks and compiles the program for the
+dataset's sizes (one library for every rank: sizes that differ per rank are read at run time),
+chooses the feature path, applies the program's feature preprocessing, partitions the graph and
+writes one part file per rank (reused by later runs on the same data), saves the initial weights,
+and then runs ``mpiexec -n N python -m morphgen.backends.mpi.worker RUN.json``.  The dataset is
+released before the ranks start: each rank loads only its part.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from morphgen.errors import UserError
+
+
+def mpiexec() -> str:
+    """pip's `mpich` installs mpiexec beside the Python it belongs to; else PATH's ($MORPHGEN_MPIEXEC wins)."""
+    if "MORPHGEN_MPIEXEC" in os.environ:
+        return os.environ["MORPHGEN_MPIEXEC"]
+    beside = Path(sys.executable).parent / "mpiexec"
+    found = str(beside) if beside.is_file() else shutil.which("mpiexec")
+    if not found:
+        raise UserError("morphgen: error: the mpi backend needs mpiexec: `pip install mpich mpi4py` "
+                        "(the project's [mpi] extra) or set $MORPHGEN_MPIEXEC")
+    return found
+
+
+def default_parts_dir(key: str, ranks: int) -> Path:
+    from morphgen.toolchain import cache_root
+    return cache_root() / "parts" / f"{key}-{ranks}"
+
+
+def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print) -> Path:
+    """The directory of part files for this dataset and rank count: reused when it matches,
+    written otherwise; one that belongs to other data is an error, never overwritten."""
+    from .parts import dataset_key, read_manifest, write_parts
+    key = dataset_key(dataset, normalization, ranks, "auto")
+    directory = Path(parts_dir) if parts_dir else default_parts_dir(key, ranks)
+    if (directory / "manifest.json").exists():
+        read_manifest(directory, key, ranks)
+        log(f"morphgen: reusing the {ranks}-rank partition in {directory}")
+        return directory
+    if directory.exists() and any(directory.iterdir()):
+        raise UserError(f"morphgen: error: --parts-dir {directory}: exists and holds no morphgen part files")
+    if directory.exists():
+        directory.rmdir()
+    log(f"morphgen: partitioning {dataset.name} into {ranks} parts ...")
+    manifest = write_parts(dataset, ranks, directory, key)
+    ghosts = sum(p["ghosts"] for p in manifest["parts"])
+    log(f"morphgen: wrote {ranks} part files to {directory} ({ghosts} ghost rows in all)")
+    return directory
+
+
+def train_distributed(args) -> int:
+    from morphgen.api import CompiledModel
+    from morphgen.data import load_dataset
+    from morphgen.interp import init_params
+    from morphgen.pipeline import features_payload, normalize_features
+
+    def log(text):
+        print(text, file=sys.stderr, flush=True)
+
+    ranks = args.ranks
+    if ranks < 1:
+        raise UserError(f"morphgen: error: --ranks must be at least 1, got {ranks}")
+    threads = args.threads or max(1, (os.cpu_count() or 1) // ranks)
+    dataset = load_dataset(args.dataset, data_dir=args.data_dir)
+    if ranks > dataset.graph.num_nodes:
+        raise UserError(f"morphgen: error: --ranks {ranks} is larger than {dataset.name}'s "
+                        f"{dataset.graph.num_nodes} nodes")
+    model = CompiledModel(args.model, backend="mpi", threads=threads, seed=args.seed,
+                          sparsity_threshold=args.sparsity_threshold)
+    log(f"morphgen: compiling {args.model} for mpi ...")
+    model.build(dataset)
+    program = model.program
+    path = model.feature_path[0]
+    normalised = normalize_features(dataset, program.feature_normalization)
+    kind, payload = features_payload(normalised, path)
+    if kind != "identity":
+        normalised = dataclasses.replace(normalised, features=payload)
+    parts_dir = prepare_parts(normalised, ranks, program.feature_normalization, args.parts_dir, log)
+    epochs = args.epochs if args.epochs is not None else program.epochs
+    if epochs <= 0:
+        raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
+    log(f"morphgen: {dataset.name}: {dataset.graph.num_nodes} nodes, {dataset.graph.num_edges} edges; "
+        f"{ranks} ranks x {threads} threads; feature path {path}; compiled in {model.compile_seconds:.2f} s")
+    with tempfile.TemporaryDirectory(prefix="morphgen-mpi-") as run_dir:
+        init = Path(run_dir) / "init.npz"
+        np.savez(init, **{k: np.asarray(v, np.float32) for k, v in init_params(program, seed=args.seed).items()})
+        spec = {
+            "library": str(model.library_path), "parts_dir": str(parts_dir), "ranks": ranks,
+            "sizes": {k: int(v) for k, v in program.sizes.items()}, "threads": threads, "seed": args.seed,
+            "epochs": epochs, "eval_every": max(1, epochs // 50), "init_params": str(init),
+            "resume": args.resume and str(Path(args.resume).resolve()),
+            "checkpoint": args.checkpoint and str(Path(args.checkpoint).resolve()),
+            "json_out": args.json_out and str(Path(args.json_out).resolve()), "quiet": args.quiet,
+            "report": {"model": str(args.model), "backend": "mpi", "dataset": dataset.name, "seed": args.seed,
+                       "feature_path": path, "compile_seconds": model.compile_seconds,
+                       "parts_dir": str(parts_dir)},
+        }
+        spec_path = Path(run_dir) / "run.json"
+        spec_path.write_text(json.dumps(spec))
+        del dataset, normalised, payload, model      # the ranks load their own parts
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "morphgen.backends.mpi.worker", str(spec_path)]
+        code = subprocess.call(command, env=env)
+    if code != 0:
+        raise RankFailure(f"morphgen: error: the {ranks}-rank MPI job failed (exit status {code}); "
+                          f"the failing rank's message is above", code)
+    return 0
+
+
+class RankFailure(UserError):
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code

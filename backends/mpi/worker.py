@@ -1,0 +1,122 @@
+"""One MPI rank of `morphgen train --backend mpi`: run by mpiexec as
+``python -m morphgen.backends.mpi.worker RUN.json``.
+
+Each rank reads only its own part file, binds it to the library the launcher built (handing
+over the communicator as mpi4py's Fortran handle), and trains in lockstep with the others: every
+epoch's loss and every evaluation are collective, so all ranks see the same numbers.  Rank 0
+prints progress and writes the JSON report, with per-rank figures gathered from all ranks.
+
+A rank that fails prints ``morphgen: rank R: <message>`` and aborts the whole job, so no rank
+is left waiting in a collective.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _session(spec: dict, part, comm):
+    from morphgen.layout import GraphLayout
+    from morphgen.library import Session
+    layout = GraphLayout.from_csr(part["indptr"], part["col"], part.get("etype"), part.get("ntype"),
+                                  int(part["num_etypes"]), int(part["num_ntypes"]))
+    partition = {"comm": comm.py2f(), "num_owned": int(part["num_owned"]),
+                 "global_nodes": int(part["num_global_nodes"]),
+                 **{k: part[k] for k in ("peers", "send_ptr", "send_idx", "recv_ptr", "node_gid", "edge_gid",
+                                         "in_degree", "out_degree")}}
+    masks = (part["train_mask"], part["val_mask"], part["test_mask"])
+    session = Session(spec["library"], layout, part.features(), part["labels"], masks, spec["sizes"],
+                      spec["threads"], spec["seed"], donate_features=True, partition=partition)
+    with np.load(spec["init_params"], allow_pickle=False) as z:
+        session.set_params({k: z[k] for k in z.files})
+    return session
+
+
+def _rank_figures(session, part, epochs: int, times: list) -> dict:
+    timers = {t["kernel"]: t for t in session.timers()}
+    halo, wait = timers.get("halo", {}), timers.get("allreduce_wait", {})
+    return {"owned": int(part["num_owned"]), "ghosts": part.num_local - int(part["num_owned"]),
+            "edges": int(part["col"].shape[0]), "median_epoch_s": float(np.median(times)),
+            "halo_bytes_per_epoch": halo.get("bytes", 0.0) / epochs,
+            "halo_s_per_epoch": halo.get("seconds", 0.0) / epochs,
+            "allreduce_wait_s_per_epoch": wait.get("seconds", 0.0) / epochs,
+            "allocated_bytes": session.allocated_bytes()}
+
+
+def run(spec: dict, comm) -> int:
+    from morphgen.backends.mpi.parts import load_part
+    from morphgen.commands import Progress, write_atomically
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size != spec["ranks"]:
+        raise RuntimeError(f"started with {size} ranks, the run was prepared for {spec['ranks']}")
+    part = load_part(Path(spec["parts_dir"]), rank, size)
+    session = _session(spec, part, comm)
+    if spec.get("resume"):
+        session.load_checkpoint(spec["resume"])
+    epochs, eval_every = spec["epochs"], spec["eval_every"]
+    progress = Progress(quiet=spec["quiet"] or rank != 0)
+    session.reset_timers()
+    history, times = [], []
+    for epoch in range(1, epochs + 1):
+        t0 = time.perf_counter()
+        loss = session.train_epoch()       # collective: the same global loss on every rank
+        times.append(time.perf_counter() - t0)
+        row = {"epoch": epoch, "loss": loss, "epoch_time_s": times[-1]}
+        if not np.isfinite(loss):
+            if rank == 0:
+                print(f"morphgen: error: the loss became {loss} at epoch {epoch}", file=sys.stderr)
+            return 1
+        if epoch == epochs or epoch % eval_every == 0:
+            row.update(session.evaluate())
+            row["loss"] = loss
+        history.append(row)
+        progress(row, epochs)
+    figures = _rank_figures(session, part, epochs, times)
+    final = session.evaluate()
+    if spec.get("checkpoint"):
+        session.save_checkpoint(spec["checkpoint"])      # rank 0 writes, the others wait for it
+    per_rank = comm.gather(figures, root=0)
+    if rank != 0:
+        return 0
+    print(f"final: train_acc {final['train_acc']:.4f} val_acc {final['val_acc']:.4f} "
+          f"test_acc {final['test_acc']:.4f} loss {history[-1]['loss']:.4f} "
+          f"median epoch {np.median(times) * 1e3:.2f} ms ({size} ranks x {spec['threads']} threads)")
+    slowest = max(r["median_epoch_s"] for r in per_rank)
+    mean = sum(r["median_epoch_s"] for r in per_rank) / size
+    print(f"morphgen: per rank: halo {sum(r['halo_bytes_per_epoch'] for r in per_rank) / 1e6:.3f} MB/epoch in "
+          f"total, slowest/mean rank {slowest / mean:.2f}, all-reduce wait "
+          f"{max(r['allreduce_wait_s_per_epoch'] for r in per_rank) * 1e3:.2f} ms/epoch at most", file=sys.stderr)
+    if spec.get("checkpoint"):
+        print(f"morphgen: checkpoint written to {spec['checkpoint']}", file=sys.stderr)
+    if spec.get("json_out"):
+        report = dict(spec["report"], epochs=epochs, threads=spec["threads"], ranks=size,
+                      train_acc=final["train_acc"], val_acc=final["val_acc"], test_acc=final["test_acc"],
+                      final_loss=history[-1]["loss"], epoch_times_s=times, history=history, per_rank=per_rank)
+        write_atomically(Path(spec["json_out"]), json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def main(argv=None) -> int:
+    from mpi4py import MPI
+    from morphgen.errors import UserError
+    comm = MPI.COMM_WORLD
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        spec = json.loads(Path(argv[0]).read_text())
+        code = run(spec, comm)
+    except BaseException as err:       # noqa: BLE001 - every failure must end the whole job
+        text = str(err) if isinstance(err, UserError) else f"internal error: {type(err).__name__}: {err}"
+        text = text.removeprefix("morphgen: ")
+        print(f"morphgen: rank {comm.Get_rank()}: {text}", file=sys.stderr, flush=True)
+        comm.Abort(2 if isinstance(err, UserError) else 3)
+        return 3
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
