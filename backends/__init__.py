@@ -85,7 +85,7 @@ REGISTRY = {
         "MORPHGEN_NVCC", "nvcc"),
     "mpi": Backend(
         "mpi", "a cluster of CPU nodes: partitioned graph, halo exchange",
-        Capabilities(sparse_features=True, hoist_invariants=False, featureless=False, distributed=True),
+        Capabilities(sparse_features=True, hoist_invariants=False, featureless=True, distributed=True),
         "MORPHGEN_MPICXX", "mpicxx", "morphgen.backends.mpi.emitter:MPIEmitter"),
 }
 

@@ -53,6 +53,7 @@ struct Partition {
     std::vector<int64_t> recv_ptr;             // per peer k: ghost rows [recv_ptr[k], recv_ptr[k+1])
     std::vector<int64_t> node_gid, edge_gid;   // global node id of each local row, global CSR position of each edge
     std::vector<float> in_degree, out_degree;  // global degrees of the local nodes
+    std::vector<int64_t> src_gid, dst_gid;     // global ids of each local edge's ends (featureless input)
     std::vector<float> pack;                   // staging for rows that are not contiguous
     // Measured per run (reported by the timers and mg_read_timer): bytes of halo payload sent.
     double halo_bytes = 0;
@@ -186,6 +187,16 @@ inline int64_t sum_all(Partition &p, int64_t local) {
     int64_t total = 0;
     check_mpi(MPI_Allreduce(&local, &total, 1, MPI_INT64_T, MPI_SUM, p.comm), "sum");
     return total;
+}
+
+inline void build_edge_end_ids(Partition &p, const GraphView &g) {
+    p.src_gid.resize(size_t(g.num_edges));
+    p.dst_gid.resize(size_t(g.num_edges));
+    for (int64_t v = 0; v < g.num_nodes; ++v)
+        for (int64_t e = g.indptr[v]; e < g.indptr[v + 1]; ++e) {
+            p.src_gid[size_t(e)] = p.node_gid[size_t(g.col[e])];
+            p.dst_gid[size_t(e)] = p.node_gid[size_t(v)];
+        }
 }
 
 // GCN's s = 1/sqrt(deg + self loop) from the global in-degrees (a ghost has none locally).

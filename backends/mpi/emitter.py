@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from morphgen.backends.openmp.emitter import TIMERS, OpenMPEmitter, UnsupportedInput, _float
+from morphgen.backends.openmp.emitter import TIMERS, OpenMPEmitter, UnsupportedInput, _float, _Identity
 from morphgen.ir import Value
 
 HEADER_DIR = Path(__file__).parent
@@ -29,6 +29,7 @@ class MPIEmitter(OpenMPEmitter):
     timers = TIMERS + ("halo", "allreduce_wait")
     backend_headers = ("distributed.h",)
     distributed = True
+    identity_nodes = "m.part.global_nodes"    # featureless rows are one-hots of global node ids
 
     def __init__(self, program, buffer_plan=None):
         super().__init__(program, buffer_plan)
@@ -46,10 +47,6 @@ class MPIEmitter(OpenMPEmitter):
         """The fused dropout + activation backward keys its mask by local index: not fused here."""
 
     def lower_program(self) -> tuple:
-        if self.p.featureless:
-            raise UnsupportedInput(
-                "morphgen: error: the mpi backend does not train featureless (identity-feature) datasets yet; "
-                "use --backend openmp, or a dataset with node features")
         self.backward_ids = {op.output.id for op in self.p.backward if op.output is not None}
         self.forward_ops = {id(op) for op in self.p.forward}
         return super().lower_program()
@@ -127,6 +124,16 @@ class MPIEmitter(OpenMPEmitter):
             waits.append(self.timed("allreduce_wait", f"{start}m.grads.wait({i})"))
         steps = super().lower_optimizer()       # one step per parameter with a gradient, same order
         return [line for pair in zip(waits, steps) for line in pair]
+
+    # -- featureless input: one-hot rows of global node ids -------------------------------------
+    def feature_identity(self) -> _Identity:
+        return _Identity("m.part.node_gid.data()")
+
+    def edge_end_identity(self, end: str) -> _Identity:
+        line = "mg::mpi::build_edge_end_ids(m.part, m.graph)"
+        if line not in self.prepare:
+            self.prepare.append(line)
+        return _Identity("m.part.src_gid.data()" if end == "src" else "m.part.dst_gid.data()")
 
     # -- ops whose meaning depends on the whole graph ------------------------------------------
     def op_graph_scalar(self, op):

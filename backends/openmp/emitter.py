@@ -78,6 +78,7 @@ class OpenMPEmitter:
     timers = TIMERS                  # kernel families with a timer each
     backend_headers: tuple = ()      # headers the generated source includes after ops.h
     distributed = False              # the ABI template's distributed parts (partition, reductions)
+    identity_nodes = "m.graph.num_nodes"   # rows of a featureless input's one-hot table (per type)
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -208,7 +209,7 @@ class OpenMPEmitter:
             self.plans[key] = name
             self.members.append(f"mg::op::EmbeddingPlan {name};")
             self.prepare.append(f"m.{name}.build({type_expr}, {idx}, {self.rows(rows)}, {types}, "
-                                f"m.graph.num_nodes)")
+                                f"{self.identity_nodes})")
         return f"m.{self.plans[key]}"
 
     # -- emission ----------------------------------------------------------------------------------
@@ -255,7 +256,7 @@ class OpenMPEmitter:
             for k, v in enumerate(op.inputs):
                 self.readers.setdefault(v.id, []).append((op, k))
         if self.p.featureless and self.features_id is not None:
-            self.identity[self.features_id] = _Identity(None)
+            self.identity[self.features_id] = self.feature_identity()
         elif self.features_id is not None:
             self.feature_like[self.features_id] = "m.features"
         self.plan_feature_views()
@@ -484,6 +485,15 @@ class OpenMPEmitter:
             out.append(self.timed("optimizer", call, f"16.0 * {n}", f"10.0 * {n}"))
         return out
 
+    # ---- featureless input: rows of the one-hot identity, never materialised ---------------------
+    def feature_identity(self) -> _Identity:
+        """Row r of the input features is the one-hot of node r."""
+        return _Identity(None)
+
+    def edge_end_identity(self, end: str) -> _Identity:
+        """The identity rows gathered at each edge's source or destination."""
+        return _Identity("m.graph.col" if end == "src" else self.edge_dst())
+
     # ---- op lowerings: one method per opcode ----------------------------------------------------
     def _identity_rows(self, v: Value) -> Optional[_Identity]:
         return self.identity.get(v.id)
@@ -512,7 +522,7 @@ class OpenMPEmitter:
                 return self.timed("gemm", f"std::memcpy({self.ptr(out)}, {self.ptr(w)}, sizeof(float) * {self.numel(out)})",
                                   f"8.0 * {self.numel(out)}")
             return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, nullptr, {ident.idx}, "
-                              f"{self.rows(out)}, m.graph.num_nodes, {M}, {self.ptr(out)})", f"8.0 * {self.numel(out)}")
+                              f"{self.rows(out)}, {self.identity_nodes}, {M}, {self.ptr(out)})", f"8.0 * {self.numel(out)}")
         K = self.width(x)
         flops = f"2.0 * {self.rows(x)} * {K} * {M}"
         bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
@@ -540,7 +550,7 @@ class OpenMPEmitter:
                 return self.timed("gemm", f"std::memcpy({self.ptr(out)}, {self.ptr(g)}, sizeof(float) * {self.numel(out)})",
                                   f"8.0 * {self.numel(out)}")
             plan = self.plan("nullptr", ident.idx, "1", g)
-            return self.timed("typed_linear", f"mg::op::embedding_rows_grad({plan}, {self.ptr(g)}, m.graph.num_nodes, "
+            return self.timed("typed_linear", f"mg::op::embedding_rows_grad({plan}, {self.ptr(g)}, {self.identity_nodes}, "
                               f"{M}, {self.ptr(out)})", f"8.0 * {self.numel(g)}")
         K = self.width(x)
         flops = f"2.0 * {self.rows(x)} * {K} * {M}"
@@ -575,7 +585,7 @@ class OpenMPEmitter:
         if ident is not None:
             idx = ident.idx or self.node_ids()
             return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, {self.type_expr(w.domain)}, "
-                              f"{idx}, {self.rows(out)}, m.graph.num_nodes, {M}, {self.ptr(out)})",
+                              f"{idx}, {self.rows(out)}, {self.identity_nodes}, {M}, {self.ptr(out)})",
                               f"8.0 * {self.numel(out)}")
         return self.timed("typed_linear", f"mg::op::typed_linear({self.groups(w.domain)}, {self.ptr(x)}, {K}, "
                           f"{self.ptr(w)}, {M}, {self.ptr(out)})",
@@ -595,7 +605,7 @@ class OpenMPEmitter:
             idx = ident.idx or self.node_ids()
             plan = self.plan(self.type_expr(domain), idx, self.dim(out.shape[0]), g)
             return self.timed("typed_linear", f"mg::op::embedding_rows_grad({plan}, {self.ptr(g)}, "
-                              f"{self.dim(out.shape[0])} * m.graph.num_nodes, {M}, {self.ptr(out)})",
+                              f"{self.dim(out.shape[0])} * {self.identity_nodes}, {M}, {self.ptr(out)})",
                               f"8.0 * {self.numel(g)}")
         return self.timed("typed_linear", f"mg::op::typed_matmul_tn({self.groups(domain)}, {self.ptr(x)}, {K}, "
                           f"{self.ptr(g)}, {M}, {self.ptr(out)})", "0", f"2.0 * {self.rows(g)} * {K} * {M}")
@@ -613,9 +623,9 @@ class OpenMPEmitter:
         out = op.output
         ident = self._identity_rows(x)
         if ident is not None:
-            if ident.idx is not None:
+            if x.id != self.features_id:
                 raise InternalError("gather of gathered featureless rows")
-            self.identity[out.id] = _Identity("m.graph.col" if op.attrs["end"] == "src" else self.edge_dst())
+            self.identity[out.id] = self.edge_end_identity(op.attrs["end"])
             return None
         return self.timed("edges", f"mg::op::gather(m.g, {'true' if op.attrs['end'] == 'src' else 'false'}, "
                           f"{self.ptr(x)}, {self.width(x)}, {self.ptr(out)})", f"8.0 * {self.numel(out)}")
