@@ -49,6 +49,7 @@ struct FeatureView {
     // (r, c) on the fly (p = 0: none). Dense features are dropped into a buffer instead.
     float drop_p = 0.f;
     uint64_t drop_seed = 0, drop_epoch = 0, drop_site = 0;
+    const int64_t *drop_row_ids = nullptr;   // row r drops as row drop_row_ids[r] (distributed runs)
 };
 
 struct Timer {

@@ -215,19 +215,16 @@ inline void global_degree(const Partition &p, bool in, float *out) {
 
 // Inverted dropout whose mask is keyed by global ids: element (r, c) of a [rows, F] value uses
 // the index ids[r] * F + c, the index one process gives it, so every rank count drops the same
-// elements.  ids == nullptr: a value that is not split over ranks (weights, scalars).
+// elements.  ids == nullptr: a value that is not split over ranks (weights, scalars).  The
+// backward applies the same mask to the gradient.
 inline void dropout_rows(bool training, const float *X, float *Y, int64_t rows, int64_t F, const int64_t *ids,
                          float p, DropoutKey key, bool backward) {
     if (!(p > 0.f) || (!training && !backward)) {
         if (X != Y) std::memcpy(Y, X, sizeof(float) * size_t(rows * F));
-        return;
-    }
-    const float scale = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t base = (ids ? ids[r] : r) * F;
-        for (int64_t c = 0; c < F; ++c)
-            Y[r * F + c] = dropout_keep(key, p, base + c) ? X[r * F + c] * scale : 0.f;
+    } else if (ids) {
+        dropout_rows_fwd(X, Y, rows, F, ids, p, key);
+    } else {
+        dropout_fwd(X, Y, rows * F, p, key);
     }
 }
 

@@ -39,16 +39,14 @@ class MPIEmitter(OpenMPEmitter):
         self.forward_ops: set = set()
 
     # -- what the OpenMP lowering keeps and what it gives up here -------------------------------
-    def plan_feature_views(self) -> None:
-        """Dropped input features are materialised: their mask is keyed by global row ids,
-        which the sparse feature kernels do not take."""
-
     def plan_dropout_act_grads(self) -> None:
         """The fused dropout + activation backward keys its mask by local index: not fused here."""
 
     def lower_program(self) -> tuple:
         self.backward_ids = {op.output.id for op in self.p.backward if op.output is not None}
         self.forward_ops = {id(op) for op in self.p.forward}
+        # a dropout of the input features, dense or inside the sparse kernels, keys its mask by global row
+        self.prepare.append("m.features.drop_row_ids = m.part.node_gid.data()")
         return super().lower_program()
 
     # -- halo exchanges around the ops that cross the partition -----------------------------------
@@ -154,6 +152,8 @@ class MPIEmitter(OpenMPEmitter):
                           f"mg::DropoutKey{{m.seed, uint64_t(m.epoch), {site}u}}, {backward})", f"8.0 * {n}")
 
     def op_dropout(self, op, x):
+        if op.output.id in self.feature_like:      # stays in the features' format (m.features.drop_row_ids)
+            return self._dropout_features(op, x)
         return self._dropout(op, x, "training", str(op.output.id), "false")
 
     def op_dropout_grad(self, op, g):

@@ -157,7 +157,7 @@ inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t
 // Input features through a weight: the dense path is a dense product (gemm_rows), the sparse path streams the
 // blocked rows through W (Morphling IV-B), the identity is a copy of W.
 inline FeatureDropout feature_dropout(const FeatureView &f) {
-    return FeatureDropout{f.drop_p, DropoutKey{f.drop_seed, f.drop_epoch, f.drop_site}};
+    return FeatureDropout{f.drop_p, DropoutKey{f.drop_seed, f.drop_epoch, f.drop_site}, f.drop_row_ids};
 }
 inline void linear_features(const FeatureView &f, const SparseFeatureBlocks &blocks, const float *W, idx_t M,
                             float *Y) {
@@ -203,7 +203,9 @@ inline void dropout_features(bool training, const FeatureView &in, FeatureView &
     if (!training || p <= 0.f) return;
     switch (in.kind) {
         case FeatureKind::Dense:
-            dropout_fwd(in.dense, values, in.rows * in.cols, p, DropoutKey{seed, epoch, site});
+            if (in.drop_row_ids) dropout_rows_fwd(in.dense, values, in.rows, in.cols, in.drop_row_ids, p,
+                                                  DropoutKey{seed, epoch, site});
+            else dropout_fwd(in.dense, values, in.rows * in.cols, p, DropoutKey{seed, epoch, site});
             out.dense = values;
             break;
         case FeatureKind::Csr:

@@ -142,10 +142,12 @@ inline int build_feature_blocks(idx_t rows, idx_t cols, const std::int64_t* indp
     return kOk;
 }
 
-// Dropout applied to X inside the kernels (p = 0: none).
+// Dropout applied to X inside the kernels (p = 0: none).  Row r's mask is that of row
+// row_ids[r] when given (a rank of a distributed run holds rows of a larger matrix).
 struct FeatureDropout {
     float p = 0.f;
     DropoutKey key{0, 0, 0};
+    const std::int64_t* row_ids = nullptr;
 };
 
 namespace sparse_detail {
@@ -175,7 +177,8 @@ MG_INLINE void with_coef(const SparseFeatureBlocks& X, const FeatureDropout& dro
         return;
     }
     body(Dropped{X.val.data() + start, X.col.data() + start, dropout_detail::stream_base(drop.key),
-                 dropout_detail::drop_threshold(drop.p), std::uint64_t(r * X.cols + b * X.block_cols),
+                 dropout_detail::drop_threshold(drop.p),
+                 std::uint64_t((drop.row_ids ? drop.row_ids[r] : r) * X.cols + b * X.block_cols),
                  1.f / (1.f - drop.p)});
 }
 

@@ -1,0 +1,32 @@
+"""Shared pieces of the MPI backend's tests: runs of the CLI on both backends, compared."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.e2e.support import example, run_cli
+
+RANKS = (1, 2, 4)
+
+
+def train(tmp_path: Path, model: str, dataset: str, *extra, backend: str = "openmp", ranks: int = 1,
+          epochs: int = 4, tag: str = "", timeout: int = 600) -> dict:
+    """One `morphgen train` run with one thread per process; its --json report."""
+    out = tmp_path / f"{model}-{backend}-{ranks}{tag}.json"
+    args = ["train", example(model), "--backend", backend, "--threads", 1, "--dataset", dataset,
+            "--epochs", epochs, "--sparsity-threshold", 0.9, "--json", out, "--quiet", *extra]
+    if backend == "mpi":
+        args += ["--ranks", ranks, "--parts-dir", tmp_path / f"parts-{ranks}"]
+    proc = run_cli(*args, timeout=timeout)
+    assert proc.returncode == 0, f"{backend} x{ranks} failed:\n{proc.stderr[-3000:]}"
+    return json.loads(out.read_text())
+
+
+def assert_same_run(reference: dict, run: dict, rtol: float, what: str) -> None:
+    """The same loss every epoch (to rtol) and the same accuracies."""
+    assert len(reference["history"]) == len(run["history"]), what
+    for a, b in zip(reference["history"], run["history"]):
+        assert abs(a["loss"] - b["loss"]) <= rtol * abs(a["loss"]), \
+            f"{what}: epoch {a['epoch']} loss {b['loss']!r} != {a['loss']!r}"
+    for key in ("train_acc", "val_acc", "test_acc"):
+        assert run[key] == reference[key], f"{what}: {key} {run[key]} != {reference[key]}"
