@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -183,7 +184,7 @@ def load_part(directory: Path, rank: int, num_parts: int) -> LocalPart:
             arrays = {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise PartFileError(f"morphgen: error: {path}: missing part file for rank {rank}") from None
-    except (OSError, ValueError, EOFError) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise PartFileError(f"morphgen: error: {path}: damaged part file ({err})") from None
     if int(arrays.get("num_parts", -1)) != num_parts or int(arrays.get("part", -1)) != rank:
         raise PartFileError(f"morphgen: error: {path}: written for rank {arrays.get('part')} of "

@@ -1,0 +1,101 @@
+"""The MPI backend's runs beyond parity: measured halo traffic, checkpoints shared with the
+OpenMP backend at any rank count, and failures that end the whole job with a located message."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from tests.e2e.support import REPO, assert_clean_failure, example, run_cli
+from tests.mpi.support import assert_same_run, train
+
+SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_class=12,val=60,test=100"
+
+
+def test_halo_bytes_equal_the_partition_figure(tmp_path):
+    """examples/gcn.mp exchanges, per training epoch, the 16-wide hidden rows and the C-wide
+    output rows forward, and their gradients back: (rows sent + ghost rows) x (16 + C) x 4 bytes."""
+    run = train(tmp_path, "gcn", SYNTHETIC, backend="mpi", ranks=4)
+    classes = 4
+    for rank, figures in enumerate(run["per_rank"]):
+        expected = (figures["halo_rows_sent"] + figures["ghosts"]) * (16 + classes) * 4
+        assert figures["ghosts"] > 0, f"rank {rank} has no ghosts: the test graph is too easy"
+        assert figures["halo_bytes_per_epoch"] == expected, f"rank {rank}: {figures}"
+
+
+def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):
+    """Three epochs on one backend, three more from its checkpoint on the other: the losses of
+    one six-epoch run."""
+    whole = train(tmp_path, "gcn", SYNTHETIC, epochs=6)
+    ck_mpi, ck_omp = tmp_path / "mpi.ck", tmp_path / "omp.ck"
+    train(tmp_path, "gcn", SYNTHETIC, "--checkpoint", ck_mpi, backend="mpi", ranks=2, epochs=3)
+    resumed = train(tmp_path, "gcn", SYNTHETIC, "--resume", ck_mpi, epochs=3, tag="resumed")
+    train(tmp_path, "gcn", SYNTHETIC, "--checkpoint", ck_omp, epochs=3, tag="first")
+    resumed_mpi = train(tmp_path, "gcn", SYNTHETIC, "--resume", ck_omp, backend="mpi", ranks=4, epochs=3)
+    tail = dict(whole, history=whole["history"][3:])
+    for run, what in ((resumed, "openmp from an mpi checkpoint"), (resumed_mpi, "4 ranks from an openmp checkpoint")):
+        run = dict(run, history=[dict(r, epoch=r["epoch"] + 3) for r in run["history"]])
+        assert_same_run(tail, run, 1e-5, what)
+
+
+def _mpi_args(tmp_path, *extra, ranks=2, parts="parts"):
+    return ["train", example("gcn"), "--backend", "mpi", "--ranks", ranks, "--threads", 1, "--dataset", SYNTHETIC,
+            "--epochs", 2, "--quiet", "--parts-dir", tmp_path / parts, *extra]
+
+
+def test_a_rank_that_fails_ends_the_job_naming_it(tmp_path):
+    assert run_cli(*_mpi_args(tmp_path)).returncode == 0          # writes the part files
+    damaged = tmp_path / "parts" / "part-1.npz"
+    damaged.write_bytes(damaged.read_bytes()[:200])
+    started = time.monotonic()
+    proc = run_cli(*_mpi_args(tmp_path), timeout=120)
+    assert time.monotonic() - started < 60
+    assert_clean_failure(proc, 2, "rank 1", "damaged part file", "MPI job failed")
+
+
+def test_a_rank_that_dies_ends_the_job(tmp_path):
+    """SIGKILL one rank mid-training: the others must not wait for it forever."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))      # the run's files, and so its ranks' command lines
+    args = [sys.executable, "-m", "morphgen", *map(str, _mpi_args(tmp_path, ranks=2))]
+    args[args.index("2", args.index("--epochs"))] = "1000000"
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        victim = None
+        deadline = time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            found = subprocess.run(["pgrep", "-f", f"^{sys.executable} -m morphgen.backends.mpi.worker {tmp_path}"],
+                                   capture_output=True, text=True).stdout.split()
+            victim = int(found[-1]) if len(found) == 2 else None
+        assert victim is not None, f"the ranks never started: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
+        time.sleep(2)                                  # well into training
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "MPI job failed" in err and "Traceback" not in err, err[-2000:]
+
+
+def test_partition_files_for_other_ranks_or_data_are_refused(tmp_path):
+    assert run_cli(*_mpi_args(tmp_path, ranks=2)).returncode == 0
+    assert_clean_failure(run_cli(*_mpi_args(tmp_path, ranks=4)), 2, "for 2 ranks, not 4")
+    other = [a if a != SYNTHETIC else SYNTHETIC.replace("nodes=300", "nodes=301") for a in _mpi_args(tmp_path)]
+    assert_clean_failure(run_cli(*other), 2, "written for other data")
+    manifest = tmp_path / "parts" / "manifest.json"
+    manifest.write_text("{not json")
+    assert_clean_failure(run_cli(*_mpi_args(tmp_path)), 2, "manifest.json: unreadable")
+
+
+def test_bad_rank_counts_and_flags_are_clear_errors(tmp_path):
+    assert_clean_failure(run_cli(*_mpi_args(tmp_path, ranks=301)), 2, "--ranks 301 is larger than")
+    assert_clean_failure(run_cli(*_mpi_args(tmp_path, ranks=0)), 2, "--ranks must be at least 1")
+    proc = run_cli("train", example("gcn"), "--ranks", 2, "--dataset", SYNTHETIC)
+    assert_clean_failure(proc, 2, "--ranks and --parts-dir need a distributed backend")
