@@ -46,3 +46,19 @@ def test_the_library_says_which_backend_built_it():
     assert load(str(model.library_path), "openmp") is not None
     with pytest.raises(InternalError, match="built by the openmp backend, not by cuda"):
         load(str(model.library_path), "cuda")
+
+
+def test_a_missing_mpi_compiler_is_named(tmp_path):
+    proc = run_cli("compile", example("gcn"), "--backend", "mpi", env={"MORPHGEN_MPICXX": str(tmp_path / "nothing")})
+    assert_clean_failure(proc, 2, "is not on PATH", "MORPHGEN_MPICXX")
+
+
+def test_a_library_of_one_process_refuses_a_partition():
+    """Every library exports the whole ABI; the parts another backend needs fail with a reason."""
+    from morphgen.library import RuntimeFailure
+    model = morphgen.compile(example("gcn"), threads=1)
+    model.bind(small_dataset())
+    with pytest.raises(RuntimeFailure, match="built by the openmp backend, which does not split the graph"):
+        model.session._bind_partition({"comm": 0, "num_owned": 1, "global_nodes": 1, "peers": [],
+                                       "send_ptr": [0], "send_idx": [], "recv_ptr": [0], "node_gid": [0],
+                                       "edge_gid": [], "in_degree": [0], "out_degree": [0]})

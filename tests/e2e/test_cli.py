@@ -60,14 +60,14 @@ def test_check_of_a_missing_file(tmp_path):
     assert_clean_failure(proc, 2, "nowhere.mp")
 
 
-@pytest.mark.parametrize("backend", ["cuda", "mpi"])
+@pytest.mark.parametrize("backend", ["cuda"])
 def test_unavailable_backends_say_so(backend):
     proc = run_cli("train", example("gcn"), "--backend", backend, "--epochs", "1")
     assert_clean_failure(proc, 2, "not available yet", backend)
     assert "internal error" not in proc.stderr
 
 
-@pytest.mark.parametrize("backend", ["cuda", "mpi"])
+@pytest.mark.parametrize("backend", ["cuda"])
 def test_compile_for_an_unavailable_backend(backend):
     proc = run_cli("compile", example("gcn"), "--backend", backend)
     assert_clean_failure(proc, 2, "not available yet")
