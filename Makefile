@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JOBS   ?= 2
 
-.PHONY: train test bench clean
+.PHONY: train test bench clean slurm-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,17 @@ $(STAMP): pyproject.toml
 train: $(STAMP)
 	$(VENV)/bin/morphgen train examples/gcn.mp --dataset synthetic
 
-test: $(STAMP)
+test: $(STAMP) slurm-deps
 	$(VENV)/bin/pytest -n $(JOBS) tests
+
+# SLURM and munge for tests/slurm, which starts a real single-node cluster (Debian packages;
+# installed once, with sudo when not root).  The daemons live in /usr/sbin, not always on PATH.
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || command -v sudo)
+slurm-deps:
+	@export PATH="$$PATH:/usr/sbin:/sbin"; \
+	if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then \
+		$(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y slurm-wlm munge; \
+	fi
 
 # Peers side by side (PyG, DGL); separate from `make test` and CI.
 bench: $(STAMP)

@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build with AddressSanitizer and UndefinedBehaviorSanitizer (slow; for bug reports)")
     p.set_defaults(handler=_cmd_train)
 
+    p = sub.add_parser("slurm", help="write a SLURM batch script that trains a program (MPI ranks or OpenMP)",
+                       description="Write a SLURM job script that runs `morphgen train` on an allocation; "
+                                   "submit it with sbatch (see slurm/README.md).")
+    from . import slurm
+    slurm.add_arguments(p)
+    p.set_defaults(handler=_cmd_slurm)
+
     # subcommands whose implementation lives in their own package register themselves
     import importlib
     for module in ("morphgen.partition.cli", "morphgen.bench.cli", "morphgen.bench.sparsity_cli",
@@ -103,6 +110,11 @@ def _cmd_compile(args) -> int:
 def _cmd_train(args) -> int:
     from . import commands
     return commands.train_command(args)
+
+
+def _cmd_slurm(args) -> int:
+    from . import slurm
+    return slurm.run(args)
 
 
 def main(argv=None) -> int:

@@ -100,10 +100,10 @@ inline void pack_rows(Partition &p, const float *X, int64_t F) {
 
 constexpr int kTagForward = 101, kTagReverse = 102;
 
-// Ghost rows of X (owned + ghost rows, F wide) receive their owners' current rows.  Returns the
-// bytes this rank sent.
-inline double halo_forward(Partition &p, float *X, int64_t F) {
-    if (p.size == 1) return 0;
+// Ghost rows of X (owned + ghost rows, F wide) receive their owners' current rows.  The bytes
+// this rank sent are added to `sent` (the exchange's timer: measured, not estimated).
+inline void halo_forward(Partition &p, float *X, int64_t F, Timer &sent) {
+    if (p.size == 1) return;
     const double before = p.halo_bytes;
     pack_rows(p, X, F);
     Exchange ex(p);
@@ -114,13 +114,13 @@ inline double halo_forward(Partition &p, float *X, int64_t F) {
         ex.send(p.pack.data() + p.send_ptr[size_t(k)] * F, (p.send_ptr[size_t(k) + 1] - p.send_ptr[size_t(k)]) * F,
                 p.peers[size_t(k)], kTagForward);
     ex.wait();
-    return p.halo_bytes - before;
+    sent.bytes += p.halo_bytes - before;
 }
 
 // The transpose of halo_forward: each ghost row of X holds a partial sum that belongs to its
 // owner; the owners add them (peers in rank order, so the sum is the same on every run) and
-// the ghost rows become zero.  Returns the bytes this rank sent.
-inline double halo_reverse(Partition &p, float *X, int64_t F) {
+// the ghost rows become zero.  The bytes this rank sent are added to `sent`.
+inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
     const double before = p.halo_bytes;
     float *ghosts = X + p.num_owned * F;
     const int64_t ghost_floats = (p.num_local - p.num_owned) * F;
@@ -144,7 +144,7 @@ inline double halo_reverse(Partition &p, float *X, int64_t F) {
         }
     }
     if (ghost_floats > 0) std::memset(ghosts, 0, sizeof(float) * size_t(ghost_floats));
-    return p.halo_bytes - before;
+    sent.bytes += p.halo_bytes - before;
 }
 
 // Weight gradients: each is handed to MPI_Iallreduce as soon as the backward has produced it,

@@ -94,7 +94,8 @@ def train_distributed(args) -> int:
         raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
     log(f"morphgen: {dataset.name}: {dataset.graph.num_nodes} nodes, {dataset.graph.num_edges} edges; "
         f"{ranks} ranks x {threads} threads; feature path {path}; compiled in {model.compile_seconds:.2f} s")
-    with tempfile.TemporaryDirectory(prefix="morphgen-mpi-") as run_dir:
+    # The run's files sit beside the part files: every rank, on every node, must read them.
+    with tempfile.TemporaryDirectory(prefix=".run-", dir=parts_dir) as run_dir:
         init = Path(run_dir) / "init.npz"
         np.savez(init, **{k: np.asarray(v, np.float32) for k, v in init_params(program, seed=args.seed).items()})
         spec = {

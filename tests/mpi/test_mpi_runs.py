@@ -60,7 +60,7 @@ def test_a_rank_that_fails_ends_the_job_naming_it(tmp_path):
 
 def test_a_rank_that_dies_ends_the_job(tmp_path):
     """SIGKILL one rank mid-training: the others must not wait for it forever."""
-    env = dict(os.environ, TMPDIR=str(tmp_path))      # the run's files, and so its ranks' command lines
+    env = dict(os.environ)
     args = [sys.executable, "-m", "morphgen", *map(str, _mpi_args(tmp_path, ranks=2))]
     args[args.index("2", args.index("--epochs"))] = "1000000"
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -71,7 +71,7 @@ def test_a_rank_that_dies_ends_the_job(tmp_path):
             time.sleep(0.5)
             found = subprocess.run(["pgrep", "-f", f"^{sys.executable} -m morphgen.backends.mpi.worker {tmp_path}"],
                                    capture_output=True, text=True).stdout.split()
-            victim = int(found[-1]) if len(found) == 2 else None
+            victim = int(found[-1]) if len(found) == 2 else None    # the run's files sit in tmp_path/parts
         assert victim is not None, f"the ranks never started: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
         time.sleep(2)                                  # well into training
         os.kill(victim, signal.SIGKILL)
