@@ -117,13 +117,16 @@ inline void halo_forward(Partition &p, float *X, int64_t F, Timer &sent) {
     sent.bytes += p.halo_bytes - before;
 }
 
+inline void zero_ghost_rows(const Partition &p, float *X, int64_t F) {
+    const int64_t floats = (p.num_local - p.num_owned) * F;
+    if (floats > 0) std::memset(X + p.num_owned * F, 0, sizeof(float) * size_t(floats));
+}
+
 // The transpose of halo_forward: each ghost row of X holds a partial sum that belongs to its
 // owner; the owners add them (peers in rank order, so the sum is the same on every run) and
 // the ghost rows become zero.  The bytes this rank sent are added to `sent`.
 inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
     const double before = p.halo_bytes;
-    float *ghosts = X + p.num_owned * F;
-    const int64_t ghost_floats = (p.num_local - p.num_owned) * F;
     if (p.size > 1) {
         p.pack.resize(size_t(p.send_ptr.back() * F));
         Exchange ex(p);
@@ -143,7 +146,7 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
             }
         }
     }
-    if (ghost_floats > 0) std::memset(ghosts, 0, sizeof(float) * size_t(ghost_floats));
+    zero_ghost_rows(p, X, F);
     sent.bytes += p.halo_bytes - before;
 }
 

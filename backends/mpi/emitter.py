@@ -23,6 +23,12 @@ from morphgen.ir import Value
 
 HEADER_DIR = Path(__file__).parent
 
+# Ops whose output row r depends on row r of their node inputs only (and on weights): run on a
+# ghost row whose inputs hold the owner's values, they give the owner's value there too.
+_ROW_LOCAL = {"linear", "typed_linear", "bias_add", "relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh", "neg",
+              "sqrt", "rsqrt", "log", "abs", "pow", "gelu", "softplus", "shift", "add", "sub", "mul", "div",
+              "scale", "dropout", "softmax", "log_softmax", "concat", "dot", "slice"}
+
 
 class MPIEmitter(OpenMPEmitter):
     backend = "mpi"
@@ -45,6 +51,7 @@ class MPIEmitter(OpenMPEmitter):
     def lower_program(self) -> tuple:
         self.backward_ids = {op.output.id for op in self.p.backward if op.output is not None}
         self.forward_ops = {id(op) for op in self.p.forward}
+        self.ghosts_valid = self._ghost_complete_values()
         # a dropout of the input features, dense or inside the sparse kernels, keys its mask by global row
         self.prepare.append("m.features.drop_row_ids = m.part.node_gid.data()")
         return super().lower_program()
@@ -57,8 +64,7 @@ class MPIEmitter(OpenMPEmitter):
             before.append(self._halo("halo_forward", source_read))
             if source_read.id in self.backward_ids:
                 # a gradient's ghost rows must stay zero for the sums over rows that read it later
-                after.append(f"std::memset({self.ptr(source_read)} + m.part.num_owned * {self.width(source_read)}, 0, "
-                             f"sizeof(float) * size_t((m.part.num_local - m.part.num_owned) * {self.width(source_read)}))")
+                after.append(f"mg::mpi::zero_ghost_rows(m.part, {self.ptr(source_read)}, {self.width(source_read)})")
             else:
                 self.ghosts_valid.add(source_read.id)
         if self._writes_sources(op):
@@ -66,6 +72,27 @@ class MPIEmitter(OpenMPEmitter):
         if op.output is not None and op.output.id in self.backward_ids:
             after += self._start_gradient_reductions(op.output)
         return before + lines + after
+
+    def _ghost_complete_values(self) -> set:
+        """Forward values whose ghost rows hold their owners' rows when computed, so that no
+        exchange is needed: the input features (loaded for ghosts), node constants of the global
+        graph, and what row-local ops compute from complete values (dropout masks are keyed by
+        global ids, so they agree too).  A value exchanged for an aggregation is complete from
+        that point on, so row-local values computed from it afterwards are complete as well."""
+        complete_now = {self.features_id} if self.features_id is not None else set()
+        at_definition = set(complete_now)
+        for op in self.p.forward:
+            read = self._source_read(op)
+            if read is not None and read.assoc == "node":
+                complete_now.add(read.id)           # exchanged here unless complete already
+            out = op.output
+            if out is None or out.assoc != "node":
+                continue
+            if op.opcode == "graph_scalar" or (op.opcode in _ROW_LOCAL and all(
+                    v.assoc in ("param", "scalar") or v.id in complete_now for v in op.inputs)):
+                complete_now.add(out.id)
+                at_definition.add(out.id)
+        return at_definition
 
     @staticmethod
     def _source_read(op):

@@ -18,12 +18,14 @@ SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_clas
 
 
 def test_halo_bytes_equal_the_partition_figure(tmp_path):
-    """examples/gcn.mp exchanges, per training epoch, the 16-wide hidden rows and the C-wide
-    output rows forward, and their gradients back: (rows sent + ghost rows) x (16 + C) x 4 bytes."""
+    """examples/gcn.mp, per training epoch: forward, the C-wide product of the second layer
+    (the first layer's product x·W is computed for ghost rows from their loaded features: no
+    exchange); backward, the gradients of both aggregations' inputs (C and 16 wide) return to
+    their owners.  So rows sent x C + ghost rows x (16 + C), times 4 bytes."""
     run = train(tmp_path, "gcn", SYNTHETIC, backend="mpi", ranks=4)
     classes = 4
     for rank, figures in enumerate(run["per_rank"]):
-        expected = (figures["halo_rows_sent"] + figures["ghosts"]) * (16 + classes) * 4
+        expected = (figures["halo_rows_sent"] * classes + figures["ghosts"] * (16 + classes)) * 4
         assert figures["ghosts"] > 0, f"rank {rank} has no ghosts: the test graph is too easy"
         assert figures["halo_bytes_per_epoch"] == expected, f"rank {rank}: {figures}"
 

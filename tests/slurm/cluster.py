@@ -214,18 +214,17 @@ class Cluster:
         subprocess.run([self.tools["scancel"], job], env=self.env, capture_output=True)
         raise ClusterError(f"job {job} did not finish in {timeout_s:.0f} s; {_tail(self.root / 'slurmd.log')}")
 
-    def job_state(self, job: str) -> str:
+    def job_field(self, job: str, name: str) -> str:
+        """One field of `scontrol show job` (JobState, ExitCode, ...), or "" when absent."""
         out = subprocess.run([self.tools["scontrol"], "show", "job", "-o", job], env=self.env,
                              capture_output=True, text=True)
         for field in out.stdout.split():
-            if field.startswith("JobState="):
+            if field.startswith(name + "="):
                 return field.split("=", 1)[1]
         return ""
 
+    def job_state(self, job: str) -> str:
+        return self.job_field(job, "JobState")
+
     def job_exit_code(self, job: str) -> str:
-        out = subprocess.run([self.tools["scontrol"], "show", "job", "-o", job], env=self.env,
-                             capture_output=True, text=True)
-        for field in out.stdout.split():
-            if field.startswith("ExitCode="):
-                return field.split("=", 1)[1]
-        return "?"
+        return self.job_field(job, "ExitCode") or "?"
