@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parts-dir", default=None,
                    help="--backend mpi: where the per-rank part files are written once and reused "
                         "(default: in the build cache, keyed by the data and the rank count)")
+    p.add_argument("--partitioner", default="morphgen", choices=("morphgen", "metis", "random"),
+                   help="--backend mpi: who assigns nodes to ranks: morphgen's edge-load balanced "
+                        "partitioner (default), vertex-balanced METIS, or a random split")
     p.add_argument("--sparsity-threshold", type=float, default=None,
                    help="feature sparsity above which the sparse feature path is used "
                         "(default: tau = 1 - rho from this machine's calibration)")

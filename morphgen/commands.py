@@ -81,8 +81,8 @@ def train_command(args) -> int:
     backend = require_backend(args.backend)
     if backend.capabilities.distributed:
         return _train_distributed(args)
-    if args.ranks is not None or args.parts_dir is not None:
-        raise UserError(f"morphgen: error: --ranks and --parts-dir need a distributed backend (--backend mpi), "
+    if args.ranks is not None or args.parts_dir is not None or args.partitioner != "morphgen":
+        raise UserError(f"morphgen: error: --ranks, --parts-dir and --partitioner need a distributed backend (--backend mpi), "
                         f"not {args.backend}")
     if args.sanitize:
         _rerun_with_sanitizer_runtime()

@@ -40,11 +40,12 @@ def default_parts_dir(key: str, ranks: int) -> Path:
     return cache_root() / "parts" / f"{key}-{ranks}"
 
 
-def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print) -> Path:
-    """The directory of part files for this dataset and rank count: reused when it matches,
-    written otherwise; one that belongs to other data is an error, never overwritten."""
+def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
+                  partitioner: str = "morphgen") -> Path:
+    """The directory of part files for this dataset, rank count and partitioner: reused when it
+    matches, written otherwise; one that belongs to other data is an error, never overwritten."""
     from .parts import dataset_key, read_manifest, write_parts
-    key = dataset_key(dataset, normalization, ranks, "auto")
+    key = dataset_key(dataset, normalization, ranks, partitioner)
     directory = Path(parts_dir) if parts_dir else default_parts_dir(key, ranks)
     if (directory / "manifest.json").exists():
         read_manifest(directory, key, ranks)
@@ -54,8 +55,8 @@ def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print)
         raise UserError(f"morphgen: error: --parts-dir {directory}: exists and holds no morphgen part files")
     if directory.exists():
         directory.rmdir()
-    log(f"morphgen: partitioning {dataset.name} into {ranks} parts ...")
-    manifest = write_parts(dataset, ranks, directory, key)
+    log(f"morphgen: partitioning {dataset.name} into {ranks} parts ({partitioner}) ...")
+    manifest = write_parts(dataset, ranks, directory, key, partitioner)
     ghosts = sum(p["ghosts"] for p in manifest["parts"])
     log(f"morphgen: wrote {ranks} part files to {directory} ({ghosts} ghost rows in all)")
     return directory
@@ -88,7 +89,8 @@ def train_distributed(args) -> int:
     kind, payload = features_payload(normalised, path)
     if kind != "identity":
         normalised = dataclasses.replace(normalised, features=payload)
-    parts_dir = prepare_parts(normalised, ranks, program.feature_normalization, args.parts_dir, log)
+    parts_dir = prepare_parts(normalised, ranks, program.feature_normalization, args.parts_dir, log,
+                              args.partitioner)
     epochs = args.epochs if args.epochs is not None else program.epochs
     if epochs <= 0:
         raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
@@ -107,7 +109,7 @@ def train_distributed(args) -> int:
             "json_out": args.json_out and str(Path(args.json_out).resolve()), "quiet": args.quiet,
             "report": {"model": str(args.model), "backend": "mpi", "dataset": dataset.name, "seed": args.seed,
                        "feature_path": path, "compile_seconds": model.compile_seconds,
-                       "parts_dir": str(parts_dir)},
+                       "parts_dir": str(parts_dir), "partitioner": args.partitioner},
         }
         spec_path = Path(run_dir) / "run.json"
         spec_path.write_text(json.dumps(spec))

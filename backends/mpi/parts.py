@@ -26,13 +26,16 @@ import scipy.sparse as sp
 from morphgen.errors import UserError
 
 FORMAT = "morphgen-mpi-parts-1"
+# Who decides which rank owns each node: morphgen's edge-load balanced partitioner (the default),
+# METIS balancing vertex counts (what PyG and DGL use), or a uniform random split (the baseline).
+PARTITIONERS = ("morphgen", "metis", "random")
 
 
 class PartFileError(UserError):
     """Part files that are missing, damaged, or belong to another dataset or rank count."""
 
 
-def dataset_key(dataset, normalization: Optional[str], num_parts: int, strategy: str) -> str:
+def dataset_key(dataset, normalization: Optional[str], num_parts: int, partitioner: str) -> str:
     """What the part files depend on: the graph, features, labels, masks, preprocessing, ranks."""
     h = hashlib.sha256()
     g = dataset.graph
@@ -49,21 +52,36 @@ def dataset_key(dataset, normalization: Optional[str], num_parts: int, strategy:
     else:
         h.update(np.ascontiguousarray(x).tobytes())
     h.update(json.dumps([FORMAT, g.num_nodes, g.num_etypes, g.num_ntypes, dataset.num_classes,
-                         normalization, num_parts, strategy]).encode())
+                         normalization, num_parts, partitioner]).encode())
     return h.hexdigest()[:24]
 
 
-def write_parts(dataset, num_parts: int, directory: Path, key: str, strategy: str = "auto",
+def assign_nodes(graph, num_parts: int, partitioner: str):
+    """(owner of every node, how it was decided) by one of PARTITIONERS."""
+    from morphgen.partition import partition_graph, vertex_balanced_reference
+    if num_parts == 1:
+        return np.zeros(graph.num_nodes, np.int64), {"partitioner": partitioner}
+    if partitioner == "morphgen":
+        result = partition_graph(graph, num_parts)
+        return result.assignment, {"partitioner": partitioner, "phase": result.phase, "reason": result.reason}
+    if partitioner == "metis":
+        return vertex_balanced_reference(graph, num_parts), {"partitioner": partitioner}
+    if partitioner == "random":
+        rng = np.random.default_rng(0)
+        return rng.permutation(np.arange(graph.num_nodes) % num_parts).astype(np.int64), {"partitioner": partitioner}
+    raise UserError(f"morphgen: error: --partitioner must be one of {', '.join(PARTITIONERS)}, got {partitioner!r}")
+
+
+def write_parts(dataset, num_parts: int, directory: Path, key: str, partitioner: str = "morphgen",
                 progress=None) -> dict:
     """Partition ``dataset`` into ``num_parts`` and write one file per rank into ``directory``
     (through a temporary directory renamed into place: an interrupted write leaves nothing)."""
     from morphgen.layout import GraphLayout
-    from morphgen.partition import build_layouts, partition_graph
+    from morphgen.partition import build_layouts
     g = dataset.graph
     if num_parts > g.num_nodes:
         raise UserError(f"morphgen: error: --ranks {num_parts} is larger than the graph's {g.num_nodes} nodes")
-    result = partition_graph(g, num_parts, strategy=strategy) if num_parts > 1 else None
-    assignment = result.assignment if result is not None else np.zeros(g.num_nodes, np.int64)
+    assignment, how = assign_nodes(g, num_parts, partitioner)
     layouts = build_layouts(g, assignment, num_parts)
     position = np.empty(g.num_edges, np.int64)        # original edge id -> destination-sorted position
     position[GraphLayout.from_graph(g).order] = np.arange(g.num_edges, dtype=np.int64)
@@ -81,7 +99,7 @@ def write_parts(dataset, num_parts: int, directory: Path, key: str, strategy: st
             progress(lay.part)
     manifest = {"format": FORMAT, "key": key, "num_parts": num_parts, "dataset": dataset.name,
                 "num_nodes": g.num_nodes, "num_edges": g.num_edges, "parts": summary,
-                "partition": None if result is None else {"phase": result.phase, "reason": result.reason}}
+                "partition": how}
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     try:
         os.rename(work, directory)

@@ -100,4 +100,4 @@ def test_bad_rank_counts_and_flags_are_clear_errors(tmp_path):
     assert_clean_failure(run_cli(*_mpi_args(tmp_path, ranks=301)), 2, "--ranks 301 is larger than")
     assert_clean_failure(run_cli(*_mpi_args(tmp_path, ranks=0)), 2, "--ranks must be at least 1")
     proc = run_cli("train", example("gcn"), "--ranks", 2, "--dataset", SYNTHETIC)
-    assert_clean_failure(proc, 2, "--ranks and --parts-dir need a distributed backend")
+    assert_clean_failure(proc, 2, "--ranks, --parts-dir and --partitioner need a distributed backend")
