@@ -43,6 +43,8 @@ class MPIEmitter(OpenMPEmitter):
         self.backward_ids: set = set()
         self.grad_started: set = set()      # parameter indices whose all-reduce is in flight
         self.forward_ops: set = set()
+        self.full_rows: set = set()         # node values computed for ghost rows too (see rows())
+        self.reducing = False               # lowering a sum over rows: owned rows only
 
     # -- what the OpenMP lowering keeps and what it gives up here -------------------------------
     def plan_dropout_act_grads(self) -> None:
@@ -52,9 +54,23 @@ class MPIEmitter(OpenMPEmitter):
         self.backward_ids = {op.output.id for op in self.p.backward if op.output is not None}
         self.forward_ops = {id(op) for op in self.p.forward}
         self.ghosts_valid = self._ghost_complete_values()
+        self.full_rows = set(self.ghosts_valid)
         # a dropout of the input features, dense or inside the sparse kernels, keys its mask by global row
         self.prepare.append("m.features.drop_row_ids = m.part.node_gid.data()")
         return super().lower_program()
+
+    # -- rows: a node value is stored for owned and ghost rows, computed for owned rows only -------
+    def rows(self, v: Value) -> str:
+        """Kernels compute owned rows; ghost rows are filled by exchanges.  Values whose ghost rows
+        each rank computes itself (instead of receiving them) are computed for every row."""
+        if v.assoc == "node" and (self.reducing or v.id not in self.full_rows):
+            return "m.part.num_owned"
+        return super().rows(v)
+
+    def storage_numel(self, v: Value) -> str:
+        if v.assoc == "node":
+            return f"(m.graph.num_nodes) * ({self.width(v)})"
+        return super().storage_numel(v)
 
     # -- halo exchanges around the ops that cross the partition -----------------------------------
     def around(self, op, lines: list) -> list:
@@ -68,6 +84,7 @@ class MPIEmitter(OpenMPEmitter):
             else:
                 self.ghosts_valid.add(source_read.id)
         if self._writes_sources(op):
+            before += self._ghost_rows_read_by_transpose(op)
             after.append(self._halo("halo_reverse", op.output))
         if op.output is not None and op.output.id in self.backward_ids:
             after += self._start_gradient_reductions(op.output)
@@ -110,6 +127,22 @@ class MPIEmitter(OpenMPEmitter):
         if (out_aggregate or (op.opcode == "scatter" and to_sources)) and op.attrs.get("reduce") == "max":
             raise self._unsupported(op, "a max over out-neighbours")
         return out_aggregate or to_sources or op.opcode == "aggregate_max_grad"
+
+    def _ghost_rows_read_by_transpose(self, op) -> list:
+        """A transposed aggregation also reads its input at ghost rows: the self-loop term of a
+        ghost source, the argmax of a ghost row's max (its own row).  Those terms belong to the
+        owner, which adds its own: they must read zero here.  A gradient is computed for owned
+        rows only, so its ghost rows are set to zero first."""
+        if op.opcode not in ("aggregate", "aggregate_max_grad"):
+            return []
+        g = op.inputs[0]
+        if g.assoc != "node":
+            return []
+        if g.id in self.backward_ids:
+            return [f"mg::mpi::zero_ghost_rows(m.part, {self.ptr(g)}, {self.width(g)})"]
+        if op.attrs.get("self_loops"):
+            raise self._unsupported(op, "an aggregation over out-neighbours with self loops in the forward pass")
+        return []
 
     def _needs_exchange(self, v: Value) -> bool:
         if v.assoc != "node" or v.id in self.ghosts_valid:
@@ -200,10 +233,31 @@ class MPIEmitter(OpenMPEmitter):
         if id(op) in self.forward_ops and x.assoc == "node":
             raise self._unsupported(op, "a sum over all nodes in the forward pass")
 
+    def _owned_rows_only(self, lower, op, *inputs):
+        """A sum over node rows counts owned rows only: dense kernels are told so; the kernels
+        that walk every local row (sparse features, type groups) read ghost rows set to zero."""
+        self._forward_row_reduction(op, inputs[-1])
+        g = inputs[-1]
+        zero = []
+        walks_all_rows = (op.opcode in ("typed_matmul_tn", "typed_row_sum")
+                          or (op.opcode == "matmul_tn" and inputs[0].id in self.feature_like))
+        if g.assoc == "node" and walks_all_rows:
+            zero = [f"mg::mpi::zero_ghost_rows(m.part, {self.ptr(g)}, {self.width(g)})"]
+        self.reducing = True
+        try:
+            lines = lower(op, *inputs)
+        finally:
+            self.reducing = False
+        return zero + (lines if isinstance(lines, list) else [lines])
+
     def op_row_sum(self, op, g):
-        self._forward_row_reduction(op, g)
-        return super().op_row_sum(op, g)
+        return self._owned_rows_only(super().op_row_sum, op, g)
 
     def op_matmul_tn(self, op, x, g):
-        self._forward_row_reduction(op, g)
-        return super().op_matmul_tn(op, x, g)
+        return self._owned_rows_only(super().op_matmul_tn, op, x, g)
+
+    def op_typed_matmul_tn(self, op, x, g):
+        return self._owned_rows_only(super().op_typed_matmul_tn, op, x, g)
+
+    def op_typed_row_sum(self, op, g):
+        return self._owned_rows_only(super().op_typed_row_sum, op, g)

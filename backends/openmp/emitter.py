@@ -144,6 +144,10 @@ class OpenMPEmitter:
     def numel(self, v: Value) -> str:
         return f"({self.rows(v)}) * ({self.width(v)})"
 
+    def storage_numel(self, v: Value) -> str:
+        """Elements of the buffer that stores ``v`` (the rows kernels compute may be fewer)."""
+        return self.numel(v)
+
     # -- storage -------------------------------------------------------------------------------
     def _featureless_read(self) -> UnsupportedInput:
         op = self.current_op
@@ -165,7 +169,7 @@ class OpenMPEmitter:
             return "m.features.dense"
         if v.id not in self.has_buffer:
             self.has_buffer.add(v.id)
-            self.buffers.append({"name": f"v{v.id}", "id": v.id, "numel": self.numel(v),
+            self.buffers.append({"name": f"v{v.id}", "id": v.id, "numel": self.storage_numel(v),
                                  "comment": f"{v.describe()} {_c_string(v.name)}"[:80]})
         return f"m.{self.buffer_name(v)}.data"
 
@@ -177,7 +181,7 @@ class OpenMPEmitter:
         if v.id not in self.argmax:
             name = f"arg{v.id}"
             self.argmax[v.id] = name
-            self.index_buffers.append({"name": name, "numel": self.numel(v), "comment": f"argmax of %{v.id}"})
+            self.index_buffers.append({"name": name, "numel": self.storage_numel(v), "comment": f"argmax of %{v.id}"})
         return f"m.{self.argmax[v.id]}.data.data()"
 
     def require(self, what: str) -> None:

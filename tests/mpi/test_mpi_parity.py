@@ -25,6 +25,17 @@ def test_homogeneous_examples_match_one_process(tmp_path, model):
                         f"{model} on {ranks} ranks")
 
 
+@pytest.mark.parametrize("model", ["gcn", "gcn3", "sage"])
+def test_outputs_wider_than_the_hidden_layer_match_one_process(tmp_path, model):
+    """47 classes against 16-32 hidden: the last layer aggregates before its product, so the
+    backward runs a transposed aggregation with self loops on a gradient computed for owned rows."""
+    data = SYNTHETIC.replace("classes=4,train_per_class=12", "classes=47,train_per_class=2")
+    reference = train(tmp_path, model, data)
+    for ranks in (2, 4):
+        assert_same_run(reference, train(tmp_path, model, data, backend="mpi", ranks=ranks), RTOL,
+                        f"{model}, 47 classes, on {ranks} ranks")
+
+
 @pytest.mark.parametrize("model,featureless", [("rgcn", False), ("rgat", False), ("hgt", False),
                                                 ("rgcn", True), ("rgat", True)])
 def test_relational_examples_match_one_process(tmp_path, model, featureless):
