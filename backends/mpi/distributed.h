@@ -6,9 +6,9 @@
 // Local numbering (morphgen.partition.layout): owned nodes first, then ghosts grouped by the
 // rank that owns them, so the halo received from one peer is one contiguous slice of rows and
 // needs no unpacking.  The local CSR holds every in-edge of every owned node (in global edge
-// order inside a row), ghosts have no in-edges here.  Node-wise kernels run over ghost rows too
-// (their values are overwritten by the next exchange before anything reads them); gradients of
-// ghost rows are shipped to their owners and zeroed, so reductions over rows count each node once.
+// order inside a row), ghosts have no in-edges here.  Node-wise kernels compute owned rows;
+// ghost rows are filled by halo_forward (or computed where every rank can: see the emitter),
+// and the partial sums a transposed aggregation leaves in ghost rows go back to their owners.
 #ifndef MORPHGEN_MPI_DISTRIBUTED_H
 #define MORPHGEN_MPI_DISTRIBUTED_H
 
@@ -160,7 +160,6 @@ class GradientReduce {
         check_mpi(MPI_Iallreduce(MPI_IN_PLACE, g, message_count(n, "gradient all-reduce"), MPI_FLOAT, MPI_SUM,
                                  p.comm, &reqs_[size_t(i)]),
                   "gradient all-reduce");
-        issued_bytes += 4.0 * double(n);
     }
     // Lets the library move the reductions in flight along (MPI progresses inside MPI calls).
     void progress() {
@@ -172,7 +171,6 @@ class GradientReduce {
         if (reqs_[size_t(i)] != MPI_REQUEST_NULL)
             check_mpi(MPI_Wait(&reqs_[size_t(i)], MPI_STATUS_IGNORE), "gradient all-reduce");
     }
-    double issued_bytes = 0;
 
   private:
     std::vector<MPI_Request> reqs_;

@@ -8,7 +8,9 @@ adds, driven by the IR (docs/backends.md, "MPI"):
   (`aggregate` over in-edges, `gather` of sources), so ghost rows hold their owners' rows;
 - a reverse exchange after every op that writes partial sums into source rows (transposed
   aggregations, scatters to sources, the max aggregation's backward): ghost rows go to their
-  owners, who add them, and become zero, so sums over rows count every node once;
+  owners, who add them;
+- node-wise kernels on owned rows only (ghost rows come from exchanges, or are computed on every
+  row for values each rank can compute itself), and sums over rows over owned rows only;
 - each weight gradient handed to MPI_Iallreduce as soon as it is complete, the optimizer
   waiting for it before its step (Morphling's pipelined backward);
 - degrees and GCN normalisation from the global graph, the loss as a mean over the global train
@@ -16,12 +18,8 @@ adds, driven by the IR (docs/backends.md, "MPI"):
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from morphgen.backends.openmp.emitter import TIMERS, OpenMPEmitter, UnsupportedInput, _float, _Identity
 from morphgen.ir import Value
-
-HEADER_DIR = Path(__file__).parent
 
 # Ops whose output row r depends on row r of their node inputs only (and on weights): run on a
 # ghost row whose inputs hold the owner's values, they give the owner's value there too.
