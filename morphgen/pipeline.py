@@ -97,13 +97,17 @@ def features_payload(dataset, path: str):
     return ("dense", x.toarray() if sp.issparse(x) else x)
 
 
-def run_memory_estimate(program, dataset, feature_path: str) -> dict:
+def run_memory_estimate(program, dataset, feature_path: str, unstored=frozenset()) -> dict:
     """Bytes a bound run will hold, by part: the buffer plan's peak (passes/liveness.py), the
-    parameters with their optimizer state, and the runtime's copy of the graph and features."""
+    parameters with their optimizer state, and the runtime's copy of the graph and features.
+    ``unstored``: values the backend never puts in a buffer of the plan (see analyse_liveness);
+    the input features are always counted with the data, not in the plan."""
     import scipy.sparse as sp
     from .passes import analyse_liveness
     n, e = dataset.graph.num_nodes, dataset.graph.num_edges
-    live = analyse_liveness(program, n, e)
+    features_input = program.inputs.get("features")
+    skip = set(unstored) | ({features_input.id} if features_input is not None else set())
+    live = analyse_liveness(program, n, e, skip)
     x = dataset.features
     if x is None:
         features = 0
@@ -118,13 +122,13 @@ def run_memory_estimate(program, dataset, feature_path: str) -> dict:
             "graph and features": graph + features}
 
 
-def check_run_fits(program, dataset, feature_path: str) -> None:
+def check_run_fits(program, dataset, feature_path: str, unstored=frozenset()) -> None:
     """Refuse, before allocating anything, a run that cannot fit in the memory left."""
     from .resources import available_memory, gib
     free = available_memory()
     if free is None:
         return
-    parts = run_memory_estimate(program, dataset, feature_path)
+    parts = run_memory_estimate(program, dataset, feature_path, unstored)
     need = sum(parts.values())
     if need > free:
         detail = ", ".join(f"{name} {gib(b)}" for name, b in parts.items())

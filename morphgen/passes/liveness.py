@@ -71,7 +71,9 @@ def lifetimes(program: Program, ops: list, defined_at: dict = None, read_at: lis
     return live
 
 
-def analyse_liveness(program: Program, num_nodes: int, num_edges: int) -> Liveness:
+def analyse_liveness(program: Program, num_nodes: int, num_edges: int, unstored=frozenset()) -> Liveness:
+    """``unstored``: ids of values the backend keeps outside its buffers (the input features,
+    counted with the data; dropped sparse features, which the kernels never materialise)."""
     ops = program.all_ops()
     end = len(ops)
     params = {p.value.id for p in program.params}
@@ -94,11 +96,12 @@ def analyse_liveness(program: Program, num_nodes: int, num_edges: int) -> Livene
         del result.intervals[features.id]              # the identity is never stored
     for v in program.inputs.values():
         if v.id in result.intervals:
-            result.sizes[v.id] = size(v)
+            result.sizes[v.id] = 0 if v.id in unstored else size(v)
     for op in ops:
         if op.output is not None and op.output.id not in params:
             # a param_slice is a view into its weight: no buffer of its own
-            result.sizes[op.output.id] = 0 if op.opcode == "param_slice" else size(op.output)
+            stored = op.opcode != "param_slice" and op.output.id not in unstored
+            result.sizes[op.output.id] = size(op.output) if stored else 0
     for step, op in enumerate(ops):           # argmax side buffers of max reductions
         if op.opcode in ("aggregate_max_grad", "scatter_max_grad"):
             fwd = op.inputs[2]

@@ -283,6 +283,26 @@ def test_the_memory_estimate_counts_what_a_run_holds(monkeypatch):
     morphgen.compile(example("gcn"), threads=2).bind(data)
 
 
+def test_the_memory_estimate_does_not_count_features_the_kernels_never_copy():
+    """Wide sparse features with a dropout (examples/gcn.mp): the sparse path applies the mask
+    inside its kernels and holds the features once, as CSR.  The estimate must not charge an
+    N x F dense copy for the input or for its dropout (a NELL-shaped run was refused for
+    "30 GiB" of activations that never exist)."""
+    import morphgen
+    from morphgen.pipeline import run_memory_estimate
+    from morphgen.data import synthetic_dataset
+    data = synthetic_dataset(nodes=2000, edges=8000, features=20000, sparsity=0.995, classes=5, seed=1)
+    model = morphgen.compile(example("gcn"), threads=1, sparsity_threshold=0.5).build(data)
+    assert model.feature_path[0] == "sparse"
+    kept = set(model._emitter.feature_like)
+    assert kept, "the dropout of the features stays in their sparse format"
+    dense_copy = data.graph.num_nodes * data.num_features * 4
+    estimate = run_memory_estimate(model.program, data, "sparse", kept)
+    assert estimate["activations and gradients"] < dense_copy / 10, estimate
+    naive = run_memory_estimate(model.program, data, "sparse")
+    assert naive["activations and gradients"] >= dense_copy      # the dropout's buffer, were it dense
+
+
 def test_compile_emit_plan_shows_each_ops_kernel_fusion_and_buffer():
     from morphgen import pipeline
     proc = run_cli("compile", example("gcn"), "--emit", "plan")
