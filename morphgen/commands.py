@@ -86,8 +86,7 @@ def train_command(args) -> int:
                         f"not {args.backend}")
     if args.sanitize:
         _rerun_with_sanitizer_runtime()
-    for flag, target in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
-        _check_writable(flag, target)      # before training, not after it
+    _check_outputs_writable(args)
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
     if args.sparsity_threshold is None and dataset.features is not None:
         from .calibrate import calibrate
@@ -160,11 +159,16 @@ def _train_distributed(args) -> int:
     for flag, value in (("--sanitize", args.sanitize), ("--profile", args.profile), ("--no-hoist", args.no_hoist)):
         if value:
             raise UserError(f"morphgen: error: {flag} is not supported with --backend {args.backend} yet")
-    for flag, target in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
-        _check_writable(flag, target)
+    _check_outputs_writable(args)
     if args.ranks is None:
         args.ranks = int(os.environ.get("SLURM_NTASKS", "1"))
     return train_distributed(args)
+
+
+def _check_outputs_writable(args) -> None:
+    """--json and --checkpoint are checked before training, not after it."""
+    for flag, target in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
+        _check_writable(flag, target)
 
 
 def _rerun_with_sanitizer_runtime() -> None:

@@ -17,6 +17,10 @@ import numpy as np
 from .errors import InternalError, UserError
 
 
+# The arrays of a distributed library's share of the graph, in mg_set_partition's order.
+PARTITION_ARRAYS = ("peers", "send_ptr", "send_idx", "recv_ptr", "node_gid", "edge_gid", "in_degree", "out_degree")
+
+
 class RuntimeFailure(UserError):
     """The generated library rejected an input or failed at run time (message from mg_error)."""
 
@@ -67,9 +71,7 @@ class Session:
         """``donate_features``: the caller gives up the dense feature array; the program may
         overwrite it (with an aggregation of it hoisted out of the epoch) instead of copying it.
         ``partition``: a distributed library's share of the graph (the arguments of
-        mg_set_partition by name: comm, num_owned, global_nodes, peers, send_ptr, send_idx,
-        recv_ptr, node_gid, edge_gid, in_degree, out_degree)."""
-        self.partition = partition
+        mg_set_partition by name: comm, num_owned, global_nodes and PARTITION_ARRAYS)."""
         self.ffi = _ffi()
         self.lib = load(str(library_path))
         self._keep = []                      # borrowed arrays must outlive the context
@@ -77,7 +79,7 @@ class Session:
         if self.ctx == self.ffi.NULL:
             raise InternalError("mg_create failed")
         try:
-            self._bind(layout, features, labels, masks, sizes, donate_features)
+            self._bind(layout, features, labels, masks, sizes, donate_features, partition)
         except BaseException:
             self.close()
             raise
@@ -93,7 +95,7 @@ class Session:
         if rc != 0:
             raise RuntimeFailure(f"morphgen: error: {what}: {_str(self.ffi, self.lib.mg_error(self.ctx))}")
 
-    def _bind(self, layout, features, labels, masks, sizes, donate_features):
+    def _bind(self, layout, features, labels, masks, sizes, donate_features, partition):
         lib = self.lib
         for i in range(lib.mg_num_size_symbols()):
             name = _str(self.ffi, lib.mg_size_symbol(i))
@@ -107,8 +109,8 @@ class Session:
             self._ptr(layout.t_indptr, i64), self._ptr(layout.t_col, i64), self._ptr(layout.t_eid, i64),
             self._ptr(layout.etype, i64), self._ptr(layout.ntype, i64),
             layout.num_etypes, layout.num_ntypes), "graph")
-        if self.partition is not None:
-            self._bind_partition(self.partition)
+        if partition is not None:
+            self._bind_partition(partition)
         kind, payload = features
         if kind == "dense":
             x = np.ascontiguousarray(payload, dtype=np.float32)
@@ -140,13 +142,10 @@ class Session:
         self.prepare_seconds = time.perf_counter() - t0     # load-time structures and invariant values
 
     def _bind_partition(self, p: dict):
-        i64 = "int64_t *"
-        arr = {k: np.ascontiguousarray(p[k], dtype=np.int64) for k in
-               ("peers", "send_ptr", "send_idx", "recv_ptr", "node_gid", "edge_gid", "in_degree", "out_degree")}
+        arrays = [np.ascontiguousarray(p[k], dtype=np.int64) for k in PARTITION_ARRAYS]
         self._check(self.lib.mg_set_partition(
-            self.ctx, int(p["comm"]), int(p["num_owned"]), int(p["global_nodes"]), int(arr["peers"].shape[0]),
-            *(self._ptr(arr[k], i64) for k in ("peers", "send_ptr", "send_idx", "recv_ptr", "node_gid",
-                                                 "edge_gid", "in_degree", "out_degree"))), "partition")
+            self.ctx, int(p["comm"]), int(p["num_owned"]), int(p["global_nodes"]), int(arrays[0].shape[0]),
+            *(self._ptr(a, "int64_t *") for a in arrays)), "partition")
 
     # -- training -------------------------------------------------------------------------
     def train_epoch(self) -> float:

@@ -59,9 +59,14 @@ struct Partition {
     double halo_bytes = 0;
 
     int num_peers() const { return int(peers.size()); }
+    // Peer k's share of the halo: the packed rows sent to it, the ghost rows received from it.
+    int64_t sent_first(int k) const { return send_ptr[size_t(k)]; }
+    int64_t sent_rows(int k) const { return send_ptr[size_t(k) + 1] - send_ptr[size_t(k)]; }
+    int64_t ghost_first(int k) const { return recv_ptr[size_t(k)]; }
+    int64_t ghost_rows(int k) const { return recv_ptr[size_t(k) + 1] - recv_ptr[size_t(k)]; }
 };
 
-// The halo's buffers of one exchange: one request per message, the staging of sent rows.
+// The requests of one exchange: one per non-empty message, all waited for together.
 class Exchange {
   public:
     explicit Exchange(Partition &p) : p_(p) {}
@@ -107,12 +112,10 @@ inline void halo_forward(Partition &p, float *X, int64_t F, Timer &sent) {
     const double before = p.halo_bytes;
     pack_rows(p, X, F);
     Exchange ex(p);
-    for (int k = 0; k < p.num_peers(); ++k)
-        ex.recv(X + p.recv_ptr[size_t(k)] * F, (p.recv_ptr[size_t(k) + 1] - p.recv_ptr[size_t(k)]) * F,
-                p.peers[size_t(k)], kTagForward);
-    for (int k = 0; k < p.num_peers(); ++k)
-        ex.send(p.pack.data() + p.send_ptr[size_t(k)] * F, (p.send_ptr[size_t(k) + 1] - p.send_ptr[size_t(k)]) * F,
-                p.peers[size_t(k)], kTagForward);
+    for (int k = 0; k < p.num_peers(); ++k) {
+        ex.recv(X + p.ghost_first(k) * F, p.ghost_rows(k) * F, p.peers[size_t(k)], kTagForward);
+        ex.send(p.pack.data() + p.sent_first(k) * F, p.sent_rows(k) * F, p.peers[size_t(k)], kTagForward);
+    }
     ex.wait();
     sent.bytes += p.halo_bytes - before;
 }
@@ -130,16 +133,14 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
     if (p.size > 1) {
         p.pack.resize(size_t(p.send_ptr.back() * F));
         Exchange ex(p);
-        for (int k = 0; k < p.num_peers(); ++k)
-            ex.recv(p.pack.data() + p.send_ptr[size_t(k)] * F,
-                    (p.send_ptr[size_t(k) + 1] - p.send_ptr[size_t(k)]) * F, p.peers[size_t(k)], kTagReverse);
-        for (int k = 0; k < p.num_peers(); ++k)
-            ex.send(X + p.recv_ptr[size_t(k)] * F, (p.recv_ptr[size_t(k) + 1] - p.recv_ptr[size_t(k)]) * F,
-                    p.peers[size_t(k)], kTagReverse);
+        for (int k = 0; k < p.num_peers(); ++k) {
+            ex.recv(p.pack.data() + p.sent_first(k) * F, p.sent_rows(k) * F, p.peers[size_t(k)], kTagReverse);
+            ex.send(X + p.ghost_first(k) * F, p.ghost_rows(k) * F, p.peers[size_t(k)], kTagReverse);
+        }
         ex.wait();
         for (int k = 0; k < p.num_peers(); ++k) {   // a node may be a ghost on several peers
 #pragma omp parallel for schedule(static)
-            for (int64_t j = p.send_ptr[size_t(k)]; j < p.send_ptr[size_t(k) + 1]; ++j) {
+            for (int64_t j = p.sent_first(k); j < p.sent_first(k) + p.sent_rows(k); ++j) {
                 float *row = X + p.send_idx[size_t(j)] * F;
                 const float *add = p.pack.data() + j * F;
                 for (int64_t c = 0; c < F; ++c) row[c] += add[c];
@@ -200,15 +201,6 @@ inline void build_edge_end_ids(Partition &p, const GraphView &g) {
         }
 }
 
-// GCN's s = 1/sqrt(deg + self loop) from the global in-degrees (a ghost has none locally).
-inline void global_gcn_scale(const Partition &p, bool self_loop, std::vector<float> &scale) {
-    scale.resize(size_t(p.num_local));
-    for (int64_t v = 0; v < p.num_local; ++v) {
-        const float d = p.in_degree[size_t(v)] + (self_loop ? 1.f : 0.f);
-        scale[size_t(v)] = d > 0 ? 1.0f / std::sqrt(d) : 0.0f;
-    }
-}
-
 inline void global_degree(const Partition &p, bool in, float *out) {
     const std::vector<float> &d = in ? p.in_degree : p.out_degree;
     std::memcpy(out, d.data(), sizeof(float) * d.size());
@@ -222,10 +214,8 @@ inline void dropout_rows(bool training, const float *X, float *Y, int64_t rows, 
                          float p, DropoutKey key, bool backward) {
     if (!(p > 0.f) || (!training && !backward)) {
         if (X != Y) std::memcpy(Y, X, sizeof(float) * size_t(rows * F));
-    } else if (ids) {
-        dropout_rows_fwd(X, Y, rows, F, ids, p, key);
     } else {
-        dropout_fwd(X, Y, rows * F, p, key);
+        dropout_rows_fwd(X, Y, rows, F, ids, p, key);
     }
 }
 

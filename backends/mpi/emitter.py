@@ -37,11 +37,11 @@ class MPIEmitter(OpenMPEmitter):
 
     def __init__(self, program, buffer_plan=None):
         super().__init__(program, buffer_plan)
-        self.ghosts_valid: set = set()      # forward values whose ghost rows hold their owners' rows
+        self.full_rows: set = set()         # node values computed for ghost rows too (see rows())
+        self.exchanged: set = set()         # forward values whose ghost rows an exchange has filled
         self.backward_ids: set = set()
         self.grad_started: set = set()      # parameter indices whose all-reduce is in flight
         self.forward_ops: set = set()
-        self.full_rows: set = set()         # node values computed for ghost rows too (see rows())
         self.reducing = False               # lowering a sum over rows: owned rows only
 
     # -- what the OpenMP lowering keeps and what it gives up here -------------------------------
@@ -51,8 +51,7 @@ class MPIEmitter(OpenMPEmitter):
     def lower_program(self) -> tuple:
         self.backward_ids = {op.output.id for op in self.p.backward if op.output is not None}
         self.forward_ops = {id(op) for op in self.p.forward}
-        self.ghosts_valid = self._ghost_complete_values()
-        self.full_rows = set(self.ghosts_valid)
+        self.full_rows = self._ghost_complete_values()
         # a dropout of the input features, dense or inside the sparse kernels, keys its mask by global row
         self.prepare.append("m.features.drop_row_ids = m.part.node_gid.data()")
         return super().lower_program()
@@ -76,11 +75,8 @@ class MPIEmitter(OpenMPEmitter):
         source_read = self._source_read(op)
         if source_read is not None and self._needs_exchange(source_read):
             before.append(self._halo("halo_forward", source_read))
-            if source_read.id in self.backward_ids:
-                # a gradient's ghost rows must stay zero for the sums over rows that read it later
-                after.append(f"mg::mpi::zero_ghost_rows(m.part, {self.ptr(source_read)}, {self.width(source_read)})")
-            else:
-                self.ghosts_valid.add(source_read.id)
+            if source_read.id not in self.backward_ids:   # a gradient's ghost rows may be zeroed later
+                self.exchanged.add(source_read.id)
         if self._writes_sources(op):
             before += self._ghost_rows_read_by_transpose(op)
             after.append(self._halo("halo_reverse", op.output))
@@ -143,7 +139,7 @@ class MPIEmitter(OpenMPEmitter):
         return []
 
     def _needs_exchange(self, v: Value) -> bool:
-        if v.assoc != "node" or v.id in self.ghosts_valid:
+        if v.assoc != "node" or v.id in self.full_rows or v.id in self.exchanged:
             return False
         # input features and values computed once at load time are loaded for ghost rows too
         return v.id != self.features_id and v.id not in self.feature_like and v.id not in self.views
@@ -154,8 +150,7 @@ class MPIEmitter(OpenMPEmitter):
         return self.timed("halo", f"mg::mpi::{fn}(m.part, {self.ptr(v)}, {self.width(v)}, m.timers[{k}])")
 
     def _unsupported(self, op, what: str) -> UnsupportedInput:
-        where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op.loc else ""
-        return UnsupportedInput(f"{where}error: the mpi backend does not support {what} ('{op.opcode}') yet; "
+        return UnsupportedInput(f"{self.location(op)}error: the mpi backend does not support {what} ('{op.opcode}') yet; "
                                 f"use --backend openmp")
 
     # -- the pipelined weight-gradient all-reduce ------------------------------------------------
@@ -227,15 +222,12 @@ class MPIEmitter(OpenMPEmitter):
                           f"m.graph.num_nodes, {self.width(logits)}, m.global_mask_count[0], {self.ptr(op.output)})",
                           f"8.0 * {self.numel(logits)}")
 
-    def _forward_row_reduction(self, op, x):
-        if id(op) in self.forward_ops and x.assoc == "node":
-            raise self._unsupported(op, "a sum over all nodes in the forward pass")
-
     def _owned_rows_only(self, lower, op, *inputs):
         """A sum over node rows counts owned rows only: dense kernels are told so; the kernels
         that walk every local row (sparse features, type groups) read ghost rows set to zero."""
-        self._forward_row_reduction(op, inputs[-1])
         g = inputs[-1]
+        if id(op) in self.forward_ops and g.assoc == "node":
+            raise self._unsupported(op, "a sum over all nodes in the forward pass")
         zero = []
         walks_all_rows = (op.opcode in ("typed_matmul_tn", "typed_row_sum")
                           or (op.opcode == "matmul_tn" and inputs[0].id in self.feature_like))

@@ -79,8 +79,6 @@ def write_parts(dataset, num_parts: int, directory: Path, key: str, partitioner:
     from morphgen.layout import GraphLayout
     from morphgen.partition import build_layouts
     g = dataset.graph
-    if num_parts > g.num_nodes:
-        raise UserError(f"morphgen: error: --ranks {num_parts} is larger than the graph's {g.num_nodes} nodes")
     assignment, how = assign_nodes(g, num_parts, partitioner)
     layouts = build_layouts(g, assignment, num_parts)
     position = np.empty(g.num_edges, np.int64)        # original edge id -> destination-sorted position

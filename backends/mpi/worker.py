@@ -21,13 +21,12 @@ import numpy as np
 
 def _session(spec: dict, part, comm):
     from morphgen.layout import GraphLayout
-    from morphgen.library import Session
+    from morphgen.library import PARTITION_ARRAYS, Session
     layout = GraphLayout.from_csr(part["indptr"], part["col"], part.get("etype"), part.get("ntype"),
                                   int(part["num_etypes"]), int(part["num_ntypes"]))
     partition = {"comm": comm.py2f(), "num_owned": int(part["num_owned"]),
                  "global_nodes": int(part["num_global_nodes"]),
-                 **{k: part[k] for k in ("peers", "send_ptr", "send_idx", "recv_ptr", "node_gid", "edge_gid",
-                                         "in_degree", "out_degree")}}
+                 **{k: part[k] for k in PARTITION_ARRAYS}}
     masks = (part["train_mask"], part["val_mask"], part["test_mask"])
     session = Session(spec["library"], layout, part.features(), part["labels"], masks, spec["sizes"],
                       spec["threads"], spec["seed"], donate_features=True, partition=partition)

@@ -149,9 +149,14 @@ class OpenMPEmitter:
         return self.numel(v)
 
     # -- storage -------------------------------------------------------------------------------
+    @staticmethod
+    def location(op) -> str:
+        """``FILE:LINE:COL: `` of the program text an op came from, or '' when it has none."""
+        return f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op is not None and op.loc else ""
+
     def _featureless_read(self) -> UnsupportedInput:
         op = self.current_op
-        where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op is not None and op.loc else ""
+        where = self.location(op)
         return UnsupportedInput(
             f"{where}error: this program reads the input features directly (in '{op.opcode if op else '?'}'),"
             f" not only through a weight; a featureless dataset (identity features) cannot provide "

@@ -80,12 +80,13 @@ struct Graph {
     std::vector<idx_t> zero_etype, zero_ntype;
     TypeGroups etypes, ntypes;
 
-    void build(const GraphView &g) {
+    // in_degree: the nodes' degrees when the CSR does not hold all in-edges (distributed runs).
+    void build(const GraphView &g, const float *in_degree = nullptr) {
         view = &g;
         gcn_scale_self.resize(size_t(g.num_nodes));
         gcn_scale_plain.resize(size_t(g.num_nodes));
-        gcn_node_scale(g.num_nodes, g.indptr, true, gcn_scale_self.data());
-        gcn_node_scale(g.num_nodes, g.indptr, false, gcn_scale_plain.data());
+        gcn_node_scale(g.num_nodes, g.indptr, true, gcn_scale_self.data(), in_degree);
+        gcn_node_scale(g.num_nodes, g.indptr, false, gcn_scale_plain.data(), in_degree);
     }
     void build_edge_dst() {
         const GraphView &g = *view;
@@ -203,9 +204,7 @@ inline void dropout_features(bool training, const FeatureView &in, FeatureView &
     if (!training || p <= 0.f) return;
     switch (in.kind) {
         case FeatureKind::Dense:
-            if (in.drop_row_ids) dropout_rows_fwd(in.dense, values, in.rows, in.cols, in.drop_row_ids, p,
-                                                  DropoutKey{seed, epoch, site});
-            else dropout_fwd(in.dense, values, in.rows * in.cols, p, DropoutKey{seed, epoch, site});
+            dropout_rows_fwd(in.dense, values, in.rows, in.cols, in.drop_row_ids, p, DropoutKey{seed, epoch, site});
             out.dense = values;
             break;
         case FeatureKind::Csr:

@@ -58,21 +58,6 @@ inline bool dropout_keep(DropoutKey key, float p, int64_t i) {
 }
 
 // y = mask(x) / (1 - p); y may alias x.
-// dropout_fwd on a [rows, cols] matrix whose row r is row row_ids[r] of a larger one (a rank's
-// share of a distributed value): element (r, c) keeps the mask of index row_ids[r] * cols + c.
-inline void dropout_rows_fwd(const float* x, float* y, int64_t rows, int64_t cols, const int64_t* row_ids,
-                             float p, DropoutKey key) {
-    using namespace dropout_detail;
-    const uint64_t base = stream_base(key), thr = p <= 0.0f ? 0 : drop_threshold(p);
-    const float s = p <= 0.0f ? 1.0f : 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
-        const uint64_t first = static_cast<uint64_t>(row_ids[r] * cols);
-        for (int64_t c = 0; c < cols; ++c)
-            y[r * cols + c] = thr == 0 || keep(base, first + static_cast<uint64_t>(c), thr) ? x[r * cols + c] * s : 0.0f;
-    }
-}
-
 inline void dropout_fwd(const float* x, float* y, int64_t n, float p, DropoutKey key) {
     using namespace dropout_detail;
     if (p <= 0.0f) {
@@ -84,6 +69,26 @@ inline void dropout_fwd(const float* x, float* y, int64_t n, float p, DropoutKey
     const float s = 1.0f / (1.0f - p);
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) y[i] = keep(base, static_cast<uint64_t>(i), thr) ? x[i] * s : 0.0f;
+}
+
+// dropout_fwd on a [rows, cols] matrix whose row r is row row_ids[r] of a larger one (a rank's
+// share of a distributed value): element (r, c) keeps the mask of index row_ids[r] * cols + c.
+// row_ids == nullptr: row r is row r, and this is dropout_fwd.
+inline void dropout_rows_fwd(const float* x, float* y, int64_t rows, int64_t cols, const int64_t* row_ids,
+                             float p, DropoutKey key) {
+    if (row_ids == nullptr) {
+        dropout_fwd(x, y, rows * cols, p, key);
+        return;
+    }
+    using namespace dropout_detail;
+    const uint64_t base = stream_base(key), thr = p <= 0.0f ? 0 : drop_threshold(p);
+    const float s = p <= 0.0f ? 1.0f : 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint64_t first = static_cast<uint64_t>(row_ids[r] * cols);
+        for (int64_t c = 0; c < cols; ++c)
+            y[r * cols + c] = thr == 0 || keep(base, first + static_cast<uint64_t>(c), thr) ? x[r * cols + c] * s : 0.0f;
+    }
 }
 
 // gx = mask(gy) / (1 - p) with the mask regenerated from the same key.

@@ -36,11 +36,14 @@ inline int transpose_csr(idx_t n_rows, idx_t n_cols, const idx_t* indptr, const 
 }
 
 // GCN normalisation scale s[v] = 1/sqrt(in_degree(v) + self_loop); 0 for a node with no terms.
-inline void gcn_node_scale(idx_t n, const idx_t* indptr, bool self_loop, float* scale) {
+// The in-degrees are the CSR's own, or `degree[v]` when given (a rank of a distributed run holds
+// ghost nodes without their in-edges, and passes the global degrees).
+inline void gcn_node_scale(idx_t n, const idx_t* indptr, bool self_loop, float* scale,
+                           const float* degree = nullptr) {
 #pragma omp parallel for schedule(static)
     for (idx_t v = 0; v < n; ++v) {
-        const idx_t d = indptr[v + 1] - indptr[v] + (self_loop ? 1 : 0);
-        scale[v] = d > 0 ? 1.0f / std::sqrt(static_cast<float>(d)) : 0.0f;
+        const float d = (degree ? degree[v] : static_cast<float>(indptr[v + 1] - indptr[v])) + (self_loop ? 1.f : 0.f);
+        scale[v] = d > 0 ? 1.0f / std::sqrt(d) : 0.0f;
     }
 }
 
