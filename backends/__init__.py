@@ -40,6 +40,7 @@ class Backend:
     compiler_env: str            # environment variable that overrides the compiler driver
     compiler_default: str
     emitter: Optional[str] = None     # "module:Class" of the emitter; None while not built
+    toolchain: Optional[str] = None   # module with build() and missing() when not the host C++ build
 
     @property
     def compiler(self) -> str:
@@ -60,6 +61,8 @@ class Backend:
         """What keeps this backend from building programs here (a short phrase), or None."""
         if self.emitter is None:
             return "not available yet in this version"
+        if self.toolchain is not None:
+            return importlib.import_module(self.toolchain).missing(self.compiler)
         if shutil.which(self.compiler) is None:
             return f"its compiler '{self.compiler}' is not on PATH (set ${self.compiler_env} to use another)"
         return None
@@ -68,6 +71,15 @@ class Backend:
         """Why this backend cannot build programs here, as a sentence, or None when it can."""
         missing = self.missing()
         return None if missing is None else f"the {self.name} backend: {missing}"
+
+    def build(self, sources: dict, sanitize: bool = False) -> Path:
+        """Compile the emitter's sources into a loadable library (cached): its path."""
+        if self.toolchain is not None:
+            return importlib.import_module(self.toolchain).build(sources, f"mg_{self.name}", self.compiler, sanitize)
+        from morphgen.pipeline import include_dirs
+        from morphgen.toolchain import compile_shared
+        return compile_shared(sources, name=f"mg_{self.name}", sanitize=sanitize, include_dirs=include_dirs(self),
+                              cxx=self.compiler)
 
     def emitter_class(self):
         module, cls = self.emitter.split(":")
@@ -80,9 +92,9 @@ REGISTRY = {
         Capabilities(sparse_features=True, hoist_invariants=True, featureless=True),
         "MORPHGEN_CXX", "g++", "morphgen.backends.openmp.emitter:OpenMPEmitter"),
     "cuda": Backend(
-        "cuda", "one NVIDIA GPU",
-        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, device_memory=True),
-        "MORPHGEN_NVCC", "nvcc"),
+        "cuda", "one NVIDIA GPU: block-per-row SpMM, cuBLAS (MORPHGEN_CUDA_EMULATION=1: SIMT emulation on the CPU)",
+        Capabilities(sparse_features=True, hoist_invariants=True, featureless=False, device_memory=True),
+        "MORPHGEN_NVCC", "nvcc", "morphgen.backends.cuda.emitter:CUDAEmitter", "morphgen.backends.cuda.toolchain"),
     "mpi": Backend(
         "mpi", "a cluster of CPU nodes: partitioned graph, halo exchange",
         Capabilities(sparse_features=True, hoist_invariants=False, featureless=True, distributed=True),

@@ -147,7 +147,5 @@ def include_dirs(backend=None):
 
 
 def build_library(sources: dict, backend, sanitize: bool = False):
-    """Compile a backend's generated sources with its compiler driver (cached): the library's path."""
-    from .toolchain import compile_shared
-    return compile_shared(sources, name=f"mg_{backend.name}", sanitize=sanitize,
-                          include_dirs=include_dirs(backend), cxx=backend.compiler)
+    """Compile a backend's generated sources with its toolchain (cached): the library's path."""
+    return backend.build(sources, sanitize=sanitize)

@@ -44,7 +44,7 @@ BASE_FLAGS = ("-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-W
 OPT_FLAGS = ("-O3",)
 # -O0: half the build time of -O1, and no access is optimised away from the sanitizers' view.
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O0")
-COMPILED_SUFFIXES = (".cpp", ".cc", ".cxx")
+COMPILED_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
 CHECKSUM_SUFFIX = ".sha256"   # next to each cached library: its SHA-256, written after a complete build
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 # How many lines of compiler diagnostics a BuildError carries; the full log stays in the build dir.
@@ -76,6 +76,13 @@ def kernel_include_dir() -> Path:
     import morphgen.backends.openmp as openmp_pkg
 
     return Path(openmp_pkg.__file__).resolve().parent / "kernels"
+
+
+def runtime_include_dir() -> Path:
+    """Directory holding the headers every backend shares (runtime/: the ABI, op_types.h)."""
+    import morphgen.runtime as runtime_pkg
+
+    return Path(runtime_pkg.__file__).resolve().parent
 
 
 @functools.lru_cache(maxsize=None)
@@ -199,6 +206,9 @@ def compile_shared(
     sanitize: bool = False,
     cache_dir: str | os.PathLike | None = None,
     cxx: str | None = None,
+    base_flags: Iterable[str] | None = None,
+    link_flags: Iterable[str] | None = None,
+    kernel_headers: bool = True,
 ) -> Path:
     """Build `sources` into lib<name>.so and return its path (cached; safe under concurrency).
 
@@ -207,16 +217,21 @@ def compile_shared(
     sanitize=True builds with AddressSanitizer + UBSan (load it with LD_PRELOAD=asan_runtime_path()).
     cache_dir overrides the build cache directory (default: cache_root()/build).
     cxx overrides the compiler driver (a backend's own, e.g. mpicxx; default compiler()).
+    base_flags / link_flags replace the host compiler's flags / the BLAS link line (a driver
+    with other options, e.g. nvcc); both are part of the cache key.  kernel_headers=False leaves
+    the OpenMP kernel folder off the include path (a backend with kernels of its own).
     """
     _validate(sources, name)
     cxx = cxx or compiler()
-    inc_dirs = [kernel_include_dir()] + [Path(d).resolve() for d in include_dirs]
+    inc_dirs = ([kernel_include_dir()] if kernel_headers else []) + [runtime_include_dir()] + [
+        Path(d).resolve() for d in include_dirs]
     opt = SANITIZE_FLAGS if sanitize else OPT_FLAGS
     user_flags = [str(f) for f in flags]
-    blas = openblas_flags()
+    base = tuple(BASE_FLAGS if base_flags is None else base_flags)
+    blas = openblas_flags() if link_flags is None else list(link_flags)
 
     h = hashlib.sha256()
-    for part in (cxx, _compiler_identity(cxx), _cpu_identity(), _openblas_version(), name, *BASE_FLAGS, *opt, *user_flags, *blas):
+    for part in (cxx, _compiler_identity(cxx), _cpu_identity(), _openblas_version(), name, *base, *opt, *user_flags, *blas):
         h.update(part.encode())
         h.update(b"\0")
     for fname in sorted(sources):
@@ -242,7 +257,7 @@ def compile_shared(
         _discard(root / digest)
         work = Path(tempfile.mkdtemp(prefix=f".tmp-{digest}-", dir=root))
     try:
-        _build(work, sources, so_name, name, cxx, opt, user_flags, inc_dirs, blas, root, digest)
+        _build(work, sources, so_name, name, cxx, base, opt, user_flags, inc_dirs, blas, root, digest)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)   # Ctrl-C or a crash: leave no debris in the cache
         raise
@@ -257,13 +272,13 @@ def compile_shared(
     return final_so
 
 
-def _build(work: Path, sources, so_name, name, cxx, opt, user_flags, inc_dirs, blas, root, digest) -> None:
+def _build(work: Path, sources, so_name, name, cxx, base, opt, user_flags, inc_dirs, blas, root, digest) -> None:
     """Compile `sources` into work/so_name and stamp it with its checksum, or raise BuildError."""
     for fname, text in sources.items():
         (work / fname).write_text(text)
     units = [fname for fname in sorted(sources) if fname.endswith(COMPILED_SUFFIXES)]
     cmd = [
-        cxx, *BASE_FLAGS, *opt, *user_flags,
+        cxx, *base, *opt, *user_flags,
         *(f"-I{d}" for d in inc_dirs),
         *units, "-o", so_name, *blas,
     ]

@@ -50,6 +50,7 @@ struct FeatureView {
     float drop_p = 0.f;
     uint64_t drop_seed = 0, drop_epoch = 0, drop_site = 0;
     const int64_t *drop_row_ids = nullptr;   // row r drops as row drop_row_ids[r] (distributed runs)
+    int64_t nnz = 0;                         // stored values of CSR features (readable where indptr is not)
 };
 
 struct Timer {
@@ -57,6 +58,7 @@ struct Timer {
     int64_t calls = 0;
 };
 
+#ifndef MG_DEVICE_TIMERS   // a device backend times its kernels with its own events
 // Accumulates wall time of one kernel call into a Timer, with the bytes moved and flops done
 // (the analytic counts of that call) so achieved GB/s and GFLOP/s can be reported.
 class ScopedTimer {
@@ -76,6 +78,7 @@ class ScopedTimer {
     double bytes_, flops_;
     std::chrono::steady_clock::time_point start_;
 };
+#endif
 
 struct ContextBase {
     int threads = 1;
@@ -93,8 +96,6 @@ struct ContextBase {
     std::vector<Timer> timers;
 };
 
-// Float buffer owned by a context, 64-byte aligned for AVX-512 loads.
-// Freed with its owner (the context), so every buffer a model declares is released.
 // Subnormal floats off (flush-to-zero, denormals-are-zero) on every OpenMP thread while a call
 // into the library runs, restored afterwards so the caller's numerics are untouched. Backward
 // passes produce gradients in the subnormal range, and on x86 every FMA that meets one takes a
@@ -115,58 +116,6 @@ class FlushDenormals {
         _mm_setcsr(csr);
     }
     unsigned saved_;
-};
-
-struct Buffer {
-    float *data = nullptr;
-    int64_t size = 0;
-    Buffer() = default;
-    Buffer(const Buffer &) = delete;
-    Buffer &operator=(const Buffer &) = delete;
-    ~Buffer() { std::free(data); }
-    void allocate(int64_t n, int64_t &accounted) {
-        release(accounted);
-        size = n;
-        if (n == 0) return;
-        // Buffers of 2 MiB and more sit on transparent huge pages: the kernels read rows of them
-        // at random (neighbour rows in the SpMM, weight rows in the sparse feature product), and
-        // with 4 KiB pages most of those reads also miss the TLB.  Measured on the NELL-shaped
-        // weight: X·W 75-80 ms -> ~60 ms.  madvise is advice: where THP is off nothing changes.
-        // The size is only rounded to a cache line: the tail past the last whole huge page stays on
-        // 4 KiB pages instead of costing up to 2 MiB of padding per buffer.
-        const size_t align = size_t(n) * sizeof(float) >= kHugePage ? kHugePage : 64;
-        bytes_ = (size_t(n) * sizeof(float) + 63) / 64 * 64;
-        data = static_cast<float *>(std::aligned_alloc(align, bytes_));
-        if (!data) throw Error("out of memory allocating " + std::to_string(bytes_) + " bytes");
-#ifdef MADV_HUGEPAGE
-        if (align == kHugePage) madvise(data, bytes_, MADV_HUGEPAGE);
-#endif
-        std::memset(data, 0, bytes_);
-        accounted += int64_t(bytes_);
-    }
-    void release(int64_t &accounted) {
-        if (data) {
-            accounted -= int64_t(bytes_);
-            std::free(data);
-        }
-        data = nullptr;
-        size = 0;
-        bytes_ = 0;
-    }
-
-  private:
-    static constexpr size_t kHugePage = size_t(2) << 20;
-    size_t bytes_ = 0;
-};
-
-// Integer buffer (argmax indices of max aggregation).
-struct IndexBuffer {
-    std::vector<int64_t> data;
-    void allocate(int64_t n, int64_t &accounted) {
-        accounted -= int64_t(data.size() * sizeof(int64_t));
-        data.assign(size_t(n), -1);
-        accounted += int64_t(data.size() * sizeof(int64_t));
-    }
 };
 
 // --- checkpoint files: a magic, a format version, then named float arrays ------------------

@@ -79,6 +79,9 @@ class OpenMPEmitter:
     backend_headers: tuple = ()      # headers the generated source includes after ops.h
     distributed = False              # the ABI template's distributed parts (partition, reductions)
     identity_nodes = "m.graph.num_nodes"   # rows of a featureless input's one-hot table (per type)
+    ops_header = "ops.h"             # the op layer the generated source calls (mg::op::*)
+    device_memory = False            # buffers live on an accelerator: the ABI uploads inputs at prepare
+    source_name = "model.cpp"        # the generated translation unit
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -187,7 +190,7 @@ class OpenMPEmitter:
             name = f"arg{v.id}"
             self.argmax[v.id] = name
             self.index_buffers.append({"name": name, "numel": self.storage_numel(v), "comment": f"argmax of %{v.id}"})
-        return f"m.{self.argmax[v.id]}.data.data()"
+        return f"m.{self.argmax[v.id]}.ptr()"
 
     def require(self, what: str) -> None:
         """Ask for a derived graph array (built once at load time, before anything uses it)."""
@@ -301,13 +304,14 @@ class OpenMPEmitter:
         text = env.get_template("model.cpp.j2").render(
             version=__version__, source_name=_c_string(p.name), program_name=_c_string(p.name),
             backend=self.backend, backend_headers=self.backend_headers, distributed=self.distributed,
+            ops_header=self.ops_header, device_memory=self.device_memory,
             sizes=self.sizes, params=params, timers=self.timers, buffers=self.shared_buffers,
             index_buffers=self.index_buffers, members=self.members, prepare=self.prepare,
             forward=forward, backward=backward, optimizer=optimizer, loss_buffer=loss_buffer,
             logits_buffer=logits_buffer, num_classes=self.width(p.logits),
             needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes,
             fingerprint=int((p.fingerprint or p.source_fingerprint())[:16], 16))
-        return {"model.cpp": text}
+        return {self.source_name: text}
 
     def plan_table(self) -> str:
         """What this backend chose for each IR op, as a table (``morphgen compile --emit plan``):

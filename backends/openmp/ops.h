@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "context.h"
+#include "host_buffer.h"
 #include "kernels/common.h"
 #include "kernels/dropout.h"
 #include "kernels/edge_ops.h"

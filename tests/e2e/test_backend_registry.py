@@ -15,7 +15,7 @@ def test_every_backend_is_in_the_help_with_its_state():
     text = " ".join(proc.stdout.split())
     for name in backends.names():
         assert name in text
-    assert "cuda (one NVIDIA GPU; not available yet" in text
+    assert "cuda (one NVIDIA GPU" in text
 
 
 def test_an_unknown_backend_lists_the_known_ones():
@@ -46,6 +46,11 @@ def test_the_library_says_which_backend_built_it():
     assert load(str(model.library_path), "openmp") is not None
     with pytest.raises(InternalError, match="built by the openmp backend, not by cuda"):
         load(str(model.library_path), "cuda")
+
+
+def test_a_missing_nvcc_is_named(tmp_path):
+    proc = run_cli("compile", example("gcn"), "--backend", "cuda", env={"MORPHGEN_NVCC": str(tmp_path / "nothing")})
+    assert_clean_failure(proc, 2, "is not on PATH", "MORPHGEN_NVCC")
 
 
 def test_a_missing_mpi_compiler_is_named(tmp_path):

@@ -18,6 +18,8 @@
 #include <omp.h>
 #include <xmmintrin.h>  // _mm_prefetch
 
+#include "op_types.h"  // runtime/: idx_t, Reduce, Act, Epilogue, Bcast, BinOp, DropoutKey
+
 // The AVX-512 paths are used when the compiler targets AVX-512F; -DMG_NO_AVX512 forces the
 // portable `#pragma omp simd` paths (the tests build both).
 #if defined(__AVX512F__) && !defined(MG_NO_AVX512)
@@ -32,8 +34,6 @@
 
 namespace mg {
 
-using idx_t = std::int64_t;
-
 // Status codes returned by kernels that can reject their arguments.
 enum Status : int {
     kOk = 0,
@@ -42,10 +42,6 @@ enum Status : int {
     kErrTooLarge = 3,     // a dimension does not fit the 32-bit BLAS interface
     kErrNoMemory = 4,     // a scratch allocation failed
 };
-
-enum class Reduce : int { Sum = 0, Mean = 1, Max = 2 };
-
-enum class Act : int { None = 0, Relu = 1, LeakyRelu = 2, Elu = 3 };
 
 // Scalar activation used by fused epilogues. `alpha` is the leaky_relu slope or the elu scale.
 MG_INLINE float activate(Act act, float x, float alpha) {
@@ -57,13 +53,6 @@ MG_INLINE float activate(Act act, float x, float alpha) {
         default: return x;
     }
 }
-
-// Bias add + activation fused into the final write of one output tile.
-struct Epilogue {
-    const float* bias = nullptr;  // [F] or nullptr
-    Act act = Act::None;
-    float alpha = 0.01f;
-};
 
 // v[0..n) = act(v + bias) (bias may be nullptr): a fused epilogue on one row segment in cache.
 MG_INLINE void apply_epilogue(Act act, float alpha, const float* bias, float* MG_RESTRICT v, std::int64_t n) {

@@ -15,38 +15,10 @@
 
 namespace mg {
 
-struct DropoutKey {
-    uint64_t seed;
-    uint64_t epoch;
-    uint64_t op_id;  // distinguishes dropout sites within one epoch
-};
-
+// DropoutKey and the hash (mix64, stream_base, drop_threshold, keep): runtime/op_types.h.
 namespace dropout_detail {
 
 inline constexpr int64_t kParallelMin = 1 << 15;
-inline constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-
-// splitmix64 finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mixer.
-inline uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// One stream per (seed, epoch, op): nested mixing so that nearby keys give unrelated streams.
-inline uint64_t stream_base(DropoutKey k) {
-    return mix64(mix64(mix64(k.seed + kGolden) + k.epoch * kGolden) + k.op_id * kGolden);
-}
-
-// Element i is kept when the top 32 bits of its hash are >= threshold = p * 2^32, so that
-// P(keep) = 1 - p up to 2^-32.
-inline uint64_t drop_threshold(float p) {
-    return static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
-}
-
-inline bool keep(uint64_t base, uint64_t i, uint64_t threshold) {
-    return (mix64(base + (i + 1) * kGolden) >> 32) >= threshold;
-}
 
 }  // namespace dropout_detail
 

@@ -106,8 +106,7 @@ inline void accumulate(const float* x, float* y, int64_t n) {
 // Scalar [1].
 // ---------------------------------------------------------------------------------------
 
-enum class Bcast : int { Full = 0, Col = 1, Row = 2, Scalar = 3 };
-enum class BinOp : int { Add = 0, Sub = 1, Mul = 2, Div = 3 };
+// Bcast and BinOp: runtime/op_types.h.
 
 namespace ew_detail {
 

@@ -1,0 +1,61 @@
+"""CUDA backend lowering: the OpenMP emitter's op dispatch, fusion and buffer plan, rendered
+against the CUDA op layer (ops.cuh: the same mg::op names on device memory).
+
+What differs from the CPU is below the op layer (kernels/*.cuh) and in the ABI's data movement
+(the template's device_memory sections: inputs uploaded once at prepare).  This class only says
+so, and refuses, with the op's location in the program, what the CUDA op layer does not run yet:
+an unsupported op must be a compile-time error, never a kernel that is missing at build time.
+"""
+from __future__ import annotations
+
+from morphgen.backends.openmp.emitter import OpenMPEmitter, UnsupportedInput
+
+# The calls of the generated code that ops.cuh implements (the kernel names the emitter records).
+SUPPORTED = frozenset({
+    "mg::op::aggregate", "mg::op::aggregate_transpose", "mg::op::aggregate_max_grad",
+    "mg::op::linear", "mg::op::matmul_nt", "mg::op::matmul_tn",
+    "mg::op::linear_features", "mg::op::matmul_tn_features", "mg::op::dropout_features",
+    "mg::op::dropout", "mg::op::dropout_grad", "mg::op::dropout_act_grad", "mg::op::act_grad",
+    "mg::op::feature_sum", "mg::op::cross_entropy", "mg::op::cross_entropy_grad",
+    "mg::op::adam", "mg::op::sgd", "mg::op::gather", "mg::op::scatter", "mg::op::scatter_max_grad",
+    "mg::relu_fwd", "mg::leaky_relu_fwd", "mg::elu_fwd", "mg::exp_fwd", "mg::sigmoid_fwd", "mg::tanh_fwd",
+    "mg::neg_fwd", "mg::scale", "mg::binary_fwd", "mg::bias_add", "mg::row_sum", "mg::rowwise_dot_fwd",
+    "mg::edge_softmax_fwd", "mg::edge_softmax_bwd",
+})
+# Load-time graph arrays (Graph::build_*) the CUDA op layer builds.
+SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids"})
+
+_WHAT = {"etypes": "edge types (relational models)", "ntypes": "node types (relational models)"}
+
+
+class CUDAEmitter(OpenMPEmitter):
+    backend = "cuda"
+    ops_header = "ops.cuh"
+    device_memory = True
+    source_name = "model.cu"
+
+    def _refuse(self, what: str) -> UnsupportedInput:
+        op = self.current_op
+        where = self.location(op) or "morphgen: "
+        opcode = f" ('{op.opcode}')" if op is not None else ""
+        return UnsupportedInput(f"{where}error: {what}{opcode} is not available on the cuda backend yet; "
+                                f"train this program with --backend openmp")
+
+    def around(self, op, lines: list) -> list:
+        row = self.plan_rows[-1] if self.plan_rows else None
+        if row is not None and row["op"] is op:
+            for kernel in row["kernels"]:
+                if kernel not in SUPPORTED:
+                    name = kernel.split("::")[-1]
+                    raise self._refuse(f"the {name.replace('_', ' ')} kernel")
+        return lines
+
+    def require(self, what: str) -> None:
+        if what not in SUPPORTED_GRAPH_ARRAYS:
+            raise self._refuse(_WHAT.get(what, what.replace("_", " ")))
+        super().require(what)
+
+    def lower_program(self) -> tuple:
+        if self.p.featureless and self.features_id is not None:
+            raise self._refuse("featureless input (identity features, embedding rows)")
+        return super().lower_program()

@@ -1,0 +1,152 @@
+// Aggregation over the CSR (Morphling §IV-D's block-per-row SpMM): a group of T threads per
+// destination row, the threads striding the feature dimension, the row's sum accumulated in
+// registers and written once, no atomics; normalisation (edge weights, GCN scale, mean),
+// the self loop, bias and activation are fused into that one write.
+//
+// The backward of sum/mean runs the same kernel over the by-source CSR (t_indptr, t_col,
+// t_eid): each source row gathers from its out-neighbours, again without atomics.  Max keeps
+// its argmax (the neighbour's node id, the node itself for the self term, -1 for none) and its
+// backward walks the by-source CSR too.  Semantics match backends/openmp/kernels/spmm.h.
+#ifndef MORPHGEN_CUDA_AGGREGATE_CUH
+#define MORPHGEN_CUDA_AGGREGATE_CUH
+
+#include <cstdint>
+
+#include "../device.cuh"
+#include "elementwise.cuh"
+#include "op_types.h"
+
+namespace mg {
+namespace cuda {
+
+// Coefficients of one aggregation: c(u -> v) = w[e] * s[u], row factor s[v] (/ count for mean).
+struct AggArgs {
+    const int64_t *indptr, *col, *eid;   // the CSR walked (eid: edge-weight index, nullptr = position)
+    const int64_t *fwd_indptr;           // by-destination row pointers (degrees for mean / backward)
+    const float *edge_weight, *node_scale;
+    bool mean, self_loop, transpose;
+    int64_t rows, F;
+};
+
+// Threads per row: the smallest power of two >= F between 8 and 256 threads (whole feature rows
+// in one pass up to 256 features; wider rows loop).  Rows per block fill 256 threads.
+inline int threads_per_row(int64_t F) {
+    int t = 8;
+    while (t < F && t < 256) t *= 2;
+    return t;
+}
+
+template <int K>   // features per thread in registers
+__global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *X, float *Y, Epilogue epi,
+                                                          int tpr) {
+    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (row >= a.rows) return;
+    const int64_t start = a.indptr[row], end = a.indptr[row + 1];
+    const float s_row = a.node_scale ? a.node_scale[row] : 1.f;
+    for (int64_t f0 = 0; f0 < a.F; f0 += int64_t(tpr) * K) {
+        float acc[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) acc[k] = 0.f;
+        for (int64_t e = start; e < end; ++e) {
+            const int64_t u = a.col[e];
+            float c = a.edge_weight ? a.edge_weight[a.eid ? a.eid[e] : e] : 1.f;
+            if (a.node_scale) c *= a.node_scale[u];
+            if (a.transpose && a.mean) {
+                const int64_t d = a.fwd_indptr[u + 1] - a.fwd_indptr[u] + (a.self_loop ? 1 : 0);
+                c /= float(d);
+            }
+            const float *xr = X + u * a.F;
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const int64_t f = f0 + lane + int64_t(k) * tpr;
+                if (f < a.F) acc[k] += c * __ldg(xr + f);
+            }
+        }
+        // Y = (sum + self_c * X[row]) * row_f: forward, row_f carries the mean's 1/count; the
+        // transpose divides each neighbour's term by that neighbour's count, and the self term by
+        // the row's own.
+        float self_c = s_row, row_f = s_row;
+        if (a.mean) {
+            const int64_t cnt = a.fwd_indptr[row + 1] - a.fwd_indptr[row] + (a.self_loop ? 1 : 0);
+            if (!a.transpose) row_f = cnt > 0 ? s_row / float(cnt) : s_row;
+            else if (a.self_loop) self_c = s_row / float(cnt);
+        }
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const int64_t f = f0 + lane + int64_t(k) * tpr;
+            if (f >= a.F) continue;
+            float v = (acc[k] + (a.self_loop ? self_c * X[row * a.F + f] : 0.f)) * row_f;
+            if (epi.bias) v += epi.bias[f];
+            Y[row * a.F + f] = activate(epi.act, v, epi.alpha);
+        }
+    }
+}
+
+// Max: best c * X[u, f] over the candidates (self term first, then CSR order; the first maximum
+// wins), times the row scale; no candidate gives 0 and argmax -1.
+__global__ void __launch_bounds__(256) aggregate_max_kernel(AggArgs a, const float *X, float *Y, int64_t *argmax,
+                                                              Epilogue epi, int tpr) {
+    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (row >= a.rows) return;
+    const int64_t start = a.indptr[row], end = a.indptr[row + 1];
+    const float s_row = a.node_scale ? a.node_scale[row] : 1.f;
+    for (int64_t f = lane; f < a.F; f += tpr) {
+        float best = -INFINITY;
+        int64_t arg = -1;
+        if (a.self_loop) {
+            best = s_row * X[row * a.F + f];
+            arg = row;
+        }
+        for (int64_t e = start; e < end; ++e) {
+            const int64_t u = a.col[e];
+            float c = a.edge_weight ? a.edge_weight[e] : 1.f;
+            if (a.node_scale) c *= a.node_scale[u];
+            const float v = c * X[u * a.F + f];
+            if (v > best) {
+                best = v;
+                arg = u;
+            }
+        }
+        float v = arg < 0 ? 0.f : best * s_row;
+        if (epi.bias) v += epi.bias[f];
+        Y[row * a.F + f] = activate(epi.act, v, epi.alpha);
+        if (argmax) argmax[row * a.F + f] = arg;
+    }
+}
+
+// dX[u, f] = sum over out-edges (u -> v) with argmax[v, f] == u of c * G[v, f] (+ the self term);
+// parallel edges u -> v share one argmax entry and pass the gradient once.
+__global__ void __launch_bounds__(256) aggregate_max_grad_kernel(AggArgs a, const int64_t *argmax, const float *G,
+                                                                   float *dX, int tpr) {
+    const int64_t u = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (u >= a.rows) return;
+    const int64_t start = a.indptr[u], end = a.indptr[u + 1];
+    const float su = a.node_scale ? a.node_scale[u] : 1.f;
+    for (int64_t f = lane; f < a.F; f += tpr) {
+        float acc = 0.f;
+        for (int64_t k = start; k < end; ++k) {
+            const int64_t v = a.col[k];
+            if (k > start && a.col[k - 1] == v) continue;   // parallel edge: counted once
+            if (a.self_loop && v == u) continue;            // folded into the self term
+            float c = a.edge_weight ? a.edge_weight[a.eid[k]] : 1.f;
+            if (a.node_scale) c *= su * a.node_scale[v];
+            if (argmax[v * a.F + f] == u) acc += c * G[v * a.F + f];
+        }
+        if (a.self_loop && argmax[u * a.F + f] == u) acc += su * su * G[u * a.F + f];
+        dX[u * a.F + f] = acc;
+    }
+}
+
+inline void launch_aggregate(const char *name, const AggArgs &a, const float *X, float *Y, const Epilogue &epi) {
+    const int tpr = threads_per_row(a.F);
+    const unsigned grid = blocks_for(a.rows, kThreads / tpr);
+    if (a.F <= tpr) launch(name, aggregate_kernel<1>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
+    else launch(name, aggregate_kernel<4>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
+}
+
+}  // namespace cuda
+}  // namespace mg
+#endif

@@ -1,0 +1,133 @@
+// Edge kernels of the CUDA backend (Hector's traversal template, node- and edge-parallel):
+// gathers of node rows onto edges, segment reductions of edge rows onto nodes over either CSR,
+// and the edge softmax over each destination's in-edges.  A segment belongs to one group of
+// threads, so no output row has two writers and nothing needs atomics.  Semantics match
+// backends/openmp/kernels/edge_ops.h and edge_softmax.h.
+#ifndef MORPHGEN_CUDA_EDGES_CUH
+#define MORPHGEN_CUDA_EDGES_CUH
+
+#include <cstdint>
+
+#include "../device.cuh"
+#include "aggregate.cuh"
+#include "elementwise.cuh"
+#include "op_types.h"
+
+namespace mg {
+namespace cuda {
+
+// out[e, :] = x[idx[e], :]   (idx: the source of each edge) -- an edge-parallel map.
+struct GatherRowsOp {
+    const float *x;
+    const int64_t *idx;
+    float *out;
+    int64_t F;
+    __device__ void operator()(int64_t k) const { out[k] = x[idx[k / F] * F + k % F]; }
+};
+
+// out[v, :] = reduce over the segment [indptr[v], indptr[v+1]) of m[eid(k), :]; eid nullptr: k.
+// Max: argmax is the edge position of the (first) maximum, -1 and 0 for an empty segment.
+__global__ void __launch_bounds__(256) segment_reduce_kernel(Reduce r, const float *m, const int64_t *indptr,
+                                                               const int64_t *eid, int64_t rows, int64_t F,
+                                                               float *out, int64_t *argmax, int tpr) {
+    const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (v >= rows) return;
+    const int64_t b = indptr[v], end = indptr[v + 1];
+    for (int64_t f = lane; f < F; f += tpr) {
+        if (r == Reduce::Max) {
+            float best = 0.f;
+            int64_t arg = -1;
+            for (int64_t k = b; k < end; ++k) {
+                const int64_t e = eid ? eid[k] : k;
+                const float x = m[e * F + f];
+                if (arg < 0 || x > best) {
+                    best = x;
+                    arg = e;
+                }
+            }
+            out[v * F + f] = best;
+            argmax[v * F + f] = arg;
+        } else {
+            float acc = 0.f;
+            for (int64_t k = b; k < end; ++k) acc += m[(eid ? eid[k] : k) * F + f];
+            if (r == Reduce::Mean && end > b) acc *= 1.0f / float(end - b);
+            out[v * F + f] = acc;
+        }
+    }
+}
+
+// Gradient of the segment reduction onto destinations: gm[e, :] from g[v, :] of e's destination.
+struct ScatterDstGradOp {
+    Reduce r;
+    const float *g;
+    const int64_t *indptr, *edge_dst, *argmax;
+    float *gm;
+    int64_t F;
+    __device__ void operator()(int64_t k) const {
+        const int64_t e = k / F, f = k % F, v = edge_dst[e];
+        if (r == Reduce::Max) {
+            gm[k] = argmax[v * F + f] == e ? g[v * F + f] : 0.f;
+        } else {
+            const int64_t deg = indptr[v + 1] - indptr[v];
+            gm[k] = (r == Reduce::Mean ? 1.0f / float(deg) : 1.0f) * g[v * F + f];
+        }
+    }
+};
+
+// ... onto sources: gm[e, :] from g[u, :] of e's source u = col[e].
+struct ScatterSrcGradOp {
+    Reduce r;
+    const float *g;
+    const int64_t *col, *t_indptr, *argmax;
+    float *gm;
+    int64_t F;
+    __device__ void operator()(int64_t k) const {
+        const int64_t e = k / F, f = k % F, u = col[e];
+        if (r == Reduce::Max) {
+            gm[k] = argmax[u * F + f] == e ? g[u * F + f] : 0.f;
+        } else {
+            const int64_t deg = t_indptr[u + 1] - t_indptr[u];
+            gm[k] = (r == Reduce::Mean ? 1.0f / float(deg) : 1.0f) * g[u * F + f];
+        }
+    }
+};
+
+// Edge softmax per (destination, head): one warp per pair, three passes over the segment
+// (max, sum of exponentials, normalise) with shuffles.  alpha may alias s.
+__global__ void edge_softmax_kernel(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H,
+                                    float *alpha) {
+    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (k >= num_nodes * H) return;
+    const int64_t v = k / H, h = k % H;
+    const int64_t b = indptr[v], end = indptr[v + 1];
+    if (b == end) return;
+    float mx = -INFINITY;
+    for (int64_t e = b + lane; e < end; e += 32) mx = fmaxf(mx, s[e * H + h]);
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.f;
+    for (int64_t e = b + lane; e < end; e += 32) sum += expf(s[e * H + h] - mx);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float inv = 1.0f / sum;
+    for (int64_t e = b + lane; e < end; e += 32) alpha[e * H + h] = expf(s[e * H + h] - mx) * inv;
+}
+
+// ds[e, h] = alpha[e, h] * (g[e, h] - sum over the segment of alpha * g).  ds may alias g.
+__global__ void edge_softmax_grad_kernel(const float *alpha, const float *g, const int64_t *indptr,
+                                         int64_t num_nodes, int64_t H, float *ds) {
+    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (k >= num_nodes * H) return;
+    const int64_t v = k / H, h = k % H;
+    const int64_t b = indptr[v], end = indptr[v + 1];
+    float dot = 0.f;
+    for (int64_t e = b + lane; e < end; e += 32) dot += alpha[e * H + h] * g[e * H + h];
+    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    __syncwarp();   // every lane has read g before any lane overwrites it (ds may alias g)
+    for (int64_t e = b + lane; e < end; e += 32) ds[e * H + h] = alpha[e * H + h] * (g[e * H + h] - dot);
+}
+
+}  // namespace cuda
+}  // namespace mg
+#endif

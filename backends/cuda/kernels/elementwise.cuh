@@ -1,0 +1,223 @@
+// Elementwise and row/column kernels of the CUDA backend: activations and their gradients,
+// broadcast binary ops, bias, row and feature sums, scaling, dropout (the counter-based mask
+// of runtime/op_types.h, so a seed drops the same elements as on the CPU backends).
+//
+// One-dimensional work is a grid-stride loop over a functor (map); reductions run one warp
+// per output with shuffles, no atomics, so every result is reproducible run to run.
+#ifndef MORPHGEN_CUDA_ELEMENTWISE_CUH
+#define MORPHGEN_CUDA_ELEMENTWISE_CUH
+
+#include <cmath>
+#include <cstdint>
+
+#include "../device.cuh"
+#include "op_types.h"
+
+namespace mg {
+namespace cuda {
+
+template <class Op>
+__global__ void map_kernel(int64_t n, Op op) {
+    const int64_t stride = int64_t(blockDim.x) * gridDim.x;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) op(i);
+}
+
+// Runs op(i) for i in [0, n) on the device.
+template <class Op>
+inline void map(const char *name, int64_t n, Op op) {
+    if (n > 0) launch(name, map_kernel<Op>, dim3(blocks_for(n)), dim3(kThreads), n, op);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    return v;
+}
+
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+// Rows handled one warp each: the grid that gives every row its warp.
+inline unsigned warp_blocks(int64_t rows) { return blocks_for(rows, kWarpsPerBlock); }
+
+MG_HD float activate(Act act, float x, float alpha) {
+    switch (act) {
+        case Act::Relu: return x > 0.f ? x : 0.f;
+        case Act::LeakyRelu: return x > 0.f ? x : alpha * x;
+        case Act::Elu: return x > 0.f ? x : alpha * expm1f(x);
+        default: return x;
+    }
+}
+
+// ---- functors ------------------------------------------------------------------------------
+enum class Unary : int { Relu, LeakyRelu, Elu, Exp, Sigmoid, Tanh, Neg, Scale, Copy };
+
+struct UnaryOp {
+    Unary kind;
+    const float *x;
+    float *y;
+    float c;
+    __device__ void operator()(int64_t i) const {
+        const float v = x[i];
+        float r;
+        switch (kind) {
+            case Unary::Relu: r = v > 0.f ? v : 0.f; break;
+            case Unary::LeakyRelu: r = v > 0.f ? v : c * v; break;
+            case Unary::Elu: r = v > 0.f ? v : c * expm1f(v); break;
+            case Unary::Exp: r = expf(v); break;
+            case Unary::Sigmoid: r = v >= 0.f ? 1.f / (1.f + expf(-v)) : expf(v) / (1.f + expf(v)); break;
+            case Unary::Tanh: r = tanhf(v); break;
+            case Unary::Neg: r = -v; break;
+            case Unary::Scale: r = c * v; break;
+            default: r = v; break;
+        }
+        y[i] = r;
+    }
+};
+
+// dX[i] = act'(.) * (dropout_grad(G))[i], written with the forward output y (see ops.h of the
+// OpenMP backend: for alpha > 0, y > 0 exactly when x > 0; elu's alpha*exp(x) = y + alpha).
+struct ActGradOp {
+    int kind;   // mg::op::ActKind as int
+    float alpha;
+    const float *g, *y;
+    float *dx;
+    uint64_t base, thr;   // dropout stream (thr == 0 and scale 1: none)
+    float scale;
+    bool dropout;
+    __device__ void operator()(int64_t i) const {
+        float gv = g[i];
+        if (dropout) gv = dropout_detail::keep(base, uint64_t(i), thr) ? gv * scale : 0.f;
+        const float yv = y[i];
+        float r;
+        switch (kind) {
+            case 0: r = yv > 0.f ? gv : 0.f; break;                   // relu
+            case 1: r = yv > 0.f ? gv : alpha * gv; break;            // leaky_relu
+            case 2: r = yv > 0.f ? gv : gv * (yv + alpha); break;     // elu
+            case 3: r = gv * yv; break;                               // exp
+            case 4: r = gv * yv * (1.f - yv); break;                  // sigmoid
+            default: r = gv * (1.f - yv * yv); break;                 // tanh
+        }
+        dx[i] = r;
+    }
+};
+
+struct DropoutOp {
+    const float *x;
+    float *y;
+    uint64_t base, thr;
+    float scale;
+    __device__ void operator()(int64_t i) const {
+        y[i] = dropout_detail::keep(base, uint64_t(i), thr) ? x[i] * scale : 0.f;
+    }
+};
+
+// Row r of a [rows, cols] value drops as row row_ids[r] (distributed ranks; nullptr: r).
+struct DropoutRowsOp {
+    const float *x;
+    float *y;
+    const int64_t *row_ids;
+    int64_t cols;
+    uint64_t base, thr;
+    float scale;
+    __device__ void operator()(int64_t i) const {
+        const int64_t r = i / cols;
+        const int64_t id = (row_ids ? row_ids[r] : r) * cols + i % cols;
+        y[i] = dropout_detail::keep(base, uint64_t(id), thr) ? x[i] * scale : 0.f;
+    }
+};
+
+__device__ __forceinline__ float operand(const float *p, Bcast s, int64_t i, int64_t j, int64_t cols) {
+    switch (s) {
+        case Bcast::Full: return p[i * cols + j];
+        case Bcast::Col: return p[i];
+        case Bcast::Row: return p[j];
+        default: return p[0];
+    }
+}
+__device__ __forceinline__ float apply(BinOp op, float a, float b) {
+    switch (op) {
+        case BinOp::Add: return a + b;
+        case BinOp::Sub: return a - b;
+        case BinOp::Mul: return a * b;
+        default: return a / b;
+    }
+}
+
+struct BinaryOp {
+    BinOp op;
+    const float *a, *b;
+    Bcast sa, sb;
+    float *out;
+    int64_t cols;
+    __device__ void operator()(int64_t k) const {
+        const int64_t i = k / cols, j = k % cols;
+        out[k] = apply(op, operand(a, sa, i, j, cols), operand(b, sb, i, j, cols));
+    }
+};
+
+struct EpilogueOp {       // y[r, f] = act(y[r, f] + bias[f])
+    float *y;
+    const float *bias;
+    int64_t cols;
+    Act act;
+    float alpha;
+    __device__ void operator()(int64_t k) const {
+        const float v = y[k] + (bias ? bias[k % cols] : 0.f);
+        y[k] = activate(act, v, alpha);
+    }
+};
+
+// partial[c, j] = sum of x[r, j] over chunk c of the rows (per rows each).
+struct ChunkSumOp {
+    const float *x;
+    float *partial;
+    int64_t rows, cols, per;
+    __device__ void operator()(int64_t k) const {
+        const int64_t c = k / cols, j = k % cols, r1 = (c + 1) * per < rows ? (c + 1) * per : rows;
+        float acc = 0.f;
+        for (int64_t r = c * per; r < r1; ++r) acc += x[r * cols + j];
+        partial[k] = acc;
+    }
+};
+
+// out[j] = sum_i x[i, j]: a column sum, one thread per column, rows in order (reproducible).
+__global__ void column_sum_kernel(const float *x, float *out, int64_t rows, int64_t cols) {
+    const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    double acc = 0.0;
+    for (int64_t i = 0; i < rows; ++i) acc += x[i * cols + j];
+    out[j] = float(acc);
+}
+
+// out[r] = sum_f x[r, f]: one warp per row.
+__global__ void row_total_kernel(const float *x, float *out, int64_t rows, int64_t cols) {
+    const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    float acc = 0.f;
+    for (int64_t f = lane; f < cols; f += 32) acc += x[r * cols + f];
+    acc = warp_sum(acc);
+    if (lane == 0) out[r] = acc;
+}
+
+// out[i, h] = sum_d a[i, h, d] * b[i or 0, h, d]: one warp per (row, head).
+__global__ void rowwise_dot_kernel(const float *a, const float *b, bool b_is_row, float *out, int64_t rows,
+                                   int64_t heads, int64_t dim) {
+    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (k >= rows * heads) return;
+    const int64_t i = k / heads, h = k % heads, w = heads * dim;
+    const float *ar = a + i * w + h * dim;
+    const float *br = (b_is_row ? b : b + i * w) + h * dim;
+    float acc = 0.f;
+    for (int64_t d = lane; d < dim; d += 32) acc += ar[d] * br[d];
+    acc = warp_sum(acc);
+    if (lane == 0) out[k] = acc;
+}
+
+}  // namespace cuda
+}  // namespace mg
+#endif

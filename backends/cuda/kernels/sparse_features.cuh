@@ -1,0 +1,70 @@
+// The sparse input-feature path on the device (Morphling §IV-B): X W for CSR features X without
+// densifying them, and the weight gradient X^T G over the transposed (CSC) copy built once at
+// prepare, so both directions are row-per-thread-group gathers with no atomics.  A dropout on the
+// features is applied on the fly with the element index r * cols + c (the dense path's index),
+// so both paths drop the same elements.
+#ifndef MORPHGEN_CUDA_SPARSE_FEATURES_CUH
+#define MORPHGEN_CUDA_SPARSE_FEATURES_CUH
+
+#include <cstdint>
+
+#include "../device.cuh"
+#include "aggregate.cuh"
+#include "op_types.h"
+
+namespace mg {
+namespace cuda {
+
+struct FeatureDrop {
+    uint64_t base = 0, thr = 0;
+    float scale = 1.f;
+    bool on = false;
+    const int64_t *row_ids = nullptr;   // row r drops as row row_ids[r] (distributed runs)
+};
+
+// Y[r, :] = sum_k val[k] * keep(r, c_k) * W[c_k, :] over row r's nonzeros, one group per row.
+__global__ void __launch_bounds__(256) csr_linear_kernel(const int64_t *indptr, const int32_t *indices,
+                                                           const float *vals, int64_t rows, int64_t cols,
+                                                           const float *W, int64_t M, float *Y, FeatureDrop drop,
+                                                           int tpr) {
+    const int64_t r = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (r >= rows) return;
+    const int64_t id = drop.row_ids ? drop.row_ids[r] : r;
+    for (int64_t f = lane; f < M; f += tpr) {
+        float acc = 0.f;
+        for (int64_t k = indptr[r]; k < indptr[r + 1]; ++k) {
+            const int64_t c = indices[k];
+            float v = vals[k];
+            if (drop.on) v = dropout_detail::keep(drop.base, uint64_t(id * cols + c), drop.thr) ? v * drop.scale : 0.f;
+            acc += v * W[c * M + f];
+        }
+        Y[r * M + f] = acc;
+    }
+}
+
+// dW[c, :] = sum over column c's nonzeros (r, val) of val * keep(r, c) * G[r, :].
+__global__ void __launch_bounds__(256) csc_weight_grad_kernel(const int64_t *colptr, const int64_t *row_of,
+                                                                const float *vals, int64_t cols, const float *G,
+                                                                int64_t M, float *dW, FeatureDrop drop, int tpr) {
+    const int64_t c = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (c >= cols) return;
+    for (int64_t f = lane; f < M; f += tpr) {
+        float acc = 0.f;
+        for (int64_t k = colptr[c]; k < colptr[c + 1]; ++k) {
+            const int64_t r = row_of[k];
+            float v = vals[k];
+            if (drop.on) {
+                const int64_t id = drop.row_ids ? drop.row_ids[r] : r;
+                v = dropout_detail::keep(drop.base, uint64_t(id * cols + c), drop.thr) ? v * drop.scale : 0.f;
+            }
+            acc += v * G[r * M + f];
+        }
+        dW[c * M + f] = acc;
+    }
+}
+
+}  // namespace cuda
+}  // namespace mg
+#endif

@@ -1,0 +1,606 @@
+// The CUDA backend's op layer: the functions the generated code calls (the same names and
+// signatures as backends/openmp/ops.h, so one emitter core and one ABI template serve both),
+// with every array argument in device memory.  The graph, features, labels and masks are
+// uploaded once at prepare (Graph::build, DeviceInputs::upload); afterwards only the loss (one
+// float per epoch), accuracies, predictions and checkpoints cross to the host.
+//
+// Ops the generated code may name but this backend does not run yet are refused by the CUDA
+// emitter at compile time (emitter.py: SUPPORTED), never here at run time.
+#ifndef MORPHGEN_CUDA_OPS_CUH
+#define MORPHGEN_CUDA_OPS_CUH
+
+#define MG_DEVICE_TIMERS 1   // context.h: timers are CUDA events (below), not host clocks
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <omp.h>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device.cuh"
+#include "context.h"
+#include "memory.cuh"
+#include "kernels/aggregate.cuh"
+#include "kernels/dense.cuh"
+#include "kernels/edges.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/loss.cuh"
+#include "kernels/optim.cuh"
+#include "kernels/sparse_features.cuh"
+
+namespace mg {
+
+// ---- per-kernel timers: a pair of CUDA events per call, settled after the epoch ------------------
+namespace cuda {
+struct PendingTime {
+    cudaEvent_t start, stop;
+    Timer *timer;
+};
+inline std::vector<PendingTime> &pending_times() {
+    static std::vector<PendingTime> pending;
+    return pending;
+}
+inline std::vector<cudaEvent_t> &spare_events() {
+    static std::vector<cudaEvent_t> spare;
+    return spare;
+}
+inline cudaEvent_t take_event() {
+    auto &spare = spare_events();
+    if (!spare.empty()) {
+        cudaEvent_t e = spare.back();
+        spare.pop_back();
+        return e;
+    }
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "creating a timer event");
+    return e;
+}
+// Adds every recorded interval to its timer (waits for the last kernel).
+inline void settle_timers() {
+    for (PendingTime &p : pending_times()) {
+        float ms = 0.f;
+        check(cudaEventSynchronize(p.stop), "timer event");
+        check(cudaEventElapsedTime(&ms, p.start, p.stop), "timer event");
+        p.timer->seconds += double(ms) * 1e-3;
+        spare_events().push_back(p.start);
+        spare_events().push_back(p.stop);
+    }
+    pending_times().clear();
+}
+}  // namespace cuda
+
+class ScopedTimer {
+  public:
+    ScopedTimer(Timer &t, double bytes, double flops) : t_(t), start_(cuda::take_event()) {
+        t.bytes += bytes;
+        t.flops += flops;
+        t.calls += 1;
+        cuda::check(cudaEventRecord(start_, 0), "timer event");
+    }
+    ~ScopedTimer() {
+        cudaEvent_t stop = cuda::take_event();
+        cudaEventRecord(stop, 0);
+        cuda::pending_times().push_back({start_, stop, &t_});
+    }
+
+  private:
+    Timer &t_;
+    cudaEvent_t start_;
+};
+
+// The CSC copy of CSR features (built at prepare), for X^T G without atomics.
+struct SparseFeatureBlocks {
+    cuda::DeviceArray<int64_t> colptr, row_of;
+    cuda::DeviceArray<float> vals;
+    int64_t bytes() const { return colptr.bytes() + row_of.bytes() + vals.bytes(); }
+};
+
+namespace op {
+
+// The host threads only build load-time plans; the device runs everything else.
+inline void set_threads(int threads) {
+    if (threads > 0) omp_set_num_threads(threads);
+}
+
+// $MORPHGEN_CUDA_DEVICE (set by `morphgen train --device N`), default 0.
+inline void select_device() {
+    const char *env = std::getenv("MORPHGEN_CUDA_DEVICE");
+    const int device = env ? std::atoi(env) : 0;
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess || count == 0)
+        throw Error(std::string("no usable CUDA GPU here (") +
+                    (status != cudaSuccess ? cudaGetErrorString(status) : "no device found") +
+                    "); MORPHGEN_CUDA_EMULATION=1 runs the CUDA kernels on the CPU instead, slowly");
+    if (device < 0 || device >= count)
+        throw Error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                    " found)");
+    cuda::check(cudaSetDevice(device), "selecting the CUDA device");
+}
+
+// ---- graph: uploaded once; derived arrays built on the host, then uploaded --------------------------
+struct Graph {
+    GraphView host;                     // the caller's arrays (host memory), valid while prepared
+    GraphView dev;                      // the same graph in device memory
+    cuda::DeviceArray<idx_t> indptr, col, t_indptr, t_col, t_eid, etype_, ntype_, edge_dst_, node_ids_;
+    cuda::DeviceArray<float> gcn_scale_self, gcn_scale_plain;
+    const idx_t *edge_dst = nullptr, *node_ids = nullptr;
+
+    void build(const GraphView &g, const float *in_degree = nullptr) {
+        host = g;
+        dev = g;
+        const int64_t n = g.num_nodes, e = g.num_edges;
+        dev.indptr = indptr.upload(g.indptr, n + 1, "uploading the graph");
+        dev.col = col.upload(g.col, e, "uploading the graph");
+        dev.t_indptr = t_indptr.upload(g.t_indptr, n + 1, "uploading the graph");
+        dev.t_col = t_col.upload(g.t_col, e, "uploading the graph");
+        dev.t_eid = t_eid.upload(g.t_eid, e, "uploading the graph");
+        dev.etype = etype_.upload(g.etype, e, "uploading the graph");
+        dev.ntype = ntype_.upload(g.ntype, n, "uploading the graph");
+        std::vector<float> s(static_cast<size_t>(n));
+        for (bool self : {true, false}) {
+            for (int64_t v = 0; v < n; ++v) {
+                const float d = (in_degree ? in_degree[v] : float(g.indptr[v + 1] - g.indptr[v])) + (self ? 1.f : 0.f);
+                s[size_t(v)] = d > 0 ? 1.0f / std::sqrt(d) : 0.0f;
+            }
+            (self ? gcn_scale_self : gcn_scale_plain).upload(s, "uploading the GCN scales");
+        }
+    }
+    void build_edge_dst() {
+        std::vector<idx_t> dst(static_cast<size_t>(host.num_edges));
+        for (idx_t v = 0; v < host.num_nodes; ++v)
+            for (idx_t e = host.indptr[v]; e < host.indptr[v + 1]; ++e) dst[size_t(e)] = v;
+        edge_dst = edge_dst_.upload(dst, "uploading edge destinations");
+    }
+    void build_node_ids() {
+        std::vector<idx_t> ids(static_cast<size_t>(host.num_nodes));
+        std::iota(ids.begin(), ids.end(), idx_t(0));
+        node_ids = node_ids_.upload(ids, "uploading node ids");
+    }
+    const float *gcn_scale(bool self_loops) const {
+        return self_loops ? gcn_scale_self.data() : gcn_scale_plain.data();
+    }
+    const GraphView &device_view() const { return dev; }
+    int64_t bytes() const {
+        return indptr.bytes() + col.bytes() + t_indptr.bytes() + t_col.bytes() + t_eid.bytes() + etype_.bytes() +
+               ntype_.bytes() + edge_dst_.bytes() + node_ids_.bytes() + gcn_scale_self.bytes() +
+               gcn_scale_plain.bytes();
+    }
+};
+
+// Masked-row counts of the bound masks (the loss's divisor), by device pointer: counted once on
+// the host at upload instead of on the device every epoch.
+inline std::vector<std::pair<const uint8_t *, int64_t>> &mask_counts() {
+    static std::vector<std::pair<const uint8_t *, int64_t>> counts;
+    return counts;
+}
+inline int64_t mask_count(const uint8_t *mask, int64_t rows) {
+    if (!mask) return rows;
+    for (auto &c : mask_counts())
+        if (c.first == mask) return c.second;
+    throw Error("internal error: a mask that was not uploaded");
+}
+
+// The features, labels and masks in device memory.  upload() points the context's views at them.
+struct DeviceInputs {
+    cuda::DeviceArray<float> dense, values;
+    cuda::DeviceArray<int64_t> indptr, labels;
+    cuda::DeviceArray<int32_t> indices;
+    cuda::DeviceArray<uint8_t> masks[3];
+
+    void upload(ContextBase &m, const Graph &g) {
+        FeatureView &f = m.features;
+        if (f.kind == FeatureKind::Dense) {
+            f.dense = dense.upload(f.dense, f.rows * f.cols, "uploading the features");
+        } else if (f.kind == FeatureKind::Csr) {
+            const int64_t nnz = f.indptr[f.rows];
+            f.nnz = nnz;
+            f.data = values.upload(f.data, nnz, "uploading the features");
+            f.indices = indices.upload(f.indices, nnz, "uploading the features");
+            f.indptr = indptr.upload(f.indptr, f.rows + 1, "uploading the features");
+        }
+        const int64_t n = m.graph.num_nodes;
+        m.labels = labels.upload(m.labels, n, "uploading the labels");
+        for (int k = 0; k < 3; ++k) {
+            m.masks[k] = masks[k].upload(m.masks[k], n, "uploading the masks");
+            if (m.masks[k]) {
+                auto &counts = mask_counts();
+                counts.erase(std::remove_if(counts.begin(), counts.end(),
+                                            [&](const std::pair<const uint8_t *, int64_t> &c) {
+                                                return c.first == m.masks[k];
+                                            }),
+                             counts.end());
+                counts.emplace_back(m.masks[k], m.mask_count[k]);
+            }
+        }
+        m.graph = g.device_view();
+    }
+    int64_t bytes() const {
+        return dense.bytes() + values.bytes() + indptr.bytes() + labels.bytes() + indices.bytes() + masks[0].bytes() +
+               masks[1].bytes() + masks[2].bytes();
+    }
+};
+
+// ---- dense linear algebra ------------------------------------------------------------------------
+inline void apply_epilogue(const char *name, float *Y, idx_t rows, idx_t M, const Epilogue &epi) {
+    if (!epi.bias && epi.act == Act::None) return;
+    cuda::map(name, rows * M, cuda::EpilogueOp{Y, epi.bias, M, epi.act, epi.alpha});
+}
+inline void linear(const float *X, idx_t rows, idx_t K, const float *W, idx_t M, float *Y,
+                   const Epilogue &epi = Epilogue{}) {
+    cuda::gemm("linear (X W)", false, false, rows, M, K, X, K, W, M, Y, M);
+    apply_epilogue("linear epilogue", Y, rows, M, epi);
+}
+inline void matmul_nt(const float *G, idx_t rows, idx_t M, const float *W, idx_t K, float *dX) {
+    cuda::gemm("input gradient (G W^T)", false, true, rows, K, M, G, M, W, M, dX, K);
+}
+inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t M, float *dW) {
+    cuda::gemm("weight gradient (X^T G)", true, false, K, M, rows, X, K, G, M, dW, M);
+}
+
+// ---- input features: dense, sparse (CSR forward, CSC weight gradient) or identity -------------------
+inline void build_feature_blocks(const FeatureView &f, SparseFeatureBlocks &blocks) {
+    if (f.kind != FeatureKind::Csr) return;
+    const int64_t nnz = f.nnz;
+    std::vector<int64_t> indptr(static_cast<size_t>(f.rows + 1));
+    std::vector<int32_t> indices(static_cast<size_t>(nnz));
+    std::vector<float> data(static_cast<size_t>(nnz));
+    cuda::check(cudaMemcpy(indptr.data(), f.indptr, sizeof(int64_t) * indptr.size(), cudaMemcpyDeviceToHost), "features");
+    cuda::check(cudaMemcpy(indices.data(), f.indices, sizeof(int32_t) * size_t(nnz), cudaMemcpyDeviceToHost), "features");
+    cuda::check(cudaMemcpy(data.data(), f.data, sizeof(float) * size_t(nnz), cudaMemcpyDeviceToHost), "features");
+    std::vector<int64_t> colptr(static_cast<size_t>(f.cols + 1), 0), row_of(static_cast<size_t>(nnz));
+    std::vector<float> vals(static_cast<size_t>(nnz));
+    for (int64_t k = 0; k < nnz; ++k) {
+        if (indices[size_t(k)] < 0 || indices[size_t(k)] >= f.cols) throw Error("sparse features: a column index is out of range");
+        colptr[size_t(indices[size_t(k)]) + 1] += 1;
+    }
+    for (int64_t c = 0; c < f.cols; ++c) colptr[size_t(c + 1)] += colptr[size_t(c)];
+    std::vector<int64_t> next(colptr.begin(), colptr.end() - 1);
+    for (int64_t r = 0; r < f.rows; ++r)
+        for (int64_t k = indptr[size_t(r)]; k < indptr[size_t(r + 1)]; ++k) {
+            const int64_t at = next[size_t(indices[size_t(k)])]++;
+            row_of[size_t(at)] = r;
+            vals[size_t(at)] = data[size_t(k)];
+        }
+    blocks.colptr.upload(colptr, "uploading the transposed features");
+    blocks.row_of.upload(row_of, "uploading the transposed features");
+    blocks.vals.upload(vals, "uploading the transposed features");
+}
+inline cuda::FeatureDrop feature_drop(const FeatureView &f) {
+    cuda::FeatureDrop d;
+    if (f.drop_p > 0.f) {
+        d.on = true;
+        d.base = dropout_detail::stream_base(DropoutKey{f.drop_seed, f.drop_epoch, f.drop_site});
+        d.thr = dropout_detail::drop_threshold(f.drop_p);
+        d.scale = 1.0f / (1.0f - f.drop_p);
+        d.row_ids = f.drop_row_ids;
+    }
+    return d;
+}
+inline void linear_features(const FeatureView &f, const SparseFeatureBlocks &, const float *W, idx_t M, float *Y) {
+    switch (f.kind) {
+        case FeatureKind::Dense: linear(f.dense, f.rows, f.cols, W, M, Y); break;
+        case FeatureKind::Csr: {
+            const int tpr = cuda::threads_per_row(M);
+            cuda::launch("sparse feature linear (csr_linear_kernel)", cuda::csr_linear_kernel,
+                         dim3(cuda::blocks_for(f.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads), f.indptr,
+                         f.indices, f.data, f.rows, f.cols, W, M, Y, feature_drop(f), tpr);
+            break;
+        }
+        case FeatureKind::Identity:
+            cuda::check(cudaMemcpy(Y, W, sizeof(float) * size_t(f.rows * M), cudaMemcpyDeviceToDevice), "identity features");
+            break;
+        default: throw Error("features are not set");
+    }
+}
+inline void matmul_tn_features(const FeatureView &f, SparseFeatureBlocks &blocks, const float *G, idx_t M, float *dW) {
+    switch (f.kind) {
+        case FeatureKind::Dense: matmul_tn(f.dense, f.rows, f.cols, G, M, dW); break;
+        case FeatureKind::Csr: {
+            const int tpr = cuda::threads_per_row(M);
+            cuda::launch("sparse feature weight gradient (csc_weight_grad_kernel)", cuda::csc_weight_grad_kernel,
+                         dim3(cuda::blocks_for(f.cols, cuda::kThreads / tpr)), dim3(cuda::kThreads),
+                         blocks.colptr.data(), blocks.row_of.data(), blocks.vals.data(), f.cols, G, M, dW,
+                         feature_drop(f), tpr);
+            break;
+        }
+        case FeatureKind::Identity:
+            cuda::check(cudaMemcpy(dW, G, sizeof(float) * size_t(f.rows * M), cudaMemcpyDeviceToDevice), "identity features");
+            break;
+        default: throw Error("features are not set");
+    }
+}
+inline int64_t feature_values(const FeatureView &f) {
+    switch (f.kind) {
+        case FeatureKind::Dense: return f.rows * f.cols;
+        case FeatureKind::Csr: return f.nnz;
+        default: return 0;
+    }
+}
+inline int64_t dropped_feature_buffer(const FeatureView &f) {
+    return f.kind == FeatureKind::Dense ? f.rows * f.cols : 0;
+}
+inline void dropout_rows(const char *name, const float *x, float *y, idx_t rows, idx_t cols, const idx_t *row_ids,
+                         float p, DropoutKey key) {
+    cuda::map(name, rows * cols,
+              cuda::DropoutRowsOp{x, y, row_ids, cols, dropout_detail::stream_base(key),
+                                  dropout_detail::drop_threshold(p), 1.0f / (1.0f - p)});
+}
+inline void dropout_features(bool training, const FeatureView &in, FeatureView &out, float *values, float p,
+                             uint64_t seed, uint64_t epoch, uint64_t site) {
+    out = in;
+    if (!training || p <= 0.f) return;
+    switch (in.kind) {
+        case FeatureKind::Dense:
+            dropout_rows("feature dropout", in.dense, values, in.rows, in.cols, in.drop_row_ids, p,
+                         DropoutKey{seed, epoch, site});
+            out.dense = values;
+            break;
+        case FeatureKind::Csr:
+            if (in.drop_p > 0.f) throw Error("two dropouts on the sparse input features are not supported");
+            out.drop_p = p;
+            out.drop_seed = seed, out.drop_epoch = epoch, out.drop_site = site;
+            break;
+        default: throw Error("dropout on featureless (identity) input is not supported");
+    }
+}
+
+// ---- aggregation -----------------------------------------------------------------------------------
+struct AggSpec {
+    Reduce reduce = Reduce::Sum;
+    const float *edge_weight = nullptr;
+    const float *node_scale = nullptr;
+    bool self_loop = false;
+};
+inline AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, bool gcn, bool self_loops) {
+    return AggSpec{r, edge_weight, gcn ? g.gcn_scale(self_loops) : nullptr, self_loops};
+}
+inline cuda::AggArgs agg_args(const Graph &g, const AggSpec &s, idx_t F, bool transpose) {
+    const GraphView &v = g.dev;
+    cuda::AggArgs a;
+    a.indptr = transpose ? v.t_indptr : v.indptr;
+    a.col = transpose ? v.t_col : v.col;
+    a.eid = transpose ? v.t_eid : nullptr;
+    a.fwd_indptr = v.indptr;
+    a.edge_weight = s.edge_weight;
+    a.node_scale = s.node_scale;
+    a.mean = s.reduce == Reduce::Mean;
+    a.self_loop = s.self_loop;
+    a.transpose = transpose;
+    a.rows = v.num_nodes;
+    a.F = F;
+    return a;
+}
+inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,
+                      const Epilogue &epi = Epilogue{}) {
+    const cuda::AggArgs a = agg_args(g, s, F, false);
+    if (s.reduce == Reduce::Max) {
+        const int tpr = cuda::threads_per_row(F);
+        cuda::launch("aggregate max (aggregate_max_kernel)", cuda::aggregate_max_kernel,
+                     dim3(cuda::blocks_for(a.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads), a, X, Y, argmax,
+                     epi, tpr);
+    } else {
+        cuda::launch_aggregate("aggregate (aggregate_kernel)", a, X, Y, epi);
+    }
+}
+inline void aggregate_transpose(const Graph &g, const AggSpec &s, const float *G, idx_t F, float *dX) {
+    if (s.reduce == Reduce::Max) throw Error("internal error: the max aggregation's backward takes its argmax");
+    cuda::launch_aggregate("transposed aggregate (aggregate_kernel, by source)", agg_args(g, s, F, true), G, dX,
+                           Epilogue{});
+}
+inline void aggregate_max_grad(const Graph &g, const AggSpec &s, const idx_t *argmax, const float *G, idx_t F,
+                               float *dX) {
+    const cuda::AggArgs a = agg_args(g, s, F, true);
+    const int tpr = cuda::threads_per_row(F);
+    cuda::launch("max aggregate backward (aggregate_max_grad_kernel)", cuda::aggregate_max_grad_kernel,
+                 dim3(cuda::blocks_for(a.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads), a, argmax, G, dX, tpr);
+}
+// An aggregation of the dense input features, once at prepare (passes/hoist_invariant.py); on the
+// device always into its own buffer.
+inline const float *aggregate_features_once(const Graph &g, const AggSpec &s, const FeatureView &x, bool,
+                                            Buffer &own, int64_t &accounted) {
+    if (x.kind != FeatureKind::Dense) throw Error("an aggregation of the input features needs dense features");
+    own.allocate(g.dev.num_nodes * x.cols, accounted);
+    aggregate(g, s, x.dense, x.cols, own.data, nullptr);
+    return own.data;
+}
+
+// ---- graph constants (once, at prepare) --------------------------------------------------------------
+inline void upload_floats(const std::vector<float> &h, float *out, const char *what) {
+    if (!h.empty()) cuda::check(cudaMemcpy(out, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice), what);
+}
+inline void in_degree(const Graph &g, float *out) {
+    std::vector<float> h(static_cast<size_t>(g.host.num_nodes));
+    for (idx_t n = 0; n < g.host.num_nodes; ++n) h[size_t(n)] = float(g.host.indptr[n + 1] - g.host.indptr[n]);
+    upload_floats(h, out, "in-degrees");
+}
+inline void out_degree(const Graph &g, float *out) {
+    std::vector<float> h(static_cast<size_t>(g.host.num_nodes));
+    for (idx_t n = 0; n < g.host.num_nodes; ++n) h[size_t(n)] = float(g.host.t_indptr[n + 1] - g.host.t_indptr[n]);
+    upload_floats(h, out, "out-degrees");
+}
+inline void gcn_norm(const Graph &g, bool self_loops, float *out) {
+    const GraphView &v = g.host;
+    std::vector<float> h(static_cast<size_t>(v.num_edges));
+    auto s = [&](idx_t n) {
+        const float d = float(v.indptr[n + 1] - v.indptr[n]) + (self_loops ? 1.f : 0.f);
+        return d > 0 ? 1.0f / std::sqrt(d) : 0.0f;
+    };
+    for (idx_t d = 0; d < v.num_nodes; ++d)
+        for (idx_t e = v.indptr[d]; e < v.indptr[d + 1]; ++e) h[size_t(e)] = s(v.col[e]) * s(d);
+    upload_floats(h, out, "GCN edge norms");
+}
+inline void mean_norm(const Graph &g, bool self_loops, float *out) {
+    const GraphView &v = g.host;
+    std::vector<float> h(static_cast<size_t>(v.num_edges));
+    for (idx_t d = 0; d < v.num_nodes; ++d)
+        for (idx_t e = v.indptr[d]; e < v.indptr[d + 1]; ++e)
+            h[size_t(e)] = 1.0f / float(v.indptr[d + 1] - v.indptr[d] + (self_loops ? 1 : 0));
+    upload_floats(h, out, "mean edge norms");
+}
+
+// ---- edges -------------------------------------------------------------------------------------------
+inline void gather(const Graph &g, bool from_src, const float *X, idx_t F, float *out) {
+    const GraphView &v = g.dev;
+    if (!g.edge_dst && !from_src) throw Error("internal error: edge destinations were not built");
+    cuda::map(from_src ? "gather (source rows)" : "gather (destination rows)", v.num_edges * F,
+              cuda::GatherRowsOp{X, from_src ? v.col : g.edge_dst, out, F});
+}
+inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t F, float *out, idx_t *argmax) {
+    const GraphView &v = g.dev;
+    const int tpr = cuda::threads_per_row(F);
+    cuda::launch(to_dst ? "scatter to destinations (segment_reduce_kernel)" : "scatter to sources (segment_reduce_kernel)",
+                 cuda::segment_reduce_kernel, dim3(cuda::blocks_for(v.num_nodes, cuda::kThreads / tpr)),
+                 dim3(cuda::kThreads), r, m, to_dst ? v.indptr : v.t_indptr, to_dst ? nullptr : v.t_eid, v.num_nodes,
+                 F, out, argmax, tpr);
+}
+inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, const idx_t *argmax, float *gm) {
+    const GraphView &v = g.dev;
+    if (to_dst) {
+        if (!g.edge_dst) throw Error("internal error: edge destinations were not built");
+        cuda::map("scatter max backward", v.num_edges * F,
+                  cuda::ScatterDstGradOp{Reduce::Max, G, v.indptr, g.edge_dst, argmax, gm, F});
+    } else {
+        cuda::map("scatter max backward", v.num_edges * F,
+                  cuda::ScatterSrcGradOp{Reduce::Max, G, v.col, v.t_indptr, argmax, gm, F});
+    }
+}
+
+// ---- elementwise -------------------------------------------------------------------------------------
+enum class ActKind { Relu, LeakyRelu, Elu, Exp, Sigmoid, Tanh };
+
+inline void act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float *dX) {
+    cuda::map("activation backward", n, cuda::ActGradOp{int(act), alpha, G, Y, dX, 0, 0, 1.f, false});
+}
+inline void dropout_act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float p,
+                             uint64_t seed, uint64_t epoch, uint64_t site, float *dX) {
+    if (p <= 0.f) return act_grad(act, alpha, G, Y, n, dX);
+    cuda::map("dropout + activation backward", n,
+              cuda::ActGradOp{int(act), alpha, G, Y, dX, dropout_detail::stream_base(DropoutKey{seed, epoch, site}),
+                              dropout_detail::drop_threshold(p), 1.0f / (1.0f - p), true});
+}
+inline void feature_sum(const float *G, idx_t rows, idx_t F, float *out) {
+    cuda::launch("feature sum (row_total_kernel)", cuda::row_total_kernel, dim3(cuda::warp_blocks(rows)),
+                 dim3(cuda::kThreads), G, out, rows, F);
+}
+inline void copy(const char *name, const float *x, float *y, idx_t n) {
+    if (x != y && n > 0) cuda::check(cudaMemcpy(y, x, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice), name);
+}
+
+// ---- dropout, loss, accuracy ------------------------------------------------------------------------
+inline void dropout(bool training, const float *X, float *Y, idx_t n, float p, uint64_t seed, uint64_t epoch,
+                    uint64_t site) {
+    if (training && p > 0.f) dropout_rows("dropout", X, Y, n, 1, nullptr, p, DropoutKey{seed, epoch, site});
+    else copy("dropout (evaluation copy)", X, Y, n);
+}
+inline void dropout_grad(const float *G, float *dX, idx_t n, float p, uint64_t seed, uint64_t epoch, uint64_t site) {
+    if (p > 0.f) dropout_rows("dropout backward", G, dX, n, 1, nullptr, p, DropoutKey{seed, epoch, site});
+    else copy("dropout backward (copy)", G, dX, n);
+}
+
+inline cuda::DeviceArray<double> &reduce_partials() {
+    static cuda::DeviceArray<double> partials;
+    if (partials.size() < cuda::kReduceBlocks) partials.allocate(cuda::kReduceBlocks);
+    return partials;
+}
+inline void cross_entropy_impl(const float *logits, const int64_t *labels, const uint8_t *mask, idx_t rows, idx_t C,
+                               float *loss, float *dlogits) {
+    const int64_t n = mask_count(mask, rows);
+    const float inv_n = n > 0 ? 1.0f / float(n) : 0.f;
+    const unsigned blocks = std::min<unsigned>(cuda::kReduceBlocks, cuda::warp_blocks(rows));
+    double *partial = reduce_partials().data();
+    cuda::launch("softmax cross-entropy (cross_entropy_kernel)", cuda::cross_entropy_kernel, dim3(blocks),
+                 dim3(cuda::kThreads), logits, labels, mask, rows, C, inv_n, dlogits, partial);
+    if (loss)
+        cuda::launch("softmax cross-entropy (finish_sum_kernel)", cuda::finish_sum_kernel, dim3(1), dim3(32),
+                     (const double *)partial, int(blocks), n > 0 ? 1.0 / double(n) : 0.0, loss);
+}
+inline void cross_entropy(const float *logits, const int64_t *labels, const uint8_t *mask, idx_t rows, idx_t C,
+                          float *loss) {
+    cross_entropy_impl(logits, labels, mask, rows, C, loss, nullptr);
+}
+inline void cross_entropy_grad(const float *logits, const int64_t *labels, const uint8_t *mask, idx_t rows, idx_t C,
+                               float *dlogits) {
+    cross_entropy_impl(logits, labels, mask, rows, C, nullptr, dlogits);
+}
+inline double accuracy(const float *logits, const int64_t *labels, const uint8_t *mask, idx_t rows, idx_t C) {
+    const int64_t n = mask_count(mask, rows);
+    static cuda::DeviceArray<unsigned long long> counter;
+    if (counter.size() < 1) counter.allocate(1);
+    cuda::check(cudaMemset(counter.data(), 0, sizeof(unsigned long long)), "accuracy");
+    cuda::launch("accuracy (count_correct_kernel)", cuda::count_correct_kernel, dim3(cuda::blocks_for(rows)),
+                 dim3(cuda::kThreads), logits, labels, mask, rows, C, counter.data());
+    unsigned long long correct = 0;
+    cuda::check(cudaMemcpy(&correct, counter.data(), sizeof correct, cudaMemcpyDeviceToHost), "accuracy");
+    return n ? double(correct) / double(n) : 0.0;
+}
+
+// ---- optimizers (torch.optim semantics) -------------------------------------------------------------
+inline void adam(bool decoupled, float *p, const float *g, float *m, float *v, idx_t n, double lr, double b1,
+                 double b2, double eps, double wd, int64_t step) {
+    const double bc1 = 1.0 - std::pow(b1, double(step)), bc2 = 1.0 - std::pow(b2, double(step));
+    cuda::map(decoupled ? "adamw" : "adam", n,
+              cuda::AdamOp{p, m, v, g, float(lr / bc1), float(std::sqrt(bc2)), float(1.0 - b1), float(b2),
+                           float(1.0 - b2), float(eps), decoupled ? 0.f : float(wd),
+                           decoupled ? float(1.0 - lr * wd) : 1.f});
+}
+inline void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double momentum, double wd, int64_t step) {
+    cuda::map("sgd", n, cuda::SgdOp{p, buf, g, float(lr), float(wd), float(momentum), step <= 1});
+}
+
+}  // namespace op
+
+// ---- elementwise calls the generated code makes outside mg::op (OpenMP: kernels/elementwise.h) -----
+inline void unary(const char *name, cuda::Unary kind, const float *x, float *y, int64_t n, float c = 0.f) {
+    cuda::map(name, n, cuda::UnaryOp{kind, x, y, c});
+}
+inline void relu_fwd(const float *x, float *y, int64_t n) { unary("relu", cuda::Unary::Relu, x, y, n); }
+inline void leaky_relu_fwd(const float *x, float *y, int64_t n, float a) { unary("leaky_relu", cuda::Unary::LeakyRelu, x, y, n, a); }
+inline void elu_fwd(const float *x, float *y, int64_t n, float a) { unary("elu", cuda::Unary::Elu, x, y, n, a); }
+inline void exp_fwd(const float *x, float *y, int64_t n) { unary("exp", cuda::Unary::Exp, x, y, n); }
+inline void sigmoid_fwd(const float *x, float *y, int64_t n) { unary("sigmoid", cuda::Unary::Sigmoid, x, y, n); }
+inline void tanh_fwd(const float *x, float *y, int64_t n) { unary("tanh", cuda::Unary::Tanh, x, y, n); }
+inline void neg_fwd(const float *x, float *y, int64_t n) { unary("neg", cuda::Unary::Neg, x, y, n); }
+inline void scale(const float *x, float *y, int64_t n, float c) { unary("scale", cuda::Unary::Scale, x, y, n, c); }
+
+inline void binary_fwd(BinOp op, const float *a, Bcast sa, const float *b, Bcast sb, float *out, int64_t rows,
+                       int64_t cols) {
+    cuda::map("binary op", rows * cols, cuda::BinaryOp{op, a, b, sa, sb, out, cols});
+}
+inline void bias_add(const float *x, const float *bias, float *y, int64_t rows, int64_t cols) {
+    binary_fwd(BinOp::Add, x, Bcast::Full, bias, Bcast::Row, y, rows, cols);
+}
+// out[j] = sum_i x[i, j]: per-block column partials over row chunks, then one pass over them, in
+// a fixed order (reproducible, no atomics).
+inline void row_sum(const float *x, float *out, int64_t rows, int64_t cols) {
+    if (cols <= 0) return;
+    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(256, rows / 64));
+    static cuda::DeviceArray<float> partial;
+    if (partial.size() < chunks * cols) partial.allocate(chunks * cols);
+    const int64_t per = (rows + chunks - 1) / chunks;
+    cuda::map("row sum (chunks)", chunks * cols, cuda::ChunkSumOp{x, partial.data(), rows, cols, per});
+    cuda::launch("row sum (column_sum_kernel)", cuda::column_sum_kernel, dim3(cuda::blocks_for(cols)),
+                 dim3(cuda::kThreads), (const float *)partial.data(), out, chunks, cols);
+}
+inline void rowwise_dot_fwd(const float *a, const float *b, bool b_is_row, float *out, int64_t rows, int64_t heads,
+                            int64_t dim) {
+    cuda::launch("rowwise dot (rowwise_dot_kernel)", cuda::rowwise_dot_kernel, dim3(cuda::warp_blocks(rows * heads)),
+                 dim3(cuda::kThreads), a, b, b_is_row, out, rows, heads, dim);
+}
+inline void edge_softmax_fwd(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H, float *alpha) {
+    cuda::launch("edge softmax (edge_softmax_kernel)", cuda::edge_softmax_kernel, dim3(cuda::warp_blocks(num_nodes * H)),
+                 dim3(cuda::kThreads), s, indptr, num_nodes, H, alpha);
+}
+inline void edge_softmax_bwd(const float *alpha, const float *g, const int64_t *indptr, int64_t num_nodes, int64_t H,
+                             float *ds) {
+    cuda::launch("edge softmax backward (edge_softmax_grad_kernel)", cuda::edge_softmax_grad_kernel,
+                 dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads), alpha, g, indptr, num_nodes, H, ds);
+}
+
+}  // namespace mg
+#endif

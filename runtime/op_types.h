@@ -1,0 +1,73 @@
+// What generated code and every backend's kernels agree on: index type, the enums that name
+// reductions, activations and broadcasts, the fused epilogue, and the counter-based dropout
+// stream.  Host-only C++ here; a backend that compiles it for a device defines MG_HD first
+// (backends/cuda/device.cuh: __host__ __device__), so the dropout mask is one function on every
+// target and the same seed drops the same elements on the CPU and on the GPU.
+#ifndef MORPHGEN_OP_TYPES_H
+#define MORPHGEN_OP_TYPES_H
+
+#include <cstdint>
+
+#ifndef MG_HD
+#define MG_HD inline
+#endif
+
+namespace mg {
+
+using idx_t = std::int64_t;
+
+enum class Reduce : int { Sum = 0, Mean = 1, Max = 2 };
+
+enum class Act : int { None = 0, Relu = 1, LeakyRelu = 2, Elu = 3 };
+
+// Bias add + activation fused into the final write of a kernel's output.
+struct Epilogue {
+    const float *bias = nullptr;  // [F] or nullptr
+    Act act = Act::None;
+    float alpha = 0.01f;
+};
+
+// Broadcast shape of a binary op's operand relative to its [rows, cols] result: Full
+// [rows,cols], Col [rows,1] (width-1 operand), Row [1,cols] (bias / param row), Scalar [1].
+enum class Bcast : int { Full = 0, Col = 1, Row = 2, Scalar = 3 };
+enum class BinOp : int { Add = 0, Sub = 1, Mul = 2, Div = 3 };
+
+// ---- inverted dropout's counter-based stream ---------------------------------------------------
+// Whether element i is kept is a pure function of (seed, epoch, op_id, i): a splitmix64 hash, no
+// generator state, so the mask is the same for any thread count, schedule or device, and the
+// backward pass regenerates it instead of storing it.  morphgen/interp.py mirrors it in numpy.
+struct DropoutKey {
+    uint64_t seed;
+    uint64_t epoch;
+    uint64_t op_id;  // distinguishes dropout sites within one epoch
+};
+
+namespace dropout_detail {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+
+// splitmix64 finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mixer.
+MG_HD uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// One stream per (seed, epoch, op): nested mixing so that nearby keys give unrelated streams.
+MG_HD uint64_t stream_base(DropoutKey k) {
+    return mix64(mix64(mix64(k.seed + kGolden) + k.epoch * kGolden) + k.op_id * kGolden);
+}
+
+// Element i is kept when the top 32 bits of its hash are >= threshold = p * 2^32, so that
+// P(keep) = 1 - p up to 2^-32.
+MG_HD uint64_t drop_threshold(float p) {
+    return static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+}
+
+MG_HD bool keep(uint64_t base, uint64_t i, uint64_t threshold) {
+    return (mix64(base + (i + 1) * kGolden) >> 32) >= threshold;
+}
+
+}  // namespace dropout_detail
+}  // namespace mg
+#endif
