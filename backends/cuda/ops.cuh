@@ -445,11 +445,15 @@ inline void mean_norm(const Graph &g, bool self_loops, float *out) {
 }
 
 // ---- edges -------------------------------------------------------------------------------------------
+inline void broadcast_to_in_edges(const char *name, const Graph &g, const float *x, const idx_t *argmax, idx_t F,
+                                  float *out) {
+    const int tpr = cuda::threads_per_row(F);
+    cuda::launch(name, cuda::segment_broadcast_kernel, dim3(cuda::blocks_for(g.dev.num_nodes, cuda::kThreads / tpr)),
+                 dim3(cuda::kThreads), x, g.dev.indptr, argmax, g.dev.num_nodes, F, out, tpr);
+}
 inline void gather(const Graph &g, bool from_src, const float *X, idx_t F, float *out) {
-    const GraphView &v = g.dev;
-    if (!g.edge_dst && !from_src) throw Error("internal error: edge destinations were not built");
-    cuda::map(from_src ? "gather (source rows)" : "gather (destination rows)", v.num_edges * F,
-              cuda::GatherRowsOp{X, from_src ? v.col : g.edge_dst, out, F});
+    if (from_src) cuda::map("gather (source rows)", g.dev.num_edges * F, cuda::GatherRowsOp{X, g.dev.col, out, F});
+    else broadcast_to_in_edges("gather (destination rows, segment_broadcast_kernel)", g, X, nullptr, F, out);
 }
 inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t F, float *out, idx_t *argmax) {
     const GraphView &v = g.dev;
@@ -460,15 +464,11 @@ inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t
                  F, out, argmax, tpr);
 }
 inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, const idx_t *argmax, float *gm) {
-    const GraphView &v = g.dev;
-    if (to_dst) {
-        if (!g.edge_dst) throw Error("internal error: edge destinations were not built");
-        cuda::map("scatter max backward", v.num_edges * F,
-                  cuda::ScatterDstGradOp{Reduce::Max, G, v.indptr, g.edge_dst, argmax, gm, F});
-    } else {
-        cuda::map("scatter max backward", v.num_edges * F,
-                  cuda::ScatterSrcGradOp{Reduce::Max, G, v.col, v.t_indptr, argmax, gm, F});
-    }
+    if (to_dst)
+        broadcast_to_in_edges("scatter max backward (segment_broadcast_kernel)", g, G, argmax, F, gm);
+    else
+        cuda::map("scatter max backward", g.dev.num_edges * F,
+                  cuda::ScatterSrcGradOp{Reduce::Max, G, g.dev.col, g.dev.t_indptr, argmax, gm, F});
 }
 
 // ---- elementwise -------------------------------------------------------------------------------------

@@ -22,8 +22,11 @@ def build(program, graph, x, classes, sanitize=False, backend="openmp"):
     program.featureless = x is None
     program.bind(sizes_for(graph, x, classes))
     run_default(program)          # rewrites, backward and fusion exactly as `morphgen train` does
-    sources = require(backend).emitter_class()(program).emit()
-    return compile_shared(sources, name=f"test_model_{backend}", include_dirs=include_dirs(), sanitize=sanitize)
+    chosen = require(backend)
+    sources = chosen.emitter_class()(program).emit()
+    if backend == "openmp":     # the default build, under a name of its own (cached apart from `train`'s)
+        return compile_shared(sources, name=f"test_model_{backend}", include_dirs=include_dirs(), sanitize=sanitize)
+    return chosen.build(sources, sanitize=sanitize)
 
 
 def session(lib, program, graph, x, labels, mask, features="dense", seed=0, threads=2):

@@ -57,23 +57,18 @@ __global__ void __launch_bounds__(256) segment_reduce_kernel(Reduce r, const flo
     }
 }
 
-// Gradient of the segment reduction onto destinations: gm[e, :] from g[v, :] of e's destination.
-struct ScatterDstGradOp {
-    Reduce r;
-    const float *g;
-    const int64_t *indptr, *edge_dst, *argmax;
-    float *gm;
-    int64_t F;
-    __device__ void operator()(int64_t k) const {
-        const int64_t e = k / F, f = k % F, v = edge_dst[e];
-        if (r == Reduce::Max) {
-            gm[k] = argmax[v * F + f] == e ? g[v * F + f] : 0.f;
-        } else {
-            const int64_t deg = indptr[v + 1] - indptr[v];
-            gm[k] = (r == Reduce::Mean ? 1.0f / float(deg) : 1.0f) * g[v * F + f];
-        }
-    }
-};
+// out[e, :] = x[v, :] for every edge e of v's segment (the destination's row onto its in-edges);
+// with argmax (the max scatter's backward), out[e, f] = x[v, f] only where argmax[v, f] == e.
+__global__ void __launch_bounds__(256) segment_broadcast_kernel(const float *x, const int64_t *indptr,
+                                                                  const int64_t *argmax, int64_t rows, int64_t F,
+                                                                  float *out, int tpr) {
+    const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (v >= rows) return;
+    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e)
+        for (int64_t f = lane; f < F; f += tpr)
+            out[e * F + f] = (argmax && argmax[v * F + f] != e) ? 0.f : x[v * F + f];
+}
 
 // ... onto sources: gm[e, :] from g[u, :] of e's source u = col[e].
 struct ScatterSrcGradOp {

@@ -1,0 +1,87 @@
+"""The CUDA backend computes what the numpy interpreter and the OpenMP backend compute.
+
+Forward loss and every weight gradient of each model fixture against the interpreter (as
+tests/backend does for OpenMP), then whole `morphgen train` runs of the examples against
+`--backend openmp`: the loss of every epoch and the accuracies, with dropout on (the mask is
+one function of seed, epoch, site and element on every backend).  Without a GPU these run the
+kernels through the SIMT emulation.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.backend.harness import build, gradients_by_sgd, reference, session, use_sgd
+from tests.e2e.support import assert_clean_failure, datasets_dir, example, run_cli
+from tests.ir import models
+from tests.ir.helpers import perturbed_params, random_data, random_graph
+from tests.mpi.support import assert_same_run, train
+
+CASES = {
+    "gcn": lambda: models.gcn(dropout=0.0),
+    "gcn_mean": lambda: models.gcn(dropout=0.0, norm="mean"),
+    "sage_mean": lambda: models.sage("mean"),
+    "sage_max": lambda: models.sage("max"),
+    "gin": lambda: models.gin(),
+    "gat": lambda: models.gat(),
+}
+SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_class=12,val=60,test=100"
+SUPPORTED_EXAMPLES = ["gcn", "gcn3", "sage", "gin", "gat", "appnp"]
+
+
+def _check(program, graph, x, labels, mask, classes, features="dense"):
+    lib = build(use_sgd(program), graph, x, classes, backend="cuda")
+    params = {k: v.astype(np.float32) for k, v in perturbed_params(program).items()}
+    ref_loss, ref_grads = reference(program, graph, x, labels, mask, params)
+    sess = session(lib, program, graph, x, labels, mask, features=features)
+    loss, grads = gradients_by_sgd(program, sess, params)
+    assert loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)
+    for name, g in ref_grads.items():
+        np.testing.assert_allclose(grads[name], g.reshape(-1), rtol=2e-3, atol=2e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("width", [3, 33, 300])
+def test_models_match_the_interpreter(name, width):
+    """Widths below one warp, just above it, and above the 256 threads one row gets."""
+    graph = random_graph(n=12, e=30, seed=width)
+    x, labels, mask = random_data(graph, width, classes=4)
+    _check(CASES[name](), graph, x, labels, mask, classes=4)
+
+
+@pytest.mark.parametrize("features", ["dense", "csr"])
+def test_dense_and_sparse_feature_paths_match_the_interpreter(features):
+    graph = random_graph(n=12, e=30, seed=7)
+    x, labels, mask = random_data(graph, 47, classes=3)
+    x[np.random.default_rng(0).random(x.shape) < 0.8] = 0.0
+    _check(models.gcn(dropout=0.0), graph, x, labels, mask, classes=3, features=features)
+
+
+@pytest.mark.parametrize("model", SUPPORTED_EXAMPLES)
+def test_examples_train_as_on_openmp(tmp_path, model):
+    reference_run = train(tmp_path, model, SYNTHETIC)
+    assert_same_run(reference_run, train(tmp_path, model, SYNTHETIC, backend="cuda"), 1e-4, f"{model} on cuda")
+
+
+def test_sparse_features_of_cora_train_as_on_openmp(tmp_path):
+    """Cora's features are 98.7% zeros: the CSR forward and CSC weight gradient, dropout inside."""
+    data = str(datasets_dir() / "cora.npz")
+    reference_run = train(tmp_path, "gcn", data, epochs=3)
+    run = train(tmp_path, "gcn", data, backend="cuda", epochs=3)
+    assert run["feature_path"] == reference_run["feature_path"] == "sparse"
+    assert_same_run(reference_run, run, 1e-4, "gcn on cora, cuda")
+
+
+def test_checkpoints_move_between_cuda_and_openmp(tmp_path):
+    whole = train(tmp_path, "gcn", SYNTHETIC, epochs=4)
+    ck = tmp_path / "cuda.ck"
+    train(tmp_path, "gcn", SYNTHETIC, "--checkpoint", ck, backend="cuda", epochs=2)
+    resumed = train(tmp_path, "gcn", SYNTHETIC, "--resume", ck, epochs=2, tag="resumed")
+    resumed = dict(resumed, history=[dict(r, epoch=r["epoch"] + 2) for r in resumed["history"]])
+    assert_same_run(dict(whole, history=whole["history"][2:]), resumed, 1e-4, "openmp from a cuda checkpoint")
+
+
+@pytest.mark.parametrize("model", ["rgcn", "hgt"])
+def test_what_the_cuda_backend_does_not_run_yet_is_refused_with_its_location(model):
+    proc = run_cli("compile", example(model), "--backend", "cuda", "--emit", "cpp")
+    assert_clean_failure(proc, 2, f"{model}.mp:", "not available on the cuda backend yet", "--backend openmp")
