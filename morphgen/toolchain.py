@@ -156,13 +156,15 @@ def _dependency_digest(sources: Mapping[str, str], inc_dirs: list[Path], h: "has
     what is reached keeps an unrelated edit in a shared include dir from invalidating the cache.
     """
     seen: set[Path] = set()
-    pending = [text for _, text in sorted(sources.items())]
+    # (text, folder of the file it came from): a quoted include resolves next to its file first,
+    # as the compiler resolves it, then along the include path.
+    pending = [(text, None) for _, text in sorted(sources.items())]
     while pending:
-        text = pending.pop()
+        text, here = pending.pop()
         for target in _INCLUDE.findall(text):
-            if target in sources:
+            if here is None and target in sources:
                 continue  # a file of this build: already hashed as a source
-            for d in inc_dirs:
+            for d in ([here] if here is not None else []) + list(inc_dirs):
                 cand = d / target
                 if cand.is_file():
                     cand = cand.resolve()
@@ -170,7 +172,7 @@ def _dependency_digest(sources: Mapping[str, str], inc_dirs: list[Path], h: "has
                         seen.add(cand)
                         body = cand.read_text(errors="replace")
                         h.update(str(cand).encode() + b"\0" + body.encode() + b"\0")
-                        pending.append(body)
+                        pending.append((body, cand.parent))
                     break
 
 

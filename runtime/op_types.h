@@ -32,6 +32,9 @@ struct Epilogue {
 enum class Bcast : int { Full = 0, Col = 1, Row = 2, Scalar = 3 };
 enum class BinOp : int { Add = 0, Sub = 1, Mul = 2, Div = 3 };
 
+// Elementwise functions of the language's math (c: pow's exponent, shift's constant).
+enum class MathFn { Sqrt, Rsqrt, Log, Abs, Pow, Gelu, Softplus, Shift };
+
 // ---- inverted dropout's counter-based stream ---------------------------------------------------
 // Whether element i is kept is a pure function of (seed, epoch, op_id, i): a splitmix64 hash, no
 // generator state, so the mask is the same for any thread count, schedule or device, and the

@@ -21,9 +21,14 @@ SUPPORTED = frozenset({
     "mg::relu_fwd", "mg::leaky_relu_fwd", "mg::elu_fwd", "mg::exp_fwd", "mg::sigmoid_fwd", "mg::tanh_fwd",
     "mg::neg_fwd", "mg::scale", "mg::binary_fwd", "mg::bias_add", "mg::row_sum", "mg::rowwise_dot_fwd",
     "mg::edge_softmax_fwd", "mg::edge_softmax_bwd",
+    "mg::op::typed_linear", "mg::op::typed_matmul_nt", "mg::op::typed_matmul_tn", "mg::op::typed_row_sum",
+    "mg::op::embedding_rows", "mg::op::embedding_rows_grad", "mg::op::copy",
+    "mg::op::matvec", "mg::op::matvec_t", "mg::op::outer", "mg::op::rel_degree",
+    "mg::op::slice", "mg::op::row_concat", "mg::concat_fwd", "mg::math_fwd", "mg::math_bwd",
+    "mg::row_softmax_fwd", "mg::row_softmax_bwd",
 })
 # Load-time graph arrays (Graph::build_*) the CUDA op layer builds.
-SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids"})
+SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids", "etypes", "ntypes"})
 
 _WHAT = {"etypes": "edge types (relational models)", "ntypes": "node types (relational models)"}
 
@@ -54,8 +59,3 @@ class CUDAEmitter(OpenMPEmitter):
         if what not in SUPPORTED_GRAPH_ARRAYS:
             raise self._refuse(_WHAT.get(what, what.replace("_", " ")))
         super().require(what)
-
-    def lower_program(self) -> tuple:
-        if self.p.featureless and self.features_id is not None:
-            raise self._refuse("featureless input (identity features, embedding rows)")
-        return super().lower_program()

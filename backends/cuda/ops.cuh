@@ -32,6 +32,7 @@
 #include "kernels/loss.cuh"
 #include "kernels/optim.cuh"
 #include "kernels/sparse_features.cuh"
+#include "kernels/typed_linear.cuh"
 
 namespace mg {
 
@@ -123,13 +124,49 @@ inline void select_device() {
     cuda::check(cudaSetDevice(device), "selecting the CUDA device");
 }
 
+// Rows grouped by type for typed linear (kernels/typed_linear.cuh), grouped on the host once:
+// perm lists the rows of type 0, then type 1, ...; tiles list (type, first row) of every
+// kTypedTile-row tile, so that a block never straddles two types.
+struct TypeGroups {
+    cuda::DeviceArray<idx_t> perm_, ptr_, tile_type_, tile_start_;
+    const idx_t *perm = nullptr, *ptr = nullptr;
+    idx_t types = 0, tiles = 0;
+    void build(const idx_t *type, idx_t rows, idx_t num_types) {   // type: host memory or nullptr
+        types = num_types;
+        std::vector<idx_t> count(static_cast<size_t>(num_types + 1), 0), order(static_cast<size_t>(rows));
+        for (idx_t r = 0; r < rows; ++r) {
+            const idx_t t = type ? type[r] : 0;
+            if (t < 0 || t >= num_types) throw Error("a type index is out of range");
+            count[size_t(t + 1)] += 1;
+        }
+        for (idx_t t = 0; t < num_types; ++t) count[size_t(t + 1)] += count[size_t(t)];
+        std::vector<idx_t> next(count.begin(), count.end() - 1);
+        for (idx_t r = 0; r < rows; ++r) order[size_t(next[size_t(type ? type[r] : 0)]++)] = r;
+        std::vector<idx_t> tile_type, tile_start;
+        for (idx_t t = 0; t < num_types; ++t)
+            for (idx_t r0 = count[size_t(t)]; r0 < count[size_t(t + 1)]; r0 += cuda::kTypedTile) {
+                tile_type.push_back(t);
+                tile_start.push_back(r0);
+            }
+        tiles = idx_t(tile_type.size());
+        perm = perm_.upload(order, "uploading type groups");
+        ptr = ptr_.upload(count, "uploading type groups");
+        tile_type_.upload(tile_type, "uploading type groups");
+        tile_start_.upload(tile_start, "uploading type groups");
+    }
+    const idx_t *tile_type() const { return tile_type_.data(); }
+    const idx_t *tile_start() const { return tile_start_.data(); }
+    int64_t bytes() const { return perm_.bytes() + ptr_.bytes() + tile_type_.bytes() + tile_start_.bytes(); }
+};
+
 // ---- graph: uploaded once; derived arrays built on the host, then uploaded --------------------------
 struct Graph {
     GraphView host;                     // the caller's arrays (host memory), valid while prepared
     GraphView dev;                      // the same graph in device memory
-    cuda::DeviceArray<idx_t> indptr, col, t_indptr, t_col, t_eid, etype_, ntype_, edge_dst_, node_ids_;
+    cuda::DeviceArray<idx_t> indptr, col, t_indptr, t_col, t_eid, etype_, ntype_;
+    cuda::DeviceArray<idx_t> edge_dst, node_ids;   // built when the program asks (build_*)
     cuda::DeviceArray<float> gcn_scale_self, gcn_scale_plain;
-    const idx_t *edge_dst = nullptr, *node_ids = nullptr;
+    TypeGroups etypes, ntypes;
 
     void build(const GraphView &g, const float *in_degree = nullptr) {
         host = g;
@@ -155,21 +192,32 @@ struct Graph {
         std::vector<idx_t> dst(static_cast<size_t>(host.num_edges));
         for (idx_t v = 0; v < host.num_nodes; ++v)
             for (idx_t e = host.indptr[v]; e < host.indptr[v + 1]; ++e) dst[size_t(e)] = v;
-        edge_dst = edge_dst_.upload(dst, "uploading edge destinations");
+        edge_dst.upload(dst, "uploading edge destinations");
     }
     void build_node_ids() {
         std::vector<idx_t> ids(static_cast<size_t>(host.num_nodes));
         std::iota(ids.begin(), ids.end(), idx_t(0));
-        node_ids = node_ids_.upload(ids, "uploading node ids");
+        node_ids.upload(ids, "uploading node ids");
     }
+    // Types of edges and nodes (all 0 when the graph has none): grouped for typed linear.
+    void build_etypes() {
+        if (!host.etype) dev.etype = etype_.upload(std::vector<idx_t>(static_cast<size_t>(host.num_edges), 0), "edge types");
+        etypes.build(host.etype, host.num_edges, host.num_etypes);
+    }
+    void build_ntypes() {
+        if (!host.ntype) dev.ntype = ntype_.upload(std::vector<idx_t>(static_cast<size_t>(host.num_nodes), 0), "node types");
+        ntypes.build(host.ntype, host.num_nodes, host.num_ntypes);
+    }
+    const idx_t *etype() const { return dev.etype; }
+    const idx_t *ntype() const { return dev.ntype; }
     const float *gcn_scale(bool self_loops) const {
         return self_loops ? gcn_scale_self.data() : gcn_scale_plain.data();
     }
     const GraphView &device_view() const { return dev; }
     int64_t bytes() const {
         return indptr.bytes() + col.bytes() + t_indptr.bytes() + t_col.bytes() + t_eid.bytes() + etype_.bytes() +
-               ntype_.bytes() + edge_dst_.bytes() + node_ids_.bytes() + gcn_scale_self.bytes() +
-               gcn_scale_plain.bytes();
+               ntype_.bytes() + edge_dst.bytes() + node_ids.bytes() + gcn_scale_self.bytes() +
+               gcn_scale_plain.bytes() + etypes.bytes() + ntypes.bytes();
     }
 };
 
@@ -488,19 +536,19 @@ inline void feature_sum(const float *G, idx_t rows, idx_t F, float *out) {
     cuda::launch("feature sum (row_total_kernel)", cuda::row_total_kernel, dim3(cuda::warp_blocks(rows)),
                  dim3(cuda::kThreads), G, out, rows, F);
 }
-inline void copy(const char *name, const float *x, float *y, idx_t n) {
-    if (x != y && n > 0) cuda::check(cudaMemcpy(y, x, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice), name);
+inline void copy(const float *x, float *y, idx_t n) {
+    if (x != y && n > 0) cuda::check(cudaMemcpy(y, x, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice), "copy");
 }
 
 // ---- dropout, loss, accuracy ------------------------------------------------------------------------
 inline void dropout(bool training, const float *X, float *Y, idx_t n, float p, uint64_t seed, uint64_t epoch,
                     uint64_t site) {
     if (training && p > 0.f) dropout_rows("dropout", X, Y, n, 1, nullptr, p, DropoutKey{seed, epoch, site});
-    else copy("dropout (evaluation copy)", X, Y, n);
+    else copy(X, Y, n);
 }
 inline void dropout_grad(const float *G, float *dX, idx_t n, float p, uint64_t seed, uint64_t epoch, uint64_t site) {
     if (p > 0.f) dropout_rows("dropout backward", G, dX, n, 1, nullptr, p, DropoutKey{seed, epoch, site});
-    else copy("dropout backward (copy)", G, dX, n);
+    else copy(G, dX, n);
 }
 
 inline cuda::DeviceArray<double> &reduce_partials() {
@@ -540,6 +588,112 @@ inline double accuracy(const float *logits, const int64_t *labels, const uint8_t
     return n ? double(correct) / double(n) : 0.0;
 }
 
+inline void slice(const float *X, idx_t rows, idx_t cols, idx_t start, idx_t stop, float *Y) {
+    cuda::map("slice", rows * (stop - start), cuda::CopyColsOp{X, cols, start, Y, stop - start, 0, stop - start});
+}
+// Row blocks [rows_i, M] stacked into one [sum rows_i, M] array (parts: device pointers).
+inline void row_concat(const float *const *parts, const idx_t *rows, int n, idx_t M, float *out) {
+    for (int i = 0; i < n; ++i) {
+        copy(parts[i], out, rows[i] * M);
+        out += rows[i] * M;
+    }
+}
+
+// ---- typed linear (Hector's gather/scatter GEMM) and featureless rows --------------------------------
+inline void typed_gemm(const char *name, const TypeGroups &tg, const float *A, idx_t K, cuda::TypedB B, idx_t N,
+                       float *C) {
+    constexpr int T = cuda::kTypedTile;
+    cuda::launch(name, cuda::typed_gemm_kernel<T>, dim3(unsigned(tg.tiles), unsigned((N + T - 1) / T)), dim3(T, T), A,
+                 K, B, C, N, tg.perm, tg.ptr, tg.tile_type(), tg.tile_start());
+}
+inline void typed_linear(const TypeGroups &tg, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
+    typed_gemm("typed linear (typed_gemm_kernel)", tg, X, K, cuda::TypedB{W, K * M, M, 1}, M, Y);
+}
+inline void typed_matmul_nt(const TypeGroups &tg, const float *G, idx_t M, const float *W, idx_t K, float *dX) {
+    typed_gemm("typed linear input gradient (typed_gemm_kernel)", tg, G, M, cuda::TypedB{W, K * M, 1, M}, K, dX);
+}
+inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const float *G, idx_t M, float *dW) {
+    constexpr int T = cuda::kTypedTile;
+    const idx_t k_tiles = (K + T - 1) / T;
+    cuda::launch("typed linear weight gradient (typed_weight_grad_kernel)", cuda::typed_weight_grad_kernel<T>,
+                 dim3(unsigned(tg.types * k_tiles), unsigned((M + T - 1) / T)), dim3(T, T), X, K, G, M, tg.perm,
+                 tg.ptr, k_tiles, dW);
+}
+inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {
+    cuda::map("typed row sum", tg.types * K, cuda::TypedRowSumOp{G, tg.perm, tg.ptr, K, out});
+}
+
+// The lookups of a featureless input grouped by the table row they read (on the host, once).
+struct EmbeddingPlan {
+    cuda::DeviceArray<idx_t> order_, key_ptr_, keys_;
+    idx_t unique = 0;
+    void build(const idx_t *type, const idx_t *rows, idx_t R, idx_t num_types, idx_t rows_per_type) {
+        auto host = [&](const idx_t *d) {      // device arrays (the graph's) read back once
+            std::vector<idx_t> h;
+            if (d) {
+                h.resize(static_cast<size_t>(R));
+                cuda::check(cudaMemcpy(h.data(), d, sizeof(idx_t) * size_t(R), cudaMemcpyDeviceToHost), "embedding plan");
+            }
+            return h;
+        };
+        const std::vector<idx_t> t = host(type), s = host(rows);
+        std::vector<idx_t> key(static_cast<size_t>(R)), order(static_cast<size_t>(R)), key_ptr, keys;
+        for (idx_t r = 0; r < R; ++r) {
+            const idx_t tr = type ? t[size_t(r)] : 0, sr = rows ? s[size_t(r)] : 0;
+            if (tr < 0 || tr >= num_types || sr < 0 || sr >= rows_per_type)
+                throw Error("embedding plan: a type or row index is out of range");
+            key[size_t(r)] = tr * rows_per_type + sr;
+        }
+        std::iota(order.begin(), order.end(), idx_t(0));
+        std::stable_sort(order.begin(), order.end(), [&](idx_t a, idx_t b) { return key[size_t(a)] < key[size_t(b)]; });
+        for (idx_t i = 0; i < R; ++i)
+            if (i == 0 || key[size_t(order[size_t(i)])] != key[size_t(order[size_t(i - 1)])]) {
+                keys.push_back(key[size_t(order[size_t(i)])]);
+                key_ptr.push_back(i);
+            }
+        key_ptr.push_back(R);
+        unique = idx_t(keys.size());
+        order_.upload(order, "uploading an embedding plan");
+        key_ptr_.upload(key_ptr, "uploading an embedding plan");
+        keys_.upload(keys, "uploading an embedding plan");
+    }
+    int64_t bytes() const { return order_.bytes() + key_ptr_.bytes() + keys_.bytes(); }
+};
+inline void embedding_rows(const float *W, const idx_t *type, const idx_t *idx, idx_t R, idx_t rows_per_type, idx_t M,
+                           float *Y) {
+    cuda::map("embedding rows", R * M, cuda::EmbeddingRowsOp{W, type, idx, rows_per_type, M, Y});
+}
+inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t table_rows, idx_t M, float *dW) {
+    cuda::check(cudaMemset(dW, 0, sizeof(float) * size_t(table_rows * M)), "embedding rows gradient");
+    cuda::map("embedding rows gradient", plan.unique * M,
+              cuda::EmbeddingGradOp{G, plan.order_.data(), plan.key_ptr_.data(), plan.keys_.data(), M, dW});
+}
+// R-GCN's c_{i,r}: for the edge e into v of type r, the number of v's in-edges of type r.
+inline void rel_degree(const Graph &g, float *out) {
+    const GraphView &v = g.host;
+    std::vector<float> h(static_cast<size_t>(v.num_edges));
+    std::vector<idx_t> seen;
+    for (idx_t n = 0; n < v.num_nodes; ++n) {
+        seen.clear();
+        for (idx_t e = v.indptr[n]; e < v.indptr[n + 1]; ++e) seen.push_back(v.etype ? v.etype[e] : 0);
+        std::sort(seen.begin(), seen.end());
+        for (idx_t e = v.indptr[n]; e < v.indptr[n + 1]; ++e) {
+            auto range = std::equal_range(seen.begin(), seen.end(), v.etype ? v.etype[e] : 0);
+            h[size_t(e)] = float(range.second - range.first);
+        }
+    }
+    upload_floats(h, out, "relation degrees");
+}
+inline void matvec(const float *W, const float *a, idx_t T, idx_t K, idx_t M, float *out) {
+    cuda::map("matvec", T * K, cuda::MatvecOp{W, a, K, M, out});
+}
+inline void matvec_t(const float *W, const float *g, idx_t T, idx_t K, idx_t M, float *out) {
+    cuda::map("matvec_t", T * M, cuda::MatvecTOp{W, g, K, M, out});
+}
+inline void outer(const float *g, const float *a, idx_t T, idx_t K, idx_t M, float *out) {
+    cuda::map("outer", T * K * M, cuda::OuterOp{g, a, K, M, out});
+}
+
 // ---- optimizers (torch.optim semantics) -------------------------------------------------------------
 inline void adam(bool decoupled, float *p, const float *g, float *m, float *v, idx_t n, double lr, double b1,
                  double b2, double eps, double wd, int64_t step) {
@@ -567,6 +721,30 @@ inline void sigmoid_fwd(const float *x, float *y, int64_t n) { unary("sigmoid", 
 inline void tanh_fwd(const float *x, float *y, int64_t n) { unary("tanh", cuda::Unary::Tanh, x, y, n); }
 inline void neg_fwd(const float *x, float *y, int64_t n) { unary("neg", cuda::Unary::Neg, x, y, n); }
 inline void scale(const float *x, float *y, int64_t n, float c) { unary("scale", cuda::Unary::Scale, x, y, n, c); }
+
+inline void math_fwd(MathFn fn, float c, const float *x, float *y, int64_t n) {
+    cuda::map("math", n, cuda::MathOp{fn, c, x, nullptr, y});
+}
+inline void math_bwd(MathFn fn, float c, const float *gy, const float *x, float *gx, int64_t n) {
+    cuda::map("math backward", n, cuda::MathOp{fn, c, x, gy, gx});
+}
+inline void row_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols, bool log) {
+    cuda::launch("row softmax (row_softmax_kernel)", cuda::row_softmax_kernel, dim3(cuda::warp_blocks(rows)),
+                 dim3(cuda::kThreads), x, (const float *)nullptr, y, rows, cols, log);
+}
+inline void row_softmax_bwd(const float *y, const float *g, float *gx, int64_t rows, int64_t cols, bool log) {
+    cuda::launch("row softmax backward (row_softmax_kernel)", cuda::row_softmax_kernel, dim3(cuda::warp_blocks(rows)),
+                 dim3(cuda::kThreads), y, g, gx, rows, cols, log);
+}
+// out[rows, sum(widths)] = [parts[0] | parts[1] | ...]  (parts: device pointers).
+inline void concat_fwd(const float *const *parts, const int64_t *widths, int64_t nparts, float *out, int64_t rows) {
+    int64_t total = 0, off = 0;
+    for (int64_t p = 0; p < nparts; ++p) total += widths[p];
+    for (int64_t p = 0; p < nparts; ++p) {
+        cuda::map("concat", rows * widths[p], cuda::CopyColsOp{parts[p], widths[p], 0, out, total, off, widths[p]});
+        off += widths[p];
+    }
+}
 
 inline void binary_fwd(BinOp op, const float *a, Bcast sa, const float *b, Bcast sb, float *out, int64_t rows,
                        int64_t cols) {

@@ -451,6 +451,10 @@ inline void feature_sum(const float *G, idx_t rows, idx_t F, float *out) {
         out[r] = acc;
     }
 }
+// y = x (n values; x == y: nothing) -- the rows of a featureless input through its weight.
+inline void copy(const float *x, float *y, idx_t n) {
+    if (x != y && n > 0) std::memcpy(y, x, sizeof(float) * size_t(n));
+}
 inline void slice(const float *X, idx_t rows, idx_t cols, idx_t start, idx_t stop, float *Y) {
     slice_fwd(X, rows, cols, start, stop - start, Y);
 }

@@ -1,6 +1,7 @@
-"""Differential testing of generated programs: the OpenMP backend against the numpy interpreter.
+"""Differential testing of generated programs: a backend (OpenMP unless told) against the numpy
+interpreter.
 
-`check(fp, variant)` compiles one generated program for one variant of the pipeline, trains
+`check(fp, variant, backend=...)` compiles one generated program for one variant of the pipeline, trains
 it a few epochs, and compares every epoch's loss and every weight gradient with the float64
 interpreter running the same program with no passes at all.  Variants:
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from morphgen.pipeline import include_dirs
 from morphgen.autodiff import differentiate
-from morphgen.backends.openmp.emitter import OpenMPEmitter
+from morphgen.backends import require
 from morphgen.frontend import compile_source
 from morphgen.interp import Interpreter, init_params
 from morphgen.ir import Optimizer
@@ -64,7 +65,7 @@ def _program(fp: FuzzProgram, graph, x, classes):
     return program
 
 
-def check(fp: FuzzProgram, variant: str, classes: int = 3) -> dict:
+def check(fp: FuzzProgram, variant: str, classes: int = 3, backend: str = "openmp") -> dict:
     """Raise Mismatch when the backend and the oracle disagree; return what was compared."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}")
@@ -78,10 +79,14 @@ def check(fp: FuzzProgram, variant: str, classes: int = 3) -> dict:
         program.fusion = []
     else:
         run_default(program, dense_features=variant == "passes")
-    emitter = OpenMPEmitter(program)
+    chosen = require(backend)
+    emitter = chosen.emitter_class()(program)
     sources = emitter.emit()
     features = "csr" if variant == "sparse" and not emitter.needs_dense_features else "dense"
-    lib = compile_shared(sources, name="fuzz", include_dirs=include_dirs(), flags=BUILD_FLAGS)
+    if backend == "openmp":
+        lib = compile_shared(sources, name="fuzz", include_dirs=include_dirs(), flags=BUILD_FLAGS)
+    else:
+        lib = chosen.build(sources)
     sess = session(lib, program, graph, x, labels, mask, features=features, seed=fp.seed)
     oracle = Interpreter(oracle_program, graph, x, labels, mask, dtype=np.float64, seed=fp.seed)
     params = {k: v.astype(np.float32) for k, v in init_params(oracle_program, seed=fp.seed).items()}

@@ -28,12 +28,14 @@ inline void map(const char *name, int64_t n, Op op) {
     if (n > 0) launch(name, map_kernel<Op>, dim3(blocks_for(n)), dim3(kThreads), n, op);
 }
 
+// The sum over the warp's 32 lanes, in every lane (butterfly: the same order in every lane, so
+// every lane holds the same bits).
 __device__ __forceinline__ float warp_sum(float v) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
 __device__ __forceinline__ double warp_sum(double v) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
 
@@ -169,6 +171,92 @@ struct EpilogueOp {       // y[r, f] = act(y[r, f] + bias[f])
         y[k] = activate(act, v, alpha);
     }
 };
+
+// y[i] = f(x[i]) or, with g, the gradient g[i] * f'(x[i]) (backends/openmp/kernels/math.h).
+struct MathOp {
+    MathFn fn;
+    float c;
+    const float *x, *g;
+    float *y;
+    __device__ void operator()(int64_t i) const {
+        constexpr float kInvSqrt2 = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
+        const float v = x[i];
+        if (!g) {
+            float r;
+            switch (fn) {
+                case MathFn::Sqrt: r = sqrtf(v); break;
+                case MathFn::Rsqrt: r = v == 0.f ? 0.f : 1.f / sqrtf(v); break;
+                case MathFn::Log: r = logf(v); break;
+                case MathFn::Abs: r = fabsf(v); break;
+                case MathFn::Pow: r = powf(v, c); break;
+                case MathFn::Gelu: r = 0.5f * v * (1.f + erff(v * kInvSqrt2)); break;
+                case MathFn::Softplus: r = v > 0.f ? v + log1pf(expf(-v)) : log1pf(expf(v)); break;
+                default: r = v + c; break;
+            }
+            y[i] = r;
+            return;
+        }
+        const float gv = g[i];
+        float r;
+        switch (fn) {
+            case MathFn::Sqrt: r = gv * 0.5f / sqrtf(v); break;
+            case MathFn::Rsqrt: r = v == 0.f ? 0.f : -0.5f * gv / (v * sqrtf(v)); break;
+            case MathFn::Log: r = gv / v; break;
+            case MathFn::Abs: r = v > 0.f ? gv : (v < 0.f ? -gv : 0.f); break;
+            case MathFn::Pow: r = gv * c * powf(v, c - 1.f); break;
+            case MathFn::Gelu:
+                r = gv * (0.5f * (1.f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v));
+                break;
+            case MathFn::Softplus: r = gv / (1.f + expf(-v)); break;
+            default: r = gv; break;
+        }
+        y[i] = r;
+    }
+};
+
+// dst[r, dst_off + j] = src[r, src_off + j] for j < width.
+struct CopyColsOp {
+    const float *src;
+    int64_t src_cols, src_off;
+    float *dst;
+    int64_t dst_cols, dst_off, width;
+    __device__ void operator()(int64_t k) const {
+        const int64_t r = k / width, j = k % width;
+        dst[r * dst_cols + dst_off + j] = src[r * src_cols + src_off + j];
+    }
+};
+
+// Softmax or log-softmax of each row (max-shifted), one warp per row; backward from the output.
+__global__ void row_softmax_kernel(const float *x, const float *g, float *y, int64_t rows, int64_t cols, bool log) {
+    const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const float *xr = x + r * cols;
+    float *out = y + r * cols;
+    if (g) {               // x is the forward output here
+        const float *gr = g + r * cols;
+        double acc = 0.0;
+        for (int64_t j = lane; j < cols; j += 32) acc += log ? double(gr[j]) : double(gr[j]) * xr[j];
+        const float s = float(warp_sum(acc));
+        __syncwarp();
+        for (int64_t j = lane; j < cols; j += 32) out[j] = log ? gr[j] - expf(xr[j]) * s : xr[j] * (gr[j] - s);
+        return;
+    }
+    float top = -INFINITY;
+    for (int64_t j = lane; j < cols; j += 32) top = fmaxf(top, xr[j]);
+    for (int off = 16; off > 0; off >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, off));
+    double sum = 0.0;
+    for (int64_t j = lane; j < cols; j += 32) sum += exp(double(xr[j] - top));
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    __syncwarp();
+    if (log) {
+        const float lse = top + float(::log(sum));
+        for (int64_t j = lane; j < cols; j += 32) out[j] = xr[j] - lse;
+    } else {
+        const float inv = float(1.0 / sum);
+        for (int64_t j = lane; j < cols; j += 32) out[j] = expf(xr[j] - top) * inv;
+    }
+}
 
 // partial[c, j] = sum of x[r, j] over chunk c of the rows (per rows each).
 struct ChunkSumOp {

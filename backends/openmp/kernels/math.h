@@ -18,7 +18,7 @@
 
 namespace mg {
 
-enum class MathFn { Sqrt, Rsqrt, Log, Abs, Pow, Gelu, Softplus, Shift };
+// MathFn: runtime/op_types.h.
 
 namespace math_detail {
 

@@ -1,0 +1,155 @@
+// Typed linear on the device (Hector §3-§4's gather/scatter GEMM): Y[r] = X[r] W[type[r]] for
+// rows grouped by type (perm, ptr: rows perm[ptr[t] .. ptr[t+1]) have type t), without copying
+// rows into per-type blocks.  A block computes one TILE x TILE output tile of one type: the
+// gather list (perm) picks its input rows, the scatter list (the same perm) places its output
+// rows, and every output row has one writer, so no atomics.  Tiles of a type never mix types:
+// the host lists them once at load time (TypeGroups::build).
+//
+// The weight gradient dW[t] = X_t^T G_t gives every (type, K tile, M tile) one block that walks
+// that type's rows in TILE-row chunks through shared memory.
+#ifndef MORPHGEN_CUDA_TYPED_LINEAR_CUH
+#define MORPHGEN_CUDA_TYPED_LINEAR_CUH
+
+#include <cstdint>
+
+#include "../device.cuh"
+
+namespace mg {
+namespace cuda {
+
+constexpr int kTypedTile = 16;
+
+// B(t, k, c) = W[t * b_type + k * b_k + c * b_c]: W itself (forward) or its transpose (input
+// gradient), read in place.
+struct TypedB {
+    const float *w;
+    int64_t b_type, b_k, b_c;
+};
+
+// C[perm[i], c] = sum_k A[perm[i], k] B(t, k, c) for the rows i of tile blockIdx.x (type t).
+template <int TILE>
+__global__ void __launch_bounds__(TILE *TILE) typed_gemm_kernel(const float *A, int64_t K, TypedB B, float *C,
+                                                                 int64_t N, const int64_t *perm, const int64_t *ptr,
+                                                                 const int64_t *tile_type, const int64_t *tile_start) {
+    __shared__ float As[TILE][TILE + 1];
+    __shared__ float Bs[TILE][TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t t = tile_type[blockIdx.x], r0 = tile_start[blockIdx.x];
+    const int64_t r_end = ptr[t + 1];
+    const int64_t c = int64_t(blockIdx.y) * TILE + tx;
+    const int64_t i = r0 + ty;
+    const int64_t row = i < r_end ? perm[i] : -1;
+    float acc = 0.f;
+    for (int64_t k0 = 0; k0 < K; k0 += TILE) {
+        As[ty][tx] = (row >= 0 && k0 + tx < K) ? A[row * K + k0 + tx] : 0.f;
+        const int64_t kb = k0 + ty, cb = int64_t(blockIdx.y) * TILE + tx;
+        Bs[ty][tx] = (kb < K && cb < N) ? B.w[t * B.b_type + kb * B.b_k + cb * B.b_c] : 0.f;
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < TILE; ++kk) acc += As[ty][kk] * Bs[kk][tx];
+        __syncthreads();
+    }
+    if (row >= 0 && c < N) C[row * N + c] = acc;
+}
+
+// dW[t, k, c] = sum over the rows r of type t of X[r, k] G[r, c].
+template <int TILE>
+__global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const float *X, int64_t K, const float *G,
+                                                                        int64_t M, const int64_t *perm,
+                                                                        const int64_t *ptr, int64_t k_tiles,
+                                                                        float *dW) {
+    __shared__ float Xs[TILE][TILE + 1];
+    __shared__ float Gs[TILE][TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t t = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * TILE, c0 = int64_t(blockIdx.y) * TILE;
+    float acc = 0.f;
+    for (int64_t i0 = ptr[t]; i0 < ptr[t + 1]; i0 += TILE) {
+        const int64_t i = i0 + ty;
+        const int64_t row = i < ptr[t + 1] ? perm[i] : -1;
+        Xs[ty][tx] = (row >= 0 && k0 + tx < K) ? X[row * K + k0 + tx] : 0.f;
+        Gs[ty][tx] = (row >= 0 && c0 + tx < M) ? G[row * M + c0 + tx] : 0.f;
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < TILE; ++j) acc += Xs[j][ty] * Gs[j][tx];
+        __syncthreads();
+    }
+    if (k0 + ty < K && c0 + tx < M) dW[t * K * M + (k0 + ty) * M + c0 + tx] = acc;
+}
+
+// out[t, k] = sum of G[r, k] over the rows of type t (a typed parameter row's gradient).
+struct TypedRowSumOp {
+    const float *g;
+    const int64_t *perm, *ptr;
+    int64_t K;
+    float *out;
+    __device__ void operator()(int64_t j) const {
+        const int64_t t = j / K, k = j % K;
+        float acc = 0.f;
+        for (int64_t i = ptr[t]; i < ptr[t + 1]; ++i) acc += g[perm[i] * K + k];
+        out[j] = acc;
+    }
+};
+
+// Y[r] = table[type[r] * rows_per_type + idx[r]] (featureless input: rows of the identity times W).
+struct EmbeddingRowsOp {
+    const float *table;
+    const int64_t *type, *idx;
+    int64_t rows_per_type, M;
+    float *y;
+    __device__ void operator()(int64_t k) const {
+        const int64_t r = k / M, j = k % M;
+        const int64_t key = (type ? type[r] : 0) * rows_per_type + (idx ? idx[r] : 0);
+        y[k] = table[key * M + j];
+    }
+};
+
+// dtable[keys[u]] = sum of G[order[i]] over segment u (one writer per table row).
+struct EmbeddingGradOp {
+    const float *g;
+    const int64_t *order, *key_ptr, *keys;
+    int64_t M;
+    float *dtable;
+    __device__ void operator()(int64_t k) const {
+        const int64_t u = k / M, j = k % M;
+        float acc = 0.f;
+        for (int64_t i = key_ptr[u]; i < key_ptr[u + 1]; ++i) acc += g[order[i] * M + j];
+        dtable[keys[u] * M + j] = acc;
+    }
+};
+
+// The weights' own algebra (passes fold a . x into (W a) . x): T matrices [K, M], tiny.
+struct MatvecOp {          // out[t, k] = sum_j W[t, k, j] a[t, j]
+    const float *w, *a;
+    int64_t K, M;
+    float *out;
+    __device__ void operator()(int64_t i) const {
+        const int64_t t = i / K;
+        float acc = 0.f;
+        for (int64_t j = 0; j < M; ++j) acc += w[i * M + j] * a[t * M + j];
+        out[i] = acc;
+    }
+};
+struct MatvecTOp {         // out[t, j] = sum_k W[t, k, j] g[t, k]
+    const float *w, *g;
+    int64_t K, M;
+    float *out;
+    __device__ void operator()(int64_t i) const {
+        const int64_t t = i / M, j = i % M;
+        float acc = 0.f;
+        for (int64_t k = 0; k < K; ++k) acc += w[(t * K + k) * M + j] * g[t * K + k];
+        out[i] = acc;
+    }
+};
+struct OuterOp {           // out[t, k, j] = g[t, k] a[t, j]
+    const float *g, *a;
+    int64_t K, M;
+    float *out;
+    __device__ void operator()(int64_t i) const {
+        const int64_t j = i % M, tk = i / M, t = tk / K;
+        out[i] = g[tk] * a[t * M + j];
+    }
+};
+
+}  // namespace cuda
+}  // namespace mg
+#endif
