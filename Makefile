@@ -10,7 +10,7 @@ JOBS   ?= 2
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,mpi,bench]'
+	$(PY) -m pip install --quiet -e '.[test,mpi,bench,cuda]'
 	touch $(STAMP)
 
 # The main job: train examples/gcn.mp on the built-in synthetic graph.

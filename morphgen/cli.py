@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation and dropout")
     p.add_argument("--threads", type=int, default=None,
                    help="OpenMP threads (per rank with --backend mpi; default: all cores, shared by the ranks)")
+    p.add_argument("--device", type=int, default=None,
+                   help="--backend cuda: the GPU to train on (default 0, or $MORPHGEN_CUDA_DEVICE)")
     p.add_argument("--ranks", type=int, default=None,
                    help="MPI ranks for --backend mpi (default: $SLURM_NTASKS inside a SLURM job, else 1)")
     p.add_argument("--parts-dir", default=None,

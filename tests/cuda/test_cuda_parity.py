@@ -64,6 +64,22 @@ def test_examples_train_as_on_openmp(tmp_path, model):
     assert_same_run(reference_run, train(tmp_path, model, SYNTHETIC, backend="cuda"), 1e-4, f"{model} on cuda")
 
 
+@pytest.mark.parametrize("model", ["gat", "sage", "rgat"])
+def test_kernels_have_no_barrier_races(tmp_path, monkeypatch, model):
+    """The emulation resumes threads in a shuffled order after every barrier and shuffle
+    (MORPHGEN_SIMT_SHUFFLE): a kernel that reads shared memory or a partner lane's value before
+    it is written then computes something else.  Only meaningful in the emulation."""
+    from tests.cuda.conftest import gpu_present
+    if gpu_present():
+        pytest.skip("runs the SIMT emulation; on a GPU compute-sanitizer's racecheck does this")
+    data = SYNTHETIC if model != "rgat" else save_npz(typed_dataset(features=7, nodes=64, edges=320),
+                                                      tmp_path / "typed.npz")
+    reference_run = train(tmp_path, model, data, epochs=2)
+    monkeypatch.setenv("MORPHGEN_SIMT_SHUFFLE", "7")
+    assert_same_run(reference_run, train(tmp_path, model, data, backend="cuda", epochs=2), 1e-4,
+                    f"{model} on cuda, shuffled schedules")
+
+
 def test_sparse_features_of_cora_train_as_on_openmp(tmp_path):
     """Cora's features are 98.7% zeros: the CSR forward and CSC weight gradient, dropout inside."""
     data = str(datasets_dir() / "cora.npz")
