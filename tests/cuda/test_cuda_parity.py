@@ -41,8 +41,10 @@ def _check(program, graph, x, labels, mask, classes, features="dense"):
         np.testing.assert_allclose(grads[name], g.reshape(-1), rtol=2e-3, atol=2e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("width", [3, 33, 300])
+WIDTHS = [(name, w) for name in sorted(CASES) for w in (3, 300)] + [("gat", 33), ("sage_max", 33)]
+
+
+@pytest.mark.parametrize("name,width", WIDTHS)
 def test_models_match_the_interpreter(name, width):
     """Widths below one warp, just above it, and above the 256 threads one row gets."""
     graph = random_graph(n=12, e=30, seed=width)

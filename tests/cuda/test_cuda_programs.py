@@ -10,7 +10,7 @@ from tests.backend.test_math_parity import SOURCE as MATH_SOURCE
 from tests.fuzz.differential import check, variants_for
 from tests.fuzz.generator import FuzzProgram, generate
 
-PROGRAMS = int(os.environ.get("MORPHGEN_CUDA_FUZZ_PROGRAMS", "40"))
+PROGRAMS = int(os.environ.get("MORPHGEN_CUDA_FUZZ_PROGRAMS", "16"))
 
 
 @pytest.mark.parametrize("seed", range(PROGRAMS))
