@@ -30,11 +30,19 @@ inline void check(cudaError_t status, const char *what) {
         throw DeviceError(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
 }
 
-// Threads per block of the one-dimensional kernels, and the grid that covers n items with them
-// (capped: grid-stride loops take the rest).
+// Threads per block of the one-dimensional kernels.
 constexpr int kThreads = 256;
-inline unsigned blocks_for(int64_t n, int threads = kThreads) {
-    const int64_t b = (n + threads - 1) / threads;
+
+// Blocks that give each of n items one of `per_block` slots (rows per block, or threads): one
+// item per slot, so the grid must cover all of them (CUDA allows 2^31 - 1 blocks in x).
+inline unsigned blocks_for(int64_t n, int per_block = kThreads) {
+    const int64_t b = (n + per_block - 1) / per_block;
+    if (b > int64_t(0x7fffffff)) throw DeviceError("a kernel's grid exceeds 2^31 - 1 blocks");
+    return unsigned(b < 1 ? 1 : b);
+}
+// Blocks of a grid-stride loop over n items: enough to fill the GPU, the loop takes the rest.
+inline unsigned stride_blocks(int64_t n) {
+    const int64_t b = (n + kThreads - 1) / kThreads;
     return unsigned(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
 }
 

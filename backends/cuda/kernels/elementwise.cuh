@@ -25,7 +25,7 @@ __global__ void map_kernel(int64_t n, Op op) {
 // Runs op(i) for i in [0, n) on the device.
 template <class Op>
 inline void map(const char *name, int64_t n, Op op) {
-    if (n > 0) launch(name, map_kernel<Op>, dim3(blocks_for(n)), dim3(kThreads), n, op);
+    if (n > 0) launch(name, map_kernel<Op>, dim3(stride_blocks(n)), dim3(kThreads), n, op);
 }
 
 // The sum over the warp's 32 lanes, in every lane (butterfly: the same order in every lane, so
