@@ -40,9 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="lower a program and generate, build and cache its library")
     _add_common_model_args(p)
-    p.add_argument("--emit", choices=("ir", "plan", "cpp", "lib"), default="lib",
+    p.add_argument("--emit", choices=("ir", "plan", "cpp", "lib", "report"), default="lib",
                    help="ir: print forward and backward IR; plan: per IR op, the kernel, fusion and buffer "
-                        "the backend chose; cpp: print generated source; lib: build (default)")
+                        "the backend chose; cpp: print generated source; lib: build (default); "
+                        "report (--backend cuda): build with nvcc and print ptxas' registers, spills, "
+                        "shared memory and an occupancy estimate per kernel")
     p.add_argument("-o", "--output", default=None, help="directory for the sources, IR and library")
     p.set_defaults(handler=_cmd_compile)
 
@@ -85,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.add_arguments(p)
     p.set_defaults(handler=_cmd_slurm)
 
+    p = sub.add_parser("doctor", help="say what this machine can build and run (backends, CPU, compilers, GPU)",
+                       description="Check every backend's toolchain, the CPU's vector units, the compilers, "
+                                   "the GPU, cuBLAS and mpiexec; always exits 0.")
+    p.set_defaults(handler=_cmd_doctor)
+
     # subcommands whose implementation lives in their own package register themselves
     import importlib
     for module in ("morphgen.partition.cli", "morphgen.bench.cli", "morphgen.bench.sparsity_cli",
@@ -115,6 +122,11 @@ def _cmd_compile(args) -> int:
 def _cmd_train(args) -> int:
     from . import commands
     return commands.train_command(args)
+
+
+def _cmd_doctor(args) -> int:
+    from . import doctor
+    return doctor.run(args)
 
 
 def _cmd_slurm(args) -> int:

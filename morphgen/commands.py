@@ -15,6 +15,8 @@ from .pipeline import build_library, lower
 
 
 def compile_command(args) -> int:
+    if args.emit == "report":
+        return _report(args)
     if args.emit == "ir":
         program = lower(args.model)
         print(program.dump())
@@ -42,6 +44,28 @@ def compile_command(args) -> int:
         print(f"wrote {', '.join(sorted(sources))}, program.ir and {target.name} to {out}")
     else:
         print(f"built {lib}")
+    return 0
+
+
+def _report(args) -> int:
+    """--emit report: ptxas' registers, spills and shared memory per kernel (backends/cuda/report.py)."""
+    # Checked before the backend is required: for another backend this is the error that helps.
+    if args.backend != "cuda":
+        raise UserError("morphgen: error: --emit report reads ptxas' register and shared-memory use: "
+                        "it is for --backend cuda")
+    from .backends import REGISTRY
+    from .backends.cuda.report import report
+    out = Path(args.output) if args.output else None
+    if out is not None:      # before the build, which takes a while: a bad -o fails at once
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"morphgen: error: -o {out}: cannot create the folder: {err.strerror or err}") from err
+    table = report(args.model, REGISTRY["cuda"])
+    print(table)
+    if out is not None:
+        write_atomically(out / "report.txt", table + "\n")
+        print(f"morphgen: report written to {out / 'report.txt'}", file=sys.stderr)
     return 0
 
 

@@ -28,7 +28,8 @@
 // __noinline__ is not defined (it is GCC's own attribute spelling).
 //
 // Fiber stacks come from a per-OS-thread pool (64 KiB each, MORPHGEN_SIMT_STACK=bytes[k|m] changes
-// it; a guard page below each turns an overflow into SIGSEGV).  A fiber whose thread exits starts
+// it), carved 64 at a time from one mapping; a canary at the bottom of each stack reports an
+// overflow when the stack returns to the pool.  A fiber whose thread exits starts
 // the next thread itself, so a kernel without barriers runs without any context switch.  On
 // x86-64 ELF the context switch is a few instructions of assembly; elsewhere (or with
 // -DMORPHGEN_SIMT_UCONTEXT) it is ucontext's swapcontext, which is much slower (a system call).
@@ -653,6 +654,7 @@ struct Sched {
     std::vector<unsigned> bwait;  // fibers waiting at __syncthreads, in arrival order
     std::vector<unsigned> order;  // start order (shuffle mode)
     std::vector<char *> stacks;   // free stacks
+    std::vector<std::pair<void *, size_t>> chunks;   // the mappings the stacks are carved from
     size_t stack_bytes = 0, guard_bytes = 0;
     unsigned n = 0, live = 0, started = 0, running = 0;
     unsigned rhead = 0, rcount = 0, nbwait = 0, bsum = 0;
@@ -671,25 +673,46 @@ struct Sched {
     Sched(const Sched &) = delete;
     Sched &operator=(const Sched &) = delete;
     ~Sched() {
-        for (char *s : stacks) munmap(s - guard_bytes, stack_bytes + guard_bytes);
+        for (auto &c : chunks) munmap(c.first, c.second);
     }
 
+    // Stacks are carved kStacksPerChunk at a time from one mapping with one guard page below it.
+    // A guard page per stack would cost two memory mappings per stack, and a process that loads
+    // many emulated libraries (each keeps its own pools) ran into vm.max_map_count.  Instead each
+    // stack's lowest bytes hold a canary, checked when the stack comes back to the pool: an
+    // overflow into the stack below is reported then, naming MORPHGEN_SIMT_STACK.
+    static constexpr unsigned kStacksPerChunk = 64;
+    static constexpr uint64_t kCanary = 0x5afe57ac6c0ffee5ull;
+
     char *get_stack() {
-        if (!stacks.empty()) {
-            char *s = stacks.back();
-            stacks.pop_back();
-            return s;
+        if (stacks.empty()) {
+            if (stack_bytes == 0) {
+                stack_bytes = stack_size();
+                const long page = sysconf(_SC_PAGESIZE);
+                guard_bytes = page > 0 ? size_t(page) : 4096;
+            }
+            const size_t bytes = guard_bytes + size_t(kStacksPerChunk) * stack_bytes;
+            void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) die("cannot allocate fiber stacks (mmap failed)");
+            mprotect(p, guard_bytes, PROT_NONE);  // the lowest stack's overflow faults
+            chunks.emplace_back(p, bytes);
+            for (unsigned k = kStacksPerChunk; k-- > 0;) {
+                char *s = static_cast<char *>(p) + guard_bytes + size_t(k) * stack_bytes;
+                std::memcpy(s, &kCanary, sizeof kCanary);
+                stacks.push_back(s);
+            }
         }
-        if (stack_bytes == 0) {
-            stack_bytes = stack_size();
-            const long page = sysconf(_SC_PAGESIZE);
-            guard_bytes = page > 0 ? size_t(page) : 4096;
-        }
-        void *p = mmap(nullptr, stack_bytes + guard_bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) die("cannot allocate a fiber stack (mmap failed)");
-        mprotect(p, guard_bytes, PROT_NONE);  // overflow faults instead of corrupting a neighbour
-        return static_cast<char *>(p) + guard_bytes;
+        char *s = stacks.back();
+        stacks.pop_back();
+        return s;
+    }
+
+    void put_stack(char *s) {
+        uint64_t canary;
+        std::memcpy(&canary, s, sizeof canary);
+        if (canary != kCanary)
+            die("a fiber overflowed its stack (raise MORPHGEN_SIMT_STACK, now the stack size in bytes)");
+        stacks.push_back(s);
     }
 
     void begin_launch(const Launch &L) {
@@ -813,7 +836,7 @@ struct Sched {
         Fiber &f = fibers[self];
         if (next == kNone) {
             if (exiting) {
-                stacks.push_back(f.stack);
+                put_stack(f.stack);
                 f.stack = nullptr;
             }
             asan_start(exiting ? nullptr : &f.fake, main_bottom, main_size);
@@ -833,7 +856,7 @@ struct Sched {
         running = i;
         threadIdx = g.tid;
         if (exiting) {  // the stack is free once we are off it; nothing takes it before
-            stacks.push_back(f.stack);
+            put_stack(f.stack);
             f.stack = nullptr;
         }
         asan_start(exiting ? nullptr : &f.fake, g.stack, stack_bytes);

@@ -4,6 +4,7 @@ One run: measure the machine's limits (STREAM copy/triad, sgemm), write the data
 canonical .npz, train morphgen and each peer on it in separate processes under one memory cap,
 optionally check first-epoch loss parity, and write bench.json, bench.md and PNG plots to DIR.
 `--sweep edges` hands over to morphgen.bench.sweep. The method is in docs/benchmarking.md.
+`--backend cuda [--device N]` runs morphgen's CUDA backend and the peers on the same GPU.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 
 from . import harness, report as rep
-from .runs import bench_one, measure_limits, parse_peers, resolve_cap, resolve_threads
+from .runs import backend_of, bench_one, measure_limits, parse_peers, resolve_cap, resolve_device, resolve_threads
 
 DEFAULT_EPOCHS = 50
 DEFAULT_WARMUP = 3
@@ -23,10 +24,24 @@ def add_run_options(p) -> None:
     p.add_argument("--threads", type=int, default=None, help="threads for every system (default: all usable cores)")
     p.add_argument("--seed", type=int, default=0, help="seed of morphgen's initial weights and dropout")
     p.add_argument("--memory-cap-gib", type=float, default=None,
-                   help="address-space cap of every child process (default: 3/4 of physical memory)")
+                   help="address-space cap of every child process (default: 3/4 of physical memory; "
+                        "none with --backend cuda, whose driver reserves more address space than it uses)")
     p.add_argument("--timeout", type=float, default=None, help="seconds before a child run is abandoned")
     p.add_argument("--quick-machine", action="store_true",
                    help="measure machine limits on small arrays (fast, less accurate; for smoke tests)")
+
+
+BACKENDS = ("openmp", "cuda")
+
+
+def add_device_options(p) -> None:
+    """Options shared by `bench` and `bench-suite` (the commands that run the peers too)."""
+    p.add_argument("--backend", choices=BACKENDS, default="openmp",
+                   help="morphgen's backend (default openmp, peers on CPU threads); cuda: morphgen trains "
+                        "with --backend cuda and the peers on the same GPU (torch device cuda:N)")
+    p.add_argument("--device", type=int, default=None,
+                   help="--backend cuda: the GPU morphgen and the peers train on (default 0, or "
+                        "$MORPHGEN_CUDA_DEVICE)")
 
 
 def add_parser(subparsers) -> None:
@@ -50,6 +65,7 @@ def add_parser(subparsers) -> None:
                    help="edges: synthetic graphs from 2^18 to 2^24 edges (see --sweep-min/--sweep-max)")
     p.add_argument("--sweep-min", type=int, default=18, help="log2 of the smallest edge count (default 18)")
     p.add_argument("--sweep-max", type=int, default=24, help="log2 of the largest edge count (default 24)")
+    add_device_options(p)
     add_run_options(p)
     p.set_defaults(handler=run)
 
@@ -63,8 +79,17 @@ def check_common(args) -> None:
         raise harness.BenchError(f"--timeout: must be positive, got {args.timeout}")
 
 
+def check_device(args) -> None:
+    if args.device is not None and args.backend != "cuda":
+        raise harness.BenchError(f"--device: picks a GPU for --backend cuda, not for {args.backend}")
+    if args.device is not None and args.device < 0:
+        raise harness.BenchError(f"--device: must be 0 or more, got {args.device}")
+    resolve_device(args)                  # a bad $MORPHGEN_CUDA_DEVICE is named before anything runs
+
+
 def check_args(args) -> None:
     check_common(args)
+    check_device(args)
     if args.epochs < 1:
         raise harness.BenchError(f"--epochs: must be >= 1, got {args.epochs}")
     if not 0 <= args.warmup < args.epochs:
@@ -94,7 +119,8 @@ def run_single(args) -> dict:
                     sparse_features=report["peer_features"] == "sparse", cap_gib=resolve_cap(args),
                     timeout_s=args.timeout,
                     sparsity_threshold=(report["systems"][0].get("config") or {}).get("sparsity_threshold",
-                                                                                      args.sparsity_threshold))
+                                                                                      args.sparsity_threshold),
+                    backend=backend_of(args), device=resolve_device(args))
     rep.write_json(report, out / "bench.json")
     (out / "bench.md").write_text(rep.markdown(report))
     report["plots"] = [p.name for p in rep.write_plots(report, out)]
@@ -109,8 +135,10 @@ def print_summary(report: dict, out: Path) -> None:
         else:
             ratio = s.get("time_ratio_vs_morphgen")
             extra = f"  ({ratio:.2f}x morphgen's time)" if ratio else ""
+            device = (f"  peak device {rep._fmt(s['peak_device_bytes'], '8.1f', 1 / rep.MiB)} MiB"
+                      if "peak_device_bytes" in s else "")
             print(f"{s['system']:<9} median epoch {s['epoch_time_s'] * 1e3:9.2f} ms  peak RSS "
-                  f"{s['peak_rss_bytes'] / rep.MiB:8.1f} MiB  final loss {s['final_loss']:.4f}  "
+                  f"{s['peak_rss_bytes'] / rep.MiB:8.1f} MiB{device}  final loss {s['final_loss']:.4f}  "
                   f"test acc {s['test_acc']:.3f}{extra}")
     par = report.get("parity")
     if par and "peers" in par:

@@ -14,9 +14,15 @@ The pieces of one `morphgen bench` run:
   "out of memory (cap X GiB)", never estimated.
 * `parity_check` proves the comparison is fair: with dropout 0 and morphgen's own initial weights
   handed to the peers, the first-epoch losses must agree within `PARITY_TOLERANCE`.
+
+With backend "cuda" morphgen trains with `--backend cuda --device N` and every peer gets the torch
+device "cuda:N" in its spec, so both sides run on the same GPU; their device memory is reported as
+"peak_device_bytes" (morphgen: the device buffers it allocated, `allocated_bytes` of its report;
+a peer: torch.cuda.max_memory_allocated).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -35,6 +41,7 @@ import numpy as np
 from morphgen.errors import UserError
 
 PARITY_TOLERANCE = 1e-4
+CUDA_DEVICE_ENV = "MORPHGEN_CUDA_DEVICE"     # the GPU morphgen's CUDA library opens (train --device)
 GiB = 1 << 30
 KNOWN_PEERS = ("pyg", "dgl")
 
@@ -305,6 +312,8 @@ def median_after_warmup(times: Sequence[float], warmup: int) -> Optional[float]:
     return float(statistics.median(timed)) if timed else None
 
 
+# What a GPU run adds to a system entry (the peers' runner writes the same keys).
+DEVICE_KEYS = ("device", "peak_device_bytes")
 SYSTEM_KEYS = ("system", "config", "epoch_time_s", "epoch_times_s", "compile_seconds", "setup_seconds",
                "peak_rss_bytes",
                "baseline_rss_bytes", "first_epoch_loss", "final_loss", "train_acc", "val_acc", "test_acc",
@@ -316,10 +325,14 @@ def _empty_system(system: str) -> dict:
 
 
 def morphgen_command(model, data_path, epochs, seed, threads, json_out, profile=True,
-                     sparsity_threshold=None) -> list:
+                     sparsity_threshold=None, backend: str = "openmp", device: Optional[int] = None) -> list:
     cmd = [sys.executable, "-m", "morphgen", "train", str(model), "--dataset", str(data_path),
            "--epochs", str(epochs), "--seed", str(seed), "--threads", str(threads),
            "--json", str(json_out), "--quiet"]
+    if backend != "openmp":               # openmp is train's default: its command stays as it was
+        cmd += ["--backend", backend]
+    if device is not None:
+        cmd += ["--device", str(device)]
     if profile:
         cmd.append("--profile")
     if sparsity_threshold is not None:
@@ -329,12 +342,17 @@ def morphgen_command(model, data_path, epochs, seed, threads, json_out, profile=
 
 def run_morphgen(model, data_path, work_dir, *, epochs: int, warmup: int, seed: int, threads: int,
                  cap_gib: Optional[float], timeout_s: Optional[float], profile: bool = True,
-                 sparsity_threshold: Optional[float] = None, tag: str = "morphgen") -> dict:
-    """`morphgen train` in its own process; returns a system entry (see SYSTEM_KEYS)."""
+                 sparsity_threshold: Optional[float] = None, tag: str = "morphgen", backend: str = "openmp",
+                 device: Optional[int] = None) -> dict:
+    """`morphgen train` in its own process; returns a system entry (see SYSTEM_KEYS; a GPU run adds
+    DEVICE_KEYS)."""
     out = Path(work_dir) / f"{tag}.json"
-    cmd = morphgen_command(model, data_path, epochs, seed, threads, out, profile, sparsity_threshold)
+    cmd = morphgen_command(model, data_path, epochs, seed, threads, out, profile, sparsity_threshold,
+                           backend, device)
     run = run_child(cmd, out, cap_gib, timeout_s)
     entry = _empty_system("morphgen")
+    if backend == "cuda":                 # named even when the run fails
+        entry.update(device=device_name(backend, device), peak_device_bytes=None)
     if run.returncode != 0 or run.result is None:
         entry["error"] = failure_message(run, cap_gib)
         return entry
@@ -355,13 +373,27 @@ def run_morphgen(model, data_path, work_dir, *, epochs: int, warmup: int, seed: 
         "final_loss": r.get("final_loss"), "train_acc": r.get("train_acc"), "val_acc": r.get("val_acc"),
         "test_acc": r.get("test_acc"),
     })
+    if backend == "cuda":
+        entry["config"].update(morphgen_device_config(entry["device"]))
+        entry["peak_device_bytes"] = r.get("allocated_bytes")
     if "profile" in r:
         entry["profile"] = r["profile"]
     return entry
 
 
+def morphgen_device_config(device: str) -> dict:
+    """Where morphgen's CUDA run happened; under the SIMT emulation it was the CPU, and the report
+    must not pass its times and bytes off as a GPU's."""
+    from morphgen.backends.cuda.toolchain import emulated
+    return {"device": device,
+            "peak_device_memory": "allocated_bytes: the device buffers morphgen allocates (data, parameters, "
+                                  "activations, workspace)",
+            "cuda_emulation": emulated() or None}
+
+
 def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int, threads: int,
-              sparse_features: bool, dropout: Optional[float] = None, init_weights=None) -> dict:
+              sparse_features: bool, dropout: Optional[float] = None, init_weights=None,
+              device: str = "cpu") -> dict:
     spec = {"model": "gcn", "layers": shape.resolved_layers(data.num_features, data.num_classes),
             "dropout": shape.hidden_dropout if dropout is None else dropout, "lr": shape.lr,
             "weight_decay": shape.weight_decay, "epochs": epochs, "warmup": min(warmup, epochs - 1),
@@ -369,7 +401,14 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
             "sparse_features": bool(sparse_features)}
     if init_weights is not None:
         spec["init_weights"] = str(init_weights)
+    if device != "cpu":                   # a CPU spec stays exactly what it was
+        spec["device"] = device
     return spec
+
+
+def device_name(backend: str, device: Optional[int]) -> str:
+    """The torch device of the peers, "cuda:N" or "cpu": the GPU morphgen trains on, if any."""
+    return f"cuda:{device if device is not None else 0}" if backend == "cuda" else "cpu"
 
 
 def run_peer_capped(system: str, data_path, spec: dict, work_dir, *, cap_gib: Optional[float],
@@ -387,7 +426,7 @@ def run_peer_capped(system: str, data_path, spec: dict, work_dir, *, cap_gib: Op
     if r is None:
         entry["error"] = failure_message(run, cap_gib)
         return entry
-    for k in SYSTEM_KEYS:
+    for k in SYSTEM_KEYS + DEVICE_KEYS:
         if k in r:
             entry[k] = r[k]
     if r.get("error"):
@@ -402,18 +441,38 @@ def run_peer_capped(system: str, data_path, spec: dict, work_dir, *, cap_gib: Op
 
 # ----------------------------------------------------------------------------- parity
 def morphgen_initial_weights(model_path, dataset, threads: int, seed: int,
-                             sparsity_threshold: Optional[float] = None):
+                             sparsity_threshold: Optional[float] = None, backend: str = "openmp",
+                             device: Optional[int] = None):
     """Bind the program to the data and read its initial parameters and first-epoch loss.
 
     Returns (params: name -> flat float32 array, first_epoch_loss). Imported lazily: the backend
-    is only needed here.
+    is only needed here. With backend cuda the first epoch runs on GPU `device`, so the parity
+    check covers the kernels that were timed.
     """
     from morphgen.api import CompiledModel
-    model = CompiledModel(model_path, threads=threads, seed=seed,
-                          sparsity_threshold=sparsity_threshold).bind(dataset)
+    with _cuda_device_env(device):        # the library reads it when the data is bound
+        model = CompiledModel(model_path, backend=backend, threads=threads, seed=seed,
+                              sparsity_threshold=sparsity_threshold).bind(dataset)
     params = {k: np.array(v, dtype=np.float32, copy=True) for k, v in model.get_params().items()}
     loss = float(model.session.train_epoch())
     return params, loss
+
+
+@contextlib.contextmanager
+def _cuda_device_env(device: Optional[int]):
+    """$MORPHGEN_CUDA_DEVICE set to `device` for the duration (what `train --device` does)."""
+    if device is None:
+        yield
+        return
+    old = os.environ.get(CUDA_DEVICE_ENV)
+    os.environ[CUDA_DEVICE_ENV] = str(device)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(CUDA_DEVICE_ENV, None)
+        else:
+            os.environ[CUDA_DEVICE_ENV] = old
 
 
 def write_init_weights(params: dict, dims: Sequence[int], bias: bool, path) -> Path:
@@ -437,21 +496,24 @@ def write_init_weights(params: dict, dims: Sequence[int], bias: bool, path) -> P
 
 def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequence[str], work_dir, *,
                  threads: int, seed: int, sparse_features: bool, cap_gib: Optional[float],
-                 timeout_s: Optional[float], sparsity_threshold: Optional[float] = None) -> dict:
-    """First-epoch loss of morphgen and of each peer from identical weights, dropout 0."""
+                 timeout_s: Optional[float], sparsity_threshold: Optional[float] = None,
+                 backend: str = "openmp", device: Optional[int] = None) -> dict:
+    """First-epoch loss of morphgen and of each peer from identical weights, dropout 0; with
+    backend cuda, morphgen and the peers compute it on GPU `device`."""
     if data.dataset is None:
         raise BenchError("parity: the dataset was not kept in memory")
     work = Path(work_dir)
     plain = without_dropout(model_path, work)
     # Same feature path as the timed run: the threshold it reported is passed on.
-    params, m_loss = morphgen_initial_weights(plain, data.dataset, threads, seed, sparsity_threshold)
+    params, m_loss = morphgen_initial_weights(plain, data.dataset, threads, seed, sparsity_threshold,
+                                              backend, device)
     dims = shape.resolved_layers(data.num_features, data.num_classes)
     init = write_init_weights(params, dims, shape.bias, work / "parity_init.npz")
     report = {"tolerance": PARITY_TOLERANCE, "morphgen_first_epoch_loss": m_loss,
               "program": str(plain), "peers": {}}
     for system in peers:
         spec = peer_spec(shape, data, epochs=1, warmup=0, threads=threads, sparse_features=sparse_features,
-                         dropout=0.0, init_weights=init)
+                         dropout=0.0, init_weights=init, device=device_name(backend, device))
         r = run_peer_capped(system, data.peer_path, spec, work, cap_gib=cap_gib, timeout_s=timeout_s,
                             tag=f"parity_{system}")
         row = {"first_epoch_loss": r.get("first_epoch_loss"), "error": r.get("error")}

@@ -2,7 +2,8 @@
 
 Nothing here measures or estimates: a system that failed keeps its error and shows as "failed"
 in every table and plot. Ratios are peer / morphgen, so a ratio above 1 means morphgen is faster
-(or smaller).
+(or smaller). A report of a GPU run ("backend": "cuda") also shows each system's peak device
+memory ("peak_device_bytes") and its ratio.
 """
 from __future__ import annotations
 
@@ -31,14 +32,22 @@ def add_ratios(systems: list) -> None:
         s["memory_ratio_vs_morphgen"] = (s["peak_rss_bytes"] / base["peak_rss_bytes"]
                                          if both and s.get("peak_rss_bytes") and base.get("peak_rss_bytes")
                                          else None)
+        if base is not None and "peak_device_bytes" in base:      # GPU runs only
+            s["device_memory_ratio_vs_morphgen"] = (s["peak_device_bytes"] / base["peak_device_bytes"]
+                                                    if both and s.get("peak_device_bytes")
+                                                    and base.get("peak_device_bytes") else None)
 
 
-def kernel_limits(profile: Sequence[dict], machine: dict) -> list:
+def kernel_limits(profile: Sequence[dict], machine: Optional[dict]) -> list:
     """Per-kernel achieved GB/s and GFLOP/s, and the fraction of the ceiling that binds it.
 
     A kernel whose arithmetic intensity (flops per byte) is below the machine balance
     (sgemm GFLOP/s / triad GB/s) is bandwidth-bound and compared with triad; otherwise with sgemm.
+    machine None: no ceilings apply (GPU kernels; the measured ones are the CPU's), so the rates
+    are listed with bound and fraction None.
     """
+    if machine is None:
+        return [{**row, "bound": None, "fraction_of_limit": None} for row in kernel_limits(profile, {})]
     triad, sgemm = machine.get("triad_gbs"), machine.get("sgemm_gflops")
     balance = sgemm / triad if triad and sgemm else None
     rows = []
@@ -84,15 +93,22 @@ def _compile_and_setup(system: dict) -> str:
     return f"{_fmt(compile_s, '.2f')} + {setup_s:.2f}"
 
 
-def systems_table(systems: Sequence[dict], analytic_bytes: Optional[int]) -> list:
+def _device_cells(s: dict) -> str:
+    return (f" {_fmt(s.get('peak_device_bytes'), '.1f', 1 / MiB)} | "
+            f"{_fmt(s.get('device_memory_ratio_vs_morphgen'), '.2f')} |")
+
+
+def systems_table(systems: Sequence[dict], analytic_bytes: Optional[int], device: bool = False) -> list:
+    """device: add the peak device memory columns (GPU runs)."""
+    dev_head, dev_rule = (" peak device (MiB) | peer/morphgen device memory |", "---:|---:|") if device else ("", "")
     lines = ["| system | configuration | median epoch (ms) | peer/morphgen time | compile + setup (s) | "
-             "peak RSS (MiB) | growth (MiB) | growth / analytic min | first loss | final loss | test acc |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "peak RSS (MiB) | growth (MiB) | growth / analytic min |" + dev_head + " first loss | final loss | test acc |",
+             "|---|---|---:|---:|---:|---:|---:|---:|" + dev_rule + "---:|---:|---:|"]
     for s in systems:
         cfg = ", ".join(f"{k}={v}" for k, v in (s.get("config") or {}).items()
                         if v is not None and k in TABLE_CONFIG_KEYS)
         if s.get("error"):
-            lines.append(f"| {s['system']} | {cfg} | failed: {s['error']} | | | | | | | | |")
+            lines.append(f"| {s['system']} | {cfg} | failed: {s['error']} | | | | | | | | |" + (" | |" if device else ""))
             continue
         # growth: what training adds to a process that already holds the data (peak - baseline)
         growth = (s["peak_rss_bytes"] - s["baseline_rss_bytes"]
@@ -102,22 +118,45 @@ def systems_table(systems: Sequence[dict], analytic_bytes: Optional[int]) -> lis
             f"| {s['system']} | {cfg} | {_fmt(s.get('epoch_time_s'), '.2f', 1e3)} | "
             f"{_fmt(s.get('time_ratio_vs_morphgen'), '.2f')} | {_compile_and_setup(s)} | "
             f"{_fmt(s.get('peak_rss_bytes'), '.1f', 1 / MiB)} | {_fmt(growth, '.1f', 1 / MiB)} | "
-            f"{_fmt(mem_ratio, '.2f')} | "
+            f"{_fmt(mem_ratio, '.2f')} |{_device_cells(s) if device else ''} "
             f"{_fmt(s.get('first_epoch_loss'), '.4f')} | {_fmt(s.get('final_loss'), '.4f')} | "
             f"{_fmt(s.get('test_acc'), '.3f')} |")
     return lines
 
 
+def cap_text(cap_gib: Optional[float]) -> str:
+    return f"Memory cap per process: {cap_gib} GiB." if cap_gib else "No memory cap on the processes."
+
+
+def _gpu_name(systems: Sequence[dict]) -> Optional[str]:
+    """The GPU's name as a peer's torch reported it (morphgen's report does not carry one)."""
+    return next(((s.get("config") or {}).get("device_name") for s in systems
+                 if (s.get("config") or {}).get("device_name")), None)
+
+
+def backend_line(report: dict) -> list:
+    """For a GPU run: where each side ran, and what --threads still means."""
+    if report.get("backend", "openmp") == "openmp":
+        return []
+    name = _gpu_name(report["systems"])
+    return [f"Backend: {report['backend']}, GPU {report['device']}" + (f" ({name})" if name else "")
+            + f": morphgen `train --backend {report['backend']}` and the peers (torch device {report['device']}) "
+            f"train on it; --threads {report['threads']} sets the CPU side's threads. The peers' epoch times "
+            "are read after torch.cuda.synchronize().", ""]
+
+
 def markdown(report: dict) -> str:
     d, m = report["dataset"], report["machine"]
     out = [f"# morphgen bench: {Path(report['model']).name} on {d['name']}", "",
-           f"Command: `{report['command']}`", "",
-           f"Graph: {d['nodes']:,} nodes, {d['edges']:,} edges, {d['features']} features "
-           f"(sparsity {d['feature_sparsity']:.4f}), {d['classes']} classes. "
-           f"{report['threads']} threads, {report['epochs']} epochs, median over epochs after "
-           f"{report['warmup']} warm-up epochs; compile time excluded and reported apart. "
-           f"Memory cap per process: {report['memory_cap_gib']} GiB.", ""]
-    out += systems_table(report["systems"], report.get("analytic_minimum_bytes"))
+           f"Command: `{report['command']}`", ""]
+    out += backend_line(report)
+    out += [f"Graph: {d['nodes']:,} nodes, {d['edges']:,} edges, {d['features']} features "
+            f"(sparsity {d['feature_sparsity']:.4f}), {d['classes']} classes. "
+            f"{report['threads']} threads, {report['epochs']} epochs, median over epochs after "
+            f"{report['warmup']} warm-up epochs; compile time excluded and reported apart. "
+            f"{cap_text(report['memory_cap_gib'])}", ""]
+    out += systems_table(report["systems"], report.get("analytic_minimum_bytes"),
+                         device=report.get("backend", "openmp") != "openmp")
     out += ["", "Configurations:", ""]
     for s in report["systems"]:
         cfg = "; ".join(f"{k}: {v}" for k, v in (s.get("config") or {}).items() if v is not None)
@@ -136,7 +175,7 @@ def markdown(report: dict) -> str:
                 "|---|---:|---:|---:|---:|---|---:|"]
         for k in report["kernels"]:
             out.append(f"| {k['kernel']} | {k['calls']} | {k['seconds']:.4f} | {k['gb_per_s']:.2f} | "
-                       f"{k['gflop_per_s']:.2f} | {k['bound']} | {_fmt(k['fraction_of_limit'], '.1f', 100)} |")
+                       f"{k['gflop_per_s']:.2f} | {k['bound'] or '–'} | {_fmt(k['fraction_of_limit'], '.1f', 100)} |")
         out.append("")
     par = report.get("parity")
     if par:
@@ -188,6 +227,18 @@ def _bar_plot(systems, key, scale, ylabel, title, path, hline=None, hline_label=
 def write_plots(report: dict, out_dir) -> list:
     out_dir = Path(out_dir)
     title = f"{Path(report['model']).name} on {report['dataset']['name']}, {report['threads']} threads"
+    if report.get("backend", "openmp") != "openmp":
+        title = f"{Path(report['model']).name} on {report['dataset']['name']}, {report['backend']} {report['device']}"
+        return [
+            _bar_plot(report["systems"], "epoch_time_s", 1e3, "median epoch time (ms)", title,
+                      out_dir / "epoch_time.png"),
+            # on a GPU the data, parameters and activations of the analytic minimum are device memory
+            _bar_plot(report["systems"], "peak_device_bytes", 1 / MiB, "peak device memory (MiB)", title,
+                      out_dir / "peak_device_memory.png", hline=report.get("analytic_minimum_bytes"),
+                      hline_label="analytic minimum"),
+            _bar_plot(report["systems"], "peak_rss_bytes", 1 / MiB, "peak RSS, host (MiB)", title,
+                      out_dir / "peak_memory.png"),
+        ]
     return [
         _bar_plot(report["systems"], "epoch_time_s", 1e3, "median epoch time (ms)", title,
                   out_dir / "epoch_time.png"),

@@ -2,8 +2,10 @@
 Shared by `bench` (cli), its edge sweep, `sweep-sparsity` and `bench-suite`."""
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
+from typing import Optional
 
 from morphgen.errors import UserError
 
@@ -27,7 +29,33 @@ def resolve_threads(args) -> int:
     return args.threads or usable_cores()
 
 
-def resolve_cap(args) -> float:
+def backend_of(args) -> str:
+    """--backend of `bench` and `bench-suite`; the commands without the option run openmp."""
+    return getattr(args, "backend", None) or "openmp"
+
+
+def resolve_device(args) -> Optional[int]:
+    """The GPU of a cuda run, None for openmp. Always a number, handed to morphgen as --device, so
+    that morphgen and the peers cannot end up on different GPUs; the default follows
+    `morphgen train` ($MORPHGEN_CUDA_DEVICE, else 0)."""
+    if backend_of(args) != "cuda":
+        return None
+    if getattr(args, "device", None) is not None:
+        return args.device
+    env = os.environ.get(harness.CUDA_DEVICE_ENV, "").strip()
+    if not env:
+        return 0
+    if not env.isdigit():
+        raise harness.BenchError(f"${harness.CUDA_DEVICE_ENV}: expected a GPU number, got {env!r}")
+    return int(env)
+
+
+def resolve_cap(args) -> Optional[float]:
+    """The address-space cap of every child. None by default on a GPU: the CUDA driver reserves
+    virtual address space far beyond what a process touches, and under RLIMIT_AS its
+    initialisation fails as if out of memory; --memory-cap-gib still sets one."""
+    if args.memory_cap_gib is None and backend_of(args) == "cuda":
+        return None
     return args.memory_cap_gib or harness.default_memory_cap_gib()
 
 
@@ -53,6 +81,8 @@ def command_line(args) -> str:
         parts += ["--data-dir", args.data_dir]
     parts += ["--peers", ",".join(parse_peers(args.peers)) or "none", "--threads", str(resolve_threads(args)),
               "--epochs", str(args.epochs), "--out", args.out]
+    if backend_of(args) != "openmp":
+        parts += ["--backend", backend_of(args), "--device", str(resolve_device(args))]
     if args.parity:
         parts.append("--parity")
     if args.sweep:
@@ -75,11 +105,13 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
     """Run every system on prepared data; returns the report dict (not yet written)."""
     from .memory import analytic_minimum_bytes
     threads, cap = resolve_threads(args), resolve_cap(args)
+    backend, device = backend_of(args), resolve_device(args)
     peers = parse_peers(args.peers)
     systems = [harness.run_morphgen(args.model, data.path, work, epochs=args.epochs, warmup=args.warmup,
                                     seed=args.seed, threads=threads, cap_gib=cap, timeout_s=args.timeout,
                                     profile=not args.no_profile,
-                                    sparsity_threshold=getattr(args, "sparsity_threshold", None))]
+                                    sparsity_threshold=getattr(args, "sparsity_threshold", None),
+                                    backend=backend, device=device)]
     sparse = peer_sparse_features(args.peer_features, systems[0], data.feature_sparsity)
     notes = list(shape.notes)
     if peers and shape.unsupported:
@@ -89,7 +121,7 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
             systems.append(entry)
     for system in peers if not shape.unsupported else ():
         spec = harness.peer_spec(shape, data, epochs=args.epochs, warmup=args.warmup, threads=threads,
-                                 sparse_features=sparse)
+                                 sparse_features=sparse, device=harness.device_name(backend, device))
         systems.append(harness.run_peer_capped(system, data.peer_path, spec, work, cap_gib=cap, timeout_s=args.timeout))
     rep.add_ratios(systems)
     widths = shape.resolved_layers(data.num_features, data.num_classes)
@@ -98,11 +130,29 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
                                       widths[1:-1], data.num_classes,
                                       sparse_nnz=data.feature_nnz if morphgen_sparse else None,
                                       dropout=any(p > 0 for p in shape.dropouts))
-    return {
+    report = {
         "model": str(args.model), "command": command_line(args), "dataset": data.describe(),
         "threads": threads, "epochs": args.epochs, "warmup": args.warmup, "seed": args.seed,
         "memory_cap_gib": cap, "peer_features": "sparse" if sparse else "dense",
         "systems": systems, "machine": machine, "analytic_minimum_bytes": analytic,
-        "kernels": rep.kernel_limits(systems[0].get("profile") or [], machine),
+        # the machine's ceilings are the CPU's: a GPU kernel's rates are listed, not held against them
+        "kernels": rep.kernel_limits(systems[0].get("profile") or [], machine if backend == "openmp" else None),
         "notes": notes,
     }
+    if backend != "openmp":               # an openmp report keeps the keys it always had
+        report.update(backend=backend, device=harness.device_name(backend, device))
+        report["notes"] = notes + gpu_notes(systems[0], cap)
+    return report
+
+
+def gpu_notes(morphgen_entry: dict, cap: Optional[float]) -> list:
+    notes = ["peak device memory: morphgen's is the device buffers it allocates (its allocated_bytes), a "
+             "peer's is torch.cuda.max_memory_allocated over the whole run (data included); neither counts "
+             "the CUDA context. Peak RSS is host memory, as on the CPU"]
+    if (morphgen_entry.get("config") or {}).get("cuda_emulation"):
+        notes.append("morphgen ran its CUDA kernels in the CPU SIMT emulation ($MORPHGEN_CUDA_EMULATION): "
+                     "its times and device bytes are not GPU measurements")
+    if cap is None:
+        notes.append("no address-space cap on the child processes (--memory-cap-gib sets one): under "
+                     "RLIMIT_AS the CUDA driver's virtual address reservations fail")
+    return notes

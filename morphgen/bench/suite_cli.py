@@ -7,6 +7,10 @@ that every system fits in this machine's 24 GiB: nodes and edges are divided by 
 SUITE (average degree and feature width unchanged). Each graph is one `morphgen bench` run with
 the parity check; the suite table, plots and command are written into the docs file between the
 markers BEGIN_MARK and END_MARK (everything outside them is left untouched).
+
+`--backend cuda` runs the same graphs with morphgen's CUDA backend and the peers on the same GPU.
+Its table has the peak device memory beside the peak RSS, and goes between its own markers
+(GPU_MARKS) with its own plot files, so a GPU run never overwrites the CPU suite's results.
 """
 from __future__ import annotations
 
@@ -24,6 +28,11 @@ from . import cli as bench_cli, harness, report as rep, runs
 
 BEGIN_MARK = "<!-- bench-suite:begin -->"
 END_MARK = "<!-- bench-suite:end -->"
+GPU_MARKS = ("<!-- bench-suite-cuda:begin -->", "<!-- bench-suite-cuda:end -->")
+
+
+def marks(backend: str) -> tuple:
+    return GPU_MARKS if backend == "cuda" else (BEGIN_MARK, END_MARK)
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ SUITE = (
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("bench-suite", help="the CPU benchmark suite; refreshes docs/benchmarks.md",
+    p = subparsers.add_parser("bench-suite", help="the benchmark suite (CPU, or --backend cuda); refreshes docs/benchmarks.md",
                               description=__doc__.split("\n")[0])
     p.add_argument("--model", default="examples/gcn3.mp", help="program (default examples/gcn3.mp)")
     p.add_argument("--data-dir", default="../shared/datasets", help="where cora/citeseer are (default ../shared/datasets)")
@@ -70,6 +79,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--no-parity", action="store_true", help="skip the first-epoch loss parity check")
     p.add_argument("--sparsity-threshold", type=float, default=None, help="passed to morphgen train")
+    bench_cli.add_device_options(p)
     bench_cli.add_run_options(p)
     p.set_defaults(handler=run)
 
@@ -90,7 +100,8 @@ def bench_args(args, graph: SuiteGraph, out: Path) -> argparse.Namespace:
         model=args.model, dataset=graph.dataset, data_dir=args.data_dir, peers=args.peers, epochs=args.epochs,
         warmup=args.warmup, out=str(out), parity=not args.no_parity, peer_features="auto", no_profile=False,
         sparsity_threshold=args.sparsity_threshold, sweep=None, threads=args.threads, seed=args.seed,
-        memory_cap_gib=args.memory_cap_gib, timeout=args.timeout, quick_machine=args.quick_machine)
+        memory_cap_gib=args.memory_cap_gib, timeout=args.timeout, quick_machine=args.quick_machine,
+        backend=args.backend, device=args.device)
 
 
 def run_graph(args, graph: SuiteGraph, out: Path) -> dict:
@@ -113,16 +124,20 @@ def _cell_ms(s) -> str:
     return f"{s['epoch_time_s'] * 1e3:.1f}"
 
 
-def _cell_mib(s) -> str:
-    if s is None or s.get("error") or not s.get("peak_rss_bytes"):
+def _cell_mib(s, key: str = "peak_rss_bytes") -> str:
+    if s is None or s.get("error") or not s.get(key):
         return "–"
-    return f"{s['peak_rss_bytes'] / rep.MiB:.0f}"
+    return f"{s[key] / rep.MiB:.0f}"
 
 
-def suite_table(rows: list, peers: tuple) -> list:
+def suite_table(rows: list, peers: tuple, device: bool = False) -> list:
+    """device: also the peak device memory of every system (GPU runs)."""
     head = ["graph", "stands for", "nodes", "edges", "F", "sparsity", "morphgen ms"]
     head += [f"{p} ms" for p in peers] + [f"{p}/morphgen" for p in peers]
-    head += ["morphgen MiB"] + [f"{p} MiB" for p in peers] + ["analytic min MiB", "parity max abs diff"]
+    head += ["morphgen MiB"] + [f"{p} MiB" for p in peers]
+    if device:
+        head += ["morphgen device MiB"] + [f"{p} device MiB" for p in peers]
+    head += ["analytic min MiB", "parity max abs diff"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for graph, r in rows:
         if r.get("error"):
@@ -135,6 +150,8 @@ def suite_table(rows: list, peers: tuple) -> list:
         cells += [(f"{s['time_ratio_vs_morphgen']:.2f}" if s and s.get("time_ratio_vs_morphgen") else "–")
                   for s in (_system(r, p) for p in peers)]
         cells += [_cell_mib(_system(r, "morphgen"))] + [_cell_mib(_system(r, p)) for p in peers]
+        if device:
+            cells += [_cell_mib(_system(r, n), "peak_device_bytes") for n in ("morphgen",) + peers]
         cells.append(f"{r['analytic_minimum_bytes'] / rep.MiB:.0f}")
         diffs = [row.get("abs_diff") for row in (r.get("parity") or {}).get("peers", {}).values()]
         diffs = [x for x in diffs if x is not None]
@@ -143,12 +160,18 @@ def suite_table(rows: list, peers: tuple) -> list:
     return lines
 
 
-def suite_plots(rows: list, peers: tuple, out: Path) -> list:
+PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_epoch_time.png"),
+         ("peak_rss_bytes", 1 / rep.MiB, "peak RSS (MiB, log)", "suite_peak_memory.png"))
+# Their own file names: the docs keep the CPU suite's plots beside these.
+GPU_PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_cuda_epoch_time.png"),
+             ("peak_device_bytes", 1 / rep.MiB, "peak device memory (MiB, log)", "suite_cuda_peak_device_memory.png"))
+
+
+def suite_plots(rows: list, peers: tuple, out: Path, plots: tuple = PLOTS) -> list:
     plt = rep._pyplot()
     paths = []
     ok = [(g, r) for g, r in rows if not r.get("error")]
-    for key, scale, label, fname in (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_epoch_time.png"),
-                                     ("peak_rss_bytes", 1 / rep.MiB, "peak RSS (MiB, log)", "suite_peak_memory.png")):
+    for key, scale, label, fname in plots:
         fig, ax = plt.subplots(figsize=(8, 4))
         systems = ("morphgen",) + peers
         width = 0.8 / len(systems)
@@ -178,17 +201,18 @@ def suite_plots(rows: list, peers: tuple, out: Path) -> list:
     return paths
 
 
-def replace_between_markers(text: str, body: str) -> str:
+def replace_between_markers(text: str, body: str, markers: tuple = (BEGIN_MARK, END_MARK)) -> str:
     """Put `body` between the suite markers; append a marked section when the file has none."""
-    if text.count(BEGIN_MARK) > 1 or text.count(END_MARK) > 1:
-        raise harness.BenchError(f"docs: the markers {BEGIN_MARK} / {END_MARK} appear more than once")
-    begin, end = text.find(BEGIN_MARK), text.find(END_MARK)
+    begin_mark, end_mark = markers
+    if text.count(begin_mark) > 1 or text.count(end_mark) > 1:
+        raise harness.BenchError(f"docs: the markers {begin_mark} / {end_mark} appear more than once")
+    begin, end = text.find(begin_mark), text.find(end_mark)
     if begin == -1 and end == -1:
         sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
-        return f"{text}{sep}{BEGIN_MARK}\n{body.rstrip()}\n{END_MARK}\n"
+        return f"{text}{sep}{begin_mark}\n{body.rstrip()}\n{end_mark}\n"
     if begin == -1 or end == -1 or end < begin:
-        raise harness.BenchError(f"docs: {BEGIN_MARK} and {END_MARK} must both appear, in that order")
-    return text[:begin + len(BEGIN_MARK)] + "\n" + body.rstrip() + "\n" + text[end:]
+        raise harness.BenchError(f"docs: {begin_mark} and {end_mark} must both appear, in that order")
+    return text[:begin + len(begin_mark)] + "\n" + body.rstrip() + "\n" + text[end:]
 
 
 def docs_section(args, rows, peers, machine: dict, plot_links: list, command: str) -> str:
@@ -199,19 +223,37 @@ def docs_section(args, rows, peers, machine: dict, plot_links: list, command: st
         lines += [f"Machine: {machine.get('cpu_model')}, {machine.get('threads')} threads; STREAM copy "
                   f"{machine['copy_gbs']:.2f} GB/s, triad {machine['triad_gbs']:.2f} GB/s, sgemm "
                   f"{machine['sgemm_gflops']:.1f} GFLOP/s.", ""]
-    lines += suite_table(rows, peers) + [""]
+    gpu = args.backend == "cuda"
+    if gpu:
+        reports = [r for _, r in rows if not r.get("error")]
+        lines += gpu_lines(reports[0] if reports else None)
+    lines += suite_table(rows, peers, device=gpu) + [""]
     lines += ["Ratios are peer time / morphgen time (above 1: morphgen is faster). Peak RSS is each "
               "process's peak resident set (VmHWM, reset once its data is loaded; imports and data "
               "included, `docs/benchmarking.md`); the analytic minimum is "
               "`morphgen.bench.memory.analytic_minimum_bytes`. "
-              "Per-graph reports (configuration of every system, per-kernel GB/s and GFLOP/s, parity) are in "
+              + ("Peak device memory: morphgen's allocated device buffers, a peer's "
+                 "torch.cuda.max_memory_allocated (data included; the CUDA context in neither). " if gpu else "")
+              + "Per-graph reports (configuration of every system, per-kernel GB/s and GFLOP/s, parity) are in "
               f"`{args.out}/<graph>/bench.md`.", ""]
     lines += [f"![{Path(p).stem}]({p})" for p in plot_links]
     return "\n".join(lines)
 
 
+def gpu_lines(report) -> list:
+    """Which GPU the suite ran on, and whether morphgen's side was only the CPU emulation."""
+    if report is None:
+        return []
+    line = rep.backend_line(report)
+    morphgen = _system(report, "morphgen") or {}
+    if (morphgen.get("config") or {}).get("cuda_emulation"):
+        line = [line[0] + " morphgen ran in the CPU SIMT emulation: its numbers are not GPU measurements.", ""]
+    return line
+
+
 def run(args) -> int:
     bench_cli.check_common(args)
+    bench_cli.check_device(args)
     graphs = select(args.only)
     peers = runs.parse_peers(args.peers)
     if not Path(args.model).is_file():
@@ -228,16 +270,18 @@ def run(args) -> int:
         else:
             bench_cli.print_summary(r, out / graph.name.replace("/", "_"))
     machine = next((r["machine"] for _, r in rows if "machine" in r), {})
+    gpu = args.backend == "cuda"
     command = shlex.join(["morphgen", "bench-suite", *(["--only", args.only] if args.only else []),
                           "--epochs", str(args.epochs), "--peers", args.peers,
                           *(["--sparsity-threshold", repr(args.sparsity_threshold)]
-                            if args.sparsity_threshold is not None else [])])
+                            if args.sparsity_threshold is not None else []),
+                          *(["--backend", "cuda", "--device", str(runs.resolve_device(args))] if gpu else [])])
     if command == shlex.join(["morphgen", "bench-suite", "--epochs", "50", "--peers", "pyg,dgl"]):
         command = "make bench"
     (out / "suite.json").write_text(json.dumps({"graphs": [{"name": g.name, "stands_for": g.shape_of,
                                                             "scale": g.scale, "report": r} for g, r in rows]},
                                                indent=2, default=str) + "\n")
-    plots = suite_plots(rows, peers, out)
+    plots = suite_plots(rows, peers, out, GPU_PLOTS if gpu else PLOTS)
     docs = Path(args.docs)
     links = []
     if docs:
@@ -247,8 +291,9 @@ def run(args) -> int:
             shutil.copyfile(p, img_dir / p.name)
             links.append(f"benchmarks/{p.name}")
         text = docs.read_text() if docs.exists() else "# Benchmarks\n\n"
-        docs.write_text(replace_between_markers(text, docs_section(args, rows, peers, machine, links, command)))
-    (out / "suite.md").write_text("\n".join(suite_table(rows, peers)) + "\n")
+        docs.write_text(replace_between_markers(text, docs_section(args, rows, peers, machine, links, command),
+                                                marks(args.backend)))
+    (out / "suite.md").write_text("\n".join(suite_table(rows, peers, device=gpu)) + "\n")
     print(f"wrote {out / 'suite.json'}, {out / 'suite.md'}, plots, and refreshed {docs}")
     morphgen_failed = any(r.get("error") or (_system(r, "morphgen") or {}).get("error") for _, r in rows)
     parity_failed = any(row.get("passed") is False for _, r in rows

@@ -61,20 +61,27 @@ def collect_series(points: list, key: str, scale: float = 1.0):
 
 
 def markdown(summary: dict) -> str:
+    gpu = summary.get("backend", "openmp") != "openmp"
+    where = (f"{summary['backend']} on {summary['device']} (peers on the same GPU), {summary['threads']} CPU threads"
+             if gpu else f"{summary['threads']} threads")
+    cap = (f"memory cap {summary['memory_cap_gib']} GiB per process" if summary["memory_cap_gib"]
+           else "no memory cap on the processes")
     lines = [f"# morphgen bench --sweep edges: {Path(summary['model']).name}", "",
              f"Command: `{summary['command']}`", "",
              f"Synthetic graphs, average degree {SWEEP_DEGREE}, {SWEEP_FEATURES} dense features, "
-             f"{SWEEP_CLASSES} classes; {summary['threads']} threads, {summary['epochs']} epochs "
-             f"(median after {summary['warmup']} warm-up); memory cap {summary['memory_cap_gib']} GiB "
-             f"per process.", "",
-             "| edges | nodes | system | median epoch (ms) | peak RSS (MiB) | note |", "|---:|---:|---|---:|---:|---|"]
+             f"{SWEEP_CLASSES} classes; {where}, {summary['epochs']} epochs "
+             f"(median after {summary['warmup']} warm-up); {cap}.", "",
+             "| edges | nodes | system | median epoch (ms) | peak RSS (MiB) |" + (" peak device (MiB) |" if gpu else "")
+             + " note |", "|---:|---:|---|---:|---:|" + ("---:|" if gpu else "") + "---|"]
     for pt in summary["points"]:
         for s in pt["systems"]:
             if s.get("error"):
-                lines.append(f"| {pt['edges']:,} | {pt['nodes']:,} | {s['system']} | | | failed: {s['error']} |")
+                lines.append(f"| {pt['edges']:,} | {pt['nodes']:,} | {s['system']} | | |" + (" |" if gpu else "")
+                             + f" failed: {s['error']} |")
             else:
+                device = f" {rep._fmt(s.get('peak_device_bytes'), '.1f', 1 / rep.MiB)} |" if gpu else ""
                 lines.append(f"| {pt['edges']:,} | {pt['nodes']:,} | {s['system']} | {s['epoch_time_s'] * 1e3:.2f} | "
-                             f"{s['peak_rss_bytes'] / rep.MiB:.1f} | |")
+                             f"{s['peak_rss_bytes'] / rep.MiB:.1f} |{device} |")
     lines += ["", "Fitted exponent b of epoch time ~ edges^b (1 = linear):", ""]
     for name, b in summary["exponents"].items():
         lines.append(f"- {name}: " + ("not enough successful points" if b is None else f"{b:.3f}"))
@@ -105,6 +112,12 @@ def run(args) -> int:
     summary = {"model": str(args.model), "command": runs.command_line(args), "threads": threads,
                "epochs": args.epochs, "warmup": args.warmup, "memory_cap_gib": runs.resolve_cap(args),
                "machine": machine, "points": points, "exponents": exponents}
+    backend = runs.backend_of(args)
+    if backend != "openmp":               # an openmp summary keeps the keys it always had
+        summary.update(backend=backend, device=harness.device_name(backend, runs.resolve_device(args)))
+        dev_series, dev_fail = collect_series(points, "peak_device_bytes", 1 / rep.MiB)
+        rep.line_plot(dev_series, "edges", "peak device memory (MiB)", "peak device memory vs edges",
+                      out / "sweep_peak_device_memory.png", failures=dev_fail)
     rep.line_plot(time_series, "edges", "median epoch time (ms)", "epoch time vs edges",
                   out / "sweep_epoch_time.png", failures=time_fail)
     rep.line_plot(mem_series, "edges", "peak RSS (MiB)", "peak memory vs edges",

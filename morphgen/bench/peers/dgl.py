@@ -11,6 +11,8 @@ Configuration and DGL conventions (see DEVELOPERS.md, "Benchmark peers"):
   on a symmetric graph the two agree.
 - features: always dense. GraphConv rejects sparse input features, so spec.sparse_features is
   recorded in the config as not honoured rather than silently ignored.
+- device: with spec.device "cuda:N" the graph (after its self loops are fixed), features and model
+  are moved to that GPU; a dgl without CUDA support (the CPU wheel) is an error, not a CPU run.
 - DGL 2.1.0 imports on torch 2.13 only if its `graphbolt` submodule (compiled against other torch
   versions, unused here) is kept from loading: a stub module is put in sys.modules first.
 """
@@ -23,11 +25,12 @@ import types
 import numpy as np
 
 from morphgen.bench.memory import start_training_peak
+from morphgen.errors import UserError
 
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
 from .spec import BenchSpec
-from .torch_loop import MODEL_CONFIG, build_stack, setup_torch, train_full_batch
+from .torch_loop import MODEL_CONFIG, build_stack, device_config, setup_torch, torch_device, train_full_batch
 
 _GRAPHBOLT = "dgl.graphbolt"
 
@@ -48,19 +51,31 @@ def import_dgl():
     return dgl, GraphConv
 
 
-def build_graph(dgl, torch, data: NodeClassificationData, self_loops: bool):
+def require_cuda(dgl, device) -> None:
+    """torch may see the GPU while dgl cannot use it: the PyPI wheel is CPU-only, and moving a graph
+    there fails deep in libdgl. Asking dgl's device API first gives a one-line error instead."""
+    if device.type == "cuda" and not dgl.ndarray.gpu(device.index).exist:
+        raise UserError(f"device {device}: dgl has no CUDA device here (dgl {dgl.__version__} is built "
+                        f"without CUDA, or does not see GPU {device.index})")
+
+
+def build_graph(dgl, torch, data: NodeClassificationData, self_loops: bool, device=None):
     g = dgl.graph((torch.from_numpy(data.src), torch.from_numpy(data.dst)), num_nodes=data.num_nodes)
     if self_loops:
         g = dgl.add_self_loop(dgl.remove_self_loop(g))
-    g.create_formats_()
+    if device is not None:
+        g = g.to(device)
+    g.create_formats_()                   # on the device the epochs use
     return g
 
 
 def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     torch = setup_torch(spec)
+    device = torch_device(torch, spec)
     dgl, GraphConv = import_dgl()
-    g = build_graph(dgl, torch, data, spec.self_loops)
-    x = torch.from_numpy(data.dense_features())
+    require_cuda(dgl, device)
+    g = build_graph(dgl, torch, data, spec.self_loops, device)
+    x = torch.from_numpy(data.dense_features()).to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
     convs = [GraphConv(spec.layers[i], spec.layers[i + 1], norm="both", weight=True, bias=spec.bias,
                        allow_zero_in_degree=not spec.self_loops) for i in range(spec.num_layers)]
@@ -71,7 +86,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
                 if b is not None:
                     conv.bias.copy_(torch.from_numpy(b))
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(g, h))
-    result = train_full_batch(torch, model, lambda: model(x), spec, data)
+    result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     result["config"] = {
         **MODEL_CONFIG,
@@ -83,6 +98,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         "init": "given init_weights" if spec.init_weights else "GraphConv default (xavier), seed 0",
         "threads": spec.threads,
         "versions": {"torch": torch.__version__, "dgl": dgl.__version__},
+        **device_config(torch, device),
     }
     return result
 

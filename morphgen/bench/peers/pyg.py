@@ -12,6 +12,8 @@ Configuration (the fastest PyG offers on this machine without its optional compi
   (on a torch sparse adjacency gcn_norm computes A + I, which would double an existing loop).
 - features: a torch sparse CSR tensor when spec.sparse_features and the file stores CSR features
   (GCNConv's linear layer multiplies it with sparse @ dense), otherwise dense float32.
+- device: with spec.device "cuda:N" the adjacency, features and model are moved to that GPU before
+  the baseline is taken (torch's CUDA CSR SpMM then does the aggregation).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from morphgen.bench.memory import start_training_peak
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
 from .spec import BenchSpec
-from .torch_loop import MODEL_CONFIG, build_stack, setup_torch, train_full_batch
+from .torch_loop import MODEL_CONFIG, build_stack, device_config, setup_torch, torch_device, train_full_batch
 
 
 def _import_pyg():
@@ -71,8 +73,10 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     torch_geometric, GCNConv = _import_pyg()
     import warnings
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's "beta"/invariant notices
+    device = torch_device(torch, spec)
     adj_t, adj_desc = _adjacency(torch, data, spec.self_loops)
     x, feat_desc = _features(torch, spec, data)
+    adj_t, x = adj_t.to(device), x.to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
     convs = [GCNConv(spec.layers[i], spec.layers[i + 1], cached=True, normalize=True,
                      add_self_loops=spec.self_loops, bias=spec.bias) for i in range(spec.num_layers)]
@@ -83,7 +87,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
                 if b is not None:
                     conv.bias.copy_(torch.from_numpy(b))
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t))
-    result = train_full_batch(torch, model, lambda: model(x), spec, data)
+    result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     result["config"] = {
         **MODEL_CONFIG,
@@ -94,6 +98,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         "init": "given init_weights" if spec.init_weights else "GCNConv default (glorot), seed 0",
         "threads": spec.threads,
         "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
+        **device_config(torch, device),
     }
     return result
 

@@ -5,7 +5,8 @@
 environment *before* anything imports torch (torch reads them once, at import), loads the data,
 then hands over to the peer's `train(spec, data)`. The peer records "baseline_rss_bytes" once its
 libraries are imported and the data sits in its tensors, just before it builds the model, so
-peak - baseline is what the model and training add.
+peak - baseline is what the model and training add. A spec with a GPU device ("cuda:N") adds
+DEVICE_KEYS to the result; a GPU the peer cannot use is an error in the result, never a CPU run.
 
 Whatever happens, OUT.json is written: a missing peer library, a bad spec, an out-of-memory error
 or a crash inside the peer ends up in its "error" field with the other fields null; nothing is
@@ -33,6 +34,10 @@ RESULT_KEYS = (
     "system", "config", "epoch_times_s", "epoch_time_s", "first_epoch_loss", "final_loss",
     "train_acc", "val_acc", "test_acc", "peak_rss_bytes", "baseline_rss_bytes", "error",
 )
+
+# Only in the result of a spec whose device is a GPU, so a CPU run's result keeps its schema.
+# peak_device_bytes: torch.cuda.max_memory_allocated over the whole run (data, model, training).
+DEVICE_KEYS = ("device", "peak_device_bytes")
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -68,7 +73,8 @@ def _finite_or_none(v):
 
 
 def write_result(result: dict, out: Path) -> None:
-    clean = {k: _finite_or_none(result.get(k)) for k in RESULT_KEYS}
+    keys = RESULT_KEYS + (DEVICE_KEYS if "device" in result else ())
+    clean = {k: _finite_or_none(result.get(k)) for k in keys}
     clean["epoch_times_s"] = list(result.get("epoch_times_s") or [])
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -88,7 +94,9 @@ def run_main(system: str, train: TrainFn, argv: Optional[list[str]] = None) -> i
     result = empty_result(system)
     try:
         spec = load_spec(args.spec)
-        set_thread_env(spec.threads)
+        set_thread_env(spec.threads)        # on a GPU too: torch's host side still uses them
+        if spec.on_cuda:
+            result.update(device=spec.device, peak_device_bytes=None)
         data = load_node_classification(args.data)
         check_data_matches_spec(spec, data)
         result["baseline_rss_bytes"] = current_rss_bytes()
@@ -107,7 +115,7 @@ def run_main(system: str, train: TrainFn, argv: Optional[list[str]] = None) -> i
             traceback.print_exc(file=sys.stderr)
     if result["error"] is not None:
         # A failed run reports nothing measured: no partial timings that could be mistaken for a result.
-        keep = {"system", "config", "error", "baseline_rss_bytes"}
+        keep = {"system", "config", "error", "baseline_rss_bytes", "device"}
         result = {k: (v if k in keep else None) for k, v in result.items()} | {"epoch_times_s": []}
     result["peak_rss_bytes"] = peak_rss_bytes()
     try:

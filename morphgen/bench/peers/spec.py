@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -35,17 +36,25 @@ class BenchSpec:
     self_loops: bool
     init_weights: Optional[str]      # npz with layer{i}.W [in, out] and layer{i}.b [out]
     sparse_features: bool
+    device: str = "cpu"              # torch device the peer trains on: "cpu" or "cuda:N"
 
     @property
     def num_layers(self) -> int:
         return len(self.layers) - 1
 
+    @property
+    def on_cuda(self) -> bool:
+        return self.device != "cpu"
+
 
 _DEFAULTS = {
     "model": "gcn", "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "epochs": 200,
     "warmup": 3, "threads": 1, "bias": True, "self_loops": True, "init_weights": None,
-    "sparse_features": False,
+    "sparse_features": False, "device": "cpu",
 }
+# "cuda" alone is accepted and means GPU 0; the index is always written out after parsing, so a
+# result names the GPU it ran on.
+_DEVICE = re.compile(r"cpu|cuda(?::(\d+))?")
 
 
 def _number(d: dict, key: str, lo: float, hi: float) -> float:
@@ -67,6 +76,14 @@ def _flag(d: dict, key: str) -> bool:
     if not isinstance(v, bool):
         raise SpecError(f"spec field '{key}': expected true or false, got {v!r}")
     return v
+
+
+def _device(d: dict) -> str:
+    v = d["device"]
+    m = _DEVICE.fullmatch(v) if isinstance(v, str) else None
+    if m is None:
+        raise SpecError(f"spec field 'device': expected \"cpu\" or \"cuda:N\", got {v!r}")
+    return "cpu" if v == "cpu" else f"cuda:{int(m.group(1) or 0)}"
 
 
 def parse_spec(raw: object) -> BenchSpec:
@@ -94,7 +111,7 @@ def parse_spec(raw: object) -> BenchSpec:
         weight_decay=_number(d, "weight_decay", 0.0, 10.0),
         epochs=_integer(d, "epochs", 1), warmup=_integer(d, "warmup", 0),
         threads=_integer(d, "threads", 1), bias=_flag(d, "bias"), self_loops=_flag(d, "self_loops"),
-        init_weights=init, sparse_features=_flag(d, "sparse_features"),
+        init_weights=init, sparse_features=_flag(d, "sparse_features"), device=_device(d),
     )
     if spec.warmup >= spec.epochs:
         raise SpecError(f"spec field 'warmup': {spec.warmup} leaves no timed epoch out of epochs={spec.epochs}")

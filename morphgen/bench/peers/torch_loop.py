@@ -5,6 +5,10 @@ backward, one Adam step (torch's Adam: weight decay as an L2 term added to the g
 parameter). The epoch time is wall-clock around exactly that. Accuracy is evaluated once after the
 last epoch (eval mode: dropout off) and is not timed.
 
+On a GPU (spec.device "cuda:N") the model, features, adjacency, labels and masks all live on that
+device; CUDA kernels run asynchronously, so the clock is read only after torch.cuda.synchronize(),
+and the peak device memory is torch.cuda.max_memory_allocated from before the data was moved.
+
 Imported only after the runner has set the thread environment, so importing torch here is safe.
 """
 from __future__ import annotations
@@ -14,6 +18,8 @@ import time
 from typing import Callable
 
 import numpy as np
+
+from morphgen.errors import UserError
 
 from .dataset import NodeClassificationData
 from .runner import PeerUnavailable
@@ -35,45 +41,91 @@ def setup_torch(spec: BenchSpec):
     return torch
 
 
+def torch_device(torch, spec: BenchSpec):
+    """The device to train on. A GPU that torch cannot use is an error, never a quiet CPU run:
+    the result would be read as a GPU measurement. Resets the peak memory counter, so it covers
+    the data as well as training (as morphgen's allocated device bytes do)."""
+    if not spec.on_cuda:
+        return torch.device("cpu")
+    device = torch.device(spec.device)
+    if not torch.cuda.is_available():
+        build = "built without CUDA" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no GPU visible"
+        raise UserError(f"device {spec.device}: torch has no CUDA device here (torch {torch.__version__}, {build})")
+    if device.index >= torch.cuda.device_count():
+        raise UserError(f"device {spec.device}: torch sees {torch.cuda.device_count()} CUDA device(s), "
+                        f"numbered from 0")
+    torch.cuda.set_device(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return device
+
+
+def device_config(torch, device) -> dict:
+    """What a reader needs to know about where a peer ran (merged into its config)."""
+    if device.type != "cuda":
+        return {}
+    return {"device": str(device), "device_name": torch.cuda.get_device_name(device),
+            "cuda": torch.version.cuda,
+            "timing": MODEL_CONFIG["timing"] + "; torch.cuda.synchronize() before each clock read",
+            "peak_device_memory": "torch.cuda.max_memory_allocated, reset before the data was moved"}
+
+
+def _clock(torch, device) -> Callable[[], float]:
+    """perf_counter, after the GPU's queued work has finished when there is a GPU."""
+    if device.type != "cuda":
+        return time.perf_counter
+
+    def synced() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+    return synced
+
+
 def median_after_warmup(times: list[float], warmup: int) -> float:
     return float(statistics.median(times[warmup:]))
 
 
 def train_full_batch(torch, model, forward: Callable[[], "torch.Tensor"], spec: BenchSpec,
-                     data: NodeClassificationData) -> dict:
-    """Train `model` for spec.epochs epochs; `forward()` returns the logits of every node."""
+                     data: NodeClassificationData, device=None) -> dict:
+    """Train `model` for spec.epochs epochs; `forward()` returns the logits of every node, from
+    inputs the caller has already put on `device` (default: the CPU)."""
     import torch.nn.functional as F
 
-    y = torch.from_numpy(data.y)
-    train_idx = torch.from_numpy(np.flatnonzero(data.train_mask))
+    device = device if device is not None else torch.device("cpu")
+    y = torch.from_numpy(data.y).to(device)
+    train_idx = torch.from_numpy(np.flatnonzero(data.train_mask)).to(device)
     if train_idx.numel() == 0:
         raise ValueError("dataset has an empty train_mask: nothing to train on")
+    model.to(device)                      # before the optimizer, which keeps the parameters it is given
     opt = torch.optim.Adam(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    clock = _clock(torch, device)
     times, losses = [], []
     for _ in range(spec.epochs):
-        t0 = time.perf_counter()
+        t0 = clock()
         model.train()
         opt.zero_grad(set_to_none=True)
         logits = forward()
         loss = F.cross_entropy(logits[train_idx], y[train_idx])
         loss.backward()
         opt.step()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
         losses.append(float(loss.detach()))
     model.eval()
     with torch.no_grad():
-        pred = forward().argmax(dim=1).numpy()
+        pred = forward().argmax(dim=1).cpu().numpy()
 
     def acc(mask: np.ndarray):
         return float((pred[mask] == data.y[mask]).mean()) if mask.any() else None
 
-    return {
+    result = {
         "epoch_times_s": times,
         "epoch_time_s": median_after_warmup(times, spec.warmup),
         "first_epoch_loss": losses[0],
         "final_loss": losses[-1],
         "train_acc": acc(data.train_mask), "val_acc": acc(data.val_mask), "test_acc": acc(data.test_mask),
     }
+    if device.type == "cuda":
+        result["peak_device_bytes"] = int(torch.cuda.max_memory_allocated(device))
+    return result
 
 
 def build_stack(torch, convs: list, dropout: float, call: Callable):
