@@ -52,7 +52,7 @@ __global__ void cross_entropy_kernel(const float *logits, const int64_t *labels,
 }
 
 // out[0] = float(sum of partial[0..n) * scale), in order.
-__global__ void finish_sum_kernel(const double *partial, int n, double scale, float *out) {
+__global__ void __launch_bounds__(32) finish_sum_kernel(const double *partial, int n, double scale, float *out) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     double total = 0.0;
     for (int i = 0; i < n; ++i) total += partial[i];
