@@ -11,6 +11,7 @@ from morphgen.ir import Optimizer
 from morphgen.layout import GraphLayout
 from morphgen.library import Session
 from morphgen.toolchain import compile_shared
+from tests.ir.helpers import perturbed_params
 
 
 def sizes_for(graph, x, classes):
@@ -55,6 +56,20 @@ def reference(program, graph, x, labels, mask, params):
     interp = Interpreter(program, graph, x, labels, mask, dtype=np.float64)
     loss, grads, _ = interp.run({k: v.astype(np.float64) for k, v in params.items()})
     return loss, grads
+
+
+def assert_matches_interpreter(program, graph, x, labels, mask, classes, features="dense", backend="openmp"):
+    """The backend's first-epoch loss and every weight gradient (read back through one SGD step
+    with learning rate 1) equal the float64 interpreter's, from the same perturbed weights."""
+    import pytest
+    lib = build(use_sgd(program), graph, x, classes, backend=backend)
+    params = {k: v.astype(np.float32) for k, v in perturbed_params(program).items()}
+    ref_loss, ref_grads = reference(program, graph, x, labels, mask, params)
+    sess = session(lib, program, graph, x, labels, mask, features=features)
+    loss, grads = gradients_by_sgd(program, sess, params)
+    assert loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)
+    for name, g in ref_grads.items():
+        np.testing.assert_allclose(grads[name], g.reshape(-1), rtol=2e-3, atol=2e-5, err_msg=name)
 
 
 def use_sgd(program):

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from morphgen.frontend import compile_source
-from tests.backend.harness import build, gradients_by_sgd, reference, session, use_sgd
+from tests.backend.harness import assert_matches_interpreter
 from tests.ir import models
-from tests.ir.helpers import perturbed_params, random_data, random_graph
+from tests.ir.helpers import random_data, random_graph
 
 MLP_TAILS = {
     "relu_bias": "relu(dropout(v.x, 0.5) * W1 + b1)",
@@ -48,14 +48,7 @@ def _check(program, features, width=33, classes=4):
     graph = random_graph(n=12, e=30, seed=5)
     x, labels, mask = random_data(graph, width, classes=classes)
     x[np.random.default_rng(2).random(x.shape) < 0.7] = 0.0
-    lib = build(use_sgd(program), graph, x, classes)
-    params = {k: v.astype(np.float32) for k, v in perturbed_params(program).items()}
-    ref_loss, ref_grads = reference(program, graph, x, labels, mask, params)
-    sess = session(lib, program, graph, x, labels, mask, features=features)
-    loss, grads = gradients_by_sgd(program, sess, params)
-    assert loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)
-    for name, g in ref_grads.items():
-        np.testing.assert_allclose(grads[name], g.reshape(-1), rtol=2e-3, atol=2e-5, err_msg=name)
+    assert_matches_interpreter(program, graph, x, labels, mask, classes, features=features)
 
 
 @pytest.mark.parametrize("features", ["dense", "csr"])

@@ -1,6 +1,5 @@
 """The CUDA tests run on a GPU when this machine has one, else through the SIMT emulation
 (backends/cuda/simt.h): the same kernel sources, run on the CPU."""
-import os
 import shutil
 import subprocess
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.backend.harness import build, gradients_by_sgd, reference, session, use_sgd
+from tests.backend.harness import assert_matches_interpreter
 from morphgen.data.npz import save_npz
-from tests.e2e.support import assert_clean_failure, datasets_dir, example, run_cli, typed_dataset
+from tests.e2e.support import datasets_dir, example, typed_dataset
 from tests.ir import models
-from tests.ir.helpers import perturbed_params, random_data, random_graph
+from tests.ir.helpers import random_data, random_graph
 from tests.mpi.support import assert_same_run, train
 
 CASES = {
@@ -31,14 +31,7 @@ HOMOGENEOUS_EXAMPLES = ["gcn", "gcn3", "sage", "gin", "gat", "appnp"]
 
 
 def _check(program, graph, x, labels, mask, classes, features="dense"):
-    lib = build(use_sgd(program), graph, x, classes, backend="cuda")
-    params = {k: v.astype(np.float32) for k, v in perturbed_params(program).items()}
-    ref_loss, ref_grads = reference(program, graph, x, labels, mask, params)
-    sess = session(lib, program, graph, x, labels, mask, features=features)
-    loss, grads = gradients_by_sgd(program, sess, params)
-    assert loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)
-    for name, g in ref_grads.items():
-        np.testing.assert_allclose(grads[name], g.reshape(-1), rtol=2e-3, atol=2e-5, err_msg=name)
+    assert_matches_interpreter(program, graph, x, labels, mask, classes, features=features, backend="cuda")
 
 
 WIDTHS = [(name, w) for name in sorted(CASES) for w in (3, 300)] + [("gat", 33), ("sage_max", 33)]
@@ -120,9 +113,9 @@ def test_an_op_the_cuda_op_layer_lacks_is_refused_with_its_location(monkeypatch)
     """The emitter checks every kernel it emits against ops.cuh's list: a kernel missing there is a
     located compile error, not a C++ build failure."""
     from morphgen.backends.cuda import emitter as cuda_emitter
-    from morphgen.frontend import CompileError
+    from morphgen.backends.openmp.emitter import UnsupportedInput
     from morphgen.pipeline import lower
     monkeypatch.setattr(cuda_emitter, "SUPPORTED", cuda_emitter.SUPPORTED - {"mg::op::typed_linear"})
     program = lower(example("rgcn"), {"F": 7, "C": 3, "N": 64, "etypes": 3, "ntypes": 2})
-    with pytest.raises(Exception, match=r"rgcn\.mp:\d+:\d+: error: .*not available on the cuda backend yet"):
+    with pytest.raises(UnsupportedInput, match=r"rgcn\.mp:\d+:\d+: error: .*not available on the cuda backend yet"):
         cuda_emitter.CUDAEmitter(program).emit()
