@@ -30,7 +30,6 @@ SUPPORTED = frozenset({
 # Load-time graph arrays (Graph::build_*) the CUDA op layer builds.
 SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids", "etypes", "ntypes"})
 
-_WHAT = {"etypes": "edge types (relational models)", "ntypes": "node types (relational models)"}
 
 
 class CUDAEmitter(OpenMPEmitter):
@@ -40,6 +39,7 @@ class CUDAEmitter(OpenMPEmitter):
     source_name = "model.cu"
 
     def _refuse(self, what: str) -> UnsupportedInput:
+        """A located error for something of the program that ops.cuh cannot run."""
         op = self.current_op
         where = self.location(op) or "morphgen: "
         opcode = f" ('{op.opcode}')" if op is not None else ""
@@ -47,6 +47,7 @@ class CUDAEmitter(OpenMPEmitter):
                                 f"train this program with --backend openmp")
 
     def around(self, op, lines: list) -> list:
+        """Every kernel the OpenMP lowering chose for ``op`` must exist in ops.cuh."""
         row = self.plan_rows[-1] if self.plan_rows else None
         if row is not None and row["op"] is op:
             for kernel in row["kernels"]:
@@ -57,5 +58,5 @@ class CUDAEmitter(OpenMPEmitter):
 
     def require(self, what: str) -> None:
         if what not in SUPPORTED_GRAPH_ARRAYS:
-            raise self._refuse(_WHAT.get(what, what.replace("_", " ")))
+            raise self._refuse(f"the load-time graph array '{what}'")
         super().require(what)
