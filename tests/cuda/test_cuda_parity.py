@@ -55,8 +55,9 @@ def test_dense_and_sparse_feature_paths_match_the_interpreter(features):
 
 @pytest.mark.parametrize("model", HOMOGENEOUS_EXAMPLES)
 def test_examples_train_as_on_openmp(tmp_path, model):
-    reference_run = train(tmp_path, model, SYNTHETIC)
-    assert_same_run(reference_run, train(tmp_path, model, SYNTHETIC, backend="cuda"), 1e-4, f"{model} on cuda")
+    reference_run = train(tmp_path, model, SYNTHETIC, epochs=3)
+    assert_same_run(reference_run, train(tmp_path, model, SYNTHETIC, backend="cuda", epochs=3), 1e-4,
+                    f"{model} on cuda")
 
 
 @pytest.mark.parametrize("model", ["gat", "sage", "rgat"])
@@ -69,9 +70,9 @@ def test_kernels_have_no_barrier_races(tmp_path, monkeypatch, model):
         pytest.skip("runs the SIMT emulation; on a GPU compute-sanitizer's racecheck does this")
     data = SYNTHETIC if model != "rgat" else save_npz(typed_dataset(features=7, nodes=64, edges=320),
                                                       tmp_path / "typed.npz")
-    reference_run = train(tmp_path, model, data, epochs=2)
+    reference_run = train(tmp_path, model, data, epochs=1)
     monkeypatch.setenv("MORPHGEN_SIMT_SHUFFLE", "7")
-    assert_same_run(reference_run, train(tmp_path, model, data, backend="cuda", epochs=2), 1e-4,
+    assert_same_run(reference_run, train(tmp_path, model, data, backend="cuda", epochs=1), 1e-4,
                     f"{model} on cuda, shuffled schedules")
 
 
@@ -105,7 +106,7 @@ def test_relational_models_match_the_interpreter(name):
                                                 ("rgcn", True), ("rgat", True)])
 def test_relational_examples_train_as_on_openmp(tmp_path, model, featureless):
     data = save_npz(typed_dataset(features=None if featureless else 7, nodes=64, edges=320), tmp_path / "typed.npz")
-    assert_same_run(train(tmp_path, model, data), train(tmp_path, model, data, backend="cuda"), 1e-4,
+    assert_same_run(train(tmp_path, model, data, epochs=3), train(tmp_path, model, data, backend="cuda", epochs=3), 1e-4,
                     f"{model} ({'featureless' if featureless else 'features'}) on cuda")
 
 
