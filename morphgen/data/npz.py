@@ -210,8 +210,12 @@ def _features(z: NpzArchive, n: int, notes: list):
 def _num_classes(z: NpzArchive, meta: dict, y: np.ndarray) -> int:
     if "num_classes" in z:
         return require_scalar_int("num_classes", z["num_classes"], z.source)
-    if isinstance(meta.get("num_classes"), int):
-        return meta["num_classes"]
+    if "num_classes" in meta:
+        value = meta["num_classes"]
+        # JSON true is a Python int too: only a real integer is a class count
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DataError(f"{z.source}: meta: num_classes: expected a non-negative integer, got {json.dumps(value)}")
+        return value
     names = meta.get("class_names")
     if isinstance(names, list) and names:
         return len(names)

@@ -416,7 +416,8 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
                 if not self.condition(s.cond):
                     return
                 self.unrolled_body(s.body)
-            raise SemanticError(s.coord, f"loop does not finish within {LOOP_LIMIT} iterations")
+            if self.condition(s.cond):       # a loop of exactly LOOP_LIMIT iterations is fine
+                raise SemanticError(s.coord, f"loop does not finish within {LOOP_LIMIT} iterations")
         finally:
             self.loop_depth -= 1
 
@@ -442,7 +443,8 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
                     return
                 self.unrolled_body(s.body)
                 self.s_Assign(s.step) if isinstance(s.step, A.Assign) else self.bad_step(s.step)
-            raise SemanticError(s.coord, f"loop does not finish within {LOOP_LIMIT} iterations")
+            if self.condition(s.cond):       # a loop of exactly LOOP_LIMIT iterations is fine
+                raise SemanticError(s.coord, f"loop does not finish within {LOOP_LIMIT} iterations")
         finally:
             self.loop_depth -= 1
             self.scope = saved

@@ -1,4 +1,6 @@
 """Every malformed input gives a DataError naming the field (never a KeyError/IndexError)."""
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -188,6 +190,14 @@ def test_bad_meta_and_bad_archives(tmp_path):
     np.savez(path, **{**a, "meta": np.array([{"x": 1}], dtype=object)})
     with pytest.raises(DataError, match=r"meta: expected a 0-d JSON string|cannot be read without unpickling"):
         load_dataset(path)
+
+
+@pytest.mark.parametrize("value", ["true", "-3", "2.5", "\"7\""])
+def test_a_class_count_in_meta_that_is_not_a_count_is_named(tmp_path, value):
+    """JSON true is an int to Python: it must not become one class."""
+    a = _valid_arrays()
+    a["meta"] = np.array('{"num_classes": %s}' % value)
+    _expect(tmp_path, a, r"meta: num_classes: expected a non-negative integer, got " + re.escape(value))
 
 
 def test_missing_path_and_unknown_option(tmp_path):

@@ -263,3 +263,17 @@ def test_unrolled_loops_do_not_rewalk_untaken_bodies(monkeypatch):
            + body + "        }\n    }\n" + TRAIN)
     assert check_source(src) == []
     assert len(visited) < 20_000        # before: 500 iterations x ~1000 nodes
+
+
+@pytest.mark.parametrize("loop", ["for (int i = 0; i < LIMIT; i++) { n += 1; }",
+                                  "while (n < LIMIT) { n += 1; }"])
+def test_a_loop_of_exactly_the_iteration_limit_compiles_one_more_is_located(loop):
+    from morphgen.frontend.lower import LOOP_LIMIT
+    for trips, ok in ((LOOP_LIMIT, True), (LOOP_LIMIT + 1, False)):
+        source = HEAD + "    int n = 0;\n    " + loop.replace("LIMIT", str(trips)) + "\n" + TRAIN
+        if ok:
+            compile_source(source, filename="loop.mp")
+        else:
+            with pytest.raises(CompileError) as err:
+                compile_source(source, filename="loop.mp")
+            assert (3, 5, f"loop does not finish within {LOOP_LIMIT} iterations") in messages(err.value.diagnostics)
