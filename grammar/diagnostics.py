@@ -25,13 +25,35 @@ class Diagnostic:
     source_line: str = ""
 
     def render(self) -> str:
-        head = f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
+        head = printable(f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}")
         if not self.source_line:
             return head
-        text, caret = _window(self.source_line, max(self.col - 1, 0))
+        caret = max(self.col - 1, 0)
+        line = printable(self.source_line[:caret]) + printable(self.source_line[caret:])
+        text, caret = _window(line, len(printable(self.source_line[:caret])))
         # Keep tabs in the caret line so it lines up under the source in any terminal.
         lead = "".join(c if c == "\t" else " " for c in text[:caret])
         return f"{head}\n{text}\n{lead}^"
+
+
+# Characters a terminal acts on instead of showing: control characters (an escape sequence in a
+# program could recolour or rewrite the user's terminal) and the bidirectional overrides that make
+# source text display in another order than it reads ("Trojan Source").  Tabs stay.
+_BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control and bidi-override character shown as its escape (\\x1b)."""
+    if text.isprintable() and not _BIDI.intersection(text):
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == "\t" or (ch.isprintable() and ch not in _BIDI):
+            out.append(ch)
+        else:
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
 
 
 def _window(line: str, caret: int):

@@ -100,3 +100,19 @@ def test_size_symbol_names_never_reach_the_ir():
     prog = compile_source(src)
     assert prog.inputs["features"].shape == ("F",)       # canonical symbol, not the user's name
     assert prog.params[0].value.shape == ("F", "C")
+
+
+@pytest.mark.parametrize("hostile", ["\x1b[2J\x1b[31m", "\u202e", "\x07", "\x00"])
+@pytest.mark.parametrize("where", ["code", "name"])
+def test_control_and_bidi_characters_are_shown_escaped_never_sent_to_the_terminal(hostile, where):
+    """An escape sequence in a program would rewrite the user's terminal when its line is echoed;
+    a bidi override would show the line in another order than the compiler reads it."""
+    body = f"    int a = 1 {hostile};\n" if where == "code" else f"    int b{hostile} = 1;\n"
+    source = "function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {\n" + body + "}\n"
+    with pytest.raises(CompileError) as err:
+        compile_source(source, filename="hostile.mp")
+    text = str(err.value)
+    assert "hostile.mp:2:" in text
+    acting = [ch for ch in hostile if not ch.isprintable() or ch == "\u202e"]
+    assert acting and not any(ch in text for ch in acting), repr(text)
+    assert "\\x" in text or "\\u" in text
