@@ -28,9 +28,9 @@ class Diagnostic:
         head = printable(f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}")
         if not self.source_line:
             return head
-        caret = max(self.col - 1, 0)
-        line = printable(self.source_line[:caret]) + printable(self.source_line[caret:])
-        text, caret = _window(line, len(printable(self.source_line[:caret])))
+        # The window first (a line may be megabytes long), then its characters escaped.
+        raw, at = _window(self.source_line, max(self.col - 1, 0))
+        text, caret = printable(raw[:at]) + printable(raw[at:]), len(printable(raw[:at]))
         # Keep tabs in the caret line so it lines up under the source in any terminal.
         lead = "".join(c if c == "\t" else " " for c in text[:caret])
         return f"{head}\n{text}\n{lead}^"
