@@ -53,6 +53,29 @@ struct FeatureView {
     int64_t nnz = 0;                         // stored values of CSR features (readable where indptr is not)
 };
 
+// Dropout on the input features keeps their format; every backend shares this decision and
+// supplies only the dense drop (drop_dense(values): drop in.dense into values).  Element (r, c)
+// has dropout index r*cols + c on both paths, so the dense and the sparse path drop the same
+// elements; a sparse dropout is not materialised, the view carries it to the feature kernels.
+template <class DropDense>
+inline void dropout_feature_view(bool training, const FeatureView &in, FeatureView &out, float *values, float p,
+                                 uint64_t seed, uint64_t epoch, uint64_t site, DropDense drop_dense) {
+    out = in;
+    if (!training || p <= 0.f) return;
+    switch (in.kind) {
+        case FeatureKind::Dense:
+            drop_dense(values);
+            out.dense = values;
+            break;
+        case FeatureKind::Csr:
+            if (in.drop_p > 0.f) throw Error("two dropouts on the sparse input features are not supported");
+            out.drop_p = p;
+            out.drop_seed = seed, out.drop_epoch = epoch, out.drop_site = site;
+            break;
+        default: throw Error("dropout on featureless (identity) input is not supported");
+    }
+}
+
 struct Timer {
     double seconds = 0, bytes = 0, flops = 0;
     int64_t calls = 0;

@@ -381,21 +381,10 @@ inline void dropout_rows(const char *name, const float *x, float *y, idx_t rows,
 }
 inline void dropout_features(bool training, const FeatureView &in, FeatureView &out, float *values, float p,
                              uint64_t seed, uint64_t epoch, uint64_t site) {
-    out = in;
-    if (!training || p <= 0.f) return;
-    switch (in.kind) {
-        case FeatureKind::Dense:
-            dropout_rows("feature dropout", in.dense, values, in.rows, in.cols, in.drop_row_ids, p,
-                         DropoutKey{seed, epoch, site});
-            out.dense = values;
-            break;
-        case FeatureKind::Csr:
-            if (in.drop_p > 0.f) throw Error("two dropouts on the sparse input features are not supported");
-            out.drop_p = p;
-            out.drop_seed = seed, out.drop_epoch = epoch, out.drop_site = site;
-            break;
-        default: throw Error("dropout on featureless (identity) input is not supported");
-    }
+    dropout_feature_view(training, in, out, values, p, seed, epoch, site, [&](float *dropped) {
+        dropout_rows("feature dropout", in.dense, dropped, in.rows, in.cols, in.drop_row_ids, p,
+                     DropoutKey{seed, epoch, site});
+    });
 }
 
 // ---- aggregation -----------------------------------------------------------------------------------

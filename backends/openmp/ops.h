@@ -197,24 +197,12 @@ inline int64_t feature_values(const FeatureView &f) {
 inline int64_t dropped_feature_buffer(const FeatureView &f) {
     return f.kind == FeatureKind::Dense ? f.rows * f.cols : 0;
 }
-// Dropout on the input features keeps their format. Element (r, c) has dropout index r*cols + c
-// on both paths, so the dense and the sparse path drop the same elements.
+// Dropout on the input features keeps their format (context.h: dropout_feature_view).
 inline void dropout_features(bool training, const FeatureView &in, FeatureView &out, float *values, float p,
                              uint64_t seed, uint64_t epoch, uint64_t site) {
-    out = in;
-    if (!training || p <= 0.f) return;
-    switch (in.kind) {
-        case FeatureKind::Dense:
-            dropout_rows_fwd(in.dense, values, in.rows, in.cols, in.drop_row_ids, p, DropoutKey{seed, epoch, site});
-            out.dense = values;
-            break;
-        case FeatureKind::Csr:
-            if (in.drop_p > 0.f) throw Error("two dropouts on the sparse input features are not supported");
-            out.drop_p = p;
-            out.drop_seed = seed, out.drop_epoch = epoch, out.drop_site = site;
-            break;
-        default: throw Error("dropout on featureless (identity) input is not supported");
-    }
+    dropout_feature_view(training, in, out, values, p, seed, epoch, site, [&](float *dropped) {
+        dropout_rows_fwd(in.dense, dropped, in.rows, in.cols, in.drop_row_ids, p, DropoutKey{seed, epoch, site});
+    });
 }
 
 // Identity rows selected by idx through a weight: Y[r] = W[idx[r]] (optionally per type).
