@@ -259,10 +259,27 @@ def _row_softmax(ctx, op, g):
 
 def _dot(ctx, op, g):
     a, b = op.inputs
+    heads = op.attrs.get("heads", 1)
+    # one gradient entry per head, spread over that head's features
+    spread = (lambda v: ctx.emit("head_mul", v, g, heads=heads)) if heads > 1 else (lambda v: ctx.emit("mul", g, v))
     if ctx.needs(a):
-        ctx.accumulate(a, ctx.emit("mul", g, b))
+        ctx.accumulate(a, ctx.reduce_to(spread(b), a))
     if ctx.needs(b):
-        ctx.accumulate(b, ctx.reduce_to(ctx.emit("mul", g, a), b))
+        ctx.accumulate(b, ctx.reduce_to(spread(a), b))
+
+
+def _head_mul(ctx, op, g):
+    x, s = op.inputs
+    heads = op.attrs["heads"]
+    if ctx.needs(x):
+        ctx.accumulate(x, ctx.reduce_to(ctx.emit("head_mul", g, s, heads=heads), x))
+    if ctx.needs(s):
+        ctx.accumulate(s, ctx.emit("dot", g, x, heads=heads))
+
+
+def _head_mean(ctx, op, g):
+    heads = op.attrs["heads"]
+    ctx.accumulate(op.inputs[0], ctx.emit("head_repeat", g, heads=heads, c=1.0 / heads))
 
 
 def _edge_softmax(ctx, op, g):
@@ -304,7 +321,7 @@ GRADIENT_RULES = {
     "linear": _linear, "typed_linear": _typed_linear, "typed_param": _typed_param,
     "gather": _gather, "scatter": _scatter, "aggregate": _aggregate,
     "graph_scalar": _no_gradient, "add": _add, "sub": _sub, "mul": _mul, "div": _div,
-    "scale": _scale, "neg": _neg, "bias_add": _bias_add, "dot": _dot,
+    "scale": _scale, "neg": _neg, "bias_add": _bias_add, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean,
     "edge_softmax": _edge_softmax, "concat": _concat, "dropout": _dropout,
     "matvec": _matvec, "param_slice": _param_slice,
     **{act: _activation for act in ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")},

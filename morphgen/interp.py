@@ -377,7 +377,19 @@ class Interpreter:
 
     def _op_dot(self, op, a, b):
         a, b = self._binary_operands(op, a, b)
-        return np.sum(a * b, axis=-1, keepdims=True)
+        heads = op.attrs.get("heads", 1)
+        prod = np.broadcast_to(a * b, np.broadcast_shapes(a.shape, b.shape))
+        return prod.reshape(prod.shape[0], heads, -1).sum(axis=-1)
+
+    def _op_head_mul(self, op, x, s):
+        x, s = self._dense(x, op), self._dense(s, op)
+        heads = op.attrs["heads"]
+        per_head = np.broadcast_to(x, (s.shape[0], x.shape[-1])).reshape(s.shape[0], heads, -1)
+        return (per_head * s[:, :, None]).reshape(s.shape[0], -1)
+
+    def _op_head_mean(self, op, x):
+        x = self._dense(x, op)
+        return x.reshape(x.shape[0], op.attrs["heads"], -1).mean(axis=1)
 
     def _op_edge_softmax(self, op, s):
         s = self._dense(s, op)
@@ -465,6 +477,9 @@ class Interpreter:
 
     def _op_feature_sum(self, op, g):
         return g.sum(axis=1, keepdims=True)
+
+    def _op_head_repeat(self, op, g):
+        return np.tile(g, (1, op.attrs["heads"])) * op.attrs.get("c", 1.0)
 
     def _op_act_grad(self, op, g, y):
         act = op.attrs["act"]

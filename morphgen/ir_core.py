@@ -138,6 +138,20 @@ def dim_sub(a, b):
     return dim_add(a, format_dim(-cb, {k: -c for k, c in sb.items()}) if sb else -cb)
 
 
+def dim_mul(dim, k: int):
+    """``dim`` times the positive integer ``k`` (``"C"`` * 3 -> ``"C+C+C"``)."""
+    const, coefs = parse_dim(dim)
+    return format_dim(const * k, {s: c * k for s, c in coefs.items()})
+
+
+def dim_div(dim, k: int):
+    """``dim`` divided by the positive integer ``k``, or None where it does not divide exactly."""
+    const, coefs = parse_dim(dim)
+    if const % k or any(c % k for c in coefs.values()):
+        return None
+    return format_dim(const // k, {s: c // k for s, c in coefs.items()})
+
+
 def _symbol_terms(dim: str) -> list:
     return list(parse_dim(dim)[1])
 

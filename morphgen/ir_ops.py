@@ -24,7 +24,11 @@ relu|exp|sigmoid|tanh(x)     elementwise; leaky_relu(x, alpha), elu(x, alpha)
 sqrt|rsqrt|log|abs|gelu|softplus(x), pow(x, c), shift(x, c)
                              elementwise math; rsqrt(0) = 0; shift adds the constant c
 softmax|log_softmax(x)       over the features of each row
-dot(a, b)                    rowwise dot product -> [1]
+dot(a, b, heads=1)           rowwise dot product -> [1]; with heads=H, one dot per head of the
+                             head-major layout [H, W/H] -> [H]
+head_mul(x, s, heads)        x [H*D] (rows, or a vector weight shared by every row) times s [H]:
+                             each head's D features scaled by that head's entry of s
+head_mean(x, heads)          [H*D] -> [D]: the mean over heads (concatenating heads needs no op)
 edge_softmax(s)              edge [H] -> edge [H], softmax over each destination's in-edges
 typed_param(W)               W param [T,K] with domain etype|ntype -> edge|node [K]: row W[type]
 concat(a, b, ...)            same association, widths add up
@@ -50,6 +54,7 @@ feature_sum(g)               Σ_f g[r,f] -> [1] per row (broadcast width-1 gradi
 act_grad(g, y, act, alpha)   activation derivative expressed with the forward output y
 math_grad(g, x, fn, c)       g ⊙ f'(x) for the elementwise math function fn (with constant c)
 softmax_grad(g, y, log)      row softmax (log=False) or log-softmax (log=True) backward from y
+head_repeat(g, heads, c)     [D] -> [H*D]: g copied to every head, times c (head_mean's gradient)
 edge_softmax_grad(g, y)      y ⊙ (g − Σ_{in-edges of dst} y ⊙ g)
 aggregate_max_grad(g, x, y)  route g[v,f] to the argmax source of the forward max
 scatter_max_grad(g, m, y)    route g[v,f] to the argmax edge of the forward max
@@ -62,7 +67,7 @@ matvec_t(W, g)               Wᵀ·g per type: matvec's vector gradient
 """
 from __future__ import annotations
 
-from .ir_core import IRError, Op, Value, dim_add, dim_sub
+from .ir_core import IRError, Op, Value, dim_add, dim_div, dim_mul, dim_sub
 
 UNARY = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh", "neg")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")
@@ -232,12 +237,40 @@ def _bias_add(ins, attrs, loc):
     return x.assoc, x.shape, "f32"
 
 
+def _heads(x: Value, attrs, loc, what) -> int:
+    """The head count of a per-head op: a positive int dividing ``x``'s width (features are
+    laid out head-major, ``[heads, width / heads]``, so concatenating heads is free)."""
+    heads = attrs.get("heads", 1)
+    _need(isinstance(heads, int) and not isinstance(heads, bool) and heads >= 1,
+          f"{what}: heads must be a positive integer, got {heads!r}", loc)
+    _need(dim_div(x.width, heads) is not None, f"{what}: width {x.width} is not a multiple of {heads} heads", loc)
+    return heads
+
+
 def _dot(ins, attrs, loc):
     a, b = ins
     _need(a.assoc == b.assoc or b.assoc == "param",
           f"dot: cannot combine a {a.assoc} value with a {b.assoc} value", loc)
     _need(_same_width(a.width, b.width), f"dot: widths {a.width} and {b.width} differ", loc)
-    return a.assoc, (1,), "f32"
+    return a.assoc, (_heads(a, attrs, loc, "dot"),), "f32"
+
+
+def _head_mul(ins, attrs, loc):
+    x, s = ins
+    heads = _heads(x, attrs, loc, "head_mul")
+    _need(_rows(s) and s.width == heads,
+          f"head_mul needs one value per head ({heads}) per row, got {s.describe()}", loc)
+    _need(x.assoc in (s.assoc, "param"), f"head_mul: cannot combine {x.describe()} with {s.describe()}", loc)
+    _need(x.assoc != "param" or len(x.shape) == 1 and x.domain is None,
+          f"head_mul needs a vector weight, got {x.describe()}", loc)
+    return s.assoc, (x.width,), "f32"
+
+
+def _head_mean(ins, attrs, loc):
+    (x,) = ins
+    _need(_rows(x), f"head_mean needs a node or edge value, got {x.describe()}", loc)
+    heads = _heads(x, attrs, loc, "head_mean")
+    return x.assoc, (dim_div(x.width, heads),), "f32"
 
 
 def _edge_softmax(ins, attrs, loc):
@@ -275,7 +308,7 @@ def _cross_entropy(ins, attrs, loc):
 _RULES = {
     "linear": _linear, "typed_linear": _typed_linear, "typed_param": _typed_param, "gather": _gather, "scatter": _scatter,
     "aggregate": _aggregate, "graph_scalar": _graph_scalar, "bias_add": _bias_add,
-    "scale": _unary, "dot": _dot, "edge_softmax": _edge_softmax, "concat": _concat,
+    "scale": _unary, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean, "edge_softmax": _edge_softmax, "concat": _concat,
     "dropout": _dropout, "cross_entropy": _cross_entropy,
     **{op: _binary for op in BINARY}, **{op: _unary for op in UNARY},
     **{op: _math for op in MATH_FUNCTIONS}, **{op: _row_softmax for op in ROW_SOFTMAXES},
@@ -402,6 +435,15 @@ def _softmax_grad(ins, attrs, loc):
     return g.assoc, g.shape, "f32"
 
 
+def _head_repeat(ins, attrs, loc):
+    (g,) = ins
+    _need(_rows(g), f"head_repeat needs a node or edge value, got {g.describe()}", loc)
+    heads = attrs.get("heads", 1)
+    _need(isinstance(heads, int) and not isinstance(heads, bool) and heads >= 1,
+          f"head_repeat: heads must be a positive integer, got {heads!r}", loc)
+    return g.assoc, (dim_mul(g.width, heads),), "f32"
+
+
 def _edge_softmax_grad(ins, attrs, loc):
     g, y = ins
     _need(g.assoc == "edge" and y.assoc == "edge", "edge_softmax_grad needs edge values", loc)
@@ -468,7 +510,7 @@ def _matvec_t(ins, attrs, loc):
 
 PASS_OPCODES = ("param_slice", "matvec")
 BACKWARD_OPCODES = ("matmul_nt", "matmul_tn", "typed_matmul_nt", "typed_matmul_tn", "typed_row_sum",
-                    "row_sum", "feature_sum", "act_grad", "math_grad", "softmax_grad", "edge_softmax_grad",
+                    "row_sum", "feature_sum", "head_repeat", "act_grad", "math_grad", "softmax_grad", "edge_softmax_grad",
                     "aggregate_max_grad", "scatter_max_grad", "dropout_grad",
                     "cross_entropy_grad", "slice", "row_concat", "outer", "matvec_t")
 

@@ -759,6 +759,16 @@ inline void rowwise_dot_fwd(const float *a, const float *b, bool b_is_row, float
     cuda::launch("rowwise dot (rowwise_dot_kernel)", cuda::rowwise_dot_kernel, dim3(cuda::warp_blocks(rows * heads)),
                  dim3(cuda::kThreads), a, b, b_is_row, out, rows, heads, dim);
 }
+inline void head_mul(const float *x, bool x_is_row, const float *s, float *out, int64_t rows, int64_t heads,
+                     int64_t dim) {
+    cuda::map("per-head scaling (HeadMulOp)", rows * heads * dim, cuda::HeadMulOp{x, x_is_row, s, out, heads, dim});
+}
+inline void head_sum(const float *x, float c, float *out, int64_t rows, int64_t heads, int64_t dim) {
+    cuda::map("sum over heads (HeadSumOp)", rows * dim, cuda::HeadSumOp{x, c, out, heads, dim});
+}
+inline void head_repeat(const float *g, float c, float *out, int64_t rows, int64_t heads, int64_t dim) {
+    cuda::map("copy to every head (HeadRepeatOp)", rows * heads * dim, cuda::HeadRepeatOp{g, c, out, heads, dim});
+}
 inline void edge_softmax_fwd(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H, float *alpha) {
     cuda::launch("edge softmax (edge_softmax_kernel)", cuda::edge_softmax_kernel, dim3(cuda::warp_blocks(num_nodes * H)),
                  dim3(cuda::kThreads), s, indptr, num_nodes, H, alpha);

@@ -25,7 +25,8 @@ from morphgen.ir import Value
 # ghost row whose inputs hold the owner's values, they give the owner's value there too.
 _ROW_LOCAL = {"linear", "typed_linear", "bias_add", "relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh", "neg",
               "sqrt", "rsqrt", "log", "abs", "pow", "gelu", "softplus", "shift", "add", "sub", "mul", "div",
-              "scale", "dropout", "softmax", "log_softmax", "concat", "dot", "slice"}
+              "scale", "dropout", "softmax", "log_softmax", "concat", "dot", "slice",
+              "head_mul", "head_mean", "head_repeat"}
 
 
 class MPIEmitter(OpenMPEmitter):

@@ -768,8 +768,30 @@ class OpenMPEmitter:
 
     def op_dot(self, op, a, b):
         is_row = "true" if b.assoc == "param" and a.assoc != "param" else "false"
+        heads = op.attrs.get("heads", 1)
         return self.timed("elementwise", f"mg::rowwise_dot_fwd({self.ptr(a)}, {self.ptr(b)}, {is_row}, "
-                          f"{self.ptr(op.output)}, {self.rows(a)}, 1, {self.width(a)})", f"8.0 * {self.numel(a)}")
+                          f"{self.ptr(op.output)}, {self.rows(a)}, {heads}, {self.head_dim(a, heads)})",
+                          f"8.0 * {self.numel(a)}")
+
+    def head_dim(self, v: Value, heads: int) -> str:
+        return f"({self.width(v)}) / {heads}"
+
+    def op_head_mul(self, op, x, s):
+        heads = op.attrs["heads"]
+        is_row = "true" if x.assoc == "param" else "false"
+        return self.timed("elementwise", f"mg::head_mul({self.ptr(x)}, {is_row}, {self.ptr(s)}, {self.ptr(op.output)}, "
+                          f"{self.rows(s)}, {heads}, {self.head_dim(x, heads)})", f"12.0 * {self.numel(op.output)}")
+
+    def op_head_mean(self, op, x):
+        heads = op.attrs["heads"]
+        return self.timed("elementwise", f"mg::head_sum({self.ptr(x)}, {_float(1.0 / heads)}, {self.ptr(op.output)}, "
+                          f"{self.rows(x)}, {heads}, {self.head_dim(x, heads)})", f"4.0 * {self.numel(x)}")
+
+    def op_head_repeat(self, op, g):
+        heads = op.attrs["heads"]
+        return self.timed("elementwise", f"mg::head_repeat({self.ptr(g)}, {_float(op.attrs.get('c', 1.0))}, "
+                          f"{self.ptr(op.output)}, {self.rows(g)}, {heads}, {self.width(g)})",
+                          f"4.0 * {self.numel(op.output)}")
 
     def op_edge_softmax(self, op, s):
         return self.timed("edges", f"mg::edge_softmax_fwd({self.ptr(s)}, m.graph.indptr, m.graph.num_nodes, "

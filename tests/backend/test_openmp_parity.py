@@ -17,6 +17,7 @@ CASES = {
     "sage_max": lambda: models.sage("max"),
     "gin": lambda: models.gin(),
     "gat": lambda: models.gat(),
+    "gat_heads": lambda: models.gat_heads(),
 }
 
 

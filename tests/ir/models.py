@@ -6,6 +6,7 @@ models can be checked by finite differences.
 """
 from __future__ import annotations
 
+from morphgen.ir_core import dim_mul
 from morphgen.ir import Param, Program
 from morphgen.ir_ops import Builder
 
@@ -124,6 +125,28 @@ def gat(hidden=8, layers=2) -> Program:
         msg = m.emit("mul", m.emit("gather", z, end="src"), al)
         out = m.emit("bias_add", m.emit("scatter", msg, reduce="sum"), b)
         h = m.activation(out, "elu" if layer < layers - 1 else None)
+    return m.finish(h)
+
+
+def gat_heads(hidden=4, heads=3, out_heads=2) -> Program:
+    """Two-layer multi-head GAT: hidden heads concatenated, output heads averaged."""
+    m = ModelBuilder("gat_heads")
+    h = m.x
+    for layer, (k, o, nh) in enumerate([("F", hidden, heads), (hidden * heads, "C", out_heads)]):
+        width = dim_mul(o, nh)
+        w = m.param(f"layer{layer}.W", (k, width))
+        z = m.emit("linear", h, w)
+        ss = m.emit("dot", z, m.param(f"layer{layer}.a_src", (width,)), heads=nh)
+        sd = m.emit("dot", z, m.param(f"layer{layer}.a_dst", (width,)), heads=nh)
+        s = m.emit("leaky_relu", m.emit("add", m.emit("gather", ss, end="src"),
+                                         m.emit("gather", sd, end="dst")), alpha=0.2)
+        al = m.emit("edge_softmax", s)
+        msg = m.emit("head_mul", m.emit("gather", z, end="src"), al, heads=nh)
+        out = m.emit("scatter", msg, reduce="sum")
+        if layer == 1:
+            out = m.emit("head_mean", out, heads=nh)
+        out = m.emit("bias_add", out, m.param(f"layer{layer}.b", (out.width,), init="zeros"))
+        h = m.activation(out, "elu" if layer == 0 else None)
     return m.finish(h)
 
 

@@ -101,6 +101,47 @@ def _dot_param(m, h, k):
     return m.emit("dot", h, m.param("a", (k,)))
 
 
+HEADS, HEAD_DIM = 3, 4
+
+
+def _per_head(m, h, k, name="Wz"):
+    """A node value of HEADS heads of HEAD_DIM features each."""
+    return m.emit("linear", h, m.param(name, (k, HEADS * HEAD_DIM)))
+
+
+def _dot_heads_rows(m, h, k):
+    z, other = _per_head(m, h, k), m.emit("linear", m.x, m.param("Wb", (F, HEADS * HEAD_DIM)))
+    return m.emit("dot", m.emit("gather", z, end="src"), m.emit("gather", other, end="dst"), heads=HEADS)
+
+
+def _dot_heads_param(m, h, k):
+    return m.emit("dot", _per_head(m, h, k), m.param("a", (HEADS * HEAD_DIM,)), heads=HEADS)
+
+
+def _head_mul_rows(m, h, k):
+    s = m.emit("linear", h, m.param("Ws", (k, HEADS)))
+    return m.emit("head_mul", _per_head(m, h, k), s, heads=HEADS)
+
+
+def _head_mul_param(m, h, k):
+    s = m.emit("linear", h, m.param("Ws", (k, HEADS)))
+    return m.emit("head_mul", m.param("v", (HEADS * HEAD_DIM,)), s, heads=HEADS)
+
+
+def _head_mean(m, h, k):
+    return m.emit("head_mean", _per_head(m, h, k), heads=HEADS)
+
+
+def _multi_head_attention(m, h, k):
+    """GAT's attention over HEADS heads: per-head scores, edge softmax per head, weighted sum."""
+    z = _per_head(m, h, k)
+    ss = m.emit("dot", z, m.param("a_src", (HEADS * HEAD_DIM,)), heads=HEADS)
+    sd = m.emit("dot", z, m.param("a_dst", (HEADS * HEAD_DIM,)), heads=HEADS)
+    s = m.emit("add", m.emit("gather", ss, end="src"), m.emit("gather", sd, end="dst"))
+    al = m.emit("edge_softmax", m.emit("leaky_relu", s, alpha=0.2))
+    return m.emit("head_mul", m.emit("gather", z, end="src"), al, heads=HEADS)
+
+
 def _edge_softmax(m, h, k):
     score = m.emit("gather", h, end="src")
     al = m.emit("edge_softmax", score)
@@ -199,6 +240,12 @@ CASES = {
     "log_softmax": _wide("log_softmax"),
     "dot_rows": _dot_rows,
     "dot_param": _dot_param,
+    "dot_heads_rows": _dot_heads_rows,
+    "dot_heads_param": _dot_heads_param,
+    "head_mul_rows": _head_mul_rows,
+    "head_mul_param": _head_mul_param,
+    "head_mean": _head_mean,
+    "multi_head_attention": _multi_head_attention,
     "edge_softmax": _edge_softmax,
     "concat": _concat,
     "dropout": _dropout,

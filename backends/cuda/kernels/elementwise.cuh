@@ -226,6 +226,46 @@ struct CopyColsOp {
     }
 };
 
+// Per-head scaling: out[i, h, d] = x[i or 0, h, d] * s[i, h] (x_is_row: one shared weight row).
+struct HeadMulOp {
+    const float *x;
+    bool x_is_row;
+    const float *s;
+    float *out;
+    int64_t heads, dim;
+    __device__ void operator()(int64_t k) const {
+        const int64_t w = heads * dim, i = k / w, j = k % w;
+        out[k] = (x_is_row ? x[j] : x[k]) * s[i * heads + j / dim];
+    }
+};
+
+// out[i, d] = c * sum_h x[i, h, d], the heads added in order (the same sum as the CPU backend).
+struct HeadSumOp {
+    const float *x;
+    float c;
+    float *out;
+    int64_t heads, dim;
+    __device__ void operator()(int64_t k) const {
+        const int64_t i = k / dim, d = k % dim;
+        const float *xr = x + i * heads * dim + d;
+        float acc = xr[0];
+        for (int64_t h = 1; h < heads; ++h) acc += xr[h * dim];
+        out[k] = acc * c;
+    }
+};
+
+// out[i, h, d] = c * g[i, d] for every head h.
+struct HeadRepeatOp {
+    const float *g;
+    float c;
+    float *out;
+    int64_t heads, dim;
+    __device__ void operator()(int64_t k) const {
+        const int64_t i = k / (heads * dim), d = k % dim;
+        out[k] = c * g[i * dim + d];
+    }
+};
+
 // Softmax or log-softmax of each row (max-shifted), one warp per row; backward from the output.
 __global__ void row_softmax_kernel(const float *x, const float *g, float *y, int64_t rows, int64_t cols, bool log) {
     const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;

@@ -340,6 +340,51 @@ inline void rowwise_dot_bwd(const float* a, const float* b, bool b_is_row, const
     }
 }
 
+// Per-head scaling: out[i, h, d] = x[i or 0, h, d] * s[i, h].  With x_is_row, x is one
+// [heads*dim] parameter row shared by every row (the gradient of a per-head dot with a weight).
+inline void head_mul(const float* x, bool x_is_row, const float* s, float* out, int64_t rows, int64_t heads,
+                     int64_t dim) {
+    const int64_t w = heads * dim;
+#pragma omp parallel for schedule(static) if (rows * w > ew_detail::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* xr = x_is_row ? x : x + i * w;
+        for (int64_t h = 0; h < heads; ++h) {
+            const float sv = s[i * heads + h];
+#pragma omp simd
+            for (int64_t d = 0; d < dim; ++d) out[i * w + h * dim + d] = xr[h * dim + d] * sv;
+        }
+    }
+}
+
+// out[i, d] = c * sum_h x[i, h, d]: c = 1/heads averages the heads.
+inline void head_sum(const float* x, float c, float* out, int64_t rows, int64_t heads, int64_t dim) {
+#pragma omp parallel for schedule(static) if (rows * heads * dim > ew_detail::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* xr = x + i * heads * dim;
+        float* o = out + i * dim;
+#pragma omp simd
+        for (int64_t d = 0; d < dim; ++d) o[d] = xr[d];
+        for (int64_t h = 1; h < heads; ++h) {
+#pragma omp simd
+            for (int64_t d = 0; d < dim; ++d) o[d] += xr[h * dim + d];
+        }
+#pragma omp simd
+        for (int64_t d = 0; d < dim; ++d) o[d] *= c;
+    }
+}
+
+// out[i, h, d] = c * g[i, d] for every head h (the gradient of the mean over heads).
+inline void head_repeat(const float* g, float c, float* out, int64_t rows, int64_t heads, int64_t dim) {
+#pragma omp parallel for schedule(static) if (rows * heads * dim > ew_detail::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* gr = g + i * dim;
+        for (int64_t h = 0; h < heads; ++h) {
+#pragma omp simd
+            for (int64_t d = 0; d < dim; ++d) out[(i * heads + h) * dim + d] = c * gr[d];
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Concat / slice along the feature axis.
 // ---------------------------------------------------------------------------------------
