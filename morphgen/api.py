@@ -21,7 +21,7 @@ import numpy as np
 from .backends import require as require_backend
 from .errors import UserError
 from .pipeline import (build_library, check_run_fits, choose_feature_path, features_payload, lower,
-                       normalize_features, sizes_of)
+                       preprocess, sizes_of)
 
 
 @dataclass
@@ -108,8 +108,8 @@ class CompiledModel:
         if self._built_for != self._build_key(dataset):
             self.build(dataset)
         self.bound_to = dataset
-        normalised = normalize_features(dataset, self.program.feature_normalization)
-        own_copy = normalised is not dataset or sp.issparse(dataset.features)   # made here: ours to give
+        normalised = preprocess(dataset, self.program)
+        own_copy = normalised.features is not dataset.features or sp.issparse(dataset.features)   # made here: ours to give
         dataset = normalised
         layout = GraphLayout.from_graph(dataset.graph)
         masks = (dataset.train_mask, dataset.val_mask, dataset.test_mask)

@@ -91,6 +91,21 @@ class Graph:
         return counts[inverse].astype(np.int64)
 
 
+def with_self_loops(graph: Graph) -> Graph:
+    """``graph`` with an edge v -> v appended for every node that has none (PyG's
+    add_remaining_self_loops): existing edges keep their ids, the loops follow them."""
+    if graph.num_etypes > 1 or graph.etype is not None:
+        raise GraphError("gnn.addSelfLoops: the graph has edge types, and a self loop would need one; "
+                         "self loops are supported on graphs with one edge type")
+    has_loop = np.zeros(graph.num_nodes, bool)
+    has_loop[graph.src[graph.src == graph.dst]] = True
+    missing = np.flatnonzero(~has_loop).astype(np.int64)
+    if missing.size == 0:
+        return graph
+    return Graph(graph.num_nodes, np.concatenate([graph.src, missing]), np.concatenate([graph.dst, missing]),
+                 ntype=graph.ntype, num_ntypes=graph.num_ntypes, meta=dict(graph.meta))
+
+
 def _csr(keys: np.ndarray, n: int):
     order = np.argsort(keys, kind="stable").astype(np.int64)
     indptr = np.zeros(n + 1, np.int64)

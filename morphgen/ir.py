@@ -44,6 +44,7 @@ class Program:
     sizes: dict = field(default_factory=dict)       # size symbol -> int once bound
     featureless: bool = False                       # the features input is the identity
     feature_normalization: Optional[str] = None     # "row": features scaled to unit row sums at load
+    self_loops: bool = False                        # gnn.addSelfLoops: a loop added at every node at load
     fusion: list = field(default_factory=list)      # [FusionGroup] from morphgen.passes.fusion
     fingerprint: str = ""                           # of the program as written (source_fingerprint)
     _next_id: int = 0
@@ -218,5 +219,7 @@ class Program:
                    f"betas=({o.beta1}, {o.beta2}) eps={o.eps} momentum={o.momentum}")
         if self.feature_normalization:
             out.append(f"features normalised: {self.feature_normalization}")
+        if self.self_loops:
+            out.append("graph: self loops added")
         out.append(f"epochs {self.epochs}")
         return "\n".join(out)

@@ -74,6 +74,18 @@ def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: b
     return ("sparse" if sparsity > tau else "dense"), sparsity, tau, source
 
 
+def preprocess(dataset, program):
+    """The program's load-time preprocessing of the data, on copies: the graph option
+    (gnn.addSelfLoops) and the input feature normalisation (gnn.normalizeFeatures)."""
+    import dataclasses
+    from .graph import with_self_loops
+    if program.self_loops:
+        looped = with_self_loops(dataset.graph)
+        if looped is not dataset.graph:
+            dataset = dataclasses.replace(dataset, graph=looped)
+    return normalize_features(dataset, program.feature_normalization)
+
+
 def normalize_features(dataset, kind: Optional[str]):
     """The program's input preprocessing (gnn.normalizeFeatures), on a copy of the features."""
     import dataclasses

@@ -66,7 +66,7 @@ def train_distributed(args) -> int:
     from morphgen.api import CompiledModel
     from morphgen.data import load_dataset
     from morphgen.interp import init_params
-    from morphgen.pipeline import features_payload, normalize_features
+    from morphgen.pipeline import features_payload, preprocess
 
     def log(text):
         print(text, file=sys.stderr, flush=True)
@@ -85,7 +85,7 @@ def train_distributed(args) -> int:
     model.build(dataset)
     program = model.program
     path = model.feature_path[0]
-    normalised = normalize_features(dataset, program.feature_normalization)
+    normalised = preprocess(dataset, program)
     kind, payload = features_payload(normalised, path)
     if kind != "identity":
         normalised = dataclasses.replace(normalised, features=payload)

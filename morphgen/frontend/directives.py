@@ -5,6 +5,7 @@ kind is only a recipe of linear / aggregate / attention ops written out here.
 from __future__ import annotations
 
 from ..ir import IRError, Optimizer, Param
+from ..ir_core import dim_mul
 from ..grammar import ast as A
 from ..grammar.diagnostics import suggest
 from .expressions import widths_conflict
@@ -142,6 +143,26 @@ class LayerExpander:
             return h
         return self.b.emit("bias_add", h, self.param(spec, role, (h.width,), "zeros"), loc=loc)
 
+    def attention(self, spec: LayerSpec, h, loc):
+        """GAT (Velickovic et al.): per head, scores a_src·z_u + a_dst·z_v through leaky ReLU,
+        softmax over each node's in-edges, the weighted sum of z_u; heads concatenated or averaged."""
+        emit, heads = self.b.emit, spec.heads
+        per_head = {"heads": heads} if heads > 1 else {}
+        width = dim_mul(spec.out_width, heads)
+        z = emit("linear", h, self.param(spec, "W", (spec.in_width, width), spec.init), loc=loc)
+        ss = emit("dot", z, self.param(spec, "a_src", (width,), spec.init), loc=loc, **per_head)
+        sd = emit("dot", z, self.param(spec, "a_dst", (width,), spec.init), loc=loc, **per_head)
+        s = emit("add", emit("gather", ss, loc=loc, end="src"), emit("gather", sd, loc=loc, end="dst"), loc=loc)
+        al = emit("edge_softmax", emit("leaky_relu", s, loc=loc, alpha=0.2), loc=loc)
+        if spec.attention_dropout > 0:
+            al = emit("dropout", al, loc=loc, p=float(spec.attention_dropout))
+        src = emit("gather", z, loc=loc, end="src")
+        msg = emit("head_mul", src, al, loc=loc, heads=heads) if heads > 1 else emit("mul", src, al, loc=loc)
+        out = emit("scatter", msg, loc=loc, reduce="sum", end="dst")
+        if heads > 1 and not spec.concat:
+            out = emit("head_mean", out, loc=loc, heads=heads)
+        return self.bias(spec, out, loc)
+
     def expand(self, spec: LayerSpec, kind: str, agg: str, h, is_last: bool, loc):
         emit = self.b.emit
         if spec.dropout > 0:
@@ -149,10 +170,12 @@ class LayerExpander:
         k, m = spec.in_width, spec.out_width
         if kind == "GCN":
             z = emit("linear", h, self.param(spec, "W", (k, m), spec.init), loc=loc)
+            # the self term, unless the graph already holds a loop at every node (gnn.addSelfLoops)
+            self_term = not self.program.self_loops
             if agg == "sum":
-                out = emit("aggregate", z, loc=loc, reduce="sum", norm="gcn", self_loops=True)
+                out = emit("aggregate", z, loc=loc, reduce="sum", norm="gcn", self_loops=self_term)
             else:
-                out = emit("aggregate", z, loc=loc, reduce="mean", norm="none", self_loops=True)
+                out = emit("aggregate", z, loc=loc, reduce="mean", norm="none", self_loops=self_term)
             out = self.bias(spec, out, loc)
         elif kind == "SAGE":
             n = emit("aggregate", h, loc=loc, reduce=agg, norm="none", self_loops=False)
@@ -167,14 +190,7 @@ class LayerExpander:
             out = emit("linear", t, self.param(spec, "W2", (m, m), spec.init), loc=loc)
             out = self.bias(spec, out, loc, "b2")
         elif kind == "GAT":
-            z = emit("linear", h, self.param(spec, "W", (k, m), spec.init), loc=loc)
-            ss = emit("dot", z, self.param(spec, "a_src", (m,), spec.init), loc=loc)
-            sd = emit("dot", z, self.param(spec, "a_dst", (m,), spec.init), loc=loc)
-            s = emit("add", emit("gather", ss, loc=loc, end="src"),
-                     emit("gather", sd, loc=loc, end="dst"), loc=loc)
-            al = emit("edge_softmax", emit("leaky_relu", s, loc=loc, alpha=0.2), loc=loc)
-            msg = emit("mul", emit("gather", z, loc=loc, end="src"), al, loc=loc)
-            out = self.bias(spec, emit("scatter", msg, loc=loc, reduce="sum", end="dst"), loc)
+            out = self.attention(spec, h, loc)
         else:                                    # checked before expansion
             raise SemanticError(loc, f"unknown layer kind '{kind}'")
         act = spec.activation
@@ -239,7 +255,7 @@ class DirectiveLowering:
         k, m = self.width(e.args[0]), self.width(e.args[1])
         t = self.train
         idx = len(t.layers)
-        prev = t.layers[-1].out_width if t.layers else (self.features.width if self.features else None)
+        prev = t.layers[-1].output_width if t.layers else (self.features.width if self.features else None)
         if prev is not None and widths_conflict(prev, k):
             what = f"layer {idx - 1} output width" if t.layers else "the feature width"
             raise SemanticError(e.args[0].coord, f"layer {idx} input width {k} does not match "
@@ -260,7 +276,27 @@ class DirectiveLowering:
                 if not isinstance(v, str):
                     raise SemanticError(coord, f"init must be a string, got {describe(v)}")
                 spec.init = check_choice(coord, "initialiser", v, INITS)
+            elif key == "heads":
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    shown = v if isinstance(v, (int, float)) and not isinstance(v, bool) else describe(v)
+                    raise SemanticError(coord, f"heads must be a positive integer, got {shown}")
+                spec.heads = v
+            elif key == "concat":
+                if not isinstance(v, bool):
+                    raise SemanticError(coord, f"concat must be true or false, got {describe(v)}")
+                spec.concat = v
+            elif key == "attention_dropout":
+                spec.attention_dropout = float(check_number(coord, "attention_dropout", v, lo=0.0, hi=1.0,
+                                                            hi_open=True))
         t.layers.append(spec)
+
+    def d_addSelfLoops(self, e, kw):
+        """A graph option, applied to the data once at load time: every node gets an edge to
+        itself (where it has none), so aggregations and edge softmax include the node."""
+        self._arity(e, (0,), "no arguments")
+        if self.program.self_loops:
+            raise SemanticError(e.coord, "gnn.addSelfLoops is declared twice")
+        self.program.self_loops = True
 
     def d_optimizer(self, e, kw):
         self._arity(e, (1,), "1 argument (\"adam\", \"adamw\" or \"sgd\") and keywords")
@@ -301,6 +337,11 @@ class DirectiveLowering:
             raise SemanticError(e.args[2].coord, "GAT sums attention-weighted messages; use \"Sum\"")
         t = self.train
         spec = t.check_forward(e.coord, l)
+        if kind != "GAT":
+            for key, unset in (("heads", 1), ("concat", True), ("attention_dropout", 0.0)):
+                if getattr(spec, key) != unset:
+                    raise SemanticError(e.args[1].coord, f"layer {l} runs {kind}, but '{key}' (declared at "
+                                                         f"line {spec.coord.line}) applies to GAT layers only")
         h = t.h if t.forwarded else self.features
         t.forwarded.append(l)
         expander = LayerExpander(self.program, self.b)

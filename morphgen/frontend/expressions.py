@@ -13,7 +13,8 @@ import operator
 from ..ir import Value
 from ..grammar import ast as A
 from ..grammar.diagnostics import suggest
-from .sema import (AGGREGATORS, BUILTINS, EDGE_BUILTIN_ATTRS, GRAPH_ATTRS, GRAPH_METHODS,
+from ..ir_core import dim_div
+from .sema import (AGGREGATORS, BUILTIN_KEYWORDS, BUILTINS, EDGE_BUILTIN_ATTRS, REQUIRED_KEYWORDS, GRAPH_ATTRS, GRAPH_METHODS,
                    NODE_BUILTIN_ATTRS, NODE_METHODS, ConstSym, ElemSym, GraphSym, LocalSym,
                    SUGGESTION_LIMIT, PoisonSym, Poisoned, PropSym, Scope, SemanticError, SizeSym,
                    WeightSym, check_number, describe, undeclared)
@@ -384,13 +385,40 @@ class ExpressionLowering:
                 raise SemanticError(e.coord, f"'{name}' is not a function")
             raise SemanticError(e.coord, f"unknown function '{name}'" + suggest(name, BUILTINS))
         lo, hi = BUILTINS[name]
-        if e.kwargs:
-            raise SemanticError(e.kwargs[0].coord, f"{name} takes no keyword arguments")
+        keywords = self._builtin_keywords(e, name)
         if not lo <= len(e.args) <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
             raise SemanticError(e.coord, f"{name} takes {want} argument(s), got {len(e.args)}")
         args = [self.expr(a) for a in e.args]
-        return getattr(self, "f_" + name)(e, args)
+        return getattr(self, "f_" + name)(e, args, **keywords)
+
+    def _builtin_keywords(self, e, name) -> dict:
+        """The keyword arguments of a builtin call: known names, given once, compile-time
+        positive integers (the only kind any builtin takes: ``heads``)."""
+        allowed = BUILTIN_KEYWORDS.get(name, ())
+        kw = {}
+        for k in e.kwargs:
+            if not allowed:
+                raise SemanticError(k.coord, f"{name} takes no keyword arguments")
+            if k.name not in allowed:
+                raise SemanticError(k.coord, f"{name} has no keyword '{k.name}'" + suggest(k.name, allowed))
+            if k.name in kw:
+                raise SemanticError(k.coord, f"keyword '{k.name}' is given twice")
+            value = self.expr(k.value)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                shown = value if isinstance(value, (int, float)) and not isinstance(value, bool) else describe(value)
+                raise SemanticError(k.value.coord, f"{k.name} must be a positive compile-time integer, "
+                                                   f"got {shown}")
+            kw[k.name] = value
+        for need in REQUIRED_KEYWORDS.get(name, ()):
+            if need not in kw:
+                raise SemanticError(e.coord, f"{name} needs the keyword '{need}' (for example "
+                                             f"{name}(x, {need} = 8))")
+        return kw
+
+    def _per_head_width(self, coord, what, width, heads):
+        if dim_div(width, heads) is None:
+            raise SemanticError(coord, f"{what}: width {width} is not a multiple of {heads} heads")
 
     def _const_arg(self, e, i, what, **limits):
         return float(check_number(e.args[i].coord, what, self.expr(e.args[i]), **limits))
@@ -458,7 +486,7 @@ class ExpressionLowering:
                                                  f"{describe(s)}")
         return self.b.emit("edge_softmax", s, loc=e.coord)
 
-    def f_dot(self, e, args):
+    def f_dot(self, e, args, heads=1):
         a = self.rows(args[0], e.args[0])
         b = args[1]
         if not (isinstance(b, Value) and b.assoc == "param"):
@@ -470,7 +498,32 @@ class ExpressionLowering:
             raise SemanticError(e.coord, f"dot: cannot combine {describe(a)} with {describe(b)}")
         if widths_conflict(a.width, b.width):
             raise SemanticError(e.coord, f"shape mismatch in dot: widths {a.width} and {b.width} differ")
-        return self.b.emit("dot", a, b, loc=e.coord)
+        if heads == 1:
+            return self.b.emit("dot", a, b, loc=e.coord)
+        self._per_head_width(e.coord, "dot", a.width, heads)
+        return self.b.emit("dot", a, b, loc=e.coord, heads=heads)
+
+    def f_scale_heads(self, e, args):
+        """``scale_heads(x, s)``: each of the ``width(s)`` heads of ``x`` times its entry of ``s``."""
+        s = self.rows(args[1], e.args[1])
+        x = args[0]
+        if not (isinstance(x, Value) and x.assoc == "param"):
+            x = self.rows(x, e.args[0])
+        elif len(x.shape) != 1 or x.domain is not None:
+            raise SemanticError(e.args[0].coord, f"scale_heads takes a value or a vector weight, not the "
+                                                 f"matrix '{x.name}'")
+        if x.assoc != "param" and x.assoc != s.assoc:
+            raise SemanticError(e.coord, f"scale_heads: cannot combine {describe(x)} with {describe(s)}")
+        if not isinstance(s.width, int):
+            raise SemanticError(e.args[1].coord, f"scale_heads needs a fixed number of heads: the second "
+                                                 f"argument has width {s.width}")
+        self._per_head_width(e.coord, "scale_heads", x.width, s.width)
+        return self.b.emit("head_mul", x, s, loc=e.coord, heads=s.width)
+
+    def f_mean_heads(self, e, args, heads):
+        x = self.rows(args[0], e.args[0])
+        self._per_head_width(e.coord, "mean_heads", x.width, heads)
+        return self.b.emit("head_mean", x, loc=e.coord, heads=heads)
 
     def f_concat(self, e, args):
         parts = [self.rows(v, n) for v, n in zip(args, e.args)]

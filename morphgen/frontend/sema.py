@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..grammar.diagnostics import show, suggest
+from ..ir_core import dim_mul
 
 # -- errors ------------------------------------------------------------------------------
 
@@ -178,7 +179,7 @@ REDUCTIONS = AGGREGATORS
 DIRECTIVES = {
     "layer": (("in_width", "out_width"),
               {"activation": "str", "dropout": "float", "bias": "bool", "init": "str",
-               "weight_decay": "bool"}),
+               "weight_decay": "bool", "heads": "int", "concat": "bool", "attention_dropout": "float"}),
     "forwardPass": (("layer", "kind", "aggregator"), {}),
     "loss": (("kind",), {}),                                   # or (property, kind)
     "backPropagation": ((), {}),                               # or (layer)
@@ -186,6 +187,7 @@ DIRECTIVES = {
                               "beta2": "float", "eps": "float", "momentum": "float"}),
     "optimizerStep": ((), {}),
     "normalizeFeatures": (("kind",), {}),
+    "addSelfLoops": ((), {}),
 }
 FEATURE_NORMALIZATIONS = ("row",)
 
@@ -195,7 +197,11 @@ BUILTINS = {
     "exp": (1, 1), "dot": (2, 2), "concat": (2, 64), "edge_softmax": (1, 1), "dropout": (2, 2),
     "sqrt": (1, 1), "rsqrt": (1, 1), "log": (1, 1), "abs": (1, 1), "pow": (2, 2), "gelu": (1, 1),
     "softplus": (1, 1), "softmax": (1, 1), "log_softmax": (1, 1),
+    "scale_heads": (2, 2), "mean_heads": (1, 1),
 }
+# The keyword arguments a builtin takes (all compile-time numbers), and those it requires.
+BUILTIN_KEYWORDS = {"dot": ("heads",), "mean_heads": ("heads",)}
+REQUIRED_KEYWORDS = {"mean_heads": ("heads",)}
 
 NODE_BUILTIN_ATTRS = {"in_degree": "in_degree", "out_degree": "out_degree"}
 EDGE_BUILTIN_ATTRS = {"rel_degree": "rel_degree"}
@@ -288,4 +294,12 @@ class LayerSpec:
     bias: bool = True
     init: str = "glorot"
     weight_decay: bool = True
+    heads: int = 1                       # GAT: attention heads
+    concat: bool = True                  # GAT: heads concatenated (True) or averaged (False)
+    attention_dropout: float = 0.0       # GAT: dropout on the attention coefficients
     extra: dict = field(default_factory=dict)
+
+    @property
+    def output_width(self):
+        """The width the next layer reads: concatenated heads widen the output."""
+        return dim_mul(self.out_width, self.heads) if self.concat else self.out_width

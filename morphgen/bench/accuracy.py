@@ -1,0 +1,110 @@
+"""Test accuracy of an example against PyTorch Geometric's model trained the same way.
+
+    python -m morphgen.bench.accuracy gat --dataset cora --seeds 0 1 2 [--data-dir DIR]
+
+Both sides train full batch for the program's epoch count on the same preprocessed data (the
+program's gnn.normalizeFeatures and gnn.addSelfLoops applied by morphgen's own functions) and
+report the test accuracy of the last epoch: no early stopping or model selection on either side.
+The PyG models are written as the papers and PyG's own examples write them.  Only the models
+listed in PEERS are compared; the figures go to docs/accuracy.md.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from morphgen.errors import UserError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _gat_pyg(torch, num_features, num_classes):
+    """Velickovic et al. for cora/citeseer: 8 heads x 8 (elu, concatenated), 1 output head,
+    dropout 0.6 on each layer's input and on the attention coefficients."""
+    from torch_geometric.nn import GATConv
+    F = torch.nn.functional
+
+    class GAT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = GATConv(num_features, 8, heads=8, dropout=0.6)
+            self.conv2 = GATConv(64, num_classes, heads=1, concat=False, dropout=0.6)
+
+        def forward(self, x, edge_index):
+            x = F.elu(self.conv1(F.dropout(x, 0.6, self.training), edge_index))
+            return self.conv2(F.dropout(x, 0.6, self.training), edge_index)
+
+    return GAT(), dict(lr=0.005, weight_decay=5e-4)
+
+
+PEERS = {"gat": _gat_pyg}
+
+
+def pyg_accuracy(model_name: str, dataset, epochs: int, seed: int) -> float:
+    """Final-epoch test accuracy of PyG's model (GATConv adds the self loops itself)."""
+    import torch
+    torch.manual_seed(seed)
+    torch.set_num_threads(2)
+    x = torch.from_numpy(np.asarray(dataset.features.todense() if hasattr(dataset.features, "todense")
+                                    else dataset.features, np.float32))
+    g = dataset.graph
+    keep = g.src != g.dst
+    edge_index = torch.from_numpy(np.stack([g.src[keep], g.dst[keep]]))
+    y = torch.from_numpy(dataset.labels.astype(np.int64))
+    train, test = torch.from_numpy(dataset.train_mask), torch.from_numpy(dataset.test_mask)
+    model, opt_args = PEERS[model_name](torch, x.shape[1], int(dataset.num_classes))
+    opt = torch.optim.Adam(model.parameters(), **opt_args)
+    for _ in range(epochs):
+        model.train()
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x, edge_index)[train], y[train])
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        pred = model(x, edge_index).argmax(dim=1)
+    return float((pred[test] == y[test]).float().mean())
+
+
+def morphgen_accuracy(model_name: str, dataset, seed: int) -> float:
+    import morphgen
+    model = morphgen.compile(EXAMPLES / f"{model_name}.mp", threads=2, seed=seed)
+    return float(model.fit(dataset, eval_every=0).final["test_acc"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m morphgen.bench.accuracy", description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", choices=sorted(PEERS))
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--data-dir")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = ap.parse_args(argv)
+    try:
+        from morphgen.data import load_dataset
+        from morphgen.frontend import compile_file
+        from morphgen.pipeline import normalize_features
+        dataset = load_dataset(args.dataset, data_dir=args.data_dir)
+        program = compile_file(str(EXAMPLES / f"{args.model}.mp"))
+        peer_data = normalize_features(dataset, program.feature_normalization)
+        rows = []
+        for seed in args.seeds:
+            ours = morphgen_accuracy(args.model, dataset, seed)
+            theirs = pyg_accuracy(args.model, peer_data, program.epochs, seed)
+            rows.append((seed, ours, theirs))
+            print(f"seed {seed}: morphgen {ours:.4f}  PyG {theirs:.4f}", flush=True)
+    except UserError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    for i, who in ((1, "morphgen"), (2, "PyG")):
+        vals = [r[i] for r in rows]
+        spread = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        print(f"{who}: mean {statistics.mean(vals):.4f} +- {spread:.4f} over seeds {args.seeds}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
