@@ -47,6 +47,8 @@ def _rewrite_one(program: Program) -> bool:
 
 
 def _dot_rewrite(program, op, uses, prod):
+    if op.attrs.get("heads", 1) > 1:
+        return None      # W·a would be one vector per head (a [K, heads] product): not rewritten yet
     for z, other in (op.inputs, op.inputs[::-1]):
         proj = prod.get(z.id)
         if proj is None or proj.opcode not in ("linear", "typed_linear") or z.assoc == "param":

@@ -196,3 +196,44 @@ def test_a_width_one_weight_is_a_learned_scalar():
     [d] = check_source(program(decl.replace("float[1]", "float[4]"),
                                "        forall (v in g.nodes()) { v.out = v.x * W * s; }\n"), "ir.mp")
     assert (d.col, d.message) == (51, "shape mismatch: widths 16 and 4 differ")
+
+
+def test_attention_heads_lower_to_per_head_ops():
+    src = program("""    weight<float[F][12]> W = glorot;  weight<float[12]> a = glorot;
+    weight<float[3][C]> O = glorot;
+    propNode<float[12]> z;  propNode<float[4]> s;  propEdge<float[4]> al;  propNode<float[C]> out;
+""", """        forall (v in g.nodes()) {
+            v.z = v.x * W;
+            v.s = dot(v.z, a, heads = 4);
+        }
+        forall (e in g.edges()) { e.al = edge_softmax(e.src.s + e.dst.s); }
+        forall (v in g.nodes()) {
+            v.out = mean_heads(Sum(e in v.incoming_edges(): scale_heads(e.src.z, e.al)), heads = 4) * O;
+        }
+""")
+    prog = compile_source(src)
+    prog.validate()
+    by_code = {op.opcode: op for op in prog.forward}
+    assert by_code["dot"].attrs["heads"] == 4 and by_code["dot"].output.shape == (4,)
+    assert by_code["edge_softmax"].output.shape == (4,)
+    assert by_code["head_mul"].attrs["heads"] == 4 and by_code["head_mul"].output.shape == (12,)
+    assert by_code["head_mean"].output.shape == (3,)
+
+
+@pytest.mark.parametrize("concat,out_width", [(True, 16), (False, 8)])
+def test_gat_layer_heads_concatenate_or_average(concat, out_width):
+    flag = "true" if concat else "false"
+    src = (HEAD + f"    gnn.addSelfLoops();\n    gnn.layer(F, 8, heads = 2, concat = {flag}, attention_dropout = 0.5);\n"
+           f"    gnn.layer({out_width}, C);\n" + '    gnn.optimizer("adam", lr = 0.01);\n'
+           "    for (int epoch = 0; epoch < 3; epoch++) {\n"
+           '        gnn.forwardPass(0, "GAT", "Sum");\n        gnn.forwardPass(1, "GAT", "Sum");\n'
+           '        gnn.loss("cross_entropy");\n        gnn.backPropagation();\n        gnn.optimizerStep();\n    }\n}\n')
+    prog = compile_source(src)
+    assert prog.self_loops
+    shapes = {p.name: p.value.shape for p in prog.params}
+    assert shapes["layer0.W"] == ("F", 16) and shapes["layer0.a_src"] == (16,)
+    assert shapes["layer0.b"] == (out_width,) and shapes["layer1.W"] == (out_width, "C")
+    o = ops(prog)
+    assert o.count("head_mul") == 1 and o.count("head_mean") == (0 if concat else 1)
+    attention_dropouts = [op for op in prog.forward if op.opcode == "dropout" and op.output.assoc == "edge"]
+    assert len(attention_dropouts) == 1 and attention_dropouts[0].attrs["p"] == 0.5
