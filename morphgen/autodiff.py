@@ -277,6 +277,14 @@ def _head_mul(ctx, op, g):
         ctx.accumulate(s, ctx.emit("dot", g, x, heads=heads))
 
 
+def _basis_combine(ctx, op, g):
+    a, v = op.inputs
+    if ctx.needs(a):
+        ctx.accumulate(a, ctx.emit("basis_coef_grad", g, v))
+    if ctx.needs(v):
+        ctx.accumulate(v, ctx.emit("basis_grad", a, g))
+
+
 def _head_mean(ctx, op, g):
     heads = op.attrs["heads"]
     ctx.accumulate(op.inputs[0], ctx.emit("head_repeat", g, heads=heads, c=1.0 / heads))
@@ -321,7 +329,7 @@ GRADIENT_RULES = {
     "linear": _linear, "typed_linear": _typed_linear, "typed_param": _typed_param,
     "gather": _gather, "scatter": _scatter, "aggregate": _aggregate,
     "graph_scalar": _no_gradient, "add": _add, "sub": _sub, "mul": _mul, "div": _div,
-    "scale": _scale, "neg": _neg, "bias_add": _bias_add, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean,
+    "scale": _scale, "neg": _neg, "bias_add": _bias_add, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean, "basis_combine": _basis_combine,
     "edge_softmax": _edge_softmax, "concat": _concat, "dropout": _dropout,
     "matvec": _matvec, "param_slice": _param_slice,
     **{act: _activation for act in ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")},

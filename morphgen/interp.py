@@ -387,6 +387,15 @@ class Interpreter:
         per_head = np.broadcast_to(x, (s.shape[0], x.shape[-1])).reshape(s.shape[0], heads, -1)
         return (per_head * s[:, :, None]).reshape(s.shape[0], -1)
 
+    def _op_basis_combine(self, op, a, v):
+        return np.einsum("tb,bkm->tkm", a, v)
+
+    def _op_basis_coef_grad(self, op, g, v):
+        return np.einsum("tkm,bkm->tb", g, v)
+
+    def _op_basis_grad(self, op, a, g):
+        return np.einsum("tb,tkm->bkm", a, g)
+
     def _op_head_mean(self, op, x):
         x = self._dense(x, op)
         return x.reshape(x.shape[0], op.attrs["heads"], -1).mean(axis=1)

@@ -30,6 +30,8 @@ head_mul(x, s, heads)        x [H*D] (rows, or a vector weight shared by every r
                              each head's D features scaled by that head's entry of s
 head_mean(x, heads)          [H*D] -> [D]: the mean over heads (concatenating heads needs no op)
 edge_softmax(s)              edge [H] -> edge [H], softmax over each destination's in-edges
+basis_combine(A, V)          A [T,B]@etype|ntype, V [B,K,M] -> [T,K,M]@same: W_t = sum_b A[t,b] V[b]
+                             (R-GCN's basis decomposition; one GEMM on the weights, no edge tensor)
 typed_param(W)               W param [T,K] with domain etype|ntype -> edge|node [K]: row W[type]
 concat(a, b, ...)            same association, widths add up
 dropout(x, p)                inverted dropout during training, identity at evaluation
@@ -55,6 +57,8 @@ act_grad(g, y, act, alpha)   activation derivative expressed with the forward ou
 math_grad(g, x, fn, c)       g ⊙ f'(x) for the elementwise math function fn (with constant c)
 softmax_grad(g, y, log)      row softmax (log=False) or log-softmax (log=True) backward from y
 head_repeat(g, heads, c)     [D] -> [H*D]: g copied to every head, times c (head_mean's gradient)
+basis_coef_grad(g, V)        dA[t,b] = <g[t], V[b]>   (basis_combine's coefficient gradient)
+basis_grad(A, g)             dV[b] = sum_t A[t,b] g[t] (basis_combine's bases gradient)
 edge_softmax_grad(g, y)      y ⊙ (g − Σ_{in-edges of dst} y ⊙ g)
 aggregate_max_grad(g, x, y)  route g[v,f] to the argmax source of the forward max
 scatter_max_grad(g, m, y)    route g[v,f] to the argmax edge of the forward max
@@ -273,6 +277,17 @@ def _head_mean(ins, attrs, loc):
     return x.assoc, (dim_div(x.width, heads),), "f32"
 
 
+def _basis_combine(ins, attrs, loc):
+    a, v = ins
+    _need(a.assoc == "param" and len(a.shape) == 2 and a.domain in ("etype", "ntype"),
+          f"basis coefficients must be a typed [T,B] weight, got {a.describe()}", loc)
+    _need(v.assoc == "param" and len(v.shape) == 3 and v.domain is None,
+          f"bases must be an untyped [B,K,M] weight, got {v.describe()}", loc)
+    _need(_same_width(a.shape[1], v.shape[0]),
+          f"basis combination: {a.shape[1]} coefficients per type but {v.shape[0]} bases", loc)
+    return "param", (a.shape[0], v.shape[1], v.shape[2]), "f32", a.domain
+
+
 def _edge_softmax(ins, attrs, loc):
     (s,) = ins
     _need(s.assoc == "edge", f"edge softmax needs an edge value, got {s.describe()}", loc)
@@ -308,7 +323,8 @@ def _cross_entropy(ins, attrs, loc):
 _RULES = {
     "linear": _linear, "typed_linear": _typed_linear, "typed_param": _typed_param, "gather": _gather, "scatter": _scatter,
     "aggregate": _aggregate, "graph_scalar": _graph_scalar, "bias_add": _bias_add,
-    "scale": _unary, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean, "edge_softmax": _edge_softmax, "concat": _concat,
+    "scale": _unary, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean,
+    "basis_combine": _basis_combine, "edge_softmax": _edge_softmax, "concat": _concat,
     "dropout": _dropout, "cross_entropy": _cross_entropy,
     **{op: _binary for op in BINARY}, **{op: _unary for op in UNARY},
     **{op: _math for op in MATH_FUNCTIONS}, **{op: _row_softmax for op in ROW_SOFTMAXES},
@@ -444,6 +460,21 @@ def _head_repeat(ins, attrs, loc):
     return g.assoc, (dim_mul(g.width, heads),), "f32"
 
 
+def _basis_coef_grad(ins, attrs, loc):
+    g, v = ins
+    _need(g.assoc == "param" and len(g.shape) == 3 and g.domain is not None and v.assoc == "param"
+          and len(v.shape) == 3, f"basis_coef_grad needs [T,K,M] and [B,K,M] weights, got {g.describe()} "
+          f"and {v.describe()}", loc)
+    return "param", (g.shape[0], v.shape[0]), "f32", g.domain
+
+
+def _basis_grad(ins, attrs, loc):
+    a, g = ins
+    _need(a.assoc == "param" and len(a.shape) == 2 and g.assoc == "param" and len(g.shape) == 3,
+          f"basis_grad needs [T,B] and [T,K,M] weights, got {a.describe()} and {g.describe()}", loc)
+    return "param", (a.shape[1], g.shape[1], g.shape[2]), "f32"
+
+
 def _edge_softmax_grad(ins, attrs, loc):
     g, y = ins
     _need(g.assoc == "edge" and y.assoc == "edge", "edge_softmax_grad needs edge values", loc)
@@ -512,7 +543,8 @@ PASS_OPCODES = ("param_slice", "matvec")
 BACKWARD_OPCODES = ("matmul_nt", "matmul_tn", "typed_matmul_nt", "typed_matmul_tn", "typed_row_sum",
                     "row_sum", "feature_sum", "head_repeat", "act_grad", "math_grad", "softmax_grad", "edge_softmax_grad",
                     "aggregate_max_grad", "scatter_max_grad", "dropout_grad",
-                    "cross_entropy_grad", "slice", "row_concat", "outer", "matvec_t")
+                    "cross_entropy_grad", "slice", "row_concat", "outer", "matvec_t", "basis_coef_grad",
+                    "basis_grad")
 
 
 def register(opcode: str, rule) -> None:

@@ -773,6 +773,26 @@ class OpenMPEmitter:
                           f"{self.ptr(op.output)}, {self.rows(a)}, {heads}, {self.head_dim(a, heads)})",
                           f"8.0 * {self.numel(a)}")
 
+    # R-GCN's basis decomposition, W (T x KM) = A (T x B) . V (B x KM): dense products on the weights
+    def op_basis_combine(self, op, a, v):
+        T, B, KM = self.dim(a.shape[0]), self.width(a), self._basis_size(v)
+        return self.timed("gemm", f"mg::op::linear({self.ptr(a)}, {T}, {B}, {self.ptr(v)}, {KM}, {self.ptr(op.output)})",
+                          f"4.0 * ({T} * {B} + ({B} + {T}) * {KM})", f"2.0 * {T} * {B} * {KM}")
+
+    def op_basis_coef_grad(self, op, g, v):
+        T, B, KM = self.dim(g.shape[0]), self.dim(v.shape[0]), self._basis_size(v)
+        return self.timed("gemm", f"mg::op::matmul_nt({self.ptr(g)}, {T}, {KM}, {self.ptr(v)}, {B}, {self.ptr(op.output)})",
+                          f"4.0 * ({T} * {B} + ({B} + {T}) * {KM})", f"2.0 * {T} * {B} * {KM}")
+
+    def op_basis_grad(self, op, a, g):
+        T, B, KM = self.dim(a.shape[0]), self.width(a), self._basis_size(g)
+        return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(a)}, {T}, {B}, {self.ptr(g)}, {KM}, {self.ptr(op.output)})",
+                          f"4.0 * ({T} * {B} + ({B} + {T}) * {KM})", f"2.0 * {T} * {B} * {KM}")
+
+    def _basis_size(self, w: Value) -> str:
+        """K * M of a [B or T, K, M] weight: one basis (or one type's matrix) as a row."""
+        return f"({self.dim(w.shape[1])}) * ({self.dim(w.shape[2])})"
+
     def head_dim(self, v: Value, heads: int) -> str:
         return f"({self.width(v)}) / {heads}"
 

@@ -57,6 +57,11 @@ def source_text(node) -> str:
     return "expression"
 
 
+def _is_bases(v) -> bool:
+    """An untyped [B][K][M] weight: bases, usable only in a basis combination ``A * V``."""
+    return isinstance(v, Value) and v.assoc == "param" and v.domain is None and len(v.shape) == 3
+
+
 def is_bias(v) -> bool:
     return isinstance(v, Value) and v.assoc == "param" and len(v.shape) == 1 and v.domain is None
 
@@ -316,6 +321,8 @@ class ExpressionLowering:
             if isinstance(right, bool):
                 raise SemanticError(coord, "cannot multiply by a boolean")
             return self.b.emit("scale", self.rows(left, lnode), loc=coord, c=float(right))
+        if _is_bases(right) or _is_bases(left):
+            return self.basis_combination(coord, left, right)
         if (isinstance(left, TypedSlice) and len(left.weight.shape) == 3) or \
                 (isinstance(left, Value) and left.assoc == "param" and len(left.shape) == 2):
             raise SemanticError(coord, "write the value on the left and the weight on the "
@@ -347,6 +354,20 @@ class ExpressionLowering:
                                            f"rows per type")
             return self.b.emit("typed_linear", x, w, loc=coord)
         return self.elementwise(coord, "mul", x, right, lnode, rnode)
+
+    def basis_combination(self, coord, a, v):
+        """``A * V``: typed coefficients [g.etypes][B] times bases [B][K][M] give the typed weight
+        W[t] = sum_b A[t][b] V[b] (R-GCN's basis decomposition), to be sliced: ``(A * V)[e.etype]``."""
+        bases = v if _is_bases(v) else a
+        if not (isinstance(a, Value) and a.assoc == "param" and a.domain is not None and len(a.shape) == 2
+                and v is bases):
+            raise SemanticError(coord, f"weight '{bases.name}' holds bases [B][K][M]: combine it with typed "
+                                       f"coefficients on its left, (A * {bases.name})[e.etype] with A a "
+                                       f"[g.etypes][B] weight")
+        if widths_conflict(a.shape[1], v.shape[0]):
+            raise SemanticError(coord, f"basis combination {a.name} * {v.name}: {a.shape[1]} coefficients "
+                                       f"per type but {v.shape[0]} bases")
+        return self.b.emit("basis_combine", a, v, loc=coord)
 
     def elementwise(self, coord, opcode, left, right, lnode, rnode):
         a = left if (isinstance(left, Value) and left.assoc == "param") else self.rows(left, lnode)

@@ -300,9 +300,9 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
             domain = first.domain
             dims = dims[1:]
         shape = tuple(self.width(x) for x in dims)
-        if domain is None and len(shape) not in (1, 2):
-            raise SemanticError(t.coord, f"weight '{d.name}' must be a vector [M] or a matrix "
-                                         f"[K][M], got {len(shape)} dimensions")
+        if domain is None and len(shape) not in (1, 2, 3):
+            raise SemanticError(t.coord, f"weight '{d.name}' must be a vector [M], a matrix [K][M] "
+                                         f"or bases [B][K][M], got {len(shape)} dimensions")
         if domain is not None and len(shape) not in (1, 2):
             raise SemanticError(t.coord, f"typed weight '{d.name}' must be [g.{domain}s][K] or "
                                          f"[g.{domain}s][K][M], got {len(shape)} dimensions after the "

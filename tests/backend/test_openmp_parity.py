@@ -41,9 +41,10 @@ def test_dense_and_sparse_feature_paths_agree(features):
     _check(models.gcn(dropout=0.0), graph, x, labels, mask, classes=3, features=features)
 
 
-@pytest.mark.parametrize("name", ["rgcn", "rgat", "hgt"])
+@pytest.mark.parametrize("name", ["rgcn", "rgcn_bases", "rgat", "hgt"])
 def test_relational_models_match_interpreter(name):
     graph = random_graph(n=12, e=30, seed=3, etypes=3, ntypes=2)
-    featureless = name == "rgcn"
+    featureless = name.startswith("rgcn")
     x, labels, mask = random_data(graph, None if featureless else 7, classes=3)
-    _check(getattr(models, name)(), graph, x, labels, mask, classes=3)
+    program = models.rgcn(bases=2) if name == "rgcn_bases" else getattr(models, name)()
+    _check(program, graph, x, labels, mask, classes=3)

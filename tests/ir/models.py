@@ -150,14 +150,19 @@ def gat_heads(hidden=4, heads=3, out_heads=2) -> Program:
     return m.finish(h)
 
 
-def rgcn(hidden=16, featureless=True) -> Program:
-    """R-GCN entity classification: Σ_r Σ_{u->v of type r} x_u W_r / c_{v,r} + x_v S + b."""
+def rgcn(hidden=16, featureless=True, bases=None) -> Program:
+    """R-GCN entity classification: Σ_r Σ_{u->v of type r} x_u W_r / c_{v,r} + x_v S + b; with
+    ``bases`` = B, W_r = Σ_b A[r,b] V_b (basis decomposition)."""
     m = ModelBuilder("rgcn", featureless)
     h = m.x
     widths = ["N" if featureless else "F", hidden, "C"]
     for layer in range(2):
         k, o = widths[layer], widths[layer + 1]
-        w = m.param(f"W{layer + 1}", ("etypes", k, o), domain="etype")
+        if bases is None:
+            w = m.param(f"W{layer + 1}", ("etypes", k, o), domain="etype")
+        else:
+            w = m.emit("basis_combine", m.param(f"A{layer + 1}", ("etypes", bases), domain="etype"),
+                       m.param(f"V{layer + 1}", (bases, k, o)))
         s = m.param(f"S{layer + 1}", (k, o))
         b = m.param(f"b{layer + 1}", (o,), init="zeros")
         msg = m.emit("typed_linear", m.emit("gather", h, end="src"), w)

@@ -84,6 +84,15 @@ def _typed_linear_node(m, h, k):
     return m.emit("typed_linear", h, w)
 
 
+def _basis_combine(domain):
+    def build(m, h, k):
+        types = "etypes" if domain == "etype" else "ntypes"
+        w = m.emit("basis_combine", m.param("A", (types, 2), domain=domain), m.param("V", (2, k, 5)))
+        rows = m.emit("gather", h, end="src") if domain == "etype" else h
+        return m.emit("typed_linear", rows, w)
+    return build
+
+
 def _typed_param(domain):
     def build(m, h, k):
         a = m.param("a", ("etypes" if domain == "etype" else "ntypes", k), domain=domain)
@@ -196,6 +205,8 @@ CASES = {
     "linear": lambda m, h, k: m.emit("linear", h, m.param("W", (k, 5))),
     "typed_linear_edge": _typed_linear_edge,
     "typed_linear_node": _typed_linear_node,
+    "basis_combine_edge": _basis_combine("etype"),
+    "basis_combine_node": _basis_combine("ntype"),
     "typed_param_edge": _typed_param("etype"),
     "typed_param_node": _typed_param("ntype"),
     "gather_src": lambda m, h, k: m.emit("gather", h, end="src"),
