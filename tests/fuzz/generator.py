@@ -7,10 +7,12 @@ A program is built from a seed alone (`generate(seed)` is deterministic).  Two s
 * explicit: one training loop whose body assigns fresh node and edge properties through
   random expressions (projections, typed projections, element-wise arithmetic with
   broadcasting, activations, dropout, biases, reductions over in- and out-edges and
-  neighbours, concatenation, dot products, degrees, edge softmax), then a loss on a C-wide
-  node property;
+  neighbours, concatenation, dot products, degrees, edge softmax, per-head values: scale_heads,
+  mean_heads, dot with heads; typed weights declared or combined from bases), then a loss on a
+  C-wide node property;
 * directives: a random stack of `gnn.layer` / `gnn.forwardPass` layers (GCN, SAGE, GIN, GAT with
-  every aggregator each accepts), with random widths, activations, dropout and biases.
+  every aggregator each accepts, GAT with several heads concatenated or averaged and attention
+  dropout), with random widths, activations, dropout and biases, sometimes gnn.addSelfLoops.
 
 Every expression is typed while it is generated (node or edge rows, a width), so the text is
 correct by construction.  Values stay numerically tame: `exp` only of a tanh, division only by
@@ -100,20 +102,46 @@ class _Writer:
         row = f"v.{name}" if end == "v" else f"e.{end}.{name}"
         if typed:
             self.typed = True
-            return f"({row} * {self.weight('g.etypes', k, width)}[e.etype])"
+            return f"({row} * {self.typed_weight('g.etypes', k, width)}[e.etype])"
         if end == "v" and self.rng.random() < 0.15:
             self.typed = True
-            return f"({row} * {self.weight('g.ntypes', k, width)}[v.ntype])"
+            return f"({row} * {self.typed_weight('g.ntypes', k, width)}[v.ntype])"
         return f"({row} * {self.weight(k, width)})"
+
+    def typed_weight(self, types: str, k, width) -> str:
+        """A per-type [K][M] weight: declared as such, or combined from bases (A * V)."""
+        if self.rng.random() < 0.3:
+            bases = self.rng.choice((1, 2, 3))
+            return f"({self.weight(types, bases)} * {self.weight(bases, k, width)})"
+        return self.weight(types, k, width)
+
+    def per_head(self, width, make, make_scores) -> str:
+        """A value of ``width`` = heads x dim built per head: scale_heads, mean_heads or a
+        per-head dot; ``make(w)`` writes a value of width w, ``make_scores(w)`` one to dot with."""
+        divisors = [h for h in (2, 3, 4) if isinstance(width, int) and width % h == 0]
+        form = self.rng.choice(("scale", "mean", "dot"))
+        if form == "scale" and divisors:
+            heads = self.rng.choice(divisors)
+            return f"scale_heads({make(width)}, {make(heads)})"
+        if form == "dot" and isinstance(width, int) and 2 <= width <= 4:
+            dim = self.rng.choice((1, 2, 3))
+            other = self.weight(width * dim) if self.rng.random() < 0.5 else make_scores(width * dim)
+            return f"dot({make(width * dim)}, {other}, heads = {width})"
+        if isinstance(width, int):
+            heads = self.rng.choice((2, 3))
+            return f"mean_heads({make(width * heads)}, heads = {heads})"
+        return make(width)
 
     def node_expr(self, scope: _Scope, width, depth: int) -> str:
         if depth <= 0:
             leaf = self.node_read(scope, width, False) if self.rng.random() < 0.3 else None
             return leaf or self.projection(scope, width, "v")
         choice = self.pick(("proj", "act", "binary", "bias", "scale", "reduce", "neighbors", "concat",
-                            "dot", "degree", "dropout", "neg"),
-                           (3, 3, 3, 2, 1, 4, 2, 1, 1, 1, 2, 1))
+                            "dot", "degree", "dropout", "neg", "heads"),
+                           (3, 3, 3, 2, 1, 4, 2, 1, 1, 1, 2, 1, 1))
         d = depth - 1
+        if choice == "heads":
+            return self.per_head(width, lambda w: self.node_expr(scope, w, d), lambda w: self.node_expr(scope, w, d))
         if choice == "proj":
             return self.projection(scope, width, "v")
         if choice == "act":
@@ -160,8 +188,11 @@ class _Writer:
         if depth <= 0:
             return self.edge_leaf(scope, width)
         choice = self.pick(("leaf", "act", "binary", "scale", "dropout", "typed_row", "softmax", "rel_degree",
-                            "dot", "neg"), (4, 3, 3, 1, 1, 1, 1, 1, 1, 1))
+                            "dot", "neg", "heads"), (4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1))
         d = depth - 1
+        if choice == "heads":
+            return self.per_head(width, lambda w: self.edge_expr(scope, w, d, in_reduction),
+                                 lambda w: self.edge_leaf(scope, w))
         if choice == "act":
             return self.activation(self.edge_expr(scope, width, d, in_reduction))
         if choice == "binary":
@@ -269,25 +300,38 @@ def _explicit(w: _Writer) -> str:
 
 def _directives(w: _Writer) -> tuple:
     layers = w.rng.randint(1, 3)
-    widths = ["F"] + [w.rng.choice(WIDTHS[1:]) for _ in range(layers - 1)] + ["C"]
-    decls, passes = [], []
+    outs = [w.rng.choice(WIDTHS[1:]) for _ in range(layers - 1)] + ["C"]
+    decls, passes, width = [], [], "F"
+    if w.rng.random() < 0.2:
+        decls.append("gnn.addSelfLoops();")
     for layer in range(layers):
         kind = w.rng.choice(sorted(LAYER_KINDS))
         agg = w.rng.choice(LAYER_KINDS[kind])
-        options = []
+        options, out_width = [], outs[layer]
         if w.rng.random() < 0.5:
             options.append(f"dropout = {w.rng.choice(DROPOUTS)}")
         if w.rng.random() < 0.4:
             options.append(f'activation = "{w.rng.choice(("relu", "elu", "leaky_relu", "tanh", "sigmoid"))}"')
         if w.rng.random() < 0.2:
             options.append("bias = false")
+        if kind == "GAT" and w.rng.random() < 0.5:
+            heads = w.rng.choice((2, 3))
+            concat = out_width != "C" and w.rng.random() < 0.6    # the last layer's heads average to C
+            options.append(f"heads = {heads}, concat = {'true' if concat else 'false'}")
+            if w.rng.random() < 0.5:
+                options.append(f"attention_dropout = {w.rng.choice(DROPOUTS)}")
+            next_width = out_width * heads if concat else out_width
+        else:
+            next_width = out_width
         extra = "".join(", " + o for o in options)
-        decls.append(f"gnn.layer({widths[layer]}, {widths[layer + 1]}{extra});")
+        decls.append(f"gnn.layer({width}, {out_width}{extra});")
         passes.append(f'gnn.forwardPass({layer}, "{kind}", "{agg}");')
+        width = next_width
     body = passes + ['gnn.loss("cross_entropy");', "gnn.backPropagation();", "gnn.optimizerStep();"]
     # A first layer that drops its input, or reads it outside a product (SAGE's and GIN's
     # aggregation of the raw input), needs real features: an identity input cannot provide them.
-    direct = "dropout" in decls[0] or any(k in passes[0] for k in ('"SAGE"', '"GIN"'))
+    first = next(d for d in decls if d.startswith("gnn.layer"))
+    direct = "dropout =" in first or any(k in passes[0] for k in ('"SAGE"', '"GIN"'))
     return decls, "\n".join("        " + line for line in body), direct
 
 
