@@ -48,7 +48,7 @@ def differentiate(program: Program) -> None:
 
     for p in program.params:
         g = ctx.grads.get(p.value.id)
-        if g is not None:
+        if g is not None and p.trainable:
             program.grads[p.name] = g
     program.backward = _live_ops(program.backward, program.grads.values())
     program.validate()
@@ -111,7 +111,7 @@ class _Context:
 
 def _requires_grad(program: Program) -> set:
     """Ids of values that depend on some parameter (only those can need a gradient)."""
-    req = {p.value.id for p in program.params}
+    req = {p.value.id for p in program.params if p.trainable}
     for op in program.forward:
         if op.output is not None and any(v.id in req for v in op.inputs):
             req.add(op.output.id)
@@ -285,6 +285,11 @@ def _basis_combine(ctx, op, g):
         ctx.accumulate(v, ctx.emit("basis_grad", a, g))
 
 
+def _standardize(ctx, op, g):
+    x = op.inputs[0]
+    ctx.accumulate(x, ctx.emit(op.opcode + "_grad", g, x, op.output, eps=op.attrs["eps"]))
+
+
 def _head_mean(ctx, op, g):
     heads = op.attrs["heads"]
     ctx.accumulate(op.inputs[0], ctx.emit("head_repeat", g, heads=heads, c=1.0 / heads))
@@ -330,6 +335,7 @@ GRADIENT_RULES = {
     "gather": _gather, "scatter": _scatter, "aggregate": _aggregate,
     "graph_scalar": _no_gradient, "add": _add, "sub": _sub, "mul": _mul, "div": _div,
     "scale": _scale, "neg": _neg, "bias_add": _bias_add, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean, "basis_combine": _basis_combine,
+    "layer_standardize": _standardize, "batch_standardize": _standardize,
     "edge_softmax": _edge_softmax, "concat": _concat, "dropout": _dropout,
     "matvec": _matvec, "param_slice": _param_slice,
     **{act: _activation for act in ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")},

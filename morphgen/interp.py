@@ -74,6 +74,10 @@ class Interpreter:
         self.dtype = np.dtype(dtype)
         self.seed = seed
         self.epoch = 0          # the backends' epoch counter: it keys the dropout masks too
+        # New values of untrainable params (batch norm's running statistics) from the last
+        # training forward, by param name: the oracle keeps no state, the caller applies them.
+        self.state_updates: dict = {}
+        self._param_names = {p.value.id: p.name for p in program.params}
         n = graph.num_nodes
         if features is None:
             if not program.featureless and "features" in program.inputs:
@@ -395,6 +399,35 @@ class Interpreter:
 
     def _op_basis_grad(self, op, a, g):
         return np.einsum("tb,tkm->bkm", a, g)
+
+    def _op_layer_standardize(self, op, x):
+        x = self._dense(x, op)
+        centred = x - x.mean(axis=1, keepdims=True)
+        return centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + op.attrs["eps"])
+
+    def _op_batch_standardize(self, op, x, mean, var):
+        x = self._dense(x, op)
+        eps = op.attrs["eps"]
+        if not self._training:
+            return (x - mean) / np.sqrt(var + eps)
+        mu = x.mean(axis=0)
+        sq = ((x - mu) ** 2).sum(axis=0)
+        n, m = x.shape[0], op.attrs["momentum"]
+        names = [self._param_names[v.id] for v in op.inputs[1:]]
+        # torch's BatchNorm: the running variance takes the unbiased estimate
+        self.state_updates[names[0]] = (1 - m) * mean + m * mu
+        self.state_updates[names[1]] = (1 - m) * var + m * sq / max(n - 1, 1)
+        return (x - mu) / np.sqrt(sq / n + eps)
+
+    def _op_layer_standardize_grad(self, op, g, x, y):
+        x = self._dense(x, op)
+        sigma = np.sqrt(x.var(axis=1, keepdims=True) + op.attrs["eps"])
+        return (g - g.mean(axis=1, keepdims=True) - y * (g * y).mean(axis=1, keepdims=True)) / sigma
+
+    def _op_batch_standardize_grad(self, op, g, x, y):
+        x = self._dense(x, op)
+        sigma = np.sqrt(x.var(axis=0) + op.attrs["eps"])
+        return (g - g.mean(axis=0) - y * (g * y).mean(axis=0)) / sigma
 
     def _op_head_mean(self, op, x):
         x = self._dense(x, op)

@@ -71,6 +71,8 @@ class Param:
     value: Value
     init: str = "glorot"          # glorot | zeros | ones | normal | uniform
     weight_decay: bool = True     # whether the optimizer's decay applies to it
+    trainable: bool = True        # False: state the forward updates (batch norm's running
+                                  # statistics), saved with the weights but never differentiated
 
 
 @dataclass

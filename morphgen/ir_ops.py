@@ -30,6 +30,13 @@ head_mul(x, s, heads)        x [H*D] (rows, or a vector weight shared by every r
                              each head's D features scaled by that head's entry of s
 head_mean(x, heads)          [H*D] -> [D]: the mean over heads (concatenating heads needs no op)
 edge_softmax(s)              edge [H] -> edge [H], softmax over each destination's in-edges
+layer_standardize(x, eps)    each row to mean 0, variance 1 over its features (layer norm without
+                             its affine part: the program multiplies and adds its own weights)
+batch_standardize(x, mean, var, eps, momentum)
+                             node rows: each feature to mean 0, variance 1 over the nodes (batch
+                             norm without affine); training uses the batch statistics and updates
+                             the running ``mean``/``var`` (untrainable params) in place, evaluation
+                             uses the running statistics
 basis_combine(A, V)          A [T,B]@etype|ntype, V [B,K,M] -> [T,K,M]@same: W_t = sum_b A[t,b] V[b]
                              (R-GCN's basis decomposition; one GEMM on the weights, no edge tensor)
 typed_param(W)               W param [T,K] with domain etype|ntype -> edge|node [K]: row W[type]
@@ -59,6 +66,8 @@ softmax_grad(g, y, log)      row softmax (log=False) or log-softmax (log=True) b
 head_repeat(g, heads, c)     [D] -> [H*D]: g copied to every head, times c (head_mean's gradient)
 basis_coef_grad(g, V)        dA[t,b] = <g[t], V[b]>   (basis_combine's coefficient gradient)
 basis_grad(A, g)             dV[b] = sum_t A[t,b] g[t] (basis_combine's bases gradient)
+layer_standardize_grad(g, x, y, eps)   (g - mean_f g - y mean_f(g y)) / sigma_row
+batch_standardize_grad(g, x, y, eps)   (g - mean_n g - y mean_n(g y)) / sigma_feature (training)
 edge_softmax_grad(g, y)      y ⊙ (g − Σ_{in-edges of dst} y ⊙ g)
 aggregate_max_grad(g, x, y)  route g[v,f] to the argmax source of the forward max
 scatter_max_grad(g, m, y)    route g[v,f] to the argmax edge of the forward max
@@ -288,6 +297,24 @@ def _basis_combine(ins, attrs, loc):
     return "param", (a.shape[0], v.shape[1], v.shape[2]), "f32", a.domain
 
 
+def _layer_standardize(ins, attrs, loc):
+    (x,) = ins
+    _need(_rows(x), f"layer norm needs a node or edge value, got {x.describe()}", loc)
+    _need(attrs.get("eps", 0) > 0, "layer norm needs eps > 0", loc)
+    return x.assoc, x.shape, "f32"
+
+
+def _batch_standardize(ins, attrs, loc):
+    x, mean, var = ins
+    _need(x.assoc == "node", f"batch norm needs a node value, got {x.describe()}", loc)
+    for v in (mean, var):
+        _need(v.assoc == "param" and len(v.shape) == 1 and _same_width(v.width, x.width),
+              f"batch norm statistics must be [{x.width}] weights, got {v.describe()}", loc)
+    _need(attrs.get("eps", 0) > 0 and 0 <= attrs.get("momentum", -1) <= 1,
+          "batch norm needs eps > 0 and momentum in [0, 1]", loc)
+    return "node", x.shape, "f32"
+
+
 def _edge_softmax(ins, attrs, loc):
     (s,) = ins
     _need(s.assoc == "edge", f"edge softmax needs an edge value, got {s.describe()}", loc)
@@ -324,7 +351,8 @@ _RULES = {
     "linear": _linear, "typed_linear": _typed_linear, "typed_param": _typed_param, "gather": _gather, "scatter": _scatter,
     "aggregate": _aggregate, "graph_scalar": _graph_scalar, "bias_add": _bias_add,
     "scale": _unary, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean,
-    "basis_combine": _basis_combine, "edge_softmax": _edge_softmax, "concat": _concat,
+    "basis_combine": _basis_combine, "layer_standardize": _layer_standardize,
+    "batch_standardize": _batch_standardize, "edge_softmax": _edge_softmax, "concat": _concat,
     "dropout": _dropout, "cross_entropy": _cross_entropy,
     **{op: _binary for op in BINARY}, **{op: _unary for op in UNARY},
     **{op: _math for op in MATH_FUNCTIONS}, **{op: _row_softmax for op in ROW_SOFTMAXES},
@@ -475,6 +503,15 @@ def _basis_grad(ins, attrs, loc):
     return "param", (a.shape[1], g.shape[1], g.shape[2]), "f32"
 
 
+def _standardize_grad(ins, attrs, loc):
+    g, x, y = ins
+    _need(_rows(g) and g.assoc == x.assoc == y.assoc, "standardize gradients need rows", loc)
+    return g.assoc, g.shape, "f32"
+
+
+_layer_standardize_grad = _batch_standardize_grad = _standardize_grad
+
+
 def _edge_softmax_grad(ins, attrs, loc):
     g, y = ins
     _need(g.assoc == "edge" and y.assoc == "edge", "edge_softmax_grad needs edge values", loc)
@@ -544,7 +581,7 @@ BACKWARD_OPCODES = ("matmul_nt", "matmul_tn", "typed_matmul_nt", "typed_matmul_t
                     "row_sum", "feature_sum", "head_repeat", "act_grad", "math_grad", "softmax_grad", "edge_softmax_grad",
                     "aggregate_max_grad", "scatter_max_grad", "dropout_grad",
                     "cross_entropy_grad", "slice", "row_concat", "outer", "matvec_t", "basis_coef_grad",
-                    "basis_grad")
+                    "basis_grad", "layer_standardize_grad", "batch_standardize_grad")
 
 
 def register(opcode: str, rule) -> None:

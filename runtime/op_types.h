@@ -39,6 +39,12 @@ enum class MathFn { Sqrt, Rsqrt, Log, Abs, Pow, Gelu, Softplus, Shift };
 // Whether element i is kept is a pure function of (seed, epoch, op_id, i): a splitmix64 hash, no
 // generator state, so the mask is the same for any thread count, schedule or device, and the
 // backward pass regenerates it instead of storing it.  morphgen/interp.py mirrors it in numpy.
+// Sums of per-feature statistics across the processes that each hold part of the rows (batch
+// norm): nothing to add in one process.  The MPI backend passes a functor that all-reduces.
+struct LocalRows {
+    void operator()(float *, int64_t) const {}
+};
+
 struct DropoutKey {
     uint64_t seed;
     uint64_t epoch;

@@ -30,6 +30,7 @@
 #include "kernels/edges.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/loss.cuh"
+#include "kernels/norm.cuh"
 #include "kernels/optim.cuh"
 #include "kernels/sparse_features.cuh"
 #include "kernels/typed_linear.cuh"

@@ -26,7 +26,8 @@ from morphgen.ir import Value
 _ROW_LOCAL = {"linear", "typed_linear", "bias_add", "relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh", "neg",
               "sqrt", "rsqrt", "log", "abs", "pow", "gelu", "softplus", "shift", "add", "sub", "mul", "div",
               "scale", "dropout", "softmax", "log_softmax", "concat", "dot", "slice",
-              "head_mul", "head_mean", "head_repeat"}
+              "head_mul", "head_mean", "head_repeat",
+              "layer_standardize"}
 
 
 class MPIEmitter(OpenMPEmitter):
@@ -69,6 +70,12 @@ class MPIEmitter(OpenMPEmitter):
         if v.assoc == "node":
             return f"(m.graph.num_nodes) * ({self.width(v)})"
         return super().storage_numel(v)
+
+    def all_rows(self, v: Value) -> str:
+        return "m.part.global_nodes" if v.assoc == "node" else super().all_rows(v)
+
+    def across_ranks(self) -> str:
+        return "mg::AcrossRanks{m.part}"
 
     # -- halo exchanges around the ops that cross the partition -----------------------------------
     def around(self, op, lines: list) -> list:

@@ -773,6 +773,37 @@ class OpenMPEmitter:
                           f"{self.ptr(op.output)}, {self.rows(a)}, {heads}, {self.head_dim(a, heads)})",
                           f"8.0 * {self.numel(a)}")
 
+    # -- normalisation layers (kernels/norm.h) ---------------------------------------------------
+    def op_layer_standardize(self, op, x):
+        return self.timed("elementwise", f"mg::layer_standardize_fwd({self.ptr(x)}, {self.rows(op.output)}, "
+                          f"{self.width(x)}, {_float(op.attrs['eps'])}f, {self.ptr(op.output)})",
+                          f"8.0 * {self.numel(op.output)}")
+
+    def op_layer_standardize_grad(self, op, g, x, y):
+        return self.timed("elementwise", f"mg::layer_standardize_bwd({self.ptr(g)}, {self.ptr(x)}, {self.ptr(y)}, "
+                          f"{self.rows(op.output)}, {self.width(g)}, {_float(op.attrs['eps'])}f, "
+                          f"{self.ptr(op.output)})", f"16.0 * {self.numel(op.output)}")
+
+    def op_batch_standardize(self, op, x, mean, var):
+        return self.timed("elementwise", f"mg::batch_standardize_fwd(training, {self.ptr(x)}, {self.rows(op.output)}, "
+                          f"{self.all_rows(op.output)}, {self.width(x)}, {self.ptr(mean)}, {self.ptr(var)}, "
+                          f"{_float(op.attrs['eps'])}f, {_float(op.attrs['momentum'])}f, {self.ptr(op.output)}, "
+                          f"{self.across_ranks()})", f"16.0 * {self.numel(op.output)}")
+
+    def op_batch_standardize_grad(self, op, g, x, y):
+        return self.timed("elementwise", f"mg::batch_standardize_bwd({self.ptr(g)}, {self.ptr(x)}, {self.ptr(y)}, "
+                          f"{self.rows(op.output)}, {self.all_rows(op.output)}, {self.width(g)}, "
+                          f"{_float(op.attrs['eps'])}f, {self.ptr(op.output)}, {self.across_ranks()})",
+                          f"24.0 * {self.numel(op.output)}")
+
+    def all_rows(self, v: Value) -> str:
+        """The rows of ``v`` in the whole graph (more than ``rows(v)`` where the graph is split)."""
+        return self.rows(v)
+
+    def across_ranks(self) -> str:
+        """What adds per-feature statistics over the processes holding parts of the rows."""
+        return "mg::LocalRows{}"
+
     # R-GCN's basis decomposition, W (T x KM) = A (T x B) . V (B x KM): dense products on the weights
     def op_basis_combine(self, op, a, v):
         T, B, KM = self.dim(a.shape[0]), self.width(a), self._basis_size(v)

@@ -23,6 +23,7 @@
 #include "kernels/layout.h"
 #include "kernels/loss.h"
 #include "kernels/math.h"
+#include "kernels/norm.h"
 #include "kernels/optim.h"
 #include "kernels/sparse_features.h"
 #include "kernels/spmm.h"

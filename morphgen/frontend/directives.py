@@ -8,10 +8,10 @@ from ..ir import IRError, Optimizer, Param
 from ..ir_core import dim_mul
 from ..grammar import ast as A
 from ..grammar.diagnostics import suggest
-from .expressions import widths_conflict
+from .expressions import running_statistics, widths_conflict
 from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LOSSES, OPTIMIZERS,
                    LayerSpec, Poisoned, PropSym, SemanticError, check_choice, check_number,
-                   describe, undeclared, FEATURE_NORMALIZATIONS)
+                   describe, undeclared, FEATURE_NORMALIZATIONS, NORMS)
 
 TRAINING_DIRECTIVES = ("forwardPass", "loss", "backPropagation", "optimizerStep")
 
@@ -138,6 +138,19 @@ class LayerExpander:
             return self.b.emit("leaky_relu", h, loc=loc, alpha=0.01)
         return self.b.emit(name, h, loc=loc)
 
+    def normalise(self, spec, h, loc, role="norm"):
+        """The layer's normalisation (``norm=``) with its affine weights gamma and beta."""
+        if spec.norm == "none":
+            return h
+        emit, prefix = self.b.emit, f"layer{spec.index}.{role}"
+        if spec.norm == "batch":
+            mean, var = running_statistics(self.program, prefix, h.width)
+            h = emit("batch_standardize", h, mean, var, loc=loc, eps=1e-5, momentum=0.1)
+        else:
+            h = emit("layer_standardize", h, loc=loc, eps=1e-5)
+        h = emit("mul", h, self.param(spec, f"{role}.gamma", (h.width,), "ones", decay=False), loc=loc)
+        return emit("bias_add", h, self.param(spec, f"{role}.beta", (h.width,), "zeros", decay=False), loc=loc)
+
     def bias(self, spec, h, loc, role="b"):
         if not spec.bias:
             return h
@@ -186,13 +199,14 @@ class LayerExpander:
             s = emit("add", h, emit("aggregate", h, loc=loc, reduce=agg, norm="none",
                                     self_loops=False), loc=loc)
             t = emit("linear", s, self.param(spec, "W1", (k, m), spec.init), loc=loc)
-            t = emit("relu", self.bias(spec, t, loc, "b1"), loc=loc)
+            t = emit("relu", self.normalise(spec, self.bias(spec, t, loc, "b1"), loc, "norm1"), loc=loc)
             out = emit("linear", t, self.param(spec, "W2", (m, m), spec.init), loc=loc)
             out = self.bias(spec, out, loc, "b2")
         elif kind == "GAT":
             out = self.attention(spec, h, loc)
         else:                                    # checked before expansion
             raise SemanticError(loc, f"unknown layer kind '{kind}'")
+        out = self.normalise(spec, out, loc, "norm2" if kind == "GIN" else "norm")
         act = spec.activation
         if act is None:
             act = "none" if is_last else HIDDEN_DEFAULT[kind]
@@ -285,6 +299,10 @@ class DirectiveLowering:
                 if not isinstance(v, bool):
                     raise SemanticError(coord, f"concat must be true or false, got {describe(v)}")
                 spec.concat = v
+            elif key == "norm":
+                if not isinstance(v, str):
+                    raise SemanticError(coord, f"norm must be a string, got {describe(v)}")
+                spec.norm = check_choice(coord, "normalisation", v, NORMS)
             elif key == "attention_dropout":
                 spec.attention_dropout = float(check_number(coord, "attention_dropout", v, lo=0.0, hi=1.0,
                                                             hi_open=True))

@@ -57,6 +57,18 @@ def source_text(node) -> str:
     return "expression"
 
 
+def running_statistics(program, prefix: str, width):
+    """Batch norm's running mean and variance: untrainable params ``PREFIX.running_mean`` /
+    ``PREFIX.running_var`` (zeros and ones, as torch), updated by the training forward."""
+    from ..ir import Param
+    out = []
+    for role, init in (("running_mean", "zeros"), ("running_var", "ones")):
+        value = program.new_value("param", (width,), name=f"{prefix}.{role}")
+        program.params.append(Param(f"{prefix}.{role}", value, init, weight_decay=False, trainable=False))
+        out.append(value)
+    return tuple(out)
+
+
 def _is_bases(v) -> bool:
     """An untyped [B][K][M] weight: bases, usable only in a basis combination ``A * V``."""
     return isinstance(v, Value) and v.assoc == "param" and v.domain is None and len(v.shape) == 3
@@ -415,8 +427,8 @@ class ExpressionLowering:
 
     def _builtin_keywords(self, e, name) -> dict:
         """The keyword arguments of a builtin call: known names, given once, compile-time
-        positive integers (the only kind any builtin takes: ``heads``)."""
-        allowed = BUILTIN_KEYWORDS.get(name, ())
+        numbers (positive integers where the builtin counts: ``heads``)."""
+        allowed = BUILTIN_KEYWORDS.get(name, {})
         kw = {}
         for k in e.kwargs:
             if not allowed:
@@ -426,10 +438,13 @@ class ExpressionLowering:
             if k.name in kw:
                 raise SemanticError(k.coord, f"keyword '{k.name}' is given twice")
             value = self.expr(k.value)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                shown = value if isinstance(value, (int, float)) and not isinstance(value, bool) else describe(value)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if allowed[k.name] == "int" and (not number or not isinstance(value, int) or value < 1):
                 raise SemanticError(k.value.coord, f"{k.name} must be a positive compile-time integer, "
-                                                   f"got {shown}")
+                                                   f"got {value if number else describe(value)}")
+            if allowed[k.name] == "float":
+                value = check_number(k.value.coord, k.name, value, lo=0.0, lo_open=k.name == "eps",
+                                     hi=1.0 if k.name == "momentum" else None)
             kw[k.name] = value
         for need in REQUIRED_KEYWORDS.get(name, ()):
             if need not in kw:
@@ -540,6 +555,21 @@ class ExpressionLowering:
                                                  f"argument has width {s.width}")
         self._per_head_width(e.coord, "scale_heads", x.width, s.width)
         return self.b.emit("head_mul", x, s, loc=e.coord, heads=s.width)
+
+    def f_layer_norm(self, e, args, eps=1e-5):
+        """Each row standardised over its features (no affine part: multiply and add weights)."""
+        return self.b.emit("layer_standardize", self.rows(args[0], e.args[0]), loc=e.coord, eps=float(eps))
+
+    def f_batch_norm(self, e, args, eps=1e-5, momentum=0.1):
+        """Each feature standardised over the nodes, with running statistics for evaluation
+        (untrainable weights of their own, saved in checkpoints)."""
+        x = self.rows(args[0], e.args[0])
+        if x.assoc != "node":
+            raise SemanticError(e.args[0].coord, f"batch_norm standardises over the nodes: it needs a node "
+                                                 f"value, got {describe(x)}")
+        self.batch_norms += 1
+        mean, var = running_statistics(self.program, f"batch_norm{self.batch_norms}", x.width)
+        return self.b.emit("batch_standardize", x, mean, var, loc=e.coord, eps=float(eps), momentum=float(momentum))
 
     def f_mean_heads(self, e, args, heads):
         x = self.rows(args[0], e.args[0])

@@ -47,6 +47,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
         self._scalars: dict = {}
         self._training: dict = {}         # node -> whether it calls a training directive
         self.current = None               # the coordinate of the statement being lowered
+        self.batch_norms = 0              # batch_norm calls so far: names their running statistics
 
     # == entry ==============================================================================
     def lower_module(self, module: A.Module):

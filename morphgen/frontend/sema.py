@@ -179,7 +179,8 @@ REDUCTIONS = AGGREGATORS
 DIRECTIVES = {
     "layer": (("in_width", "out_width"),
               {"activation": "str", "dropout": "float", "bias": "bool", "init": "str",
-               "weight_decay": "bool", "heads": "int", "concat": "bool", "attention_dropout": "float"}),
+               "weight_decay": "bool", "heads": "int", "concat": "bool", "attention_dropout": "float",
+               "norm": "str"}),
     "forwardPass": (("layer", "kind", "aggregator"), {}),
     "loss": (("kind",), {}),                                   # or (property, kind)
     "backPropagation": ((), {}),                               # or (layer)
@@ -197,11 +198,14 @@ BUILTINS = {
     "exp": (1, 1), "dot": (2, 2), "concat": (2, 64), "edge_softmax": (1, 1), "dropout": (2, 2),
     "sqrt": (1, 1), "rsqrt": (1, 1), "log": (1, 1), "abs": (1, 1), "pow": (2, 2), "gelu": (1, 1),
     "softplus": (1, 1), "softmax": (1, 1), "log_softmax": (1, 1),
-    "scale_heads": (2, 2), "mean_heads": (1, 1),
+    "scale_heads": (2, 2), "mean_heads": (1, 1), "layer_norm": (1, 1), "batch_norm": (1, 1),
 }
-# The keyword arguments a builtin takes (all compile-time numbers), and those it requires.
-BUILTIN_KEYWORDS = {"dot": ("heads",), "mean_heads": ("heads",)}
+# The keyword arguments a builtin takes (compile-time numbers: "int" positive integers, "float"
+# numbers), and those it requires.
+BUILTIN_KEYWORDS = {"dot": {"heads": "int"}, "mean_heads": {"heads": "int"}, "layer_norm": {"eps": "float"},
+                    "batch_norm": {"eps": "float", "momentum": "float"}}
 REQUIRED_KEYWORDS = {"mean_heads": ("heads",)}
+NORMS = ("batch", "layer", "none")
 
 NODE_BUILTIN_ATTRS = {"in_degree": "in_degree", "out_degree": "out_degree"}
 EDGE_BUILTIN_ATTRS = {"rel_degree": "rel_degree"}
@@ -297,6 +301,7 @@ class LayerSpec:
     heads: int = 1                       # GAT: attention heads
     concat: bool = True                  # GAT: heads concatenated (True) or averaged (False)
     attention_dropout: float = 0.0       # GAT: dropout on the attention coefficients
+    norm: str = "none"                   # batch | layer | none: before the activation
     extra: dict = field(default_factory=dict)
 
     @property

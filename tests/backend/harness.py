@@ -53,8 +53,13 @@ def gradients_by_sgd(program, sess, params):
 
 
 def reference(program, graph, x, labels, mask, params):
+    """The interpreter's loss, and its gradients with the new values of the untrainable params
+    (running statistics) under their own names: the backend's SGD step leaves those at
+    ``params - new``, which is what gradients_by_sgd reads for them."""
     interp = Interpreter(program, graph, x, labels, mask, dtype=np.float64)
     loss, grads, _ = interp.run({k: v.astype(np.float64) for k, v in params.items()})
+    for name, new in interp.state_updates.items():
+        grads[name] = params[name].astype(np.float64) - new
     return loss, grads
 
 

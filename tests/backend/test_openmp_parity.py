@@ -18,6 +18,7 @@ CASES = {
     "gin": lambda: models.gin(),
     "gat": lambda: models.gat(),
     "gat_heads": lambda: models.gat_heads(),
+    "normed": lambda: models.normed(),
 }
 
 

@@ -26,6 +26,7 @@ CASES = {
     "gin": lambda: models.gin(),
     "gat": lambda: models.gat(),
     "gat_heads": lambda: models.gat_heads(),
+    "normed": lambda: models.normed(),
 }
 SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_class=12,val=60,test=100"
 HOMOGENEOUS_EXAMPLES = ["gcn", "gcn3", "sage", "gin", "gat", "appnp"]

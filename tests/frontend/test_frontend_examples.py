@@ -74,8 +74,12 @@ def test_sage_uses_mean_and_two_weights():
 def test_gin_is_sum_plus_self_then_mlp():
     prog = compile_file(EXAMPLES[0].parent / "gin.mp")
     ops = opcodes(prog)
-    assert ops[:7] == ["aggregate", "add", "linear", "bias_add", "relu", "linear", "bias_add"]
+    assert ops[:13] == ["aggregate", "add", "linear", "bias_add", "batch_standardize", "mul", "bias_add", "relu",
+                        "linear", "bias_add", "batch_standardize", "mul", "bias_add"]
     assert prog.forward[1].inputs[0] is prog.inputs["features"]
+    state = {p.name for p in prog.params if not p.trainable}
+    assert state == {f"layer{l}.norm{k}.running_{s}" for l in (0, 1) for k in (1, 2) for s in ("mean", "var")}
+    assert not any(p.weight_decay for p in prog.params if ".norm" in p.name)
 
 
 def test_gat_attention_structure():
@@ -86,6 +90,11 @@ def test_gat_attention_structure():
     assert all(op.attrs["alpha"] == 0.2 for op in lrelu)
     assert [op.attrs for op in prog.forward if op.opcode == "elu"] == [{"alpha": 1.0}]
     assert prog.optimizer.lr == 0.005
+    assert prog.self_loops
+    assert [op.attrs.get("heads", 1) for op in prog.forward if op.opcode == "dot"] == [8, 8, 1, 1]
+    assert ops.count("head_mul") == 1 and "head_mean" not in ops      # hidden heads concatenated
+    edge_dropouts = [op for op in prog.forward if op.opcode == "dropout" and op.output.assoc == "edge"]
+    assert [op.attrs["p"] for op in edge_dropouts] == [0.6, 0.6]
 
 
 def test_rgcn_relational_ops():

@@ -23,9 +23,9 @@ class ModelBuilder:
         self.y = self.program.new_value("node", (1,), "i64", name="y")
         self.program.inputs = {"features": self.x, "labels": self.y}
 
-    def param(self, name, shape, init="glorot", domain=None, weight_decay=True):
+    def param(self, name, shape, init="glorot", domain=None, weight_decay=True, trainable=True):
         v = self.program.new_value("param", tuple(shape), name=name, domain=domain)
-        self.program.params.append(Param(name, v, init, weight_decay))
+        self.program.params.append(Param(name, v, init, weight_decay, trainable))
         return v
 
     def emit(self, opcode, *inputs, **attrs):
@@ -148,6 +148,21 @@ def gat_heads(hidden=4, heads=3, out_heads=2) -> Program:
         out = m.emit("bias_add", out, m.param(f"layer{layer}.b", (out.width,), init="zeros"))
         h = m.activation(out, "elu" if layer == 0 else None)
     return m.finish(h)
+
+
+def normed(hidden=8) -> Program:
+    """Batch norm and layer norm, each with its affine weights, around a sum aggregation."""
+    m = ModelBuilder("normed")
+    h = m.emit("linear", m.x, m.param("W1", ("F", hidden)))
+    mean = m.param("bn.running_mean", (hidden,), init="zeros", trainable=False)
+    var = m.param("bn.running_var", (hidden,), init="ones", trainable=False)
+    h = m.emit("batch_standardize", h, mean, var, eps=1e-5, momentum=0.1)
+    h = m.emit("bias_add", m.emit("mul", h, m.param("bn.gamma", (hidden,), init="ones")),
+               m.param("bn.beta", (hidden,), init="zeros"))
+    h = m.emit("relu", m.emit("aggregate", h, reduce="sum", norm="none", self_loops=True))
+    h = m.emit("layer_standardize", m.emit("linear", h, m.param("W2", (hidden, hidden))), eps=1e-5)
+    h = m.emit("mul", h, m.param("ln.gamma", (hidden,), init="ones"))
+    return m.finish(m.emit("linear", m.emit("tanh", h), m.param("W3", (hidden, "C"))))
 
 
 def rgcn(hidden=16, featureless=True, bases=None) -> Program:

@@ -93,6 +93,16 @@ def _basis_combine(domain):
     return build
 
 
+def _layer_norm(m, h, k):
+    return m.emit("layer_standardize", m.emit("scale", h, c=3.0), eps=1e-5)
+
+
+def _batch_norm(m, h, k):
+    mean = m.param("running_mean", (k,), init="zeros", trainable=False)
+    var = m.param("running_var", (k,), init="ones", trainable=False)
+    return m.emit("batch_standardize", m.emit("scale", h, c=3.0), mean, var, eps=1e-5, momentum=0.1)
+
+
 def _typed_param(domain):
     def build(m, h, k):
         a = m.param("a", ("etypes" if domain == "etype" else "ntypes", k), domain=domain)
@@ -205,6 +215,8 @@ CASES = {
     "linear": lambda m, h, k: m.emit("linear", h, m.param("W", (k, 5))),
     "typed_linear_edge": _typed_linear_edge,
     "typed_linear_node": _typed_linear_node,
+    "layer_norm": _layer_norm,
+    "batch_norm": _batch_norm,
     "basis_combine_edge": _basis_combine("etype"),
     "basis_combine_node": _basis_combine("ntype"),
     "typed_param_edge": _typed_param("etype"),
