@@ -278,7 +278,8 @@ def describe(value) -> str:
     if isinstance(value, Value):
         if value.assoc == "param":
             return f"weight '{value.name}'"
-        return f"a {value.assoc} value of width {value.width}"
+        article = "an" if value.assoc[0] in "aeiou" else "a"
+        return f"{article} {value.assoc} value of width {value.width}"
     return getattr(value, "phrase", "an unsupported value")
 
 

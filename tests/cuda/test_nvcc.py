@@ -1,6 +1,6 @@
 """Examples build with nvcc for the GPUs morphgen targets (sm_80, sm_90): the kernel sources that
-the SIMT emulation runs in the other tests are valid CUDA.  These four instantiate every kernel
-of ops.cuh between them (gcn3, sage, gin and appnp add none; `MORPHGEN_NVCC_ALL=1` builds all)."""
+the SIMT emulation runs in the other tests are valid CUDA.  These four, with the extra-ops program
+below, instantiate every kernel of ops.cuh between them (`MORPHGEN_NVCC_ALL=1` builds every example)."""
 import os
 import shutil
 
@@ -10,7 +10,7 @@ from morphgen.library import load
 from tests.backend.test_math_parity import SOURCE as MATH_SOURCE
 from tests.e2e.support import example, run_cli
 
-ALL = ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "rgcn", "rgat", "hgt"]
+ALL = ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "rgcn", "rgcn_bases", "rgat", "hgt"]
 EXAMPLES = ALL if os.environ.get("MORPHGEN_NVCC_ALL") else ["gcn", "gat", "rgat", "hgt"]
 NVCC = os.environ.get("MORPHGEN_NVCC", "nvcc")
 
@@ -26,10 +26,12 @@ def test_every_example_builds_with_nvcc(tmp_path, model):
     assert load(str(built[0]), "cuda") is not None     # loads (no GPU call yet) and says who built it
 
 
-# Row softmax, the math functions, concat and its backward's slices: no example uses them.
+# Row softmax, the math functions, concat and its backward's slices, layer and batch norm, the
+# mean over heads: no example of the four uses them.
 EXTRA_OPS = MATH_SOURCE.replace(
     "v.out = Sum(e in v.incoming_edges(): e.src.s * W2) + v.s * W2;",
-    "v.out = Sum(e in v.incoming_edges(): e.src.s * W2) + relu(concat(v.s, v.h)) * W3;").replace(
+    "v.out = Sum(e in v.incoming_edges(): e.src.s * W2) + layer_norm(relu(concat(v.s, v.h))) * W3"
+    " + batch_norm(mean_heads(concat(v.s, v.h), heads = 2)) * W2;").replace(
     "weight<float[6]> b1 = glorot;", "weight<float[6]> b1 = glorot;\n    weight<float[12][C]> W3 = glorot;")
 
 
@@ -42,5 +44,6 @@ def test_the_ops_no_example_uses_build_with_nvcc(tmp_path):
                    env={"MORPHGEN_CUDA_EMULATION": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
     source = (tmp_path / "out" / "model.cu").read_text()
-    for call in ("mg::row_softmax_fwd", "mg::math_fwd", "mg::concat_fwd", "mg::op::slice"):
+    for call in ("mg::row_softmax_fwd", "mg::math_fwd", "mg::concat_fwd", "mg::op::slice", "mg::layer_standardize_bwd",
+                 "mg::batch_standardize_bwd", "mg::head_sum", "mg::head_repeat"):
         assert call in source, call

@@ -8,11 +8,12 @@ A program is built from a seed alone (`generate(seed)` is deterministic).  Two s
   random expressions (projections, typed projections, element-wise arithmetic with
   broadcasting, activations, dropout, biases, reductions over in- and out-edges and
   neighbours, concatenation, dot products, degrees, edge softmax, per-head values: scale_heads,
-  mean_heads, dot with heads; typed weights declared or combined from bases), then a loss on a
-  C-wide node property;
+  mean_heads, dot with heads; batch and layer norm; typed weights declared or combined from
+  bases), then a loss on a C-wide node property;
 * directives: a random stack of `gnn.layer` / `gnn.forwardPass` layers (GCN, SAGE, GIN, GAT with
   every aggregator each accepts, GAT with several heads concatenated or averaged and attention
-  dropout), with random widths, activations, dropout and biases, sometimes gnn.addSelfLoops.
+  dropout), with random widths, activations, dropout, biases and norms, sometimes
+  gnn.addSelfLoops.
 
 Every expression is typed while it is generated (node or edge rows, a width), so the text is
 correct by construction.  Values stay numerically tame: `exp` only of a tanh, division only by
@@ -137,9 +138,11 @@ class _Writer:
             leaf = self.node_read(scope, width, False) if self.rng.random() < 0.3 else None
             return leaf or self.projection(scope, width, "v")
         choice = self.pick(("proj", "act", "binary", "bias", "scale", "reduce", "neighbors", "concat",
-                            "dot", "degree", "dropout", "neg", "heads"),
-                           (3, 3, 3, 2, 1, 4, 2, 1, 1, 1, 2, 1, 1))
+                            "dot", "degree", "dropout", "neg", "heads", "norm"),
+                           (3, 3, 3, 2, 1, 4, 2, 1, 1, 1, 2, 1, 1, 1))
         d = depth - 1
+        if choice == "norm":
+            return f"{self.pick(('batch_norm', 'layer_norm'))}({self.node_expr(scope, width, d)})"
         if choice == "heads":
             return self.per_head(width, lambda w: self.node_expr(scope, w, d), lambda w: self.node_expr(scope, w, d))
         if choice == "proj":
@@ -314,6 +317,8 @@ def _directives(w: _Writer) -> tuple:
             options.append(f'activation = "{w.rng.choice(("relu", "elu", "leaky_relu", "tanh", "sigmoid"))}"')
         if w.rng.random() < 0.2:
             options.append("bias = false")
+        if w.rng.random() < 0.25:
+            options.append(f'norm = "{w.rng.choice(("batch", "layer"))}"')
         if kind == "GAT" and w.rng.random() < 0.5:
             heads = w.rng.choice((2, 3))
             concat = out_width != "C" and w.rng.random() < 0.6    # the last layer's heads average to C
