@@ -676,7 +676,7 @@ def optimizer_step(program: Program, params: dict, grads: dict, state: dict) -> 
     for p in program.params:
         if p.name not in grads:
             continue
-        wd = opt.weight_decay if p.weight_decay else 0.0
+        wd = p.decay(opt)
         st = state.setdefault(p.name, {})
         if opt.kind == "adam":
             adam_step(params[p.name], grads[p.name], st, opt.lr, opt.beta1, opt.beta2, opt.eps, wd)

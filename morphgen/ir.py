@@ -198,7 +198,7 @@ class Program:
             ident = " (identity: featureless)" if role == "features" and self.featureless else ""
             out.append(f"  input {role} {v!r}: {v.describe()}{ident}")
         for p in self.params:
-            wd = "" if p.weight_decay else " no-decay"
+            wd = "" if p.decay(self.optimizer) == self.optimizer.weight_decay else f" decay={p.decay(self.optimizer)}"
             out.append(f"  param {p.name} {p.value!r}: {p.value.describe()} init={p.init}{wd}")
         if self.invariant:
             out.append("invariant (computed once, when the data is bound):")

@@ -70,9 +70,19 @@ class Param:
     name: str
     value: Value
     init: str = "glorot"          # glorot | zeros | ones | normal | uniform
-    weight_decay: bool = True     # whether the optimizer's decay applies to it
+    weight_decay: Union[bool, float] = True   # True: the optimizer's decay; False: none; a number: its own
     trainable: bool = True        # False: state the forward updates (batch norm's running
                                   # statistics), saved with the weights but never differentiated
+
+
+    def decay(self, optimizer: "Optimizer") -> float:
+        """The weight decay this weight's update applies."""
+        if not self.trainable or self.weight_decay is False:
+            return 0.0
+        if self.weight_decay is not True:
+            return float(self.weight_decay)
+        vector = len(self.value.shape) == 1 or (len(self.value.shape) == 2 and self.value.domain is not None)
+        return 0.0 if vector and not optimizer.decay_vectors else float(optimizer.weight_decay)
 
 
 @dataclass
@@ -84,6 +94,7 @@ class Optimizer:
     eps: float = 1e-8
     weight_decay: float = 0.0
     momentum: float = 0.0
+    decay_vectors: bool = True    # False: biases and other vector weights are not decayed
 
 
 def _canonical_symbol(name: str) -> str:

@@ -485,7 +485,7 @@ class OpenMPEmitter:
             g = self.p.grads.get(prm.name)
             if g is None:
                 continue       # a weight the loss does not depend on stays as initialised
-            wd = _float(o.weight_decay if prm.weight_decay else 0.0)
+            wd = _float(prm.decay(o))
             n = self.numel(prm.value)
             if o.kind in ("adam", "adamw"):
                 call = (f"mg::op::adam({'true' if o.kind == 'adamw' else 'false'}, m.p{i}.data, {self.ptr(g)}, "

@@ -10,7 +10,7 @@ from ..grammar import ast as A
 from ..grammar.diagnostics import suggest
 from .expressions import running_statistics, widths_conflict
 from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LOSSES, OPTIMIZERS,
-                   LayerSpec, Poisoned, PropSym, SemanticError, check_choice, check_number,
+                   LayerSpec, Poisoned, PropSym, SemanticError, WeightSym, check_choice, check_number,
                    describe, undeclared, FEATURE_NORMALIZATIONS, NORMS)
 
 TRAINING_DIRECTIVES = ("forwardPass", "loss", "backPropagation", "optimizerStep")
@@ -126,7 +126,7 @@ class LayerExpander:
     def param(self, spec: LayerSpec, role: str, shape: tuple, init: str, decay: bool = True):
         name = f"layer{spec.index}.{role}"
         value = self.program.new_value("param", shape, name=name)
-        self.program.params.append(Param(name, value, init, decay and spec.weight_decay))
+        self.program.params.append(Param(name, value, init, spec.weight_decay if decay else False))
         return value
 
     def activation(self, h, name, loc):
@@ -282,10 +282,16 @@ class DirectiveLowering:
                 spec.activation = check_choice(coord, "activation", v, ACTIVATIONS)
             elif key == "dropout":
                 spec.dropout = float(check_number(coord, "dropout", v, lo=0.0, hi=1.0, hi_open=True))
-            elif key in ("bias", "weight_decay"):
+            elif key == "bias":
                 if not isinstance(v, bool):
-                    raise SemanticError(coord, f"{key} must be true or false, got {describe(v)}")
-                setattr(spec, key, v)
+                    raise SemanticError(coord, f"bias must be true or false, got {describe(v)}")
+                spec.bias = v
+            elif key == "weight_decay":
+                if not isinstance(v, bool):
+                    if not isinstance(v, (int, float)):
+                        raise SemanticError(coord, f"weight_decay must be true, false or a number, got {describe(v)}")
+                    v = float(check_number(coord, "weight_decay", v, lo=0.0))
+                spec.weight_decay = v
             elif key == "init":
                 if not isinstance(v, str):
                     raise SemanticError(coord, f"init must be a string, got {describe(v)}")
@@ -308,6 +314,20 @@ class DirectiveLowering:
                                                             hi_open=True))
         t.layers.append(spec)
 
+    def d_weightDecay(self, e, kw):
+        """``gnn.weightDecay(W, 5e-4)``: this weight's own decay, whatever the optimizer's."""
+        self._arity(e, (2,), "2 arguments (a weight, its decay)")
+        arg = e.args[0]
+        sym = self.scope.lookup(arg.name) if isinstance(arg, A.Name) else None
+        if isinstance(arg, A.Name) and sym is None:
+            raise undeclared(arg.coord, arg.name, self.names_in_scope())
+        if not isinstance(sym, WeightSym):
+            raise SemanticError(arg.coord, "gnn.weightDecay takes the name of a declared weight first")
+        param = next(p for p in self.program.params if p.value is sym.value)
+        if param.weight_decay is not True:
+            raise SemanticError(e.coord, f"the decay of weight '{arg.name}' is declared twice")
+        param.weight_decay = float(check_number(e.args[1].coord, "weight decay", self.expr(e.args[1]), lo=0.0))
+
     def d_addSelfLoops(self, e, kw):
         """A graph option, applied to the data once at load time: every node gets an edge to
         itself (where it has none), so aggregations and edge softmax include the node."""
@@ -327,6 +347,11 @@ class DirectiveLowering:
                   "beta2": dict(lo=0.0, hi=1.0, hi_open=True),
                   "eps": dict(lo=0.0, lo_open=True), "momentum": dict(lo=0.0, hi=1.0, hi_open=True)}
         for key, (v, coord) in kw.items():
+            if key == "decay_biases":
+                if not isinstance(v, bool):
+                    raise SemanticError(coord, f"decay_biases must be true or false, got {describe(v)}")
+                opt.decay_vectors = v
+                continue
             if key == "momentum" and kind != "sgd":
                 raise SemanticError(coord, f"momentum applies to sgd, not {kind}")
             if key in ("beta1", "beta2") and kind == "sgd":

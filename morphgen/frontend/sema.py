@@ -179,13 +179,14 @@ REDUCTIONS = AGGREGATORS
 DIRECTIVES = {
     "layer": (("in_width", "out_width"),
               {"activation": "str", "dropout": "float", "bias": "bool", "init": "str",
-               "weight_decay": "bool", "heads": "int", "concat": "bool", "attention_dropout": "float",
+               "weight_decay": "bool or float", "heads": "int", "concat": "bool", "attention_dropout": "float",
                "norm": "str"}),
     "forwardPass": (("layer", "kind", "aggregator"), {}),
     "loss": (("kind",), {}),                                   # or (property, kind)
     "backPropagation": ((), {}),                               # or (layer)
     "optimizer": (("kind",), {"lr": "float", "weight_decay": "float", "beta1": "float",
-                              "beta2": "float", "eps": "float", "momentum": "float"}),
+                              "beta2": "float", "eps": "float", "momentum": "float", "decay_biases": "bool"}),
+    "weightDecay": (("weight", "value"), {}),
     "optimizerStep": ((), {}),
     "normalizeFeatures": (("kind",), {}),
     "addSelfLoops": ((), {}),
@@ -298,7 +299,7 @@ class LayerSpec:
     dropout: float = 0.0
     bias: bool = True
     init: str = "glorot"
-    weight_decay: bool = True
+    weight_decay: Any = True             # True: the optimizer's; False: none; a number: its own
     heads: int = 1                       # GAT: attention heads
     concat: bool = True                  # GAT: heads concatenated (True) or averaged (False)
     attention_dropout: float = 0.0       # GAT: dropout on the attention coefficients

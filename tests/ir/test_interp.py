@@ -191,3 +191,15 @@ def test_identity_materialisation_is_refused():
     g = random_graph(10, 26)
     with pytest.raises(IRError, match="materialise"):
         Interpreter(prog, g, None, np.zeros(10, int)).predict(init_params(prog))
+
+
+def test_per_weight_decay_and_undecayed_biases():
+    """gnn.weightDecay gives a weight its own decay; decay_biases = false spares vector weights."""
+    prog, *_ = _setup()
+    prog.optimizer = Optimizer("sgd", lr=1.0, weight_decay=1.0, decay_vectors=False)
+    prog.param("layer1.W").weight_decay = 0.25
+    params = {k: np.ones_like(v) for k, v in init_params(prog).items()}
+    grads = {k: np.zeros_like(v) for k, v in params.items()}
+    optimizer_step(prog, params, grads, {})
+    assert np.all(params["layer0.b"] == 1.0) and np.all(params["layer1.b"] == 1.0)
+    assert np.all(params["layer0.W"] == 0.0) and np.all(params["layer1.W"] == 0.75)
