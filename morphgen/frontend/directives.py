@@ -15,6 +15,12 @@ from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LOS
 
 TRAINING_DIRECTIVES = ("forwardPass", "loss", "backPropagation", "optimizerStep")
 
+
+def _flag(coord, key: str, v) -> bool:
+    if not isinstance(v, bool):
+        raise SemanticError(coord, f"{key} must be true or false, got {describe(v)}")
+    return v
+
 # What a layer's activation defaults to when the program does not say.
 HIDDEN_DEFAULT = {"GCN": "relu", "SAGE": "relu", "GIN": "relu", "GAT": "elu"}
 
@@ -282,10 +288,8 @@ class DirectiveLowering:
                 spec.activation = check_choice(coord, "activation", v, ACTIVATIONS)
             elif key == "dropout":
                 spec.dropout = float(check_number(coord, "dropout", v, lo=0.0, hi=1.0, hi_open=True))
-            elif key == "bias":
-                if not isinstance(v, bool):
-                    raise SemanticError(coord, f"bias must be true or false, got {describe(v)}")
-                spec.bias = v
+            elif key in ("bias", "concat"):
+                setattr(spec, key, _flag(coord, key, v))
             elif key == "weight_decay":
                 if not isinstance(v, bool):
                     if not isinstance(v, (int, float)):
@@ -301,10 +305,6 @@ class DirectiveLowering:
                     shown = v if isinstance(v, (int, float)) and not isinstance(v, bool) else describe(v)
                     raise SemanticError(coord, f"heads must be a positive integer, got {shown}")
                 spec.heads = v
-            elif key == "concat":
-                if not isinstance(v, bool):
-                    raise SemanticError(coord, f"concat must be true or false, got {describe(v)}")
-                spec.concat = v
             elif key == "norm":
                 if not isinstance(v, str):
                     raise SemanticError(coord, f"norm must be a string, got {describe(v)}")
@@ -348,9 +348,7 @@ class DirectiveLowering:
                   "eps": dict(lo=0.0, lo_open=True), "momentum": dict(lo=0.0, hi=1.0, hi_open=True)}
         for key, (v, coord) in kw.items():
             if key == "decay_biases":
-                if not isinstance(v, bool):
-                    raise SemanticError(coord, f"decay_biases must be true or false, got {describe(v)}")
-                opt.decay_vectors = v
+                opt.decay_vectors = _flag(coord, key, v)
                 continue
             if key == "momentum" and kind != "sgd":
                 raise SemanticError(coord, f"momentum applies to sgd, not {kind}")

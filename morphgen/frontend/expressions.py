@@ -14,8 +14,8 @@ from ..ir import Value
 from ..grammar import ast as A
 from ..grammar.diagnostics import suggest
 from ..ir_core import dim_div
-from .sema import (AGGREGATORS, BUILTIN_KEYWORDS, BUILTINS, EDGE_BUILTIN_ATTRS, REQUIRED_KEYWORDS, GRAPH_ATTRS, GRAPH_METHODS,
-                   NODE_BUILTIN_ATTRS, NODE_METHODS, ConstSym, ElemSym, GraphSym, LocalSym,
+from .sema import (AGGREGATORS, BUILTIN_KEYWORDS, BUILTINS, EDGE_BUILTIN_ATTRS, GRAPH_ATTRS, GRAPH_METHODS,
+                   NODE_BUILTIN_ATTRS, NODE_METHODS, REQUIRED_KEYWORDS, ConstSym, ElemSym, GraphSym, LocalSym,
                    SUGGESTION_LIMIT, PoisonSym, Poisoned, PropSym, Scope, SemanticError, SizeSym,
                    WeightSym, check_number, describe, undeclared)
 from .values import ElemRef, GraphRef, Iteration, SizeRef, TypeCount, TypeIndex, TypedSlice
@@ -522,16 +522,23 @@ class ExpressionLowering:
                                                  f"{describe(s)}")
         return self.b.emit("edge_softmax", s, loc=e.coord)
 
+    def _value_or_vector(self, fn: str, v, node):
+        """An operand that is per-row values or a vector weight shared by every row."""
+        if not (isinstance(v, Value) and v.assoc == "param"):
+            return self.rows(v, node)
+        if len(v.shape) != 1 or v.domain is not None:
+            raise SemanticError(node.coord, f"{fn} takes a value or a vector weight, not the matrix '{v.name}'")
+        return v
+
+    @staticmethod
+    def _same_rows(coord, fn: str, a, b):
+        if a.assoc != "param" and b.assoc != "param" and a.assoc != b.assoc:
+            raise SemanticError(coord, f"{fn}: cannot combine {describe(a)} with {describe(b)}")
+
     def f_dot(self, e, args, heads=1):
         a = self.rows(args[0], e.args[0])
-        b = args[1]
-        if not (isinstance(b, Value) and b.assoc == "param"):
-            b = self.rows(b, e.args[1])
-        elif len(b.shape) != 1 or b.domain is not None:
-            raise SemanticError(e.args[1].coord, f"dot takes a value or a vector weight, not the "
-                                                 f"matrix '{b.name}'")
-        if b.assoc != "param" and b.assoc != a.assoc:
-            raise SemanticError(e.coord, f"dot: cannot combine {describe(a)} with {describe(b)}")
+        b = self._value_or_vector("dot", args[1], e.args[1])
+        self._same_rows(e.coord, "dot", a, b)
         if widths_conflict(a.width, b.width):
             raise SemanticError(e.coord, f"shape mismatch in dot: widths {a.width} and {b.width} differ")
         if heads == 1:
@@ -542,14 +549,8 @@ class ExpressionLowering:
     def f_scale_heads(self, e, args):
         """``scale_heads(x, s)``: each of the ``width(s)`` heads of ``x`` times its entry of ``s``."""
         s = self.rows(args[1], e.args[1])
-        x = args[0]
-        if not (isinstance(x, Value) and x.assoc == "param"):
-            x = self.rows(x, e.args[0])
-        elif len(x.shape) != 1 or x.domain is not None:
-            raise SemanticError(e.args[0].coord, f"scale_heads takes a value or a vector weight, not the "
-                                                 f"matrix '{x.name}'")
-        if x.assoc != "param" and x.assoc != s.assoc:
-            raise SemanticError(e.coord, f"scale_heads: cannot combine {describe(x)} with {describe(s)}")
+        x = self._value_or_vector("scale_heads", args[0], e.args[0])
+        self._same_rows(e.coord, "scale_heads", x, s)
         if not isinstance(s.width, int):
             raise SemanticError(e.args[1].coord, f"scale_heads needs a fixed number of heads: the second "
                                                  f"argument has width {s.width}")
