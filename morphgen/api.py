@@ -109,7 +109,8 @@ class CompiledModel:
             self.build(dataset)
         self.bound_to = dataset
         normalised = preprocess(dataset, self.program)
-        own_copy = normalised.features is not dataset.features or sp.issparse(dataset.features)   # made here: ours to give
+        # features copied here (normalised, or a sparse matrix read into the runtime's own arrays) are ours to give
+        own_copy = normalised.features is not dataset.features or sp.issparse(dataset.features)
         dataset = normalised
         layout = GraphLayout.from_graph(dataset.graph)
         masks = (dataset.train_mask, dataset.val_mask, dataset.test_mask)

@@ -382,7 +382,7 @@ class Interpreter:
     def _op_dot(self, op, a, b):
         a, b = self._binary_operands(op, a, b)
         heads = op.attrs.get("heads", 1)
-        prod = np.broadcast_to(a * b, np.broadcast_shapes(a.shape, b.shape))
+        prod = a * b
         return prod.reshape(prod.shape[0], heads, -1).sum(axis=-1)
 
     def _op_head_mul(self, op, x, s):
