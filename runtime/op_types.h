@@ -42,7 +42,7 @@ enum class MathFn { Sqrt, Rsqrt, Log, Abs, Pow, Gelu, Softplus, Shift };
 // Sums of per-feature statistics across the processes that each hold part of the rows (batch
 // norm): nothing to add in one process.  The MPI backend passes a functor that all-reduces.
 struct LocalRows {
-    void operator()(float *, int64_t) const {}
+    void operator()(double *, int64_t) const {}
 };
 
 struct DropoutKey {

@@ -184,13 +184,13 @@ inline double sum_all(Partition &p, double local) {
     return total;
 }
 
-// Per-feature sums over every rank, in place (batch norm's statistics): the functor the
-// op layer's `across` parameter takes.
+// Per-feature sums over every rank, in place and in double (batch norm's statistics, summed as
+// one process sums them): the functor the op layer's `across` parameter takes.
 struct AcrossRanks {
     Partition &p;
-    void operator()(float *v, int64_t n) const {
+    void operator()(double *v, int64_t n) const {
         if (p.size == 1 || n <= 0) return;
-        check_mpi(MPI_Allreduce(MPI_IN_PLACE, v, message_count(n, "feature statistics"), MPI_FLOAT, MPI_SUM, p.comm),
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, v, message_count(n, "feature statistics"), MPI_DOUBLE, MPI_SUM, p.comm),
                   "feature statistics");
     }
 };

@@ -75,7 +75,7 @@ class MPIEmitter(OpenMPEmitter):
         return "m.part.global_nodes" if v.assoc == "node" else super().all_rows(v)
 
     def across_ranks(self) -> str:
-        return "mg::AcrossRanks{m.part}"
+        return "mg::mpi::AcrossRanks{m.part}"
 
     # -- halo exchanges around the ops that cross the partition -----------------------------------
     def around(self, op, lines: list) -> list:

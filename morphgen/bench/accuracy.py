@@ -54,8 +54,9 @@ def _gin_pyg(torch, num_features, num_classes):
             super().__init__()
             self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
             for k, m, norm in zip(widths, widths[1:], norms):
-                mlp = nn.Sequential(nn.Linear(k, m), nn.BatchNorm1d(m) if norm else nn.Identity(), nn.ReLU(),
-                                    nn.Linear(m, m))
+                # no bias before a batch norm, as the example (the norm's shift is the bias)
+                mlp = nn.Sequential(nn.Linear(k, m, bias=not norm), nn.BatchNorm1d(m) if norm else nn.Identity(),
+                                    nn.ReLU(), nn.Linear(m, m, bias=not norm))
                 self.convs.append(GINConv(mlp, eps=0.0, train_eps=False))
                 self.norms.append(nn.BatchNorm1d(m) if norm else nn.Identity())
 

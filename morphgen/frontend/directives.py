@@ -158,7 +158,9 @@ class LayerExpander:
         return emit("bias_add", h, self.param(spec, f"{role}.beta", (h.width,), "zeros", decay=False), loc=loc)
 
     def bias(self, spec, h, loc, role="b"):
-        if not spec.bias:
+        # Batch norm subtracts each feature's mean, so a bias before it cancels: its gradient is
+        # rounding noise, which Adam would turn into full-size steps.  Batch norm's shift replaces it.
+        if not spec.bias or spec.norm == "batch":
             return h
         return self.b.emit("bias_add", h, self.param(spec, role, (h.width,), "zeros"), loc=loc)
 

@@ -8,21 +8,34 @@
 #include <cstdint>
 #include <vector>
 
+#include <omp.h>
+
 #include "elementwise.h"
 
 namespace mg {
 
 // ---- layer norm: per row, over the features -------------------------------------------------
+namespace norm_detail {
+// A row's mean (float) and 1/sqrt(var + eps): sums in double, the same arithmetic on every backend.
+inline void row_moments(const float* xr, int64_t F, float eps, float& mean, float& inv) {
+    double s = 0.0;
+    for (int64_t j = 0; j < F; ++j) s += xr[j];
+    mean = float(s / double(F));
+    double q = 0.0;
+    for (int64_t j = 0; j < F; ++j) {
+        const float d = xr[j] - mean;
+        q += double(d * d);
+    }
+    inv = float(1.0 / std::sqrt(q / double(F) + double(eps)));
+}
+}  // namespace norm_detail
+
 inline void layer_standardize_fwd(const float* x, int64_t rows, int64_t F, float eps, float* y) {
 #pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
     for (int64_t i = 0; i < rows; ++i) {
         const float* xr = x + i * F;
-        double s = 0.0;
-        for (int64_t j = 0; j < F; ++j) s += xr[j];
-        const float mean = float(s / double(F));
-        double q = 0.0;
-        for (int64_t j = 0; j < F; ++j) q += double(xr[j] - mean) * double(xr[j] - mean);
-        const float inv = float(1.0 / std::sqrt(q / double(F) + double(eps)));
+        float mean, inv;
+        norm_detail::row_moments(xr, F, eps, mean, inv);
 #pragma omp simd
         for (int64_t j = 0; j < F; ++j) y[i * F + j] = (xr[j] - mean) * inv;
     }
@@ -34,15 +47,13 @@ inline void layer_standardize_bwd(const float* g, const float* x, const float* y
 #pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
     for (int64_t i = 0; i < rows; ++i) {
         const float *xr = x + i * F, *gr = g + i * F, *yr = y + i * F;
-        double s = 0.0, q = 0.0, sg = 0.0, sgy = 0.0;
-        for (int64_t j = 0; j < F; ++j) s += xr[j];
-        const double mean = s / double(F);
+        float mean, inv;
+        norm_detail::row_moments(xr, F, eps, mean, inv);
+        double sg = 0.0, sgy = 0.0;
         for (int64_t j = 0; j < F; ++j) {
-            q += (xr[j] - mean) * (xr[j] - mean);
             sg += gr[j];
-            sgy += double(gr[j]) * yr[j];
+            sgy += double(gr[j] * yr[j]);
         }
-        const float inv = float(1.0 / std::sqrt(q / double(F) + double(eps)));
         const float mg_ = float(sg / double(F)), mgy = float(sgy / double(F));
 #pragma omp simd
         for (int64_t j = 0; j < F; ++j) dx[i * F + j] = (gr[j] - mg_ - yr[j] * mgy) * inv;
@@ -51,26 +62,43 @@ inline void layer_standardize_bwd(const float* g, const float* x, const float* y
 
 // ---- batch norm: per feature, over the node rows ----------------------------------------------
 namespace norm_detail {
-// Column mean and 1/sqrt(var + eps) of x (biased variance; torch's BatchNorm): ``rows`` rows here,
-// ``total`` rows in all (across processes); returns the variance too for the running estimate.
+// sum_i f(i, j) for every feature j, in double: per-thread partials over blocks of rows, then
+// added in thread order (no atomics, the same sum every run), then over the ranks by `across`.
+template <class Across, class Fn>
+std::vector<double> column_sums(int64_t rows, int64_t F, Across across, Fn f) {
+    const int nthreads = rows * F > ew_detail::kParallelMin ? omp_get_max_threads() : 1;
+    std::vector<double> partial(size_t(nthreads) * size_t(F), 0.0), out(size_t(F), 0.0);
+#pragma omp parallel num_threads(nthreads)
+    {
+        double* acc = partial.data() + size_t(omp_get_thread_num()) * size_t(F);
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < F; ++j) acc[j] += double(f(i, j));
+    }
+    for (int t = 0; t < nthreads; ++t)
+        for (int64_t j = 0; j < F; ++j) out[size_t(j)] += partial[size_t(t) * size_t(F) + size_t(j)];
+    across(out.data(), F);
+    return out;
+}
+
+// Column mean and 1/sqrt(var + eps) of x (biased variance, as torch's BatchNorm) over ``total``
+// rows in all, ``rows`` of them here; ``var`` is kept for the running estimate.
 template <class Across>
 void column_moments(const float* x, int64_t rows, int64_t total, int64_t F, float eps, std::vector<float>& mean,
                     std::vector<float>& var, std::vector<float>& inv, Across across) {
-    mean.assign(size_t(F), 0.f);
-    var.assign(size_t(F), 0.f);
-    inv.assign(size_t(F), 0.f);
-    ew_detail::reduce_to(Bcast::Row, rows, F, mean.data(), [&](int64_t i, int64_t j) { return x[i * F + j]; });
-    across(mean.data(), F);
-    for (int64_t j = 0; j < F; ++j) mean[size_t(j)] /= float(total);
+    const std::vector<double> s = column_sums(rows, F, across, [&](int64_t i, int64_t j) { return x[i * F + j]; });
+    mean.resize(size_t(F));
+    for (int64_t j = 0; j < F; ++j) mean[size_t(j)] = float(s[size_t(j)] / double(total));
     const float* mu = mean.data();
-    ew_detail::reduce_to(Bcast::Row, rows, F, var.data(), [&](int64_t i, int64_t j) {
+    const std::vector<double> q = column_sums(rows, F, across, [&](int64_t i, int64_t j) {
         const float d = x[i * F + j] - mu[j];
         return d * d;
     });
-    across(var.data(), F);
+    var.resize(size_t(F));
+    inv.resize(size_t(F));
     for (int64_t j = 0; j < F; ++j) {
-        var[size_t(j)] /= float(total);
-        inv[size_t(j)] = 1.f / std::sqrt(var[size_t(j)] + eps);
+        var[size_t(j)] = float(q[size_t(j)] / double(total));
+        inv[size_t(j)] = float(1.0 / std::sqrt(double(var[size_t(j)]) + double(eps)));
     }
 }
 }  // namespace norm_detail
@@ -92,7 +120,7 @@ void batch_standardize_fwd(bool training, const float* x, int64_t rows, int64_t 
     } else {
         mean.assign(run_mean, run_mean + F);
         inv.resize(size_t(F));
-        for (int64_t j = 0; j < F; ++j) inv[size_t(j)] = 1.f / std::sqrt(run_var[j] + eps);
+        for (int64_t j = 0; j < F; ++j) inv[size_t(j)] = float(1.0 / std::sqrt(double(run_var[j]) + double(eps)));
     }
     const float *mu = mean.data(), *iv = inv.data();
 #pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
@@ -105,16 +133,14 @@ void batch_standardize_fwd(bool training, const float* x, int64_t rows, int64_t 
 template <class Across>
 void batch_standardize_bwd(const float* g, const float* x, const float* y, int64_t rows, int64_t total, int64_t F,
                            float eps, float* dx, Across across) {
-    std::vector<float> mean, var, inv, sg(size_t(F), 0.f), sgy(size_t(F), 0.f);
+    std::vector<float> mean, var, inv, sg(static_cast<size_t>(F)), sgy(static_cast<size_t>(F));
     norm_detail::column_moments(x, rows, total, F, eps, mean, var, inv, across);
-    ew_detail::reduce_to(Bcast::Row, rows, F, sg.data(), [&](int64_t i, int64_t j) { return g[i * F + j]; });
-    ew_detail::reduce_to(Bcast::Row, rows, F, sgy.data(),
-                         [&](int64_t i, int64_t j) { return g[i * F + j] * y[i * F + j]; });
-    across(sg.data(), F);
-    across(sgy.data(), F);
+    const std::vector<double> s = norm_detail::column_sums(rows, F, across, [&](int64_t i, int64_t j) { return g[i * F + j]; });
+    const std::vector<double> q = norm_detail::column_sums(rows, F, across,
+                                                           [&](int64_t i, int64_t j) { return g[i * F + j] * y[i * F + j]; });
     for (int64_t j = 0; j < F; ++j) {
-        sg[size_t(j)] /= float(total);
-        sgy[size_t(j)] /= float(total);
+        sg[size_t(j)] = float(s[size_t(j)] / double(total));
+        sgy[size_t(j)] = float(q[size_t(j)] / double(total));
     }
     const float *iv = inv.data(), *mg_ = sg.data(), *mgy = sgy.data();
 #pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
