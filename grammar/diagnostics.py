@@ -30,7 +30,8 @@ class Diagnostic:
             return head
         # The window first (a line may be megabytes long), then its characters escaped.
         raw, at = _window(self.source_line, max(self.col - 1, 0))
-        text, caret = printable(raw[:at]) + printable(raw[at:]), len(printable(raw[:at]))
+        before = printable(raw[:at])
+        text, caret = before + printable(raw[at:]), len(before)
         # Keep tabs in the caret line so it lines up under the source in any terminal.
         lead = "".join(c if c == "\t" else " " for c in text[:caret])
         return f"{head}\n{text}\n{lead}^"

@@ -250,12 +250,17 @@ def _bias_add(ins, attrs, loc):
     return x.assoc, x.shape, "f32"
 
 
-def _heads(x: Value, attrs, loc, what) -> int:
-    """The head count of a per-head op: a positive int dividing ``x``'s width (features are
-    laid out head-major, ``[heads, width / heads]``, so concatenating heads is free)."""
+def _head_count(attrs, loc, what) -> int:
     heads = attrs.get("heads", 1)
     _need(isinstance(heads, int) and not isinstance(heads, bool) and heads >= 1,
           f"{what}: heads must be a positive integer, got {heads!r}", loc)
+    return heads
+
+
+def _heads(x: Value, attrs, loc, what) -> int:
+    """The head count of a per-head op: a positive int dividing ``x``'s width (features are
+    laid out head-major, ``[heads, width / heads]``, so concatenating heads is free)."""
+    heads = _head_count(attrs, loc, what)
     _need(dim_div(x.width, heads) is not None, f"{what}: width {x.width} is not a multiple of {heads} heads", loc)
     return heads
 
@@ -482,10 +487,7 @@ def _softmax_grad(ins, attrs, loc):
 def _head_repeat(ins, attrs, loc):
     (g,) = ins
     _need(_rows(g), f"head_repeat needs a node or edge value, got {g.describe()}", loc)
-    heads = attrs.get("heads", 1)
-    _need(isinstance(heads, int) and not isinstance(heads, bool) and heads >= 1,
-          f"head_repeat: heads must be a positive integer, got {heads!r}", loc)
-    return g.assoc, (dim_mul(g.width, heads),), "f32"
+    return g.assoc, (dim_mul(g.width, _head_count(attrs, loc, "head_repeat")),), "f32"
 
 
 def _basis_coef_grad(ins, attrs, loc):

@@ -26,8 +26,7 @@ from morphgen.ir import Value
 _ROW_LOCAL = {"linear", "typed_linear", "bias_add", "relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh", "neg",
               "sqrt", "rsqrt", "log", "abs", "pow", "gelu", "softplus", "shift", "add", "sub", "mul", "div",
               "scale", "dropout", "softmax", "log_softmax", "concat", "dot", "slice",
-              "head_mul", "head_mean", "head_repeat",
-              "layer_standardize"}
+              "head_mul", "head_mean", "layer_standardize"}
 
 
 class MPIEmitter(OpenMPEmitter):

@@ -806,23 +806,22 @@ class OpenMPEmitter:
 
     # R-GCN's basis decomposition, W (T x KM) = A (T x B) . V (B x KM): dense products on the weights
     def op_basis_combine(self, op, a, v):
-        T, B, KM = self.dim(a.shape[0]), self.width(a), self._basis_size(v)
-        return self.timed("gemm", f"mg::op::linear({self.ptr(a)}, {T}, {B}, {self.ptr(v)}, {KM}, {self.ptr(op.output)})",
-                          f"4.0 * ({T} * {B} + ({B} + {T}) * {KM})", f"2.0 * {T} * {B} * {KM}")
+        return self._basis_product("linear", a, self.dim(a.shape[0]), self.width(a), v, op.output)
 
-    def op_basis_coef_grad(self, op, g, v):
-        T, B, KM = self.dim(g.shape[0]), self.dim(v.shape[0]), self._basis_size(v)
-        return self.timed("gemm", f"mg::op::matmul_nt({self.ptr(g)}, {T}, {KM}, {self.ptr(v)}, {B}, {self.ptr(op.output)})",
-                          f"4.0 * ({T} * {B} + ({B} + {T}) * {KM})", f"2.0 * {T} * {B} * {KM}")
+    def op_basis_coef_grad(self, op, g, v):        # dA = dW . V^T
+        return self._basis_product("matmul_nt", g, self.dim(g.shape[0]), self.dim(v.shape[0]), v, op.output)
 
-    def op_basis_grad(self, op, a, g):
-        T, B, KM = self.dim(a.shape[0]), self.width(a), self._basis_size(g)
-        return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(a)}, {T}, {B}, {self.ptr(g)}, {KM}, {self.ptr(op.output)})",
-                          f"4.0 * ({T} * {B} + ({B} + {T}) * {KM})", f"2.0 * {T} * {B} * {KM}")
+    def op_basis_grad(self, op, a, g):             # dV = A^T . dW
+        return self._basis_product("matmul_tn", a, self.dim(a.shape[0]), self.width(a), g, op.output)
 
-    def _basis_size(self, w: Value) -> str:
-        """K * M of a [B or T, K, M] weight: one basis (or one type's matrix) as a row."""
-        return f"({self.dim(w.shape[1])}) * ({self.dim(w.shape[2])})"
+    def _basis_product(self, kernel: str, left: Value, T: str, B: str, right: Value, out: Value) -> str:
+        """One of the three (T x B) . (B x KM) products of a basis combination, every matrix row-major
+        and KM = K * M (one basis, or one type's matrix, as a row).  ``kernel`` takes its arguments
+        in the order (left, T, inner, right, outer, out) as mg::op::linear / matmul_nt / matmul_tn do."""
+        KM = f"({self.dim(right.shape[1])}) * ({self.dim(right.shape[2])})"
+        inner, outer = (KM, B) if kernel == "matmul_nt" else (B, KM)
+        return self.timed("gemm", f"mg::op::{kernel}({self.ptr(left)}, {T}, {inner}, {self.ptr(right)}, {outer}, "
+                          f"{self.ptr(out)})", f"4.0 * ({T} * {B} + ({B} + {T}) * {KM})", f"2.0 * {T} * {B} * {KM}")
 
     def head_dim(self, v: Value, heads: int) -> str:
         return f"({self.width(v)}) / {heads}"

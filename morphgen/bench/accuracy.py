@@ -85,8 +85,8 @@ def pyg_accuracy(model_name: str, dataset, epochs: int, seed: int) -> float:
     import torch
     torch.manual_seed(seed)
     torch.set_num_threads(2)
-    x = torch.from_numpy(np.asarray(dataset.features.todense() if hasattr(dataset.features, "todense")
-                                    else dataset.features, np.float32))
+    from morphgen.pipeline import features_payload
+    x = torch.from_numpy(np.asarray(features_payload(dataset, "dense")[1], np.float32))
     g = dataset.graph
     keep = g.src != g.dst
     edge_index = torch.from_numpy(np.stack([g.src[keep], g.dst[keep]]))

@@ -325,7 +325,7 @@ class DirectiveLowering:
             raise undeclared(arg.coord, arg.name, self.names_in_scope())
         if not isinstance(sym, WeightSym):
             raise SemanticError(arg.coord, "gnn.weightDecay takes the name of a declared weight first")
-        param = next(p for p in self.program.params if p.value is sym.value)
+        param = self.program.param(arg.name)
         if param.weight_decay is not True:
             raise SemanticError(e.coord, f"the decay of weight '{arg.name}' is declared twice")
         param.weight_decay = float(check_number(e.args[1].coord, "weight decay", self.expr(e.args[1]), lo=0.0))

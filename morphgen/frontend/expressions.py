@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 
-from ..ir import Value
+from ..ir import Param, Value
 from ..grammar import ast as A
 from ..grammar.diagnostics import suggest
 from ..ir_core import dim_div
@@ -60,7 +60,6 @@ def source_text(node) -> str:
 def running_statistics(program, prefix: str, width):
     """Batch norm's running mean and variance: untrainable params ``PREFIX.running_mean`` /
     ``PREFIX.running_var`` (zeros and ones, as torch), updated by the training forward."""
-    from ..ir import Param
     out = []
     for role, init in (("running_mean", "zeros"), ("running_var", "ones")):
         value = program.new_value("param", (width,), name=f"{prefix}.{role}")
@@ -437,14 +436,13 @@ class ExpressionLowering:
                 raise SemanticError(k.coord, f"{name} has no keyword '{k.name}'" + suggest(k.name, allowed))
             if k.name in kw:
                 raise SemanticError(k.coord, f"keyword '{k.name}' is given twice")
-            value = self.expr(k.value)
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if allowed[k.name] == "int" and (not number or not isinstance(value, int) or value < 1):
+            value, kind = self.expr(k.value), allowed[k.name]
+            if kind != "count":
+                value = check_number(k.value.coord, k.name, value, **kind)
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
                 raise SemanticError(k.value.coord, f"{k.name} must be a positive compile-time integer, "
                                                    f"got {value if number else describe(value)}")
-            if allowed[k.name] == "float":
-                value = check_number(k.value.coord, k.name, value, lo=0.0, lo_open=k.name == "eps",
-                                     hi=1.0 if k.name == "momentum" else None)
             kw[k.name] = value
         for need in REQUIRED_KEYWORDS.get(name, ()):
             if need not in kw:

@@ -201,10 +201,11 @@ BUILTINS = {
     "softplus": (1, 1), "softmax": (1, 1), "log_softmax": (1, 1),
     "scale_heads": (2, 2), "mean_heads": (1, 1), "layer_norm": (1, 1), "batch_norm": (1, 1),
 }
-# The keyword arguments a builtin takes (compile-time numbers: "int" positive integers, "float"
-# numbers), and those it requires.
-BUILTIN_KEYWORDS = {"dot": {"heads": "int"}, "mean_heads": {"heads": "int"}, "layer_norm": {"eps": "float"},
-                    "batch_norm": {"eps": "float", "momentum": "float"}}
+# The keyword arguments a builtin takes, all compile-time numbers: "count" a positive integer,
+# else the check_number limits of a number; and those it requires.
+_POSITIVE, _FRACTION = dict(lo=0.0, lo_open=True), dict(lo=0.0, hi=1.0)
+BUILTIN_KEYWORDS = {"dot": {"heads": "count"}, "mean_heads": {"heads": "count"}, "layer_norm": {"eps": _POSITIVE},
+                    "batch_norm": {"eps": _POSITIVE, "momentum": _FRACTION}}
 REQUIRED_KEYWORDS = {"mean_heads": ("heads",)}
 NORMS = ("batch", "layer", "none")
 

@@ -2,22 +2,21 @@
 the SIMT emulation runs in the other tests are valid CUDA.  These four, with the extra-ops program
 below, instantiate every kernel of ops.cuh between them (`MORPHGEN_NVCC_ALL=1` builds every example)."""
 import os
-import shutil
 
 import pytest
 
 from morphgen.library import load
 from tests.backend.test_math_parity import SOURCE as MATH_SOURCE
+from tests.cuda.conftest import require_nvcc
 from tests.e2e.support import example, run_cli
 
 ALL = ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "rgcn", "rgcn_bases", "rgat", "hgt"]
 EXAMPLES = ALL if os.environ.get("MORPHGEN_NVCC_ALL") else ["gcn", "gat", "rgat", "hgt"]
-NVCC = os.environ.get("MORPHGEN_NVCC", "nvcc")
 
 
-@pytest.mark.skipif(shutil.which(NVCC) is None, reason=f"no CUDA compiler ({NVCC}) on this machine")
 @pytest.mark.parametrize("model", EXAMPLES)
 def test_every_example_builds_with_nvcc(tmp_path, model):
+    require_nvcc()
     proc = run_cli("compile", example(model), "--backend", "cuda", "-o", tmp_path, timeout=900,
                    env={"MORPHGEN_CUDA_EMULATION": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -35,8 +34,8 @@ EXTRA_OPS = MATH_SOURCE.replace(
     "weight<float[6]> b1 = glorot;", "weight<float[6]> b1 = glorot;\n    weight<float[12][C]> W3 = glorot;")
 
 
-@pytest.mark.skipif(shutil.which(NVCC) is None, reason=f"no CUDA compiler ({NVCC}) on this machine")
 def test_the_ops_no_example_uses_build_with_nvcc(tmp_path):
+    require_nvcc()
     program = tmp_path / "maths.mp"
     program.write_text(EXTRA_OPS)
     assert "concat(" in EXTRA_OPS and "W3" in EXTRA_OPS

@@ -1,10 +1,9 @@
 """`morphgen compile --backend cuda --emit report`: ptxas' registers, spills and shared memory per
 kernel, read from the nvcc build log (backends/cuda/report.py)."""
-import pytest
 
-from morphgen.backends import REGISTRY
-from morphgen.backends.cuda import report, toolchain
+from morphgen.backends.cuda import report
 
+from tests.cuda.conftest import require_nvcc
 from tests.e2e.support import assert_clean_failure, example, run_cli
 
 # ptxas -v as nvcc 13 writes it (trimmed): a kernel that spills, a callee whose stack frame must
@@ -83,13 +82,8 @@ def test_spills_are_listed_in_the_summary():
     assert "256*" in text and "no __launch_bounds__" in text                  # map_kernel's assumed block
 
 
-needs_nvcc = pytest.mark.skipif(toolchain.nvcc_missing(REGISTRY["cuda"].compiler) is not None,
-                                reason=f"--emit report builds with nvcc: "
-                                       f"{toolchain.nvcc_missing(REGISTRY['cuda'].compiler)}")
-
-
-@needs_nvcc
 def test_report_on_gcn(tmp_path):
+    require_nvcc()         # --emit report builds with nvcc
     # conftest sets MORPHGEN_CUDA_EMULATION=1 without a GPU: the report still builds with nvcc
     proc = run_cli("compile", example("gcn"), "--backend", "cuda", "--emit", "report", "-o", tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -10,13 +10,14 @@ two translation units linked together.
 import fcntl
 import json
 import os
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.cuda.conftest import require_nvcc
 
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_DIR = ROOT / "backends" / "cuda"
@@ -379,15 +380,9 @@ def test_two_translation_units_link(builds):
 # The same sources under nvcc
 # ---------------------------------------------------------------------------------------------
 
-def _nvcc():
-    return os.environ.get("MORPHGEN_NVCC") or shutil.which("nvcc")
-
-
 @pytest.fixture(scope="module")
 def nvcc_builds(tmp_path_factory):
-    nvcc = _nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found (put it on PATH or set MORPHGEN_NVCC) -- CUDA compile check skipped")
+    nvcc = require_nvcc()
     directory = _shared_dir(tmp_path_factory, "simt_nvcc")
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
         futures = {name: (nvcc_command(nvcc, name),

@@ -168,9 +168,10 @@ void binary_dispatch(const float* a, Bcast sa, const float* b, Bcast sb, float* 
 // Writes into `out` (shaped by `shape`) the sum of f(i, j) over the broadcast dimensions.
 // The Row and Scalar reductions run over all rows: each thread accumulates its static block
 // of rows in double, then one serial pass adds the per-thread partials, so the result does
-// not depend on scheduling noise and no atomics are needed.
-template <class F>
-void reduce_to(Bcast shape, int64_t rows, int64_t cols, float* out, F f) {
+// not depend on scheduling noise and no atomics are needed.  ``Out`` is float, or double where the
+// sums go on (batch norm's statistics, added across MPI ranks before they are rounded).
+template <class F, class Out = float>
+void reduce_to(Bcast shape, int64_t rows, int64_t cols, Out* out, F f) {
     if (shape == Bcast::Full) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
         for (int64_t i = 0; i < rows; ++i)
@@ -184,7 +185,7 @@ void reduce_to(Bcast shape, int64_t rows, int64_t cols, float* out, F f) {
             double s = 0.0;
 #pragma omp simd reduction(+ : s)
             for (int64_t j = 0; j < cols; ++j) s += f(i, j);
-            out[i] = static_cast<float>(s);
+            out[i] = static_cast<Out>(s);
         }
         return;
     }
@@ -213,7 +214,7 @@ void reduce_to(Bcast shape, int64_t rows, int64_t cols, float* out, F f) {
     for (int64_t j = 0; j < width; ++j) {
         double s = 0.0;
         for (int t = 0; t < nthreads; ++t) s += partial[static_cast<size_t>(t) * stride + j];
-        out[j] = static_cast<float>(s);
+        out[j] = static_cast<Out>(s);
     }
 }
 

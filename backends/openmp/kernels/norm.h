@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include <omp.h>
-
 #include "elementwise.h"
 
 namespace mg {
@@ -62,21 +60,11 @@ inline void layer_standardize_bwd(const float* g, const float* x, const float* y
 
 // ---- batch norm: per feature, over the node rows ----------------------------------------------
 namespace norm_detail {
-// sum_i f(i, j) for every feature j, in double: per-thread partials over blocks of rows, then
-// added in thread order (no atomics, the same sum every run), then over the ranks by `across`.
+// sum_i f(i, j) for every feature j, in double (ew_detail::reduce_to), then over the ranks.
 template <class Across, class Fn>
 std::vector<double> column_sums(int64_t rows, int64_t F, Across across, Fn f) {
-    const int nthreads = rows * F > ew_detail::kParallelMin ? omp_get_max_threads() : 1;
-    std::vector<double> partial(size_t(nthreads) * size_t(F), 0.0), out(size_t(F), 0.0);
-#pragma omp parallel num_threads(nthreads)
-    {
-        double* acc = partial.data() + size_t(omp_get_thread_num()) * size_t(F);
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < F; ++j) acc[j] += double(f(i, j));
-    }
-    for (int t = 0; t < nthreads; ++t)
-        for (int64_t j = 0; j < F; ++j) out[size_t(j)] += partial[size_t(t) * size_t(F) + size_t(j)];
+    std::vector<double> out(size_t(F), 0.0);
+    ew_detail::reduce_to(Bcast::Row, rows, F, out.data(), f);
     across(out.data(), F);
     return out;
 }
