@@ -22,11 +22,22 @@ from morphgen.errors import UserError
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _gat_pyg(torch, num_features, num_classes):
+def _homogeneous_inputs(torch, dataset) -> tuple:
+    """Dense features and the edges without self loops (GATConv adds its own)."""
+    from morphgen.pipeline import features_payload
+    x = torch.from_numpy(np.asarray(features_payload(dataset, "dense")[1], np.float32))
+    g = dataset.graph
+    keep = g.src != g.dst
+    return x, torch.from_numpy(np.stack([g.src[keep], g.dst[keep]]))
+
+
+def _gat_pyg(torch, dataset):
     """Velickovic et al. for cora/citeseer: 8 heads x 8 (elu, concatenated), 1 output head,
     dropout 0.6 on each layer's input and on the attention coefficients."""
     from torch_geometric.nn import GATConv
     F = torch.nn.functional
+    inputs = _homogeneous_inputs(torch, dataset)
+    num_features, num_classes = inputs[0].shape[1], int(dataset.num_classes)
 
     class GAT(torch.nn.Module):
         def __init__(self):
@@ -38,16 +49,17 @@ def _gat_pyg(torch, num_features, num_classes):
             x = F.elu(self.conv1(F.dropout(x, 0.6, self.training), edge_index))
             return self.conv2(F.dropout(x, 0.6, self.training), edge_index)
 
-    return GAT(), dict(lr=0.005, weight_decay=5e-4)
+    return GAT(), dict(lr=0.005, weight_decay=5e-4), inputs
 
 
-def _gin_pyg(torch, num_features, num_classes):
+def _gin_pyg(torch, dataset):
     """examples/gin.mp: GIN-0 layers whose MLP is linear, batch norm, relu, linear; batch norm and
     relu between layers; dropout 0.5 before the second and third layers.  Adam's weight decay
     spares the batch norms' scale and shift, as in the example."""
     from torch_geometric.nn import GINConv
     nn, F = torch.nn, torch.nn.functional
-    widths, norms = [num_features, 64, 64, num_classes], [True, True, False]
+    inputs = _homogeneous_inputs(torch, dataset)
+    widths, norms = [inputs[0].shape[1], 64, 64, int(dataset.num_classes)], [True, True, False]
 
     class GIN(nn.Module):
         def __init__(self):
@@ -73,10 +85,69 @@ def _gin_pyg(torch, num_features, num_classes):
     bn = [p for mod in model.modules() if isinstance(mod, nn.BatchNorm1d) for p in mod.parameters()]
     rest = [p for p in model.parameters() if all(p is not q for q in bn)]
     groups = [{"params": rest, "weight_decay": 5e-4}, {"params": bn, "weight_decay": 0.0}]
-    return model, dict(params=groups, lr=0.01)
+    return model, dict(params=groups, lr=0.01), inputs
 
 
-PEERS = {"gat": _gat_pyg, "gin": _gin_pyg}
+def _typed_inputs(torch, dataset) -> tuple:
+    """PyG's heterogeneous inputs: each node type's own features (its block of x, see
+    morphgen.data.typed_features; the identity for a featureless dataset) and one edge index per
+    edge type, in type-local node ids."""
+    g = dataset.graph
+    names = g.meta.get("node_type_names") or [f"t{t}" for t in range(g.num_ntypes)]
+    rows = [np.flatnonzero(g.ntype == t) for t in range(g.num_ntypes)]
+    local = np.empty(g.num_nodes, np.int64)
+    for r in rows:
+        local[r] = np.arange(r.size)
+    blocks = dataset.meta.get("feature_blocks")
+    x = dataset.features.tocsr() if dataset.features is not None else None
+    x_dict = {}
+    for t, r in enumerate(rows):
+        if x is None:
+            part = np.eye(r.size, dtype=np.float32)
+        else:
+            lo, hi = blocks[t]["columns"] if blocks else (0, x.shape[1])
+            part = x[r][:, lo:hi].toarray()
+        x_dict[names[t]] = torch.from_numpy(part)
+    edges = {}
+    for r in range(g.num_etypes):
+        sel = g.etype == r
+        if not sel.any():
+            continue
+        s, d = g.src[sel], g.dst[sel]
+        key = (names[g.ntype[s[0]]], f"rel{r}", names[g.ntype[d[0]]])
+        edges[key] = torch.from_numpy(np.stack([local[s], local[d]]))
+    return x_dict, edges, [(names[t], torch.from_numpy(r)) for t, r in enumerate(rows)]
+
+
+def _hgt_pyg(torch, dataset):
+    """PyG's HGT example: a per-type Linear to 64 then relu, one HGTConv (2 heads), a Linear to
+    the classes; Adam lr 0.005, weight decay 0.001.  Logits for every node, in global order."""
+    from torch_geometric.nn import HGTConv
+    nn = torch.nn
+    x_dict, edges, rows = _typed_inputs(torch, dataset)
+    node_types = list(x_dict)
+    metadata = (node_types, list(edges))
+    num_nodes, num_classes = dataset.num_nodes, int(dataset.num_classes)
+
+    class HGT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin_dict = nn.ModuleDict({t: nn.Linear(x_dict[t].shape[1], 64) for t in node_types})
+            self.conv = HGTConv(64, 64, metadata, heads=2)
+            self.lin = nn.Linear(64, num_classes)
+
+        def forward(self, x_dict, edge_index_dict):
+            h = {t: self.lin_dict[t](x).relu() for t, x in x_dict.items()}
+            h = self.conv(h, edge_index_dict)
+            out = torch.zeros(num_nodes, num_classes)
+            for t, r in rows:
+                out = out.index_copy(0, r, self.lin(h[t]))
+            return out
+
+    return HGT(), dict(lr=0.005, weight_decay=0.001), (x_dict, edges)
+
+
+PEERS = {"gat": _gat_pyg, "gin": _gin_pyg, "hgt": _hgt_pyg}
 
 
 def pyg_accuracy(model_name: str, dataset, epochs: int, seed: int) -> float:
@@ -85,25 +156,20 @@ def pyg_accuracy(model_name: str, dataset, epochs: int, seed: int) -> float:
     import torch
     torch.manual_seed(seed)
     torch.set_num_threads(2)
-    from morphgen.pipeline import features_payload
-    x = torch.from_numpy(np.asarray(features_payload(dataset, "dense")[1], np.float32))
-    g = dataset.graph
-    keep = g.src != g.dst
-    edge_index = torch.from_numpy(np.stack([g.src[keep], g.dst[keep]]))
     y = torch.from_numpy(dataset.labels.astype(np.int64))
     train, test = torch.from_numpy(dataset.train_mask), torch.from_numpy(dataset.test_mask)
-    model, opt_args = PEERS[model_name](torch, x.shape[1], int(dataset.num_classes))
+    model, opt_args, inputs = PEERS[model_name](torch, dataset)
     params = opt_args.pop("params", model.parameters())
     opt = torch.optim.Adam(params, **opt_args)
     for _ in range(epochs):
         model.train()
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x, edge_index)[train], y[train])
+        loss = torch.nn.functional.cross_entropy(model(*inputs)[train], y[train])
         loss.backward()
         opt.step()
     model.eval()
     with torch.no_grad():
-        pred = model(x, edge_index).argmax(dim=1)
+        pred = model(*inputs).argmax(dim=1)
     return float((pred[test] == y[test]).float().mean())
 
 

@@ -21,14 +21,14 @@ from typing import Optional
 import numpy as np
 import scipy.sparse as sp
 
+from morphgen.data import typed_features
 from morphgen.data.dataset import Dataset
 from morphgen.data.errors import DataError
 from morphgen.data.guards import human_bytes, require_file, require_memory
 from morphgen.data.validate import (check_declared_count, check_edge_index, csr_from_parts, make_graph,
                                     require_integer, require_scalar_int)
+from morphgen.data.typed_features import CSR_PARTS
 from morphgen.graph import Graph
-
-CSR_PARTS = ("indptr", "indices", "data", "shape")
 
 
 # Errors that reading a damaged archive member can raise: a bad deflate stream (zlib.error), a
@@ -180,31 +180,45 @@ def read_npz_graph(path) -> Graph:
         z.close()
 
 
-def _feature_type_name(key: str) -> str:
-    """``x_paper_indptr`` -> ``paper``; ``x_author`` (dense) -> ``author``."""
-    stem = key[2:]
-    for part in CSR_PARTS:
-        if stem.endswith("_" + part):
-            return stem[: -len(part) - 1]
-    return stem
+def _dense_features(z: NpzArchive, key: str, rows: int) -> np.ndarray:
+    x = z[key]
+    if x.ndim != 2:
+        raise DataError(f"{z.source}: {key}: shape {x.shape}, expected 2-D [rows, num_features]")
+    if x.shape[0] != rows:
+        raise DataError(f"{z.source}: {key}: {x.shape[0]} rows, expected {rows} (one per node of its type)")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise DataError(f"{z.source}: {key}: dtype {x.dtype}, expected float32")
+    return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def _features(z: NpzArchive, n: int, notes: list):
+def _type_features(z: NpzArchive, name: str, rows: int):
+    """Node type ``name``'s own features: CSR ``x_<name>_*`` keys or a dense ``x_<name>``."""
+    prefix = f"x_{name}"
+    if f"{prefix}_indptr" in z or f"{prefix}_shape" in z:
+        parts = [z[f"{prefix}_{p}"] for p in CSR_PARTS]
+        return csr_from_parts(prefix, *parts, num_rows=rows, source=z.source)
+    return _dense_features(z, prefix, rows)
+
+
+def _features(z: NpzArchive, graph: Graph, notes: list, meta: dict, per_type: bool):
+    n = graph.num_nodes
     if "x_indptr" in z or "x_shape" in z or "x_data" in z or "x_indices" in z:
         parts = [z[f"x_{p}"] for p in CSR_PARTS]
         return csr_from_parts("x", *parts, num_rows=n, source=z.source)
     if "x" in z:
-        x = z["x"]
-        if x.ndim != 2:
-            raise DataError(f"{z.source}: x: shape {x.shape}, expected 2-D [num_nodes, num_features]")
-        if not np.issubdtype(x.dtype, np.floating):
-            raise DataError(f"{z.source}: x: dtype {x.dtype}, expected float32")
-        return np.ascontiguousarray(x, dtype=np.float32)
-    per_type = sorted({_feature_type_name(k) for k in z.keys if k.startswith("x_")})
-    if per_type:
-        notes.append(f"per-type features for {', '.join(per_type)} are not used: the dataset is "
+        return _dense_features(z, "x", n)
+    typed = typed_features.per_type_keys(z.keys)
+    if not typed:
+        return None
+    if not per_type:
+        notes.append(f"per-type features for {', '.join(typed)} are not used: the dataset is "
                      f"loaded featureless (one learned embedding per node)")
-    return None
+        return None
+    features, blocks = typed_features.assemble(lambda name, rows: _type_features(z, name, rows),
+                                               typed, graph, z.source)
+    meta["feature_blocks"] = blocks
+    notes.append(f"per-type features side by side in the columns of x: {typed_features.describe(blocks)}")
+    return features
 
 
 def _num_classes(z: NpzArchive, meta: dict, y: np.ndarray) -> int:
@@ -223,7 +237,9 @@ def _num_classes(z: NpzArchive, meta: dict, y: np.ndarray) -> int:
     return int(labelled.max()) + 1 if labelled.size else 0
 
 
-def read_npz(path, name: Optional[str] = None) -> Dataset:
+def read_npz(path, name: Optional[str] = None, per_type_features: bool = True) -> Dataset:
+    """Read a full dataset.  ``per_type_features``: assemble ``x_<type>`` features into one block
+    matrix (``morphgen.data.typed_features``); when false such a dataset loads featureless."""
     path = Path(path)
     z = NpzArchive(path)
     try:
@@ -246,14 +262,15 @@ def read_npz(path, name: Optional[str] = None) -> Dataset:
                 # their stored label is padding (e.g. CiteSeer's all-zero rows), not a class
                 y[unl] = -1
                 notes.append(f"{int(unl.sum())} node(s) flagged in unlabeled_mask get label -1")
-        features = _features(z, n, notes)
+        layout: dict = {}
+        features = _features(z, graph, notes, layout, per_type_features)
         masks = [z[m] for m in ("train_mask", "val_mask", "test_mask")]
         num_classes = _num_classes(z, meta, y)
     finally:
         z.close()
     ds = Dataset(name=name or path.stem, graph=graph, features=features, labels=y,
                  train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], num_classes=num_classes,
-                 meta={"source": str(path), "format": "npz", "file_meta": meta, "notes": notes})
+                 meta={"source": str(path), "format": "npz", "file_meta": meta, "notes": notes, **layout})
     # validated labels lie below num_classes; the count itself sizes the model's output layer
     check_declared_count("num_classes", ds.num_classes, ds.num_nodes, "nodes", int(ds.labels.max(initial=-1)),
                          "label in y", z.source)

@@ -125,8 +125,10 @@ def load_dataset(spec: Spec = "synthetic", data_dir=None, **opts) -> Dataset:
     """Load a trainable dataset (graph, features, labels, split) from ``spec``.
 
     Options: for ``synthetic`` specs any ``synthetic_dataset`` keyword (overrides the spec string);
-    for files ``name`` (which Planetoid set in a directory holding several) and
-    ``feature_format`` (``dense`` / ``csr``: convert the feature layout after loading).
+    for files ``name`` (which Planetoid set in a directory holding several),
+    ``feature_format`` (``dense`` / ``csr``: convert the feature layout after loading) and
+    ``per_type_features`` (default true: ``x_<type>`` features of a heterogeneous ``.npz`` become
+    one block matrix, see ``morphgen.data.typed_features``; false loads such a dataset featureless).
     """
     if isinstance(spec, str) and is_synthetic_spec(spec):
         layout = opts.pop("feature_format", None)
@@ -135,12 +137,12 @@ def load_dataset(spec: Spec = "synthetic", data_dir=None, **opts) -> Dataset:
         kwargs = parse_synthetic_spec(spec)
         kwargs.update(opts)
         return _convert_features(synthetic_dataset(**kwargs), layout)
-    _check_options(opts, ("name", "feature_format"))
+    _check_options(opts, ("name", "feature_format", "per_type_features"))
     path = _locate(spec, data_dir)
     if path.is_dir():
         ds = read_planetoid(path, name=opts.get("name"))
     elif _is_npz(path):
-        ds = read_npz(path)
+        ds = read_npz(path, per_type_features=bool(opts.get("per_type_features", True)))
     else:
         read_edge_list(path)   # surfaces parse errors first, then the missing-labels error
         raise DataError(f"{path}: an edge list has no labels; labels are required for training. "

@@ -228,3 +228,32 @@ def test_dataset_constructor_validates():
 def test_data_error_is_a_user_error():
     from morphgen.errors import UserError
     assert issubclass(DataError, UserError) and issubclass(DataError, ValueError)
+
+
+def _typed_arrays():
+    """Two node types (a: 0..999 with dense features, b: 1000.. without), no homogeneous x."""
+    a = {k: v for k, v in _valid_arrays().items() if not k.startswith("x_")}
+    ntype = np.zeros(N, np.int64)
+    ntype[1000:] = 1
+    a.update(node_type=ntype, num_node_types=np.int64(2), x_a=np.ones((1000, 4), np.float32),
+             meta=np.array('{"node_type_names": ["a", "b"]}'))
+    return a
+
+
+def test_per_type_features_load_as_blocks(tmp_path):
+    ds = load_dataset(_write(tmp_path, _typed_arrays()))
+    assert ds.features.shape == (N, 4 + N - 1000)
+    assert ds.features[:1000, :4].sum() == 4000 and ds.features[1000:, 4:].sum() == N - 1000
+
+
+@pytest.mark.parametrize("change,pattern", [
+    (lambda a: a.update(x_c=np.ones((3, 2), np.float32)), r"key 'x_c': 'c' is not a node type"),
+    (lambda a: a.update(x_a=np.ones((999, 4), np.float32)), r"x_a: 999 rows, expected 1000"),
+    (lambda a: a.update(x_a=np.ones(1000, np.float32)), r"x_a: shape \(1000,\), expected 2-D"),
+    (lambda a: a.update(meta=np.array('{"node_type_names": ["a"]}')), r"node_type_names must list the 2"),
+    (lambda a: [a.pop("node_type"), a.pop("num_node_types")], r"per-type features .* but no node_type array"),
+])
+def test_per_type_feature_errors_name_the_key(tmp_path, change, pattern):
+    a = _typed_arrays()
+    change(a)
+    _expect(tmp_path, a, pattern)

@@ -59,10 +59,24 @@ def test_relational(name, nodes, edges, etypes, ntypes, classes, train, test):
     assert ds.feature_sparsity == pytest.approx(1 - 1 / nodes)
 
 
-def test_heco_per_type_features_are_noted():
+def test_heco_per_type_features_side_by_side():
     ds = _load("acm_heco")
-    assert ds.features is None and ds.num_classes == 3
-    assert (ds.num_nodes, ds.num_edges, ds.graph.num_etypes) == (11246, 34852, 4)
+    assert ds.num_classes == 3 and (ds.num_nodes, ds.num_edges, ds.graph.num_etypes) == (11246, 34852, 4)
+    x = ds.features
+    assert sp.issparse(x) and x.shape == (11246, 1902 + 1902 + 60)
+    assert [b["columns"] for b in ds.meta["feature_blocks"]] == [[0, 1902], [1902, 3804], [3804, 3864]]
+    raw = np.load(DATASETS / "acm_heco.npz")
+    paper = sp.csr_matrix((raw["x_paper_data"], raw["x_paper_indices"], raw["x_paper_indptr"]),
+                          shape=tuple(raw["x_paper_shape"]))
+    assert (x[:4019, :1902] != paper).nnz == 0 and x[:4019, 1902:].nnz == 0
+    assert x[4019:11186, 1902:3804].nnz == 888869 and x[4019:11186, :1902].nnz == 0
+    subject = x[11186:, 3804:].toarray()                          # no features: one-hot per node
+    assert np.array_equal(subject, np.eye(60, dtype=np.float32)) and x[11186:, :3804].nnz == 0
+
+
+def test_heco_loads_featureless_when_asked():
+    ds = load_dataset("acm_heco", data_dir=DATASETS, per_type_features=False)
+    assert ds.features is None
     assert any("author, paper" in note for note in ds.meta["notes"])
 
 

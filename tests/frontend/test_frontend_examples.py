@@ -116,10 +116,11 @@ def test_rgat_uses_typed_param_and_dot():
     assert ops.count("edge_softmax") == 2
 
 
-def test_hgt_typed_linear_on_nodes_and_edges():
+def test_hgt_typed_linear_on_nodes_and_edges_with_two_heads():
     prog = compile_file(EXAMPLES[0].parent / "hgt.mp")
     typed = [op for op in prog.forward if op.opcode == "typed_linear"]
     assocs = sorted(op.inputs[0].assoc for op in typed)
     assert assocs == ["edge", "edge", "node", "node", "node", "node"]
-    assert any(op.opcode == "scale" and op.attrs["c"] == 0.25 for op in prog.forward)
-    assert prog.optimizer.kind == "adamw"
+    assert [op.attrs["heads"] for op in prog.forward if op.opcode in ("dot", "head_mul")] == [2, 2]
+    assert any(op.opcode == "scale" and op.attrs["c"] == pytest.approx(32 ** -0.5) for op in prog.forward)
+    assert prog.optimizer.kind == "adam"
