@@ -37,7 +37,7 @@ def test_outputs_wider_than_the_hidden_layer_match_one_process(tmp_path, model):
 
 
 @pytest.mark.parametrize("model,featureless", [("rgcn", False), ("rgat", False), ("hgt", False),
-                                                ("rgcn", True), ("rgat", True)])
+                                                ("rgcn", True), ("rgat", True), ("hgt", True)])
 def test_relational_examples_match_one_process(tmp_path, model, featureless):
     data = save_npz(typed_dataset(features=None if featureless else 7, nodes=64, edges=320),
                     tmp_path / "typed.npz")
