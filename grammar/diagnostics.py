@@ -126,16 +126,23 @@ class DiagnosticSink:
         self.lines = [line.removesuffix("\r") for line in text.split("\n")]
         self.items: list = []
         self._seen: set = set()
+        # Where an error in an inlined function comes from: "in 'layer' called at line 30",
+        # innermost last; appended to every message reported meanwhile.
+        self.context: list = []
 
     def error(self, coord, message: str) -> None:
         line = getattr(coord, "line", 1) or 1
         col = getattr(coord, "col", 1) or 1
-        if len(message) > MAX_MESSAGE:
-            message = message[:MAX_MESSAGE] + "..."
+        # one diagnostic per mistake: a function called twice repeats its errors, and only the
+        # first call is named
         key = (line, col, message)
         if key in self._seen:
             return
         self._seen.add(key)
+        if self.context:
+            message += " (" + ", ".join(reversed(self.context)) + ")"
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + "..."
         src = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
         self.items.append(Diagnostic(self.filename, line, col, message, "error", src))
 

@@ -11,7 +11,7 @@ from ..grammar.diagnostics import suggest
 from .expressions import running_statistics, widths_conflict
 from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LOSSES, OPTIMIZERS,
                    LayerSpec, Poisoned, PropSym, SemanticError, WeightSym, check_choice, check_number,
-                   describe, undeclared, FEATURE_NORMALIZATIONS, NORMS)
+                   describe, undeclared, PoisonSym, FEATURE_NORMALIZATIONS, NORMS)
 
 TRAINING_DIRECTIVES = ("forwardPass", "loss", "backPropagation", "optimizerStep")
 
@@ -230,12 +230,19 @@ class DirectiveLowering:
             self._directive(e)
         except (SemanticError, IRError, Poisoned):
             self.train.broken = True     # later ordering complaints would only echo this one
+            for k in e.kwargs:           # and so would uses of a property it was to assign
+                sym = self.scope.lookup(k.value.name) if k.name == "output" and isinstance(k.value, A.Name) else None
+                if isinstance(sym, PropSym):
+                    sym.poisoned = True
             raise
 
     def _directive(self, e: A.Call):
         name = e.func.name
         if name not in DIRECTIVES:
             raise SemanticError(e.coord, f"unknown directive 'gnn.{name}'" + suggest(name, DIRECTIVES))
+        if self.in_helper:
+            raise SemanticError(e.coord, f"gnn.{name} is called in '{self.calling[-1].name}'; the gnn "
+                                         "directives belong to the program")
         if name in TRAINING_DIRECTIVES:
             if not self.in_training:
                 raise SemanticError(e.coord, f"gnn.{name} must be inside the training loop")
@@ -254,8 +261,24 @@ class DirectiveLowering:
                                     + suggest(k.name, keywords))
             if k.name in kw:
                 raise SemanticError(k.coord, f"keyword '{k.name}' is given twice")
-            kw[k.name] = (self.expr(k.value), k.value.coord)
+            # a property keyword names a property: its symbol, not a value read through an element
+            value = self._property_arg(e, k) if keywords[k.name] == "property" else self.expr(k.value)
+            kw[k.name] = (value, k.value.coord)
         getattr(self, "d_" + name)(e, kw)
+
+    def _property_arg(self, e, k: A.Keyword) -> PropSym:
+        if not isinstance(k.value, A.Name):
+            raise SemanticError(k.value.coord, f"gnn.{e.func.name}: '{k.name}' takes the name of a node "
+                                               f"property, e.g. {k.name} = h")
+        sym = self.scope.lookup(k.value.name)
+        if sym is None:
+            raise undeclared(k.value.coord, k.value.name, self.names_in_scope())
+        if isinstance(sym, PoisonSym):
+            raise Poisoned()
+        if not isinstance(sym, PropSym) or sym.assoc != "node":
+            raise SemanticError(k.value.coord, f"gnn.{e.func.name}: '{k.name}' needs a node property, "
+                                               f"'{k.value.name}' is not one")
+        return sym
 
     def _arity(self, e, counts, usage):
         if len(e.args) not in counts:
@@ -386,9 +409,33 @@ class DirectiveLowering:
                     raise SemanticError(e.args[1].coord, f"layer {l} runs {kind}, but '{key}' (declared at "
                                                          f"line {spec.coord.line}) applies to GAT layers only")
         h = t.h if t.forwarded else self.features
+        if "input" in kw:
+            h = self._layer_input(l, spec, *kw["input"])
+        output = kw.get("output")
+        if output is not None and widths_conflict(output[0].width, spec.output_width):
+            raise SemanticError(output[1], f"layer {l} outputs {spec.output_width} features, but property "
+                                           f"'{output[0].name}' is declared with width {output[0].width}")
         t.forwarded.append(l)
         expander = LayerExpander(self.program, self.b)
         t.h = expander.expand(spec, kind, AGGREGATORS[agg_name], h, l == len(t.layers) - 1, e.coord)
+        if output is not None:
+            sym = output[0]
+            if sym.value is self.features or sym.value is self.labels:
+                raise SemanticError(output[1], f"'{sym.name}' is a program input; it cannot be assigned")
+            sym.value, sym.poisoned = t.h, False
+
+    def _layer_input(self, l: int, spec, sym: PropSym, coord):
+        """The property a layer reads instead of the previous layer's output (``input = h``)."""
+        if sym.poisoned:
+            raise Poisoned()
+        if sym.value is None:
+            raise SemanticError(coord, f"property '{sym.name}' is read before it is assigned")
+        if sym.dtype != "f32":
+            raise SemanticError(coord, f"'{sym.name}' holds labels, not features")
+        if widths_conflict(sym.width, spec.in_width):
+            raise SemanticError(coord, f"layer {l} takes {spec.in_width} features, but property "
+                                       f"'{sym.name}' has width {sym.width}")
+        return sym.value
 
     def d_loss(self, e, kw):
         t = self.train

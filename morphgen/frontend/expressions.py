@@ -413,6 +413,9 @@ class ExpressionLowering:
             raise SemanticError(e.coord, f"{name} is a reduction: write "
                                          f"{name}(e in v.incoming_edges(): expression)")
         if name not in BUILTINS:
+            if name in self.functions:
+                raise SemanticError(e.coord, f"'{name}' has no result; call it as a statement: "
+                                             f"{name}(...);")
             if self.scope.lookup(name) is not None:
                 raise SemanticError(e.coord, f"'{name}' is not a function")
             raise SemanticError(e.coord, f"unknown function '{name}'" + suggest(name, BUILTINS))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..ir import IRError, Param, Program
 from ..ir_ops import Builder
 from ..grammar import ast as A
+from .calls import CallLowering
 from .directives import TRAINING_DIRECTIVES, DirectiveLowering, TrainingState
 from .expressions import (ExpressionLowering, is_directive, is_rows, source_text,
                           widths_conflict)
@@ -29,7 +30,7 @@ class _Abort(Exception):
     """Stop lowering altogether (the unrolling budget is exhausted)."""
 
 
-class Lowerer(ExpressionLowering, DirectiveLowering):
+class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
     def __init__(self, sink):
         self.sink = sink
         self.program: Program | None = None
@@ -53,14 +54,12 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
     def lower_module(self, module: A.Module):
         if not module.functions:
             return None
-        for extra in module.functions[1:]:
-            self.sink.error(extra.coord, "only one function per file is supported")
-        fn = module.functions[0]
+        fn = self.collect_functions(module)     # the function no other one calls
+        if fn is None:
+            return None
         self.program = Program(name=fn.name)
         self.b = Builder(self.program)
-        problem = identifier_problem(fn.name)
-        if problem:
-            self.sink.error(fn.coord, problem)
+        if identifier_problem(fn.name):     # reported by collect_functions
             self.program.name = "program"
         try:
             self._params(fn)
@@ -214,6 +213,9 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
         if isinstance(e, A.Call) and is_directive(e):
             self.directive(e)
             return
+        if self.is_function_call(e):
+            self.call_function(e)
+            return
         if isinstance(e, A.Call):
             self.expr(e)
             raise SemanticError(s.coord, f"the result of {source_text(e)} is unused")
@@ -285,6 +287,10 @@ class Lowerer(ExpressionLowering, DirectiveLowering):
         self.scope.declare(PropSym(d.name, d.coord, assoc=assoc, width=width))
 
     def declare_weight(self, t, d):
+        if self.in_helper:
+            raise SemanticError(d.coord, f"weight '{d.name}' is declared in '{self.calling[-1].name}'; "
+                                         "declare weights in the program and pass "
+                                         "them as arguments")
         if self.loop_depth or self.scope.parent is not None:
             raise SemanticError(d.coord, f"weight '{d.name}' must be declared at the top of the "
                                          "function, outside loops and blocks")

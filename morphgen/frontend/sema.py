@@ -181,7 +181,7 @@ DIRECTIVES = {
               {"activation": "str", "dropout": "float", "bias": "bool", "init": "str",
                "weight_decay": "bool or float", "heads": "int", "concat": "bool", "attention_dropout": "float",
                "norm": "str"}),
-    "forwardPass": (("layer", "kind", "aggregator"), {}),
+    "forwardPass": (("layer", "kind", "aggregator"), {"input": "property", "output": "property"}),
     "loss": (("kind",), {}),                                   # or (property, kind)
     "backPropagation": ((), {}),                               # or (layer)
     "optimizer": (("kind",), {"lr": "float", "weight_decay": "float", "beta1": "float",

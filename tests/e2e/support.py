@@ -17,7 +17,7 @@ from morphgen.graph import Graph
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-HOMOGENEOUS_EXAMPLES = ("gcn", "gcn3", "sage", "gin", "gat")
+HOMOGENEOUS_EXAMPLES = ("gcn", "gcn3", "sage", "sage_layers", "gin", "gat")
 RELATIONAL_EXAMPLES = ("rgcn", "rgcn_bases", "rgat", "hgt")
 
 # A fixed threshold keeps the feature-path choice (and so the test) independent of the

@@ -108,8 +108,10 @@ def where(text, offset):
 
 
 def after_function_brace(tokens):
-    """The index just after the '{' that opens the function body (its top level)."""
-    return tokens.index("{") + 1
+    """The index just after the '{' that opens the program's body (its top level; the program
+    is the last function of every example)."""
+    last = len(tokens) - 1 - tokens[::-1].index("function")
+    return tokens.index("{", last) + 1
 
 
 def too_large(literal: str) -> str:
