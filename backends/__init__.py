@@ -30,6 +30,7 @@ class Capabilities:
     featureless: bool            # takes the identity input (embedding lookups) of featureless data
     distributed: bool = False    # splits the graph over ranks with halo exchange
     device_memory: bool = False  # buffers live on an accelerator, not in host memory
+    link_prediction: bool = False  # has the kernels of gnn.linkLoss (triple scoring)
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,17 @@ class Backend:
         module, cls = self.emitter.split(":")
         return getattr(importlib.import_module(module), cls)
 
+    def check_program(self, program) -> None:
+        """Refuse, with a user-facing error, a program this backend has no kernels for."""
+        if program.task == "link" and not self.capabilities.link_prediction:
+            raise UserError(f"morphgen: error: program '{program.name}' predicts links (gnn.linkLoss), which "
+                            f"the {self.name} backend does not run yet; use --backend openmp")
+
 
 REGISTRY = {
     "openmp": Backend(
         "openmp", "one multicore CPU: OpenMP, SIMD sparse kernels, BLAS",
-        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True),
+        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, link_prediction=True),
         "MORPHGEN_CXX", "g++", "morphgen.backends.openmp.emitter:OpenMPEmitter"),
     "cuda": Backend(
         "cuda", "one NVIDIA GPU: block-per-row SpMM, cuBLAS (MORPHGEN_CUDA_EMULATION=1: SIMT emulation on the CPU)",

@@ -55,6 +55,7 @@ class CompiledModel:
         self.library_path = None
         self._emitter = None            # the program's emitter, from build()
         self._built_for = None          # (sizes, featureless, feature path) the library was built for
+        self._epochs_done = 0
 
     # -- binding to data -----------------------------------------------------------------
     def build(self, dataset):
@@ -85,6 +86,7 @@ class CompiledModel:
     def _lower_and_emit(self, dataset, dense: bool) -> dict:
         hoist = self.hoist_invariants and dense and self._backend.capabilities.hoist_invariants
         self.program = lower(self.path, sizes_of(dataset), dataset.features is None, hoist)
+        self._backend.check_program(self.program)
         self._emitter = self._backend.emitter_class()(self.program)
         return self._emitter.emit()
 
@@ -107,19 +109,35 @@ class CompiledModel:
         from .interp import init_params
         if self._built_for != self._build_key(dataset):
             self.build(dataset)
+        self._check_task(dataset)
         self.bound_to = dataset
         normalised = preprocess(dataset, self.program)
         # features copied here (normalised, or a sparse matrix read into the runtime's own arrays) are ours to give
         own_copy = normalised.features is not dataset.features or sp.issparse(dataset.features)
         dataset = normalised
         layout = GraphLayout.from_graph(dataset.graph)
-        masks = (dataset.train_mask, dataset.val_mask, dataset.test_mask)
+        masks = None if self.link_task else (dataset.train_mask, dataset.val_mask, dataset.test_mask)
         self.session = Session(self.library_path, layout, features_payload(dataset, self.feature_path[0]),
                                dataset.labels, masks, self.program.sizes, self.threads, self.seed,
                                donate_features=donate_features or own_copy)
         self.session.set_params(init_params(self.program, seed=self.seed))
         self.dataset = dataset
+        self._epochs_done = 0           # keys each epoch's negative triples (link prediction)
         return self
+
+    @property
+    def link_task(self) -> bool:
+        return self.program is not None and self.program.task == "link"
+
+    def _check_task(self, dataset) -> None:
+        data_task = getattr(dataset, "task", "node")
+        if self.link_task and data_task != "link":
+            raise UserError(f"morphgen: error: {self.path} predicts links (gnn.linkLoss), but dataset "
+                            f"'{dataset.name}' has no triples to score (link datasets hold train_triples, e.g. wn18rr)")
+        if not self.link_task and data_task == "link":
+            raise UserError(f"morphgen: error: {self.path} classifies nodes (gnn.loss), but dataset "
+                            f"'{dataset.name}' is a link-prediction dataset (triples, no labels); "
+                            f"write the program with gnn.linkLoss")
 
     def fit(self, dataset=None, epochs: Optional[int] = None, progress=None, eval_every: int = 1) -> TrainResult:
         if dataset is not None and dataset is not self.bound_to:
@@ -127,15 +145,22 @@ class CompiledModel:
         if self.session is None:
             raise UserError("morphgen: error: fit() needs a dataset")
         epochs = self.program.epochs if epochs is None else epochs
+        if self.link_task:
+            eval_every = 0          # ranking every node for every held-out triple: at the end only
         result = TrainResult()
         for epoch in range(1, epochs + 1):
             t0 = time.perf_counter()
+            if self.link_task:
+                from .negative_sampling import epoch_triples
+                self.session.set_triples(epoch_triples(self.dataset.train_triples, self.dataset.num_nodes,
+                                                       self.program.negatives, self.seed, self._epochs_done))
             loss = self.session.train_epoch()
+            self._epochs_done += 1
             row = {"epoch": epoch, "loss": loss, "epoch_time_s": time.perf_counter() - t0}
             if not np.isfinite(loss):
                 result.history.append(row)
                 raise TrainingDiverged(f"morphgen: error: the loss became {loss} at epoch {epoch}")
-            if epoch == epochs or (eval_every and epoch % eval_every == 0):
+            if not self.link_task and (epoch == epochs or (eval_every and epoch % eval_every == 0)):
                 row.update(self.session.evaluate())
                 row["loss"] = loss
             result.history.append(row)
@@ -145,10 +170,32 @@ class CompiledModel:
         return result
 
     def evaluate(self) -> dict:
-        return self.session.evaluate()
+        if not self.link_task:
+            return self.session.evaluate()
+        return self.evaluate_links()
+
+    def evaluate_links(self, splits=("valid", "test")) -> dict:
+        """Filtered MRR and Hits@1/3/10 of the held-out triples (morphgen/link_eval.py), and the
+        training loss of the last triples set."""
+        from .link_eval import ranking_metrics
+        z = self.predict()
+        rel = self.get_params()[self.relation_weight].reshape(-1, z.shape[1])
+        known = self.dataset.known_triples()
+        out = {"loss": self.session.evaluate()["loss"]}
+        for split in splits:
+            out.update(ranking_metrics(z, rel, getattr(self.dataset, f"{split}_triples"), known, f"{split}_"))
+        return out
+
+    @property
+    def relation_weight(self) -> str:
+        """The name of the weight a link-prediction loss scores relations with."""
+        loss_op = self.program.producer(self.program.forward)[self.program.loss.id]
+        return loss_op.inputs[1].name
 
     def predict(self) -> np.ndarray:
-        return self.session.predict(self.dataset.graph.num_nodes, self.dataset.num_classes)
+        """Logits (node classification) or the node embeddings (link prediction), one row per node."""
+        width = self.program.logits.shape[-1] if self.link_task else self.dataset.num_classes
+        return self.session.predict(self.dataset.graph.num_nodes, width)
 
     def get_params(self) -> dict:
         return self.session.get_params()

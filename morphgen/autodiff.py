@@ -22,17 +22,24 @@ def differentiate(program: Program) -> None:
         raise IRError(f"program '{program.name}' has no loss to differentiate")
     producer = program.producer(program.forward)
     loss_op = producer.get(program.loss.id)
-    if loss_op is None or loss_op.opcode != "cross_entropy":
-        raise IRError("the loss must be the result of cross_entropy",
+    if loss_op is None or loss_op.opcode not in ("cross_entropy", "link_loss"):
+        raise IRError("the loss must be the result of cross_entropy or link_loss",
                       loss_op.loc if loss_op is not None else None)
     program.backward = []
     program.grads = {}
     ctx = _Context(program)
 
-    logits, labels = loss_op.inputs
-    if ctx.needs(logits):
-        ctx.accumulate(logits, ctx.b.emit("cross_entropy_grad", logits, labels, loc=loss_op.loc,
-                                          name="d_" + (logits.name or "logits")))
+    if loss_op.opcode == "cross_entropy":
+        logits, labels = loss_op.inputs
+        if ctx.needs(logits):
+            ctx.accumulate(logits, ctx.b.emit("cross_entropy_grad", logits, labels, loc=loss_op.loc,
+                                              name="d_" + (logits.name or "logits")))
+    else:
+        z, rel = loss_op.inputs
+        for v, opcode in ((z, "link_loss_grad"), (rel, "link_loss_rel_grad")):
+            if ctx.needs(v):
+                ctx.accumulate(v, ctx.b.emit(opcode, z, rel, loc=loss_op.loc, name="d_" + (v.name or "z"),
+                                             **loss_op.attrs))
     for op in reversed(program.forward):
         if op is loss_op or op.output is None:
             continue

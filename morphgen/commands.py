@@ -23,6 +23,7 @@ def compile_command(args) -> int:
         return 0
     backend = require_backend(args.backend)
     program = lower(args.model)
+    backend.check_program(program)
     emitter = backend.emitter_class()(program)
     sources = emitter.emit()
     if args.emit == "plan":

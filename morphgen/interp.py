@@ -68,7 +68,7 @@ class Interpreter:
     """
 
     def __init__(self, program: Program, graph: Graph, features=None, labels=None,
-                 train_mask=None, dtype=np.float64, seed: int = 0):
+                 train_mask=None, dtype=np.float64, seed: int = 0, triples=None):
         self.program = program
         self.graph = graph
         self.dtype = np.dtype(dtype)
@@ -97,6 +97,8 @@ class Interpreter:
         self._out_deg = graph.out_degree.astype(self.dtype)
         self._etype = graph.etype if graph.etype is not None else np.zeros(graph.num_edges, np.int64)
         self._ntype = graph.ntype if graph.ntype is not None else np.zeros(n, np.int64)
+        # link prediction: the scored triples (head, relation, tail, target 0/1), as set per epoch
+        self.triples = np.zeros((0, 4), np.int64) if triples is None else np.asarray(triples, np.int64).reshape(-1, 4)
 
     # -- public API ---------------------------------------------------------------------
     def run(self, params: dict, training: bool = True, seed: Optional[int] = None):
@@ -579,6 +581,36 @@ class Interpreter:
         if not self._training or p == 0.0:
             return g
         return g * self._dropout_mask(op.attrs["site"], g.shape, p, op.output.assoc) / (1.0 - p)
+
+    def _link_terms(self, z, rel):
+        h, r, t, y = self.triples.T
+        zh, rr, zt = z[h], rel[r], z[t]
+        return h, r, t, y.astype(self.dtype), zh, rr, zt, (zh * rr * zt).sum(axis=1)
+
+    def _op_link_loss(self, op, z, rel):
+        z, reg = self._dense(z, op), op.attrs.get("regularization", 0.0)
+        *_, y, _, _, _, s = self._link_terms(z, rel)
+        bce = (np.maximum(s, 0) - s * y + np.log1p(np.exp(-np.abs(s)))).mean() if s.size else 0.0
+        return np.asarray(bce + reg * ((z ** 2).mean() + (rel ** 2).mean()), self.dtype)
+
+    def _link_score_grad(self, y, s):
+        return (1.0 / (1.0 + np.exp(-s)) - y) / max(s.size, 1)
+
+    def _op_link_loss_grad(self, op, z, rel):
+        z, reg = self._dense(z, op), op.attrs.get("regularization", 0.0)
+        h, _, t, y, zh, rr, zt, s = self._link_terms(z, rel)
+        d = self._link_score_grad(y, s)[:, None]
+        grad = 2.0 * reg * z / z.size
+        np.add.at(grad, h, d * rr * zt)
+        np.add.at(grad, t, d * rr * zh)
+        return grad
+
+    def _op_link_loss_rel_grad(self, op, z, rel):
+        z, reg = self._dense(z, op), op.attrs.get("regularization", 0.0)
+        _, r, _, y, zh, _, zt, s = self._link_terms(z, rel)
+        grad = 2.0 * reg * rel / rel.size
+        np.add.at(grad, r, self._link_score_grad(y, s)[:, None] * zh * zt)
+        return grad
 
     def _op_cross_entropy_grad(self, op, logits, labels):
         logits = self._dense(logits, op)

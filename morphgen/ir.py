@@ -35,7 +35,9 @@ class Program:
     invariant: list = field(default_factory=list)   # [Op]  of the inputs and the graph only: run once at load
     forward: list = field(default_factory=list)     # [Op]  (ends with the loss)
     loss: Optional[Value] = None
-    logits: Optional[Value] = None                  # what evaluate() takes argmax of
+    logits: Optional[Value] = None                  # what evaluate() takes argmax of (link task: the embeddings)
+    task: str = "node"                              # "node" classification | "link" prediction (link_loss)
+    negatives: int = 1                              # link task: corrupted triples per positive, each epoch
     backward: list = field(default_factory=list)    # [Op]  filled by morphgen.autodiff
     grads: dict = field(default_factory=dict)       # param name -> gradient Value
     optimizer: Optimizer = field(default_factory=Optimizer)

@@ -43,6 +43,11 @@ typed_param(W)               W param [T,K] with domain etype|ntype -> edge|node 
 concat(a, b, ...)            same association, widths add up
 dropout(x, p)                inverted dropout during training, identity at evaluation
 cross_entropy(logits, labels) softmax cross entropy, mean over the training mask -> scalar
+link_loss(z, R, regularization)
+                             link prediction: z node [H], R param [T,H]@etype; over the run's
+                             triples (h, r, t, y) the DistMult score s = sum_k z[h,k] R[r,k] z[t,k],
+                             binary cross entropy with logits, mean over triples, plus
+                             regularization * (mean(z^2) + mean(R^2)) -> scalar
 
 Ops introduced by passes (forward, on weights)
 ----------------------------------------------
@@ -73,6 +78,8 @@ aggregate_max_grad(g, x, y)  route g[v,f] to the argmax source of the forward ma
 scatter_max_grad(g, m, y)    route g[v,f] to the argmax edge of the forward max
 dropout_grad(g, p, site)     g ⊙ the forward mask of dropout ``site`` / (1 − p)
 cross_entropy_grad(logits, labels)  (softmax − onehot) / |train mask| on masked rows, 0 elsewhere
+link_loss_grad(z, R, regularization)      d link_loss / dz (node [H])
+link_loss_rel_grad(z, R, regularization)  d link_loss / dR (param [T,H]@etype)
 slice(g, start, stop)        columns [start, stop) (concat's gradient)
 row_concat(a, b, ...)        weights stacked along rows (gradient of param_slice views)
 outer(g, a)                  g ⊗ a per type: matvec's weight gradient
@@ -352,13 +359,29 @@ def _cross_entropy(ins, attrs, loc):
     return "scalar", (), "f32"
 
 
+def _link_inputs(ins, attrs, loc, what):
+    z, rel = ins
+    _need(z.assoc == "node" and len(z.shape) == 1, f"{what}: z must be a node value [H]", loc)
+    _need(rel.assoc == "param" and rel.domain == "etype" and len(rel.shape) == 2,
+          f"{what}: R must be a per-edge-type weight [etypes, H]", loc)
+    _need(_same_width(z.width, rel.shape[1]), f"{what}: z has width {z.width}, R rows {rel.shape[1]}", loc)
+    reg = attrs.get("regularization", 0.0)
+    _need(isinstance(reg, float) and reg >= 0.0, f"{what}: regularization must be a float >= 0", loc)
+    return z, rel
+
+
+def _link_loss(ins, attrs, loc):
+    _link_inputs(ins, attrs, loc, "link_loss")
+    return "scalar", (), "f32"
+
+
 _RULES = {
     "linear": _linear, "typed_linear": _typed_linear, "typed_param": _typed_param, "gather": _gather, "scatter": _scatter,
     "aggregate": _aggregate, "graph_scalar": _graph_scalar, "bias_add": _bias_add,
     "scale": _unary, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean,
     "basis_combine": _basis_combine, "layer_standardize": _layer_standardize,
     "batch_standardize": _batch_standardize, "edge_softmax": _edge_softmax, "concat": _concat,
-    "dropout": _dropout, "cross_entropy": _cross_entropy,
+    "dropout": _dropout, "cross_entropy": _cross_entropy, "link_loss": _link_loss,
     **{op: _binary for op in BINARY}, **{op: _unary for op in UNARY},
     **{op: _math for op in MATH_FUNCTIONS}, **{op: _row_softmax for op in ROW_SOFTMAXES},
 }
@@ -547,6 +570,16 @@ def _cross_entropy_grad(ins, attrs, loc):
     return "node", logits.shape, "f32"
 
 
+def _link_loss_grad(ins, attrs, loc):
+    z, _ = _link_inputs(ins, attrs, loc, "link_loss_grad")
+    return "node", z.shape, "f32"
+
+
+def _link_loss_rel_grad(ins, attrs, loc):
+    _, rel = _link_inputs(ins, attrs, loc, "link_loss_rel_grad")
+    return "param", rel.shape, "f32", rel.domain
+
+
 def _slice(ins, attrs, loc):
     (g,) = ins
     _need(_rows(g), f"slice needs node or edge rows, got {g.describe()}", loc)
@@ -583,7 +616,8 @@ BACKWARD_OPCODES = ("matmul_nt", "matmul_tn", "typed_matmul_nt", "typed_matmul_t
                     "row_sum", "feature_sum", "head_repeat", "act_grad", "math_grad", "softmax_grad", "edge_softmax_grad",
                     "aggregate_max_grad", "scatter_max_grad", "dropout_grad",
                     "cross_entropy_grad", "slice", "row_concat", "outer", "matvec_t", "basis_coef_grad",
-                    "basis_grad", "layer_standardize_grad", "batch_standardize_grad")
+                    "basis_grad", "layer_standardize_grad", "batch_standardize_grad",
+                    "link_loss_grad", "link_loss_rel_grad")
 
 
 def register(opcode: str, rule) -> None:

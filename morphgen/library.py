@@ -132,11 +132,12 @@ class Session:
                                                 self._ptr(data, "float *"), *x.shape), "features")
         else:
             self._check(lib.mg_set_features_identity(self.ctx, layout.num_nodes), "features")
-        y = np.ascontiguousarray(labels, dtype=np.int64)
-        # unlabelled nodes (label -1) never count, whatever the masks say
-        m = [np.ascontiguousarray(np.asarray(mask, bool) & (y >= 0), dtype=np.uint8) for mask in masks]
-        self._check(lib.mg_set_labels(self.ctx, self._ptr(y, i64), *(self._ptr(a, "uint8_t *") for a in m)),
-                    "labels")
+        if labels is not None:           # a link-prediction program has none: it scores triples
+            y = np.ascontiguousarray(labels, dtype=np.int64)
+            # unlabelled nodes (label -1) never count, whatever the masks say
+            m = [np.ascontiguousarray(np.asarray(mask, bool) & (y >= 0), dtype=np.uint8) for mask in masks]
+            self._check(lib.mg_set_labels(self.ctx, self._ptr(y, i64), *(self._ptr(a, "uint8_t *") for a in m)),
+                        "labels")
         t0 = time.perf_counter()
         self._check(lib.mg_prepare(self.ctx), "prepare")
         self.prepare_seconds = time.perf_counter() - t0     # load-time structures and invariant values
@@ -148,6 +149,14 @@ class Session:
             *(self._ptr(a, "int64_t *") for a in arrays)), "partition")
 
     # -- training -------------------------------------------------------------------------
+    def set_triples(self, triples: np.ndarray) -> None:
+        """The (head, relation, tail, target) rows a link-prediction loss scores from now on;
+        the array is kept alive here until the next call."""
+        t = np.ascontiguousarray(triples, dtype=np.int64).reshape(-1, 4)
+        self._check(self.lib.mg_set_triples(self.ctx, self.ffi.cast("int64_t *", t.ctypes.data), t.shape[0]),
+                    "triples")
+        self._triples = t
+
     def train_epoch(self) -> float:
         loss = self.lib.mg_train_epoch(self.ctx)
         if math.isnan(loss):

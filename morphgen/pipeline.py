@@ -50,8 +50,10 @@ def located_error(err, path, sizes: Optional[dict] = None):
 
 def sizes_of(dataset) -> dict:
     g = dataset.graph
-    return {"F": dataset.num_features, "C": dataset.num_classes, "N": g.num_nodes,
-            "etypes": g.num_etypes, "ntypes": g.num_ntypes}
+    sizes = {"F": dataset.num_features, "N": g.num_nodes, "etypes": g.num_etypes, "ntypes": g.num_ntypes}
+    if dataset.num_classes:              # a link-prediction dataset has no classes
+        sizes["C"] = dataset.num_classes
+    return sizes
 
 
 def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: bool = True,

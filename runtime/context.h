@@ -114,6 +114,8 @@ struct ContextBase {
     const int64_t *labels = nullptr;
     const uint8_t *masks[3] = {nullptr, nullptr, nullptr};  // train, val, test
     int64_t mask_count[3] = {0, 0, 0};
+    const int64_t *triples = nullptr;   // link prediction: (head, relation, tail, target) rows
+    int64_t num_triples = 0;
     bool prepared = false;
     int64_t allocated_bytes = 0;
     std::vector<Timer> timers;

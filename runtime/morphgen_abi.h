@@ -51,6 +51,10 @@ int mg_set_features_csr(mg_ctx *ctx, const int64_t *indptr, const int32_t *indic
 int mg_set_features_identity(mg_ctx *ctx, int64_t rows);
 int mg_set_labels(mg_ctx *ctx, const int64_t *labels, const uint8_t *train_mask,
                   const uint8_t *val_mask, const uint8_t *test_mask);
+/* Link prediction (programs with gnn.linkLoss): the (head, relation, tail, target 0/1) int64 rows
+ * the loss scores, borrowed until the next call; set before every mg_train_epoch, usually with
+ * fresh negatives.  Node-classification programs return -1. */
+int mg_set_triples(mg_ctx *ctx, const int64_t *triples, int64_t count);
 int mg_prepare(mg_ctx *ctx);
 
 double mg_train_epoch(mg_ctx *ctx);

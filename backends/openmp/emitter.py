@@ -310,10 +310,18 @@ class OpenMPEmitter:
             sizes=self.sizes, params=params, timers=self.timers, buffers=self.shared_buffers,
             index_buffers=self.index_buffers, members=self.members, prepare=self.prepare,
             forward=forward, backward=backward, optimizer=optimizer, loss_buffer=loss_buffer,
-            logits_buffer=logits_buffer, num_classes=self.width(p.logits),
+            logits_buffer=logits_buffer, num_classes=self.width(p.logits), link_task=p.task == "link",
+            link_relations=self._link_relations(),
             needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes,
             fingerprint=int((p.fingerprint or p.source_fingerprint())[:16], 16))
         return {self.source_name: text}
+
+    def _link_relations(self) -> str:
+        """Rows of the relation weight a link-prediction loss scores with ('0' for other tasks)."""
+        if self.p.task != "link":
+            return "0"
+        loss_op = self.p.producer(self.p.forward)[self.p.loss.id]
+        return self.dim(loss_op.inputs[1].shape[0])
 
     def plan_table(self) -> str:
         """What this backend chose for each IR op, as a table (``morphgen compile --emit plan``):
@@ -923,6 +931,25 @@ class OpenMPEmitter:
         return self.timed("loss", f"mg::op::cross_entropy_grad({self.ptr(logits)}, m.labels, m.masks[0], "
                           f"m.graph.num_nodes, {self.width(logits)}, {self.ptr(op.output)})",
                           f"8.0 * {self.numel(logits)}")
+
+    def _link_args(self, op, z, rel) -> tuple:
+        return (f"{self.ptr(z)}", f"{self.ptr(rel)}", f"{self.dim(rel.shape[0])}", self.width(z),
+                f"{_float(op.attrs.get('regularization', 0.0))}f")
+
+    def op_link_loss(self, op, z, rel):
+        zp, rp, types, h, reg = self._link_args(op, z, rel)
+        return self.timed("loss", f"mg::op::link_loss({zp}, m.graph.num_nodes, {rp}, {types}, {h}, m.triples, "
+                          f"m.num_triples, {reg}, {self.ptr(op.output)})", f"4.0 * m.num_triples * {h}")
+
+    def op_link_loss_grad(self, op, z, rel):
+        zp, rp, _, h, reg = self._link_args(op, z, rel)
+        return self.timed("loss", f"mg::op::link_loss_grad({zp}, m.graph.num_nodes, {rp}, {h}, m.triples, "
+                          f"m.num_triples, {reg}, {self.ptr(op.output)})", f"8.0 * m.num_triples * {h}")
+
+    def op_link_loss_rel_grad(self, op, z, rel):
+        zp, rp, types, h, reg = self._link_args(op, z, rel)
+        return self.timed("loss", f"mg::op::link_loss_rel_grad({zp}, {rp}, {types}, {h}, m.triples, "
+                          f"m.num_triples, {reg}, {self.ptr(op.output)})", f"6.0 * m.num_triples * {h}")
 
 
 def emit(program: Program) -> dict:

@@ -21,6 +21,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/layout.h"
+#include "kernels/link.h"
 #include "kernels/loss.h"
 #include "kernels/math.h"
 #include "kernels/norm.h"
@@ -466,6 +467,26 @@ inline void cross_entropy_grad(const float *logits, const int64_t *labels, const
                                idx_t C, float *dlogits) {
     softmax_cross_entropy(logits, labels, mask, rows, C, dlogits);
 }
+// link prediction (kernels/link.h): the triples are the context's, set for each epoch
+inline void require_triples(const int64_t *triples, idx_t count) {
+    if (count > 0 && !triples) throw Error("no triples were set (mg_set_triples) for the link-prediction loss");
+}
+inline void link_loss(const float *z, idx_t rows, const float *R, idx_t rel_rows, idx_t H, const int64_t *triples,
+                      idx_t count, float reg, float *loss) {
+    require_triples(triples, count);
+    loss[0] = distmult_loss(z, rows, R, rel_rows, H, triples, count, reg);
+}
+inline void link_loss_grad(const float *z, idx_t rows, const float *R, idx_t H, const int64_t *triples, idx_t count,
+                           float reg, float *dz) {
+    require_triples(triples, count);
+    distmult_loss_grad_z(z, rows, R, H, triples, count, reg, dz);
+}
+inline void link_loss_rel_grad(const float *z, const float *R, idx_t rel_rows, idx_t H, const int64_t *triples,
+                               idx_t count, float reg, float *dR) {
+    require_triples(triples, count);
+    distmult_loss_grad_rel(z, R, rel_rows, H, triples, count, reg, dR);
+}
+
 inline double accuracy(const float *logits, const int64_t *labels, const uint8_t *mask, idx_t rows, idx_t C) {
     const int64_t n = mask_count(mask, rows);
     return n ? double(count_correct(logits, labels, mask, rows, C)) / double(n) : 0.0;

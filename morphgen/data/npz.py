@@ -25,6 +25,7 @@ from morphgen.data import typed_features
 from morphgen.data.dataset import Dataset
 from morphgen.data.errors import DataError
 from morphgen.data.guards import human_bytes, require_file, require_memory
+from morphgen.data.link import read_link_npz
 from morphgen.data.validate import (check_declared_count, check_edge_index, csr_from_parts, make_graph,
                                     require_integer, require_scalar_int)
 from morphgen.data.typed_features import CSR_PARTS
@@ -237,15 +238,18 @@ def _num_classes(z: NpzArchive, meta: dict, y: np.ndarray) -> int:
     return int(labelled.max()) + 1 if labelled.size else 0
 
 
-def read_npz(path, name: Optional[str] = None, per_type_features: bool = True) -> Dataset:
-    """Read a full dataset.  ``per_type_features``: assemble ``x_<type>`` features into one block
-    matrix (``morphgen.data.typed_features``); when false such a dataset loads featureless."""
+def read_npz(path, name: Optional[str] = None, per_type_features: bool = True):
+    """Read a full dataset: a ``Dataset``, or a ``LinkDataset`` for a file of triples without labels.
+    ``per_type_features``: assemble ``x_<type>`` features into one block matrix
+    (``morphgen.data.typed_features``); when false such a dataset loads featureless."""
     path = Path(path)
     z = NpzArchive(path)
     try:
         meta = z.meta()
         graph = _graph(z, meta)
         n = graph.num_nodes
+        if "y" not in z and "train_triples" in z:
+            return read_link_npz(z, graph, meta, name or path.stem, str(path))
         if "y" not in z:
             raise DataError(f"{z.source}: has no labels (key 'y'); labels are required for training. "
                             f"Use morphgen.data.load_graph for the structure only")

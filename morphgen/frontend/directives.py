@@ -9,11 +9,11 @@ from ..ir_core import dim_mul
 from ..grammar import ast as A
 from ..grammar.diagnostics import suggest
 from .expressions import running_statistics, widths_conflict
-from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LOSSES, OPTIMIZERS,
+from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LINK_DECODERS, LOSSES, OPTIMIZERS,
                    LayerSpec, Poisoned, PropSym, SemanticError, WeightSym, check_choice, check_number,
                    describe, undeclared, PoisonSym, FEATURE_NORMALIZATIONS, NORMS)
 
-TRAINING_DIRECTIVES = ("forwardPass", "loss", "backPropagation", "optimizerStep")
+TRAINING_DIRECTIVES = ("forwardPass", "loss", "linkLoss", "backPropagation", "optimizerStep")
 
 
 def _flag(coord, key: str, v) -> bool:
@@ -251,7 +251,7 @@ class DirectiveLowering:
         elif self.in_training or self.loop_depth:
             raise SemanticError(e.coord, f"gnn.{name} is a declaration; put it before the "
                                          "training loop, outside loops")
-        if self.features is None or self.labels is None:
+        if self.features is None:
             raise Poisoned()              # the parameter list is already reported
         positional, keywords = DIRECTIVES[name]
         kw = {}
@@ -445,6 +445,9 @@ class DirectiveLowering:
             raise SemanticError(e.coord, "gnn.loss is called twice in one epoch")
         kind_at = len(e.args) - 1
         self._string_arg(e, kind_at, "loss", LOSSES)
+        if self.labels is None:
+            raise SemanticError(e.coord, "gnn.loss needs labels: the program has no 'propNode<int[C]> y' "
+                                         "parameter (link prediction uses gnn.linkLoss)")
         if len(e.args) == 1:
             t.check_loss_directive_style(e.coord)
             logits, where = t.h, e.coord
@@ -475,6 +478,58 @@ class DirectiveLowering:
         loss = self.b.emit("cross_entropy", logits, self.labels, loc=e.coord, name="loss", **extra)
         self.program.loss, self.program.logits = loss, logits
         t.loss_done = True
+
+    def d_linkLoss(self, e, kw):
+        """gnn.linkLoss(z, R, "distmult", regularization = r): link prediction over the run's
+        triples (positives and per-epoch negatives, set by the runtime)."""
+        t = self.train
+        t.loss_called = True
+        self._arity(e, (3,), "3 arguments (node embeddings, relation weight, decoder)")
+        if t.loss_done:
+            raise SemanticError(e.coord, "a loss is already computed in this epoch")
+        if self.labels is not None:
+            raise SemanticError(e.coord, "a link-prediction program takes no labels: drop the "
+                                         "'propNode<int[C]> y' parameter")
+        z = self._node_property_value(e.args[0], "gnn.linkLoss")
+        arg = e.args[1]
+        sym = self.scope.lookup(arg.name) if isinstance(arg, A.Name) else None
+        if isinstance(sym, PoisonSym):
+            raise Poisoned()
+        rel = sym.value if isinstance(sym, WeightSym) else None
+        if rel is None or rel.domain != "etype" or len(rel.shape) != 2:
+            raise SemanticError(arg.coord, "gnn.linkLoss: the relations must be a per-edge-type weight "
+                                           "weight<float[g.etypes][H]> (row r scores relation r)")
+        if widths_conflict(z.width, rel.shape[1]):
+            raise SemanticError(arg.coord, f"gnn.linkLoss: the embeddings have width {z.width}, the "
+                                           f"relation rows {rel.shape[1]}")
+        self._string_arg(e, 2, "decoder", LINK_DECODERS)
+        reg = 0.0
+        if "regularization" in kw:
+            value, coord = kw["regularization"]
+            reg = float(check_number(coord, "regularization", value, lo=0.0))
+        if "negatives" in kw:
+            value, coord = kw["negatives"]
+            self.program.negatives = int(check_number(coord, "negatives", value, integer=True, lo=1, hi=1000))
+        loss = self.b.emit("link_loss", z, rel, loc=e.coord, name="loss", regularization=reg)
+        self.program.loss, self.program.logits, self.program.task = loss, z, "link"
+        t.loss_done = True
+
+    def _node_property_value(self, arg, where: str):
+        """The current value of the node property ``arg`` names (a loss's input)."""
+        if not isinstance(arg, A.Name):
+            raise SemanticError(arg.coord, f"{where} takes the name of a node property")
+        sym = self.scope.lookup(arg.name)
+        if sym is None:
+            raise undeclared(arg.coord, arg.name, self.names_in_scope())
+        if isinstance(sym, PoisonSym) or getattr(sym, "poisoned", False):
+            raise Poisoned()
+        if not isinstance(sym, PropSym) or sym.assoc != "node":
+            raise SemanticError(arg.coord, f"{where} needs a node property, '{arg.name}' is not one")
+        if sym.value is None:
+            raise SemanticError(arg.coord, f"property '{arg.name}' is read before it is assigned")
+        if sym.value is self.features:
+            raise SemanticError(arg.coord, f"'{arg.name}' is a program input, not the model output")
+        return sym.value
 
     def d_backPropagation(self, e, kw):
         self._arity(e, (0, 1), "no argument, or the layer index")

@@ -89,9 +89,6 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
         if self.features is None:
             self.sink.error(fn.coord, f"function '{fn.name}' needs a features parameter "
                                       "'propNode<float[F]> x'")
-        if self.labels is None:
-            self.sink.error(fn.coord, f"function '{fn.name}' needs a labels parameter "
-                                      "'propNode<int[C]> y'")
 
     def _param(self, p: A.Param, graph):
         t = p.type

@@ -171,6 +171,7 @@ LAYER_KINDS = ("GCN", "SAGE", "GIN", "GAT")
 AGGREGATORS = {"Sum": "sum", "Mean": "mean", "Max": "max"}
 OPTIMIZERS = ("adam", "adamw", "sgd")
 LOSSES = ("cross_entropy",)
+LINK_DECODERS = ("distmult",)
 ACTIVATIONS = ("relu", "elu", "leaky_relu", "sigmoid", "tanh", "none")
 INITS = ("glorot", "zeros", "ones", "normal", "uniform")
 REDUCTIONS = AGGREGATORS
@@ -183,6 +184,7 @@ DIRECTIVES = {
                "norm": "str"}),
     "forwardPass": (("layer", "kind", "aggregator"), {"input": "property", "output": "property"}),
     "loss": (("kind",), {}),                                   # or (property, kind)
+    "linkLoss": (("embeddings", "relations", "decoder"), {"regularization": "float", "negatives": "int"}),
     "backPropagation": ((), {}),                               # or (layer)
     "optimizer": (("kind",), {"lr": "float", "weight_decay": "float", "beta1": "float",
                               "beta2": "float", "eps": "float", "momentum": "float", "decay_biases": "bool"}),

@@ -45,11 +45,11 @@ def perturbed_params(program, seed=3):
 
 
 def finite_difference_check(program, graph, x, labels, mask, params, eps=1e-6, rtol=1e-5,
-                            atol=1e-7, max_entries=40, seed=5):
+                            atol=1e-7, max_entries=40, seed=5, triples=None):
     """Compare generated gradients with central differences (float64) on sampled entries."""
     if not program.backward:
         differentiate(program)
-    interp = Interpreter(program, graph, x, labels, mask, dtype=np.float64, seed=seed)
+    interp = Interpreter(program, graph, x, labels, mask, dtype=np.float64, seed=seed, triples=triples)
     loss, grads, _ = interp.run(params)
     assert np.isfinite(loss)
     assert set(grads) == {p.name for p in program.params if p.trainable}, "every weight must get a gradient"

@@ -45,6 +45,14 @@ class ModelBuilder:
         self.program.loss = self.emit("cross_entropy", logits, self.y)
         return self.program
 
+    def finish_link(self, z, rel, regularization=0.0) -> Program:
+        """A link-prediction program: DistMult on node embeddings ``z``, no labels."""
+        del self.program.inputs["labels"]
+        self.program.task = "link"
+        self.program.logits = z
+        self.program.loss = self.emit("link_loss", z, rel, regularization=regularization)
+        return self.program
+
 
 def _widths(hidden, layers):
     return ["F"] + [hidden] * (layers - 1) + ["C"]

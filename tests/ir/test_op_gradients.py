@@ -311,10 +311,52 @@ def test_gradient_matches_finite_differences(name, k, data):
     finite_difference_check(prog, g, x, labels, mask, perturbed_params(prog), max_entries=12)
 
 
+def link_case(regularization):
+    """Node embeddings through a typed layer, scored by DistMult against a per-type weight."""
+    m = ModelBuilder(f"case_link_{regularization}")
+    z = m.emit("tanh", m.emit("linear", m.x, m.param("W0", ("F", 4))))
+    rel = m.param("R", ("etypes", 4), domain="etype")
+    prog = m.finish_link(z, rel, regularization)
+    prog.bind({"F": F, "etypes": ETYPES})
+    return prog
+
+
+def triples_for(g, count=15, seed=3):
+    """Positive and corrupted triples, some nodes twice (a head and a tail of the same triple)."""
+    rng = np.random.default_rng(seed)
+    h, t = rng.integers(0, g.num_nodes, count), rng.integers(0, g.num_nodes, count)
+    t[:2] = h[:2]
+    return np.stack([h, rng.integers(0, ETYPES, count), t, rng.integers(0, 2, count)], axis=1)
+
+
+@pytest.mark.parametrize("regularization", [0.0, 0.3])
+def test_link_loss_gradient_matches_finite_differences(regularization, data):
+    g, x, labels, mask = data
+    prog = link_case(regularization)
+    differentiate(prog)
+    finite_difference_check(prog, g, x, None, None, perturbed_params(prog), max_entries=12,
+                            triples=triples_for(g))
+
+
+def test_link_loss_matches_a_direct_formula(data):
+    g, x, _, _ = data
+    prog = link_case(0.1)
+    differentiate(prog)
+    params = perturbed_params(prog)
+    triples = triples_for(g)
+    from morphgen.interp import Interpreter
+    loss, _, values = Interpreter(prog, g, x, triples=triples).run(params)
+    z = values[prog.logits.id]
+    h, r, t, y = triples.T
+    s = np.einsum("ik,ik,ik->i", z[h], params["R"][r], z[t])
+    p = 1 / (1 + np.exp(-s))
+    bce = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
+    assert loss == pytest.approx(bce + 0.1 * ((z ** 2).mean() + (params["R"] ** 2).mean()), rel=1e-12)
+
+
 def test_every_registered_opcode_is_exercised():
     seen = set()
-    for name in CASES:
-        prog = build_case(name, 3)
+    for prog in [build_case(name, 3) for name in CASES] + [link_case(0.1)]:
         differentiate(prog)
         seen |= {op.opcode for op in prog.forward + prog.backward}
     missing = set(opcodes()) - seen

@@ -1,0 +1,98 @@
+// Link prediction: DistMult scores of (head, relation, tail, target) triples and their binary
+// cross entropy, mean over the triples, plus an L2 term on the embeddings and the relation rows.
+//
+//   s_i = sum_k z[h_i,k] R[r_i,k] z[t_i,k]
+//   loss = mean_i (max(s_i, 0) - y_i s_i + log(1 + exp(-|s_i|))) + reg (mean z^2 + mean R^2)
+//
+// The triples are int64 rows of 4 (head, relation, tail, target in {0, 1}), set by the caller for
+// each epoch (positives and fresh negatives).  Sums of float terms are accumulated in double; the
+// gradients scatter into the rows of their heads and tails in triple order, on one thread, so
+// every run gives the same bits (a triple list is about the edge count: this is not the
+// epoch's cost).
+#ifndef MORPHGEN_KERNELS_LINK_H
+#define MORPHGEN_KERNELS_LINK_H
+
+#include <cmath>
+#include <cstdint>
+
+namespace mg {
+namespace link_detail {
+
+inline double score(const float* z, const float* R, const int64_t* t, int64_t H) {
+    const float* zh = z + t[0] * H;
+    const float* rr = R + t[1] * H;
+    const float* zt = z + t[2] * H;
+    double s = 0.0;
+    for (int64_t k = 0; k < H; ++k) s += double(zh[k]) * double(rr[k]) * double(zt[k]);
+    return s;
+}
+
+inline double mean_square(const float* a, int64_t n) {
+    double s = 0.0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) s += double(a[i]) * double(a[i]);
+    return n ? s / double(n) : 0.0;
+}
+
+// d loss / d s_i, the same for every quantity the score depends on
+inline double score_grad(const float* z, const float* R, const int64_t* t, int64_t H, int64_t count) {
+    const double s = score(z, R, t, H);
+    return (1.0 / (1.0 + std::exp(-s)) - double(t[3])) / double(count);
+}
+
+}  // namespace link_detail
+
+inline float distmult_loss(const float* z, int64_t nodes, const float* R, int64_t rel_rows, int64_t H,
+                           const int64_t* triples, int64_t count, float reg) {
+    double bce = 0.0;
+#pragma omp parallel for reduction(+ : bce) schedule(static) if (count > 4096)
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t* t = triples + 4 * i;
+        const double s = link_detail::score(z, R, t, H);
+        bce += std::fmax(s, 0.0) - double(t[3]) * s + std::log1p(std::exp(-std::fabs(s)));
+    }
+    double loss = count ? bce / double(count) : 0.0;
+    if (reg > 0.0f)
+        loss += double(reg) * (link_detail::mean_square(z, nodes * H) + link_detail::mean_square(R, rel_rows * H));
+    return float(loss);
+}
+
+// dz: 2 reg z / (N H), then each triple's score gradient into its head's and tail's rows
+inline void distmult_loss_grad_z(const float* z, int64_t nodes, const float* R, int64_t H, const int64_t* triples,
+                                 int64_t count, float reg, float* dz) {
+    const double c = 2.0 * double(reg) / double(nodes * H);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < nodes * H; ++i) dz[i] = float(c * double(z[i]));
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t* t = triples + 4 * i;
+        const float d = float(link_detail::score_grad(z, R, t, H, count));
+        const float* zh = z + t[0] * H;
+        const float* rr = R + t[1] * H;
+        const float* zt = z + t[2] * H;
+        float* gh = dz + t[0] * H;
+        float* gt = dz + t[2] * H;
+        for (int64_t k = 0; k < H; ++k) {
+            gh[k] += d * rr[k] * zt[k];
+            gt[k] += d * rr[k] * zh[k];
+        }
+    }
+}
+
+// dR: 2 reg R / (T H), then each triple's score gradient into its relation's row
+inline void distmult_loss_grad_rel(const float* z, const float* R, int64_t rel_rows, int64_t H,
+                                   const int64_t* triples, int64_t count, float reg, float* dR) {
+    const double c = 2.0 * double(reg) / double(rel_rows * H);
+    for (int64_t i = 0; i < rel_rows * H; ++i) dR[i] = float(c * double(R[i]));
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t* t = triples + 4 * i;
+        const float d = float(link_detail::score_grad(z, R, t, H, count));
+        const float* zh = z + t[0] * H;
+        const float* zt = z + t[2] * H;
+        float* g = dR + t[1] * H;
+        for (int64_t k = 0; k < H; ++k) g[k] += d * zh[k] * zt[k];
+    }
+}
+
+}  // namespace mg
+
+#endif
