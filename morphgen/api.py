@@ -62,6 +62,7 @@ class CompiledModel:
         """Lower the program for this dataset's sizes and feature path, compile it and load the
         library (no data is bound and nothing is allocated for training yet)."""
         from .library import load
+        self._check_task(dataset)
         t0 = time.perf_counter()
         # The feature path decides the program: dense features let the passes hoist their
         # aggregations out of the epoch.  Row normalisation keeps the sparsity, so the raw
@@ -109,7 +110,6 @@ class CompiledModel:
         from .interp import init_params
         if self._built_for != self._build_key(dataset):
             self.build(dataset)
-        self._check_task(dataset)
         self.bound_to = dataset
         normalised = preprocess(dataset, self.program)
         # features copied here (normalised, or a sparse matrix read into the runtime's own arrays) are ours to give
@@ -130,11 +130,15 @@ class CompiledModel:
         return self.program is not None and self.program.task == "link"
 
     def _check_task(self, dataset) -> None:
+        """A link-prediction program needs triples, a node classifier labels: say so before the
+        dataset's sizes are bound (a missing class count would be the first complaint)."""
+        from .frontend import compile_file
+        link = compile_file(str(self.path)).task == "link"
         data_task = getattr(dataset, "task", "node")
-        if self.link_task and data_task != "link":
+        if link and data_task != "link":
             raise UserError(f"morphgen: error: {self.path} predicts links (gnn.linkLoss), but dataset "
                             f"'{dataset.name}' has no triples to score (link datasets hold train_triples, e.g. wn18rr)")
-        if not self.link_task and data_task == "link":
+        if not link and data_task == "link":
             raise UserError(f"morphgen: error: {self.path} classifies nodes (gnn.loss), but dataset "
                             f"'{dataset.name}' is a link-prediction dataset (triples, no labels); "
                             f"write the program with gnn.linkLoss")

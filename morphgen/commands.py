@@ -101,6 +101,13 @@ class Progress:
             self.stream.write(text + "\n")
 
 
+def _final_metrics(final: dict) -> str:
+    """Accuracies (node classification) or filtered ranking metrics (link prediction)."""
+    if "train_acc" in final:
+        return f"train_acc {final['train_acc']:.4f} val_acc {final['val_acc']:.4f} test_acc {final['test_acc']:.4f}"
+    return " ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "loss")
+
+
 def train_command(args) -> int:
     from .data import load_dataset
     backend = require_backend(args.backend)
@@ -138,8 +145,10 @@ def train_command(args) -> int:
     else:
         print(f"morphgen: feature path: {path} (sparsity {sparsity:.4f} vs tau {tau:.3f}, {source})",
               file=sys.stderr)
+    task = (f"{dataset.num_classes} classes" if dataset.num_classes else
+            f"{len(dataset.train_triples)} training triples")
     print(f"morphgen: {dataset.name}: {dataset.graph.num_nodes} nodes, {dataset.graph.num_edges} edges, "
-          f"{dataset.num_features} features, {dataset.num_classes} classes; {model.threads} threads; "
+          f"{dataset.num_features} features, {task}; {model.threads} threads; "
           f"compiled in {model.compile_seconds:.2f} s, data bound in {model.session.prepare_seconds:.2f} s",
           file=sys.stderr)
     if model.program.invariant:
@@ -156,8 +165,7 @@ def train_command(args) -> int:
     result = model.fit(epochs=epochs, progress=Progress(quiet=args.quiet), eval_every=eval_every)
     final = result.final
     times = [r["epoch_time_s"] for r in result.history]
-    print(f"final: train_acc {final['train_acc']:.4f} val_acc {final['val_acc']:.4f} "
-          f"test_acc {final['test_acc']:.4f} loss {result.history[-1]['loss']:.4f} "
+    print(f"final: {_final_metrics(final)} loss {result.history[-1]['loss']:.4f} "
           f"median epoch {np.median(times) * 1e3:.2f} ms")
     if args.profile:
         _print_profile(model.session.timers())
@@ -170,7 +178,7 @@ def train_command(args) -> int:
         report = {
             "model": str(args.model), "backend": args.backend, "dataset": dataset.name,
             "epochs": epochs, "threads": model.threads, "seed": args.seed,
-            "train_acc": final["train_acc"], "val_acc": final["val_acc"], "test_acc": final["test_acc"],
+            **{k: v for k, v in final.items() if k != "loss"},
             "final_loss": result.history[-1]["loss"], "epoch_times_s": times,
             "compile_seconds": model.compile_seconds, "prepare_seconds": model.session.prepare_seconds,
             "hoisted_aggregations": len(model.program.invariant), "feature_path": path,
@@ -191,6 +199,7 @@ def _train_distributed(args) -> int:
         if value:
             raise UserError(f"morphgen: error: {flag} is not supported with --backend {args.backend} yet")
     _check_outputs_writable(args)
+    require_backend(args.backend).check_program(lower(args.model))   # before starting any rank
     if args.ranks is None:
         args.ranks = int(os.environ.get("SLURM_NTASKS", "1"))
     return train_distributed(args)

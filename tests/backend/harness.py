@@ -40,7 +40,7 @@ def session(lib, program, graph, x, labels, mask, features="dense", seed=0, thre
     else:
         payload = ("dense", np.asarray(x, np.float32))
     n = graph.num_nodes
-    masks = (mask, np.zeros(n, bool), np.zeros(n, bool))
+    masks = None if labels is None else (mask, np.zeros(n, bool), np.zeros(n, bool))
     return Session(lib, layout, payload, labels, masks, program.sizes, threads, seed)
 
 

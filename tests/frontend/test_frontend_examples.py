@@ -23,16 +23,17 @@ def test_example_compiles(path):
     prog.validate()
     assert prog.loss is not None and prog.loss.assoc == "scalar"
     assert prog.logits is not None and prog.logits.assoc == "node"
-    assert prog.forward[-1].opcode == "cross_entropy"
+    link = prog.task == "link"           # link prediction: scores triples, has no labels
+    assert prog.forward[-1].opcode == ("link_loss" if link else "cross_entropy")
     assert prog.inputs["features"].assoc == "node"
-    assert prog.inputs["labels"].dtype == "i64"
+    assert ("labels" not in prog.inputs) if link else prog.inputs["labels"].dtype == "i64"
     for op in prog.forward:
         assert isinstance(op.loc, Coord) and op.loc.file == str(path) and op.loc.line >= 1
     for p in prog.params:
         assert SAFE_PARAM.match(p.name) and p.name not in CPP_KEYWORDS
     sizes = {"F": 7, "C": 3, "etypes": 2, "ntypes": 2}
     prog.bind(sizes)
-    assert prog.logits.shape == (3,)
+    assert prog.logits.shape == ((32,) if link else (3,))
 
 
 def test_gcn_expansion_exact():
