@@ -21,7 +21,7 @@ import numpy as np
 from .backends import require as require_backend
 from .errors import UserError
 from .pipeline import (build_library, check_run_fits, choose_feature_path, features_payload, lower,
-                       preprocess, sizes_of)
+                       preprocess, sizes_of, with_graph_options)
 
 
 @dataclass
@@ -56,6 +56,7 @@ class CompiledModel:
         self._emitter = None            # the program's emitter, from build()
         self._built_for = None          # (sizes, featureless, feature path) the library was built for
         self._epochs_done = 0
+        self._front = None              # the program as the front end reads it, before sizes
 
     # -- binding to data -----------------------------------------------------------------
     def build(self, dataset):
@@ -63,6 +64,7 @@ class CompiledModel:
         library (no data is bound and nothing is allocated for training yet)."""
         from .library import load
         self._check_task(dataset)
+        dataset = with_graph_options(dataset, self._front_end())    # the sizes the library is built for
         t0 = time.perf_counter()
         # The feature path decides the program: dense features let the passes hoist their
         # aggregations out of the epoch.  Row normalisation keeps the sparsity, so the raw
@@ -108,7 +110,7 @@ class CompiledModel:
         from .layout import GraphLayout
         from .library import Session
         from .interp import init_params
-        if self._built_for != self._build_key(dataset):
+        if self._built_for != self._build_key(with_graph_options(dataset, self._front_end())):
             self.build(dataset)
         self.bound_to = dataset
         normalised = preprocess(dataset, self.program)
@@ -125,6 +127,13 @@ class CompiledModel:
         self._epochs_done = 0           # keys each epoch's negative triples (link prediction)
         return self
 
+    def _front_end(self):
+        """The program as written (no sizes bound): its task and graph options."""
+        if self._front is None:
+            from .frontend import compile_file
+            self._front = compile_file(str(self.path))
+        return self._front
+
     @property
     def link_task(self) -> bool:
         return self.program is not None and self.program.task == "link"
@@ -132,8 +141,7 @@ class CompiledModel:
     def _check_task(self, dataset) -> None:
         """A link-prediction program needs triples, a node classifier labels: say so before the
         dataset's sizes are bound (a missing class count would be the first complaint)."""
-        from .frontend import compile_file
-        link = compile_file(str(self.path)).task == "link"
+        link = self._front_end().task == "link"
         data_task = getattr(dataset, "task", "node")
         if link and data_task != "link":
             raise UserError(f"morphgen: error: {self.path} predicts links (gnn.linkLoss), but dataset "

@@ -92,18 +92,31 @@ class Graph:
 
 
 def with_self_loops(graph: Graph) -> Graph:
-    """``graph`` with an edge v -> v appended for every node that has none (PyG's
-    add_remaining_self_loops): existing edges keep their ids, the loops follow them."""
-    if graph.num_etypes > 1 or graph.etype is not None:
-        raise GraphError("gnn.addSelfLoops: the graph has edge types, and a self loop would need one; "
-                         "self loops are supported on graphs with one edge type")
-    has_loop = np.zeros(graph.num_nodes, bool)
-    has_loop[graph.src[graph.src == graph.dst]] = True
-    missing = np.flatnonzero(~has_loop).astype(np.int64)
-    if missing.size == 0:
-        return graph
-    return Graph(graph.num_nodes, np.concatenate([graph.src, missing]), np.concatenate([graph.dst, missing]),
-                 ntype=graph.ntype, num_ntypes=graph.num_ntypes, meta=dict(graph.meta))
+    """``graph`` with a self loop at every node, after the existing edges (which keep their ids).
+
+    Untyped: an edge v -> v for every node that has none (PyG's add_remaining_self_loops).
+    Typed: a loop at every node with an edge type of its own, the next free id (R-GCN's
+    self-connection as a relation), so ``num_etypes`` grows by one; a typed edge from a node to
+    itself stays one of its own type."""
+    n = graph.num_nodes
+    if graph.etype is None and graph.num_etypes <= 1:
+        has_loop = np.zeros(n, bool)
+        has_loop[graph.src[graph.src == graph.dst]] = True
+        missing = np.flatnonzero(~has_loop).astype(np.int64)
+        if missing.size == 0:
+            return graph
+        return Graph(n, np.concatenate([graph.src, missing]), np.concatenate([graph.dst, missing]),
+                     ntype=graph.ntype, num_ntypes=graph.num_ntypes, meta=dict(graph.meta))
+    loops = np.arange(n, dtype=np.int64)
+    loop_type = graph.num_etypes
+    meta = dict(graph.meta)
+    names = meta.get("edge_type_names")
+    if isinstance(names, list) and len(names) == loop_type:
+        meta["edge_type_names"] = names + ["self"]
+    etype = graph.etype if graph.etype is not None else np.zeros(graph.num_edges, np.int64)
+    return Graph(n, np.concatenate([graph.src, loops]), np.concatenate([graph.dst, loops]),
+                 etype=np.concatenate([etype, np.full(n, loop_type, np.int64)]), num_etypes=loop_type + 1,
+                 ntype=graph.ntype, num_ntypes=graph.num_ntypes, meta=meta)
 
 
 def _csr(keys: np.ndarray, n: int):

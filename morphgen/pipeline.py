@@ -79,13 +79,19 @@ def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: b
 def preprocess(dataset, program):
     """The program's load-time preprocessing of the data, on copies: the graph option
     (gnn.addSelfLoops) and the input feature normalisation (gnn.normalizeFeatures)."""
+    return normalize_features(with_graph_options(dataset, program), program.feature_normalization)
+
+
+def with_graph_options(dataset, program):
+    """The dataset with the program's graph option applied (gnn.addSelfLoops): what the library
+    is built for, since a typed graph's loops are an edge type of their own (one more etype)."""
     import dataclasses
     from .graph import with_self_loops
     if program.self_loops:
         looped = with_self_loops(dataset.graph)
         if looped is not dataset.graph:
             dataset = dataclasses.replace(dataset, graph=looped)
-    return normalize_features(dataset, program.feature_normalization)
+    return dataset
 
 
 def normalize_features(dataset, kind: Optional[str]):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import morphgen
-from morphgen.graph import Graph, GraphError, with_self_loops
+from morphgen.graph import Graph, with_self_loops
 
 from tests.e2e.support import EXAMPLES, small_dataset, typed_dataset
 
@@ -20,9 +20,47 @@ def test_loops_are_added_only_where_missing_and_edges_keep_their_ids():
     assert with_self_loops(looped) is looped
 
 
-def test_a_graph_with_edge_types_is_refused_by_name():
-    with pytest.raises(GraphError, match="gnn.addSelfLoops: the graph has edge types"):
-        with_self_loops(typed_dataset().graph)
+def test_a_typed_graph_gets_a_loop_of_a_new_edge_type_at_every_node():
+    g = typed_dataset().graph
+    looped = with_self_loops(g)
+    n, e, t = g.num_nodes, g.num_edges, g.num_etypes
+    assert (looped.num_edges, looped.num_etypes) == (e + n, t + 1)
+    assert np.array_equal(looped.src[:e], g.src) and np.array_equal(looped.etype[:e], g.etype)
+    assert np.array_equal(looped.src[e:], np.arange(n)) and np.array_equal(looped.dst[e:], np.arange(n))
+    assert (looped.etype[e:] == t).all() and np.array_equal(looped.ntype, g.ntype)
+
+
+RGCN = """function rgcn(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[g.etypes][F][C]> W = glorot;
+SELF    gnn.optimizer("adam", lr = 0.01);
+    for (int epoch = 0; epoch < 5; epoch++) {
+        forall (v in g.nodes()) { v.out = Sum(e in v.incoming_edges(): e.src.x * W[e.etype] / e.rel_degree)TERM; }
+        gnn.loss(out, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+"""
+
+
+def test_rgcn_over_typed_loops_equals_rgcn_with_its_self_weight(tmp_path):
+    """The loop type's W[T] is R-GCN's self weight: a loop is its node's only in-edge of that type."""
+    explicit = tmp_path / "explicit.mp"
+    explicit.write_text(RGCN.replace("SELF", "    weight<float[F][C]> S = glorot;  propNode<float[C]> out;\n")
+                        .replace("TERM", " + v.x * S"))
+    looped = tmp_path / "looped.mp"
+    looped.write_text(RGCN.replace("SELF", "    propNode<float[C]> out;\n    gnn.addSelfLoops();\n")
+                      .replace("TERM", ""))
+    data = typed_dataset(features=5)
+    a = morphgen.compile(explicit, threads=2, seed=3)
+    b = morphgen.compile(looped, threads=2, seed=3)
+    a.bind(data)
+    b.bind(data)
+    assert b.dataset.graph.num_etypes == data.graph.num_etypes + 1
+    w, s = a.get_params()["W"], a.get_params()["S"]
+    b.set_params({"W": np.concatenate([w, s])})
+    losses = [[row["loss"] for row in m.fit(epochs=5, eval_every=0).history] for m in (a, b)]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
 
 
 def _without_loops(ds):
