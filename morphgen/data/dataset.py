@@ -12,8 +12,32 @@ from morphgen.graph import Graph
 Features = Union[np.ndarray, sp.csr_matrix, None]
 
 
+class GraphData:
+    """What every dataset derives from its ``graph`` and ``features`` (node classification and
+    link prediction alike)."""
+
+    @property
+    def num_nodes(self) -> int:
+        return self.graph.num_nodes
+
+    @property
+    def num_edges(self) -> int:
+        return self.graph.num_edges
+
+    @property
+    def featureless(self) -> bool:
+        return self.features is None
+
+    @property
+    def num_features(self) -> int:
+        """Input width: F, or N for a featureless dataset (identity one-hot input)."""
+        if self.features is None:
+            return self.graph.num_nodes
+        return int(self.features.shape[1])
+
+
 @dataclass(eq=False)
-class Dataset:
+class Dataset(GraphData):
     """A node-classification dataset.
 
     ``features`` is a dense float32 ``[N, F]`` array, a float32 ``scipy.sparse.csr_matrix`` or
@@ -35,25 +59,6 @@ class Dataset:
     def __post_init__(self):
         from morphgen.data.validate import validate_dataset  # local: validate imports this module
         validate_dataset(self, source=self.meta.get("source"))
-
-    @property
-    def num_nodes(self) -> int:
-        return self.graph.num_nodes
-
-    @property
-    def num_edges(self) -> int:
-        return self.graph.num_edges
-
-    @property
-    def featureless(self) -> bool:
-        return self.features is None
-
-    @property
-    def num_features(self) -> int:
-        """Input width: F, or N for a featureless dataset (identity one-hot input)."""
-        if self.features is None:
-            return self.graph.num_nodes
-        return int(self.features.shape[1])
 
     @property
     def feature_nnz(self) -> int:

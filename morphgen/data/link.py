@@ -13,6 +13,7 @@ from typing import Optional
 
 import numpy as np
 
+from morphgen.data.dataset import GraphData
 from morphgen.data.errors import DataError
 from morphgen.graph import Graph
 
@@ -20,10 +21,10 @@ SPLITS = ("train", "valid", "test")
 
 
 @dataclass(eq=False)
-class LinkDataset:
+class LinkDataset(GraphData):
     name: str
     graph: Graph
-    features: object                   # None (featureless: one learned embedding per node) or [N, F]
+    features: object                   # None: featureless, one learned embedding per node
     train_triples: np.ndarray          # int64 [n, 3]: head, relation, tail
     valid_triples: np.ndarray
     test_triples: np.ndarray
@@ -42,22 +43,6 @@ class LinkDataset:
     labels = None
     num_classes = 0
     task = "link"
-
-    @property
-    def num_nodes(self) -> int:
-        return self.graph.num_nodes
-
-    @property
-    def num_edges(self) -> int:
-        return self.graph.num_edges
-
-    @property
-    def featureless(self) -> bool:
-        return self.features is None
-
-    @property
-    def num_features(self) -> int:
-        return self.graph.num_nodes if self.features is None else int(self.features.shape[1])
 
     @property
     def feature_sparsity(self) -> float:
