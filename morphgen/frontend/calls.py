@@ -47,18 +47,26 @@ class CallLowering:
                                           f"(first defined at line {first.line})")
             else:
                 self.functions[fn.name] = fn
-        called = {n.func.name for fn in module.functions for n in A.walk(fn.body)
-                  if self.is_function_call(n)}
+        calls = {fn.name: {n.func.name for n in A.walk(fn.body) if self.is_function_call(n)}
+                 for fn in self.functions.values()}
+        called = set().union(*calls.values())
         roots = [fn for fn in self.functions.values() if fn.name not in called]
         if not roots:
             self.sink.error(module.functions[0].coord, "every function is called by another one: "
                                                        "the program is the function no other one calls")
             return None
-        for extra in roots[:-1]:
-            self.sink.error(extra.coord, f"function '{extra.name}' is never called: a file holds one "
-                                         f"program ('{roots[-1].name}', the function no other one calls) "
-                                         f"and the functions it calls")
-        return roots[-1]
+        program = roots[-1]
+        reached, frontier = {program.name}, [program.name]
+        while frontier:
+            for name in calls[frontier.pop()] - reached:
+                reached.add(name)
+                frontier.append(name)
+        for fn in self.functions.values():      # a second program, or a helper nothing reaches
+            if fn.name not in reached:
+                self.sink.error(fn.coord, f"function '{fn.name}' is never called: a file holds one "
+                                          f"program ('{program.name}', the function no other one calls) "
+                                          f"and the functions it calls")
+        return program
 
     @property
     def in_helper(self) -> bool:
