@@ -159,6 +159,9 @@ class CompiledModel:
         epochs = self.program.epochs if epochs is None else epochs
         if self.link_task:
             eval_every = 0          # ranking every node for every held-out triple: at the end only
+        stopper = EarlyStopping(self.program.early_stopping) if self.program.early_stopping else None
+        if stopper:
+            eval_every = 1          # it selects by the validation accuracy of every epoch
         result = TrainResult()
         for epoch in range(1, epochs + 1):
             t0 = time.perf_counter()
@@ -178,7 +181,13 @@ class CompiledModel:
             result.history.append(row)
             if progress:
                 progress(row, epochs)
+            if stopper and stopper.stop_after(epoch, row["val_acc"], self.get_params):
+                break
+        if stopper:
+            self.set_params(stopper.best_params)
         result.final = self.evaluate()
+        if stopper:
+            result.final.update(best_epoch=stopper.best_epoch, epochs_run=len(result.history))
         return result
 
     def evaluate(self) -> dict:
@@ -224,6 +233,23 @@ class CompiledModel:
 
 class TrainingDiverged(UserError):
     pass
+
+
+class EarlyStopping:
+    """gnn.earlyStopping(patience): remember the weights of the epoch with the best validation
+    accuracy (the first, on ties); stop once ``patience`` epochs have not improved on it."""
+
+    def __init__(self, patience: int):
+        self.patience = patience
+        self.best_acc = -1.0
+        self.best_epoch = 0
+        self.best_params = None
+
+    def stop_after(self, epoch: int, val_acc: float, get_params) -> bool:
+        if val_acc > self.best_acc:
+            self.best_acc, self.best_epoch = val_acc, epoch
+            self.best_params = {k: v.copy() for k, v in get_params().items()}
+        return epoch - self.best_epoch >= self.patience
 
 
 def compile(path, backend: str = "openmp", **kwargs) -> CompiledModel:

@@ -104,7 +104,10 @@ class Progress:
 def _final_metrics(final: dict) -> str:
     """Accuracies (node classification) or filtered ranking metrics (link prediction)."""
     if "train_acc" in final:
-        return f"train_acc {final['train_acc']:.4f} val_acc {final['val_acc']:.4f} test_acc {final['test_acc']:.4f}"
+        selected = (f" (weights of epoch {final['best_epoch']}, the best validation accuracy; "
+                    f"{final['epochs_run']} epochs run)" if "best_epoch" in final else "")
+        return (f"train_acc {final['train_acc']:.4f} val_acc {final['val_acc']:.4f} "
+                f"test_acc {final['test_acc']:.4f}{selected}")
     return " ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "loss")
 
 

@@ -38,6 +38,7 @@ class Program:
     logits: Optional[Value] = None                  # what evaluate() takes argmax of (link task: the embeddings)
     task: str = "node"                              # "node" classification | "link" prediction (link_loss)
     negatives: int = 1                              # link task: corrupted triples per positive, each epoch
+    early_stopping: Optional[int] = None            # gnn.earlyStopping's patience (epochs), if declared
     backward: list = field(default_factory=list)    # [Op]  filled by morphgen.autodiff
     grads: dict = field(default_factory=dict)       # param name -> gradient Value
     optimizer: Optimizer = field(default_factory=Optimizer)

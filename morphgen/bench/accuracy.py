@@ -4,7 +4,8 @@
 
 Both sides train full batch for the program's epoch count on the same preprocessed data (the
 program's gnn.normalizeFeatures and gnn.addSelfLoops applied by morphgen's own functions) and
-report the test accuracy of the last epoch: no early stopping or model selection on either side.
+report the test accuracy of the last epoch, or, when the program declares gnn.earlyStopping, of
+the epoch with the best validation accuracy, stopping after the same patience on both sides.
 The PyG models are written as the papers and PyG's own examples write them.  Only the models
 listed in PEERS are compared; the figures go to docs/accuracy.md.
 """
@@ -150,27 +151,42 @@ def _hgt_pyg(torch, dataset):
 PEERS = {"gat": _gat_pyg, "gin": _gin_pyg, "hgt": _hgt_pyg}
 
 
-def pyg_accuracy(model_name: str, dataset, epochs: int, seed: int) -> float:
-    """Final-epoch test accuracy of PyG's model (GATConv adds the self loops itself; the graph is
-    given without any)."""
+def pyg_accuracy(model_name: str, dataset, epochs: int, seed: int, patience=None) -> float:
+    """Test accuracy of PyG's model (GATConv adds the self loops itself; the graph is given
+    without any): at the last epoch, or with ``patience`` (the program's gnn.earlyStopping) at the
+    epoch of the best validation accuracy, training stopped ``patience`` epochs after it."""
     import torch
     torch.manual_seed(seed)
     torch.set_num_threads(2)
     y = torch.from_numpy(dataset.labels.astype(np.int64))
-    train, test = torch.from_numpy(dataset.train_mask), torch.from_numpy(dataset.test_mask)
+    train, val, test = (torch.from_numpy(m) for m in (dataset.train_mask, dataset.val_mask, dataset.test_mask))
     model, opt_args, inputs = PEERS[model_name](torch, dataset)
     params = opt_args.pop("params", model.parameters())
     opt = torch.optim.Adam(params, **opt_args)
-    for _ in range(epochs):
+
+    def accuracy(mask):
+        model.eval()
+        with torch.no_grad():
+            pred = model(*inputs).argmax(dim=1)
+        return float((pred[mask] == y[mask]).float().mean())
+
+    best_val, best_epoch, best_state = -1.0, 0, None
+    for epoch in range(1, epochs + 1):
         model.train()
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(*inputs)[train], y[train])
         loss.backward()
         opt.step()
-    model.eval()
-    with torch.no_grad():
-        pred = model(*inputs).argmax(dim=1)
-    return float((pred[test] == y[test]).float().mean())
+        if patience:
+            acc = accuracy(val)
+            if acc > best_val:
+                best_val, best_epoch = acc, epoch
+                best_state = {k: v.clone() for k, v in model.state_dict().items()}
+            if epoch - best_epoch >= patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return accuracy(test)
 
 
 def morphgen_accuracy(model_name: str, dataset, seed: int) -> float:
@@ -196,7 +212,7 @@ def main(argv=None) -> int:
         rows = []
         for seed in args.seeds:
             ours = morphgen_accuracy(args.model, dataset, seed)
-            theirs = pyg_accuracy(args.model, peer_data, program.epochs, seed)
+            theirs = pyg_accuracy(args.model, peer_data, program.epochs, seed, program.early_stopping)
             rows.append((seed, ours, theirs))
             print(f"seed {seed}: morphgen {ours:.4f}  PyG {theirs:.4f}", flush=True)
     except UserError as exc:

@@ -361,6 +361,18 @@ class DirectiveLowering:
             raise SemanticError(e.coord, "gnn.addSelfLoops is declared twice")
         self.program.self_loops = True
 
+    def d_earlyStopping(self, e, kw):
+        """Model selection on the validation set: train until the validation accuracy has not
+        improved for ``patience`` epochs, then keep the weights of its best epoch."""
+        self._arity(e, (0,), "no positional arguments (patience = N)")
+        if self.program.early_stopping:
+            raise SemanticError(e.coord, "gnn.earlyStopping is declared twice")
+        patience = 100
+        if "patience" in kw:
+            value, coord = kw["patience"]
+            patience = int(check_number(coord, "patience", value, integer=True, lo=1, hi=1_000_000))
+        self.program.early_stopping = patience
+
     def d_optimizer(self, e, kw):
         self._arity(e, (1,), "1 argument (\"adam\", \"adamw\" or \"sgd\") and keywords")
         kind = self._string_arg(e, 0, "optimizer", OPTIMIZERS)
@@ -490,6 +502,9 @@ class DirectiveLowering:
         if self.labels is not None:
             raise SemanticError(e.coord, "a link-prediction program takes no labels: drop the "
                                          "'propNode<int[C]> y' parameter")
+        if self.program.early_stopping:
+            raise SemanticError(e.coord, "gnn.earlyStopping selects by validation accuracy, which a "
+                                         "link-prediction program does not have")
         z = self._node_property_value(e.args[0], "gnn.linkLoss")
         arg = e.args[1]
         sym = self.scope.lookup(arg.name) if isinstance(arg, A.Name) else None

@@ -192,6 +192,7 @@ DIRECTIVES = {
     "optimizerStep": ((), {}),
     "normalizeFeatures": (("kind",), {}),
     "addSelfLoops": ((), {}),
+    "earlyStopping": ((), {"patience": "int"}),
 }
 FEATURE_NORMALIZATIONS = ("row",)
 

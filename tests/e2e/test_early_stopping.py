@@ -1,0 +1,41 @@
+"""gnn.earlyStopping(patience): training stops `patience` epochs after the best validation
+accuracy and the model keeps that epoch's weights, exactly."""
+import numpy as np
+
+import morphgen
+from morphgen.frontend import check_source
+
+from tests.e2e.support import EXAMPLES, small_dataset
+
+
+def test_training_stops_after_the_patience_and_keeps_the_best_weights(tmp_path):
+    source = (EXAMPLES / "gcn.mp").read_text().replace(
+        'gnn.normalizeFeatures("row");', 'gnn.normalizeFeatures("row");\n    gnn.earlyStopping(patience = 5);')
+    path = tmp_path / "gcn_es.mp"
+    path.write_text(source)
+    data = small_dataset()
+    model = morphgen.compile(path, threads=2, seed=2)
+    result = model.fit(data)
+    vals = [row["val_acc"] for row in result.history]
+    best = int(np.argmax(vals)) + 1                      # the first epoch of the best accuracy
+    assert result.final["best_epoch"] == best and len(vals) == min(best + 5, 200) < 200
+    assert result.final["val_acc"] == vals[best - 1]
+    # the kept weights are that epoch's: a plain run of `best` epochs ends with the same ones
+    plain = morphgen.compile(EXAMPLES / "gcn.mp", threads=2, seed=2)
+    plain.fit(data, epochs=best, eval_every=0)
+    for name, value in plain.get_params().items():
+        np.testing.assert_array_equal(model.get_params()[name], value, err_msg=name)
+
+
+def test_early_stopping_errors_are_located():
+    head = "function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {\n"
+    body = ('    gnn.layer(F, C);\n    gnn.optimizer("adam", lr = 0.01);\n    STOP\n'
+            '    for (int epoch = 0; epoch < 3; epoch++) {\n        gnn.forwardPass(0, "GCN", "Sum");\n'
+            '        gnn.loss("cross_entropy");\n        gnn.backPropagation();\n        gnn.optimizerStep();\n'
+            '    }\n}\n')
+    cases = {"gnn.earlyStopping(patience = 0);": "patience must be in [1, 1000000], got 0",
+             "gnn.earlyStopping(); gnn.earlyStopping();": "gnn.earlyStopping is declared twice",
+             "gnn.earlyStopping(10);": "gnn.earlyStopping takes no positional arguments (patience = N), got 1 argument(s)"}
+    for stop, message in cases.items():
+        [d] = check_source(head + body.replace("STOP", stop))
+        assert (d.line, d.message) == (4, message)
