@@ -17,7 +17,7 @@ from morphgen.data import load_dataset
 from tests.e2e.support import datasets_dir, example
 
 TARGETS = [("gcn", "cora", 0.79), ("gcn", "citeseer", 0.68), ("rgcn", "aifb", 0.90), ("rgcn", "mutag", 0.70),
-           ("appnp", "cora", 0.79), ("appnp", "citeseer", 0.68), ("gat", "cora", 0.80), ("gat", "citeseer", 0.69),
+           ("appnp", "cora", 0.79), ("appnp", "citeseer", 0.68), ("gat", "cora", 0.80), ("gat", "citeseer", 0.705),
            ("hgt", "acm_heco", 0.80)]
 
 
