@@ -5,6 +5,7 @@ keyed by the generated source, serves every test after the first build of a prog
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from morphgen.data import Dataset, synthetic_dataset
+from morphgen.data import Dataset, LinkDataset, synthetic_dataset
 from morphgen.graph import Graph
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +66,42 @@ def typed_dataset(features=7, nodes: int = 48, edges: int = 160, etypes: int = 3
     x = None if features is None else rng.normal(size=(nodes, features)).astype(np.float32)
     return Dataset(name="typed", graph=graph, features=x, labels=labels, train_mask=masks[0],
                    val_mask=masks[1], test_mask=masks[2], num_classes=classes)
+
+
+# link prediction: a small knowledge graph (examples/rgcn_link.mp)
+RELATIONS = 3
+
+
+def knowledge_graph(nodes=60, seed=0):
+    """Triples with structure to learn: clusters of 4 nodes; relation 0 links the members of a
+    cluster, relation 1 each member of cluster k to each of cluster k + 1, relation 2 every node
+    to its cluster's first member.  A held-out triple is implied by the others."""
+    cluster = np.arange(nodes) // 4
+    pairs = [(a, b) for a in range(nodes) for b in range(nodes) if a != b]
+    triples = [(a, 0, b) for a, b in pairs if cluster[a] == cluster[b]]
+    triples += [(a, 1, b) for a, b in pairs if cluster[b] == (cluster[a] + 1) % (nodes // 4)]
+    triples += [(a, 2, 4 * cluster[a]) for a in range(nodes) if a % 4]
+    triples = np.array(triples, np.int64)
+    order = np.random.default_rng(seed).permutation(len(triples))
+    test, valid, train = np.split(triples[order], [10, 20])
+    src = np.concatenate([train[:, 0], train[:, 2]])
+    dst = np.concatenate([train[:, 2], train[:, 0]])
+    etype = np.concatenate([train[:, 1], train[:, 1] + RELATIONS])
+    graph = Graph(nodes, src, dst, etype=etype, num_etypes=2 * RELATIONS)
+    return train, valid, test, graph
+
+
+def link_dataset(**kw) -> LinkDataset:
+    train, valid, test, graph = knowledge_graph(**kw)
+    return LinkDataset("kg", graph, None, train, valid, test, RELATIONS)
+
+
+def write_link_npz(path, **kw):
+    train, valid, test, graph = knowledge_graph(**kw)
+    np.savez(path, num_nodes=graph.num_nodes, edge_index=np.stack([graph.src, graph.dst]), edge_type=graph.etype,
+             num_edge_types=graph.num_etypes, train_triples=train, valid_triples=valid, test_triples=test,
+             meta=np.array(json.dumps({"inverse_edge_type_offset": RELATIONS})))
+    return path
 
 
 def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProcess:

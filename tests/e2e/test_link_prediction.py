@@ -8,46 +8,11 @@ import pytest
 import morphgen
 from morphgen.data import LinkDataset, load_dataset
 from morphgen.data.errors import DataError
-from morphgen.graph import Graph
 from morphgen.link_eval import filtered_ranks, ranking_metrics
 from morphgen.negative_sampling import epoch_triples
 
-from tests.e2e.support import assert_clean_failure, datasets_dir, example, run_cli
-
-RELATIONS = 3
-
-
-def knowledge_graph(nodes=60, seed=0):
-    """Triples with structure to learn: clusters of 4 nodes; relation 0 links the members of a
-    cluster, relation 1 each member of cluster k to each of cluster k + 1, relation 2 every node
-    to its cluster's first member.  A held-out triple is implied by the others."""
-    cluster = np.arange(nodes) // 4
-    pairs = [(a, b) for a in range(nodes) for b in range(nodes) if a != b]
-    triples = [(a, 0, b) for a, b in pairs if cluster[a] == cluster[b]]
-    triples += [(a, 1, b) for a, b in pairs if cluster[b] == (cluster[a] + 1) % (nodes // 4)]
-    triples += [(a, 2, 4 * cluster[a]) for a in range(nodes) if a % 4]
-    triples = np.array(triples, np.int64)
-    order = np.random.default_rng(seed).permutation(len(triples))
-    test, valid, train = np.split(triples[order], [10, 20])
-    src = np.concatenate([train[:, 0], train[:, 2]])
-    dst = np.concatenate([train[:, 2], train[:, 0]])
-    etype = np.concatenate([train[:, 1], train[:, 1] + RELATIONS])
-    graph = Graph(nodes, src, dst, etype=etype, num_etypes=2 * RELATIONS)
-    return train, valid, test, graph
-
-
-def link_dataset(**kw) -> LinkDataset:
-    train, valid, test, graph = knowledge_graph(**kw)
-    return LinkDataset("kg", graph, None, train, valid, test, RELATIONS)
-
-
-def write_npz(path, **kw):
-    train, valid, test, graph = knowledge_graph(**kw)
-    np.savez(path, num_nodes=graph.num_nodes, edge_index=np.stack([graph.src, graph.dst]), edge_type=graph.etype,
-             num_edge_types=graph.num_etypes, train_triples=train, valid_triples=valid, test_triples=test,
-             meta=np.array(json.dumps({"inverse_edge_type_offset": RELATIONS})))
-    return path
-
+from tests.e2e.support import (RELATIONS, assert_clean_failure, datasets_dir, example, knowledge_graph,
+                               link_dataset, run_cli, write_link_npz)
 
 def test_the_example_learns_a_structured_knowledge_graph():
     data = link_dataset()
@@ -98,7 +63,7 @@ def test_negatives_corrupt_one_end_and_are_reproducible():
 
 
 def test_train_command_reports_the_ranking(tmp_path):
-    data = write_npz(tmp_path / "kg.npz")
+    data = write_link_npz(tmp_path / "kg.npz")
     proc = run_cli("train", example("rgcn_link"), "--dataset", data, "--epochs", "3", "--threads", "2",
                    "--json", tmp_path / "run.json")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -108,7 +73,7 @@ def test_train_command_reports_the_ranking(tmp_path):
 
 
 def test_a_program_and_a_dataset_of_different_tasks_are_refused(tmp_path):
-    data = write_npz(tmp_path / "kg.npz")
+    data = write_link_npz(tmp_path / "kg.npz")
     assert_clean_failure(run_cli("train", example("gcn"), "--dataset", data, "--epochs", "1"), 2,
                          "is a link-prediction dataset (triples, no labels)")
     assert_clean_failure(run_cli("train", example("rgcn_link"), "--dataset", "synthetic", "--epochs", "1"), 2,

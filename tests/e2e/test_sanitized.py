@@ -54,7 +54,9 @@ def test_train_with_sanitize_restarts_under_the_sanitizer_and_trains():
 
 def _example_dataset(name, tmp_path):
     from morphgen.data import save_npz
-    from tests.e2e.support import RELATIONAL_EXAMPLES, typed_dataset
+    from tests.e2e.support import RELATIONAL_EXAMPLES, typed_dataset, write_link_npz
+    if name == "rgcn_link":
+        return write_link_npz(tmp_path / "kg.npz")
     if name in RELATIONAL_EXAMPLES:
         return save_npz(typed_dataset(features=7), tmp_path / "typed.npz")
     return "synthetic:nodes=150,edges=700,features=12,classes=3,train_per_class=10,val=20,test=30,seed=2"
