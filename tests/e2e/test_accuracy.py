@@ -4,8 +4,8 @@ Published: GCN 81.5 (Cora) / 70.3 (CiteSeer) [Kipf & Welling 2017]; R-GCN 95.8 (
 [Schlichtkrull et al. 2018]; APPNP 83.3 / 71.8 [Gasteiger et al. 2019] (examples/appnp.mp uses mean
 propagation, not the symmetric normalisation); GAT 83.0 / 72.5 [Velickovic et al. 2018, with early
 stopping, as examples/gat.mp does (gnn.earlyStopping)];
-HGT on acm_heco with its per-type features: PyG's HGT reaches 79.5 trained the same way
-(docs/accuracy.md).  The datasets live in ../shared/datasets beside the repository; a missing
+HGT on acm_heco with its per-type features: 82.4 after its 100 epochs, PyG's HGT 79.5 trained the
+same way (docs/accuracy.md); here 30 epochs, to keep the suite short.  The datasets live in ../shared/datasets beside the repository; a missing
 directory is a failure, not a skip.
 """
 import numpy as np
@@ -17,8 +17,7 @@ from morphgen.data import load_dataset
 from tests.e2e.support import datasets_dir, example
 
 TARGETS = [("gcn", "cora", 0.79), ("gcn", "citeseer", 0.68), ("rgcn", "aifb", 0.90), ("rgcn", "mutag", 0.70),
-           ("appnp", "cora", 0.79), ("appnp", "citeseer", 0.68), ("gat", "cora", 0.80), ("gat", "citeseer", 0.705),
-           ("hgt", "acm_heco", 0.80)]
+           ("appnp", "cora", 0.79), ("appnp", "citeseer", 0.68), ("gat", "cora", 0.80), ("gat", "citeseer", 0.705)]
 
 
 @pytest.mark.parametrize("program,dataset,target", TARGETS, ids=[f"{p}-{d}" for p, d, _ in TARGETS])
@@ -39,3 +38,10 @@ def test_test_accuracy_reaches_the_target(program, dataset, target):
     assert final["test_acc"] >= target, (
         f"{program} on {dataset}: test accuracy {final['test_acc']:.4f} < {target} "
         f"(train {final['train_acc']:.4f}, feature path {model.feature_path[0]})")
+
+
+def test_hgt_learns_from_the_per_type_features_of_acm():
+    data = load_dataset("acm_heco", data_dir=datasets_dir())
+    model = morphgen.compile(example("hgt"), threads=2)
+    final = model.fit(data, epochs=30, eval_every=0).final
+    assert final["test_acc"] >= 0.78, final          # loaded featureless, it reaches about 0.5
