@@ -465,21 +465,7 @@ class DirectiveLowering:
             logits, where = t.h, e.coord
         else:
             arg = e.args[0]
-            if not isinstance(arg, A.Name):
-                raise SemanticError(arg.coord, "gnn.loss takes the name of the output node "
-                                               "property, e.g. gnn.loss(out, \"cross_entropy\")")
-            sym = self.scope.lookup(arg.name)
-            if sym is None:
-                raise undeclared(arg.coord, arg.name, self.names_in_scope())
-            if not isinstance(sym, PropSym) or sym.assoc != "node":
-                raise SemanticError(arg.coord, f"gnn.loss needs a node property, '{arg.name}' is not one")
-            if sym.poisoned:
-                raise Poisoned()
-            if sym.value is None:
-                raise SemanticError(arg.coord, f"property '{arg.name}' is read before it is assigned")
-            if sym.value is self.labels or sym.value is self.features:
-                raise SemanticError(arg.coord, f"'{arg.name}' is a program input, not the model output")
-            logits, where = sym.value, arg.coord
+            logits, where = self._node_property_value(arg, "gnn.loss"), arg.coord
         classes = self.labels_classes
         if classes is not None and widths_conflict(logits.width, classes):
             raise SemanticError(where, f"the loss needs one logit per class ({classes}), but the "
@@ -530,19 +516,22 @@ class DirectiveLowering:
         t.loss_done = True
 
     def _node_property_value(self, arg, where: str):
-        """The current value of the node property ``arg`` names (a loss's input)."""
+        """The current value of the node property ``arg`` names: the model output a loss takes."""
         if not isinstance(arg, A.Name):
-            raise SemanticError(arg.coord, f"{where} takes the name of a node property")
+            raise SemanticError(arg.coord, f"{where} takes the name of the output node property, "
+                                           f"e.g. {where}(out, ...)")
         sym = self.scope.lookup(arg.name)
         if sym is None:
             raise undeclared(arg.coord, arg.name, self.names_in_scope())
-        if isinstance(sym, PoisonSym) or getattr(sym, "poisoned", False):
+        if isinstance(sym, PoisonSym):
             raise Poisoned()
         if not isinstance(sym, PropSym) or sym.assoc != "node":
             raise SemanticError(arg.coord, f"{where} needs a node property, '{arg.name}' is not one")
+        if sym.poisoned:
+            raise Poisoned()
         if sym.value is None:
             raise SemanticError(arg.coord, f"property '{arg.name}' is read before it is assigned")
-        if sym.value is self.features:
+        if sym.value is self.labels or sym.value is self.features:
             raise SemanticError(arg.coord, f"'{arg.name}' is a program input, not the model output")
         return sym.value
 
