@@ -99,6 +99,9 @@ def program_shape(model_path) -> PeerModel:
     if not path.is_file():
         raise BenchError(f"model: {path}: no such file")
     program = compile_file(str(path))
+    if program.task == "link":
+        raise BenchError(f"model: {path} predicts links; morphgen bench times node classifiers against "
+                         f"the peers (for link prediction: python -m morphgen.bench.link_prediction)")
     ops = list(program.forward)
     layers, dropouts, biases = [], [], []
     problems = []
