@@ -55,7 +55,6 @@ class CompiledModel:
         self.library_path = None
         self._emitter = None            # the program's emitter, from build()
         self._built_for = None          # (sizes, featureless, feature path) the library was built for
-        self._epochs_done = 0
         self._front = None              # the program as the front end reads it, before sizes
 
     # -- binding to data -----------------------------------------------------------------
@@ -124,7 +123,6 @@ class CompiledModel:
                                donate_features=donate_features or own_copy)
         self.session.set_params(init_params(self.program, seed=self.seed))
         self.dataset = dataset
-        self._epochs_done = 0           # keys each epoch's negative triples (link prediction)
         return self
 
     def _front_end(self):
@@ -167,10 +165,11 @@ class CompiledModel:
             t0 = time.perf_counter()
             if self.link_task:
                 from .negative_sampling import epoch_triples
+                # keyed by the library's epoch: a run resumed from a checkpoint draws what the
+                # uninterrupted run would have drawn
                 self.session.set_triples(epoch_triples(self.dataset.train_triples, self.dataset.num_nodes,
-                                                       self.program.negatives, self.seed, self._epochs_done))
+                                                       self.program.negatives, self.seed, self.session.epoch()))
             loss = self.session.train_epoch()
-            self._epochs_done += 1
             row = {"epoch": epoch, "loss": loss, "epoch_time_s": time.perf_counter() - t0}
             if not np.isfinite(loss):
                 result.history.append(row)

@@ -157,6 +157,10 @@ class Session:
                     "triples")
         self._triples = t
 
+    def epoch(self) -> int:
+        """Epochs trained so far, counting those of a loaded checkpoint."""
+        return int(self.lib.mg_epoch(self.ctx))
+
     def train_epoch(self) -> float:
         loss = self.lib.mg_train_epoch(self.ctx)
         if math.isnan(loss):

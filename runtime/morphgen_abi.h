@@ -58,6 +58,9 @@ int mg_set_triples(mg_ctx *ctx, const int64_t *triples, int64_t count);
 int mg_prepare(mg_ctx *ctx);
 
 double mg_train_epoch(mg_ctx *ctx);
+/* Epochs trained so far (a loaded checkpoint sets it): what keys the dropout streams, Adam's step
+ * and, in the caller, each epoch's negative triples. */
+int64_t mg_epoch(mg_ctx *ctx);
 int mg_evaluate(mg_ctx *ctx, double *loss_train_val_test_acc);
 int mg_predict(mg_ctx *ctx, float *logits);
 

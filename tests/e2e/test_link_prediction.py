@@ -98,3 +98,20 @@ def test_triples_outside_the_graph_name_the_row(tmp_path, column, value, message
     train[0, column] = value
     with pytest.raises(DataError, match=message):
         LinkDataset("kg", graph, None, train, valid, test, RELATIONS)
+
+
+def test_a_resumed_run_draws_the_negatives_of_the_uninterrupted_one(tmp_path):
+    data = link_dataset()
+    straight = morphgen.compile(example("rgcn_link"), threads=2, seed=4)
+    straight.bind(data)
+    straight.fit(epochs=6)
+    first = morphgen.compile(example("rgcn_link"), threads=2, seed=4)
+    first.bind(data)
+    first.fit(epochs=3)
+    first.save_checkpoint(tmp_path / "half.ckpt")
+    resumed = morphgen.compile(example("rgcn_link"), threads=2, seed=4)
+    resumed.bind(data)
+    resumed.load_checkpoint(tmp_path / "half.ckpt")
+    resumed.fit(epochs=3)
+    for name, value in straight.get_params().items():
+        np.testing.assert_array_equal(resumed.get_params()[name], value, err_msg=name)
