@@ -35,6 +35,25 @@ class GraphData:
             return self.graph.num_nodes
         return int(self.features.shape[1])
 
+    @property
+    def feature_nnz(self) -> int:
+        """Stored non-zeros, counted without densifying a sparse matrix."""
+        f = self.features
+        if f is None:
+            return self.graph.num_nodes            # the identity matrix
+        if sp.issparse(f):
+            return int(np.count_nonzero(f.data))   # explicit zeros stored in CSR do not count
+        return int(np.count_nonzero(f))
+
+    @property
+    def feature_sparsity(self) -> float:
+        """Fraction of zero entries of the input matrix (identity for featureless: 1 - 1/N)."""
+        rows = self.graph.num_nodes
+        total = rows * self.num_features
+        if total == 0:
+            return 0.0
+        return 1.0 - self.feature_nnz / total
+
 
 @dataclass(eq=False)
 class Dataset(GraphData):
@@ -59,25 +78,6 @@ class Dataset(GraphData):
     def __post_init__(self):
         from morphgen.data.validate import validate_dataset  # local: validate imports this module
         validate_dataset(self, source=self.meta.get("source"))
-
-    @property
-    def feature_nnz(self) -> int:
-        """Stored non-zeros, counted without densifying a sparse matrix."""
-        f = self.features
-        if f is None:
-            return self.graph.num_nodes            # the identity matrix
-        if sp.issparse(f):
-            return int(np.count_nonzero(f.data))   # explicit zeros stored in CSR do not count
-        return int(np.count_nonzero(f))
-
-    @property
-    def feature_sparsity(self) -> float:
-        """Fraction of zero entries of the input matrix (identity for featureless: 1 - 1/N)."""
-        rows = self.graph.num_nodes
-        total = rows * self.num_features
-        if total == 0:
-            return 0.0
-        return 1.0 - self.feature_nnz / total
 
     @property
     def is_relational(self) -> bool:

@@ -45,10 +45,6 @@ class LinkDataset(GraphData):
     task = "link"
 
     @property
-    def feature_sparsity(self) -> float:
-        return 1.0 - 1.0 / max(self.graph.num_nodes, 1) if self.features is None else 0.0
-
-    @property
     def is_relational(self) -> bool:
         return True
 
