@@ -165,6 +165,10 @@ def train_command(args) -> int:
     eval_every = max(1, epochs // 50)
     if args.profile:
         model.session.reset_timers()
+    if model.link_task and not args.quiet:
+        held_out = len(dataset.valid_triples) + len(dataset.test_triples)
+        print(f"morphgen: after the last epoch, {held_out} held-out triples are ranked against all "
+              f"{dataset.num_nodes} nodes as head and as tail (filtered MRR, Hits@1/3/10)", file=sys.stderr)
     result = model.fit(epochs=epochs, progress=Progress(quiet=args.quiet), eval_every=eval_every)
     final = result.final
     times = [r["epoch_time_s"] for r in result.history]
