@@ -479,12 +479,12 @@ inline void link_loss(const float *z, idx_t rows, const float *R, idx_t rel_rows
 inline void link_loss_grad(const float *z, idx_t rows, const float *R, idx_t H, const int64_t *triples, idx_t count,
                            float reg, float *dz) {
     require_triples(triples, count);
-    distmult_loss_grad_z(z, rows, R, H, triples, count, reg, dz);
+    distmult_loss_grad(z, rows, R, 0, H, triples, count, reg, dz, nullptr);
 }
 inline void link_loss_rel_grad(const float *z, const float *R, idx_t rel_rows, idx_t H, const int64_t *triples,
                                idx_t count, float reg, float *dR) {
     require_triples(triples, count);
-    distmult_loss_grad_rel(z, R, rel_rows, H, triples, count, reg, dR);
+    distmult_loss_grad(z, 0, R, rel_rows, H, triples, count, reg, nullptr, dR);
 }
 
 inline double accuracy(const float *logits, const int64_t *labels, const uint8_t *mask, idx_t rows, idx_t C) {

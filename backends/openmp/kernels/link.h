@@ -34,6 +34,13 @@ inline double mean_square(const float* a, int64_t n) {
     return n ? s / double(n) : 0.0;
 }
 
+// the gradient of reg * mean(x^2): 2 reg x / n
+inline void l2_grad(const float* x, int64_t n, float reg, float* g) {
+    const double c = 2.0 * double(reg) / double(n);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) g[i] = float(c * double(x[i]));
+}
+
 // d loss / d s_i, the same for every quantity the score depends on
 inline double score_grad(const float* z, const float* R, const int64_t* t, int64_t H, int64_t count) {
     const double s = score(z, R, t, H);
@@ -57,39 +64,24 @@ inline float distmult_loss(const float* z, int64_t nodes, const float* R, int64_
     return float(loss);
 }
 
-// dz: 2 reg z / (N H), then each triple's score gradient into its head's and tail's rows
-inline void distmult_loss_grad_z(const float* z, int64_t nodes, const float* R, int64_t H, const int64_t* triples,
-                                 int64_t count, float reg, float* dz) {
-    const double c = 2.0 * double(reg) / double(nodes * H);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < nodes * H; ++i) dz[i] = float(c * double(z[i]));
+// The gradients with respect to z (dz) and to R (dR), either of which may be null: first the L2
+// term, 2 reg x / numel(x), then each triple's score gradient d into its head's and tail's rows of
+// dz (d R_r * z_t and d R_r * z_h) and into its relation's row of dR (d z_h * z_t).
+inline void distmult_loss_grad(const float* z, int64_t nodes, const float* R, int64_t rel_rows, int64_t H,
+                               const int64_t* triples, int64_t count, float reg, float* dz, float* dR) {
+    if (dz) link_detail::l2_grad(z, nodes * H, reg, dz);
+    if (dR) link_detail::l2_grad(R, rel_rows * H, reg, dR);
     for (int64_t i = 0; i < count; ++i) {
         const int64_t* t = triples + 4 * i;
         const float d = float(link_detail::score_grad(z, R, t, H, count));
         const float* zh = z + t[0] * H;
         const float* rr = R + t[1] * H;
         const float* zt = z + t[2] * H;
-        float* gh = dz + t[0] * H;
-        float* gt = dz + t[2] * H;
-        for (int64_t k = 0; k < H; ++k) {
-            gh[k] += d * rr[k] * zt[k];
-            gt[k] += d * rr[k] * zh[k];
+        for (int64_t k = 0; dz && k < H; ++k) {
+            dz[t[0] * H + k] += d * rr[k] * zt[k];
+            dz[t[2] * H + k] += d * rr[k] * zh[k];
         }
-    }
-}
-
-// dR: 2 reg R / (T H), then each triple's score gradient into its relation's row
-inline void distmult_loss_grad_rel(const float* z, const float* R, int64_t rel_rows, int64_t H,
-                                   const int64_t* triples, int64_t count, float reg, float* dR) {
-    const double c = 2.0 * double(reg) / double(rel_rows * H);
-    for (int64_t i = 0; i < rel_rows * H; ++i) dR[i] = float(c * double(R[i]));
-    for (int64_t i = 0; i < count; ++i) {
-        const int64_t* t = triples + 4 * i;
-        const float d = float(link_detail::score_grad(z, R, t, H, count));
-        const float* zh = z + t[0] * H;
-        const float* zt = z + t[2] * H;
-        float* g = dR + t[1] * H;
-        for (int64_t k = 0; k < H; ++k) g[k] += d * zh[k] * zt[k];
+        for (int64_t k = 0; dR && k < H; ++k) dR[t[1] * H + k] += d * zh[k] * zt[k];
     }
 }
 
