@@ -21,7 +21,7 @@ import numpy as np
 from .backends import require as require_backend
 from .errors import UserError
 from .pipeline import (build_library, check_run_fits, choose_feature_path, features_payload, lower,
-                       preprocess, sizes_of, with_graph_options)
+                       normalize_features, sizes_of, with_graph_options)
 
 
 @dataclass
@@ -61,9 +61,17 @@ class CompiledModel:
     def build(self, dataset):
         """Lower the program for this dataset's sizes and feature path, compile it and load the
         library (no data is bound and nothing is allocated for training yet)."""
-        from .library import load
+        return self._build(self._with_graph_options(dataset))
+
+    def _with_graph_options(self, dataset):
+        """``dataset`` as the library sees it: the program's graph option applied (its sizes may
+        change: typed self loops are an edge type of their own), after checking the task."""
         self._check_task(dataset)
-        dataset = with_graph_options(dataset, self._front_end())    # the sizes the library is built for
+        return with_graph_options(dataset, self._front_end())
+
+    def _build(self, dataset):
+        """build() for a dataset whose graph option is applied."""
+        from .library import load
         t0 = time.perf_counter()
         # The feature path decides the program: dense features let the passes hoist their
         # aggregations out of the epoch.  Row normalisation keeps the sparsity, so the raw
@@ -109,10 +117,11 @@ class CompiledModel:
         from .layout import GraphLayout
         from .library import Session
         from .interp import init_params
-        if self._built_for != self._build_key(with_graph_options(dataset, self._front_end())):
-            self.build(dataset)
+        looped = self._with_graph_options(dataset)
+        if self._built_for != self._build_key(looped):
+            self._build(looped)
         self.bound_to = dataset
-        normalised = preprocess(dataset, self.program)
+        normalised = normalize_features(looped, self.program.feature_normalization)
         # features copied here (normalised, or a sparse matrix read into the runtime's own arrays) are ours to give
         own_copy = normalised.features is not dataset.features or sp.issparse(dataset.features)
         dataset = normalised
@@ -140,7 +149,7 @@ class CompiledModel:
         """A link-prediction program needs triples, a node classifier labels: say so before the
         dataset's sizes are bound (a missing class count would be the first complaint)."""
         link = self._front_end().task == "link"
-        data_task = getattr(dataset, "task", "node")
+        data_task = dataset.task
         if link and data_task != "link":
             raise UserError(f"morphgen: error: {self.path} predicts links (gnn.linkLoss), but dataset "
                             f"'{dataset.name}' has no triples to score (link datasets hold train_triples, e.g. wn18rr)")
@@ -255,8 +264,10 @@ def compile(path, backend: str = "openmp", **kwargs) -> CompiledModel:
     """Check a program and prepare it for `backend`; the library is built when data is bound."""
     from .frontend import compile_file
     require_backend(backend)
-    compile_file(str(path))          # diagnose now, not at fit time
-    return CompiledModel(path, backend=backend, **kwargs)
+    front = compile_file(str(path))          # diagnose now, not at fit time
+    model = CompiledModel(path, backend=backend, **kwargs)
+    model._front = front                     # read once: its task and graph options serve bind()
+    return model
 
 
 # ----------------------------------------------------------------------------- commands

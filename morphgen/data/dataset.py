@@ -74,6 +74,7 @@ class Dataset(GraphData):
     test_mask: np.ndarray
     num_classes: int
     meta: dict = field(default_factory=dict)
+    task = "node"                      # node classification (LinkDataset: "link")
 
     def __post_init__(self):
         from morphgen.data.validate import validate_dataset  # local: validate imports this module

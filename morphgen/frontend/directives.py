@@ -267,17 +267,19 @@ class DirectiveLowering:
         getattr(self, "d_" + name)(e, kw)
 
     def _property_arg(self, e, k: A.Keyword) -> PropSym:
-        if not isinstance(k.value, A.Name):
-            raise SemanticError(k.value.coord, f"gnn.{e.func.name}: '{k.name}' takes the name of a node "
-                                               f"property, e.g. {k.name} = h")
-        sym = self.scope.lookup(k.value.name)
+        return self._node_property(k.value, f"gnn.{e.func.name}: '{k.name}'", f"{k.name} = h")
+
+    def _node_property(self, arg, where: str, example: str) -> PropSym:
+        """The node property ``arg`` names (a directive's argument), or a located error."""
+        if not isinstance(arg, A.Name):
+            raise SemanticError(arg.coord, f"{where} takes the name of a node property, e.g. {example}")
+        sym = self.scope.lookup(arg.name)
         if sym is None:
-            raise undeclared(k.value.coord, k.value.name, self.names_in_scope())
+            raise undeclared(arg.coord, arg.name, self.names_in_scope())
         if isinstance(sym, PoisonSym):
             raise Poisoned()
         if not isinstance(sym, PropSym) or sym.assoc != "node":
-            raise SemanticError(k.value.coord, f"gnn.{e.func.name}: '{k.name}' needs a node property, "
-                                               f"'{k.value.name}' is not one")
+            raise SemanticError(arg.coord, f"{where} needs a node property, '{arg.name}' is not one")
         return sym
 
     def _arity(self, e, counts, usage):
@@ -517,16 +519,7 @@ class DirectiveLowering:
 
     def _node_property_value(self, arg, where: str):
         """The current value of the node property ``arg`` names: the model output a loss takes."""
-        if not isinstance(arg, A.Name):
-            raise SemanticError(arg.coord, f"{where} takes the name of the output node property, "
-                                           f"e.g. {where}(out, ...)")
-        sym = self.scope.lookup(arg.name)
-        if sym is None:
-            raise undeclared(arg.coord, arg.name, self.names_in_scope())
-        if isinstance(sym, PoisonSym):
-            raise Poisoned()
-        if not isinstance(sym, PropSym) or sym.assoc != "node":
-            raise SemanticError(arg.coord, f"{where} needs a node property, '{arg.name}' is not one")
+        sym = self._node_property(arg, where, f"{where}(out, ...)")
         if sym.poisoned:
             raise Poisoned()
         if sym.value is None:
