@@ -399,10 +399,10 @@ inline void act_grad_loop(const float *G, const float *Y, idx_t n, float *dX, D 
 template <class D>
 inline void dropout_act_grad_loop(const float *G, const float *Y, idx_t n, float *dX, uint64_t base, uint64_t thr,
                                   float s, D d) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
-    for (idx_t i = 0; i < n; ++i)
-        dX[i] = d(dropout_detail::keep(base, static_cast<uint64_t>(i), thr) ? G[i] * s : 0.f, Y[i]);
-}
+    dropout_detail::for_keep_blocks(n, 0, base, thr, [&](int64_t i, const uint32_t *k, int64_t m) {
+#pragma omp simd
+        for (int64_t j = 0; j < m; ++j) dX[i + j] = d(dropout_detail::masked(G[i + j] * s, k[j]), Y[i + j]);
+    });}
 // Calls run(d) with d(g, y) = g * act'(x), written with the forward output y: for alpha > 0,
 // y > 0 exactly when x > 0, and for elu alpha * exp(x) = y + alpha on the negative side.  One
 // loop per kind: a switch inside the loop keeps it from vectorising.

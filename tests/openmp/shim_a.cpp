@@ -38,7 +38,7 @@ extern "C" {
 
 void mgt_set_threads(int n) { omp_set_num_threads(n); }
 int mgt_max_threads() { return omp_get_max_threads(); }
-int mgt_has_avx512() { return MG_HAVE_AVX512; }
+int mgt_simd_lanes() { return MG_SIMD_LANES; }
 
 int mgt_spmm(idx_t n, const idx_t* indptr, const idx_t* col, const float* X, idx_t F, float* Y,
              int reduce, const float* w, const float* scale, int self_loop, const float* bias, int act,

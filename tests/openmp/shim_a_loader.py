@@ -15,7 +15,7 @@ CDEF = """
 typedef long long int64_t;
 void mgt_set_threads(int n);
 int mgt_max_threads(void);
-int mgt_has_avx512(void);
+int mgt_simd_lanes(void);
 int mgt_spmm(int64_t n, const int64_t* indptr, const int64_t* col, const float* X, int64_t F, float* Y,
              int reduce, const float* w, const float* scale, int self_loop, const float* bias, int act,
              float alpha, int64_t* argmax);
@@ -65,9 +65,28 @@ ffi = cffi.FFI()
 ffi.cdef(CDEF)
 
 
-def build(variant: str = "avx512", sanitize: bool = False, cache_dir=None) -> Path:
-    """variant 'avx512' (intrinsics) or 'portable' (-DMG_NO_AVX512: the omp simd fallback)."""
-    flags = ("-Wall", "-Werror") + (("-DMG_NO_AVX512",) if variant == "portable" else ())
+# The kernel variants a test can build (kernels/simd.h): "native" takes the widest vector ISA of
+# this CPU, "avx2" drops AVX-512 for the 8-lane path, "portable" uses no intrinsics at all.
+VARIANT_FLAGS = {"native": (), "avx2": ("-DMG_NO_AVX512",), "portable": ("-DMG_NO_SIMD",)}
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+# Every distinct code path this CPU can run: the AVX2 build differs from the native one only on
+# an AVX-512 machine, and is the native one elsewhere (built once, not twice).
+VARIANTS = ("native", "avx2", "portable") if "avx512f" in _cpu_flags() else ("native", "portable")
+
+
+def build(variant: str = "native", sanitize: bool = False, cache_dir=None) -> Path:
+    """Build the shim for one kernel variant (VARIANT_FLAGS)."""
+    flags = ("-Wall", "-Werror") + VARIANT_FLAGS[variant]
     if sanitize:
         flags += ("-DMGT_DEFAULT_ONLY",)
     return compile_shared({"shim_a.cpp": SHIM_PATH.read_text()}, name=f"shim_a_{variant}",
@@ -75,7 +94,7 @@ def build(variant: str = "avx512", sanitize: bool = False, cache_dir=None) -> Pa
 
 
 @functools.lru_cache(maxsize=None)
-def load(variant: str = "avx512"):
+def load(variant: str = "native"):
     return ffi.dlopen(str(build(variant)))
 
 

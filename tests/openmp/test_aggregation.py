@@ -13,7 +13,7 @@ from tests.openmp import shim_a_loader as sh
 from tests.openmp.shim_a_loader import MAX, MEAN, SUM, f32, i64
 
 WIDTHS = (1, 3, 7, 31, 33, 47)
-VARIANTS = ("avx512", "portable")
+VARIANTS = sh.VARIANTS
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def rand(rng, *shape):
 # layout
 
 def test_transpose_csr_matches_numpy(graph):
-    lib = sh.load("avx512")
+    lib = sh.load()
     g = graph
     t_indptr = np.empty(g.n + 1, np.int64)
     t_row = np.empty(g.num_edges, np.int64)
@@ -130,7 +130,7 @@ def test_transpose_csr_matches_numpy(graph):
 
 
 def test_transpose_csr_rejects_out_of_range_column():
-    lib = sh.load("avx512")
+    lib = sh.load()
     indptr = np.array([0, 2], np.int64)
     col = np.array([0, 5], np.int64)
     out = np.empty(3, np.int64), np.empty(2, np.int64), np.empty(2, np.int64)
@@ -139,7 +139,7 @@ def test_transpose_csr_rejects_out_of_range_column():
 
 @pytest.mark.parametrize("self_loop", [False, True])
 def test_gcn_node_scale(graph, self_loop):
-    lib = sh.load("avx512")
+    lib = sh.load()
     s = np.empty(graph.n, np.float32)
     lib.mgt_gcn_node_scale(graph.n, i64(graph.indptr), int(self_loop), f32(s))
     np.testing.assert_allclose(s, gcn_scale(graph, self_loop), rtol=1e-6)
@@ -200,7 +200,7 @@ def test_fused_bias_activation_epilogue(graph, variant, act, reduce):
 def test_tile_and_lookahead_variants_agree(graph, tile, lookahead, reduce):
     # hubs have in-degree > 60, so every lookahead takes its prefetching loop
     assert graph.in_degree.max() > 60
-    lib = sh.load("avx512")
+    lib = sh.load()
     rng = np.random.default_rng(tile + lookahead)
     for F in (5, 32, 47, 130):
         X = rand(rng, graph.n, F)
@@ -215,7 +215,7 @@ def test_tile_and_lookahead_variants_agree(graph, tile, lookahead, reduce):
 
 
 def test_unknown_variant_is_refused(graph):
-    lib = sh.load("avx512")
+    lib = sh.load()
     X = np.zeros((graph.n, 4), np.float32)
     Y = np.zeros_like(X)
     assert lib.mgt_spmm_variant(48, 3, graph.n, i64(graph.indptr), i64(graph.col), f32(X), 4, f32(Y),
@@ -260,7 +260,7 @@ def test_transpose_is_the_true_transpose(graph, variant, F, reduce, weighted, gc
 
 
 def test_transpose_accumulates(graph):
-    lib = sh.load("avx512")
+    lib = sh.load()
     rng = np.random.default_rng(3)
     G = rand(rng, graph.n, 33)
     base = rand(rng, graph.n, 33)
@@ -270,7 +270,7 @@ def test_transpose_accumulates(graph):
 
 
 def test_transpose_refuses_max(graph):
-    lib = sh.load("avx512")
+    lib = sh.load()
     G = np.zeros((graph.n, 2), np.float32)
     dX = np.zeros_like(G)
     assert lib.mgt_spmm_transpose(graph.n, i64(graph.indptr), i64(graph.t_indptr), i64(graph.t_col),
@@ -310,7 +310,7 @@ def test_max_backward_unweighted_with_parallel_edges(graph, variant, F, gcn, sel
 
 @pytest.mark.parametrize("F", (3, 33))
 def test_max_backward_weighted(simple_graph, F):
-    lib = sh.load("avx512")
+    lib = sh.load()
     g = simple_graph
     rng = np.random.default_rng(F)
     X, G = rand(rng, g.n, F), rand(rng, g.n, F)
@@ -326,7 +326,7 @@ def test_max_backward_weighted(simple_graph, F):
 @pytest.mark.parametrize("F", (1, 7, 47))
 @pytest.mark.parametrize("reduce,gcn,self_loop", [(SUM, False, False), (MEAN, False, True), (SUM, True, True)])
 def test_edge_weight_grad(graph, F, reduce, gcn, self_loop):
-    lib = sh.load("avx512")
+    lib = sh.load()
     g = graph
     rng = np.random.default_rng(F * 3 + reduce)
     X, G = rand(rng, g.n, F), rand(rng, g.n, F)
@@ -354,7 +354,7 @@ def test_edge_weight_grad(graph, F, reduce, gcn, self_loop):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_results_do_not_depend_on_thread_count(graph, threads):
-    lib = sh.load("avx512")
+    lib = sh.load()
     rng = np.random.default_rng(5)
     X = rand(rng, graph.n, 47)
     lib.mgt_set_threads(threads)
@@ -415,7 +415,7 @@ def _asan_child(so_path: str) -> None:
 def test_shim_is_clean_under_asan_and_ubsan(tmp_path):
     from morphgen.toolchain import asan_runtime_path
 
-    so = sh.build("avx512", sanitize=True)
+    so = sh.build("native", sanitize=True)
     env = dict(os.environ)
     env["LD_PRELOAD"] = str(asan_runtime_path())
     # CPython itself keeps allocations alive at exit; leak checking would only report those.

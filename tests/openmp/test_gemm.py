@@ -101,7 +101,7 @@ def test_kernel_include_dir_holds_the_headers():
 @pytest.mark.parametrize("ta", [0, 1])
 @pytest.mark.parametrize("tb", [0, 1])
 def test_gemm_all_transpositions_with_padded_leading_dims(ta, tb):
-    lib = sh.load("avx512")
+    lib = sh.load()
     rng = np.random.default_rng(ta * 2 + tb)
     M, N, K, pad = 13, 7, 29, 3
     A_log = rng.standard_normal((M, K)).astype(np.float32)
@@ -121,7 +121,7 @@ def test_gemm_all_transpositions_with_padded_leading_dims(ta, tb):
 
 
 def test_gemm_rejects_bad_leading_dimension_and_parallel_callers():
-    lib = sh.load("avx512")
+    lib = sh.load()
     A = np.ones((4, 4), np.float32)
     C = np.zeros((4, 4), np.float32)
     assert lib.mgt_gemm(0, 0, 4, 4, 4, 1.0, f32(A), 3, f32(A), 4, 0.0, f32(C), 4) == 1
@@ -129,7 +129,7 @@ def test_gemm_rejects_bad_leading_dimension_and_parallel_callers():
 
 
 def test_linear_helpers():
-    lib = sh.load("avx512")
+    lib = sh.load()
     rng = np.random.default_rng(1)
     rows, fin, fout = 37, 33, 7
     X = rng.standard_normal((rows, fin)).astype(np.float32)
@@ -147,7 +147,7 @@ def test_linear_helpers():
 
 
 def test_blas_thread_count_is_settable():
-    lib = sh.load("avx512")
+    lib = sh.load()
     before = lib.mgt_blas_threads()
     try:
         lib.mgt_blas_set_threads(1)
@@ -161,9 +161,9 @@ def test_blas_thread_count_is_settable():
 # ---------------------------------------------------------------------------------------------
 # tall-skinny forward product (narrow outputs skip BLAS)
 
-@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("variant", sh.VARIANTS)
 @pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
-                                        (100, 9, 64), (0, 4, 8)])
+                                        (100, 9, 64), (29, 50, 7), (0, 4, 8)])
 def test_tall_skinny_matches_numpy(variant, rows, K, M):
     lib = sh.load(variant)
     rng = np.random.default_rng(rows + K + M)
@@ -175,7 +175,7 @@ def test_tall_skinny_matches_numpy(variant, rows, K, M):
 
 
 def test_tall_skinny_rejects_a_wide_output():
-    lib = sh.load("avx512")
+    lib = sh.load()
     X, W, Y = (np.ones(s, np.float32) for s in ((4, 2), (2, 65), (4, 65)))
     assert lib.mgt_tall_skinny_nn(4, 2, 65, f32(X), f32(W), f32(Y)) == 1
     assert lib.mgt_tall_skinny_tn(4, 2, 65, f32(X), f32(Y), f32(W)) == 1
@@ -193,7 +193,7 @@ def _epilogue_reference(Y, bias, act, alpha):
 
 
 # M <= 64 runs the tall-skinny kernel, M = 80 OpenBLAS on row blocks; both apply the epilogue.
-@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("variant", sh.VARIANTS)
 @pytest.mark.parametrize("M", [7, 32, 80])
 @pytest.mark.parametrize("act, with_bias", [(0, True), (1, True), (1, False), (2, True), (3, True)])
 def test_dense_product_epilogue(variant, M, act, with_bias):
@@ -212,7 +212,7 @@ def test_dense_product_epilogue(variant, M, act, with_bias):
 
 # K crosses the 48-column tile (47, 48, 49, 130), M every register-block tail (1..8 and past 8),
 # rows cross the 128-row chunk and the split between threads.
-@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("variant", sh.VARIANTS)
 @pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
                                         (300, 48, 7), (129, 49, 5), (257, 500, 3), (100, 9, 64),
                                         (3, 2, 2), (0, 4, 8)])
@@ -256,7 +256,7 @@ def dropout_mask(lib, rows, K, p, key):
 BLOCKINGS = [8, 16, 4096]
 
 
-@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("variant", sh.VARIANTS)
 @pytest.mark.parametrize("F", [1, 3, 7, 31, 33, 47])
 @pytest.mark.parametrize("block_cols", BLOCKINGS)
 def test_sparse_forward_matches_dense(variant, F, block_cols):
@@ -276,7 +276,7 @@ def test_sparse_forward_matches_dense(variant, F, block_cols):
     np.testing.assert_allclose(Yd, Y, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("variant", sh.VARIANTS)
 @pytest.mark.parametrize("F", [1, 3, 7, 31, 33, 47])
 @pytest.mark.parametrize("block_cols", BLOCKINGS)
 def test_sparse_weight_grad_matches_numpy(variant, F, block_cols):
@@ -294,7 +294,7 @@ def test_sparse_weight_grad_matches_numpy(variant, F, block_cols):
         np.testing.assert_allclose(dW, ref + (base if accumulate else 0), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["avx512", "portable"])
+@pytest.mark.parametrize("variant", sh.VARIANTS)
 @pytest.mark.parametrize("block_cols", [8, 4096])
 def test_sparse_dropout_is_the_dense_layouts_mask(variant, block_cols):
     """Dropout inside the sparse kernels drops element (r, c) exactly when the dense path does."""
@@ -324,7 +324,7 @@ def test_sparse_dropout_is_the_dense_layouts_mask(variant, block_cols):
     ([0, 1, 2], [0, 1], 6),          # a block width that is not a power of two
 ])
 def test_sparse_blocks_reject_bad_csr(indptr, col, block_cols):
-    lib = sh.load("avx512")
+    lib = sh.load()
     indptr, col = np.array(indptr, np.int64), np.array(col, np.int32)
     blocks = sh.SparseBlocks(lib, 2, 4, indptr, col, np.ones(2, np.float32), block_cols)
     assert blocks.status == 1 and blocks.handle == sh.ffi.NULL
@@ -366,7 +366,7 @@ def test_interpreter_dropout_mask_is_the_kernels(key, p):
 def test_sparse_weight_grad_is_the_same_bits_every_run():
     """Xᵀ·G sums per-thread slabs: the rows each slab gets must not depend on timing.  Four
     threads on a smaller machine and uneven rows make a timing-dependent split show up."""
-    lib = sh.load("avx512")
+    lib = sh.load()
     rng = np.random.default_rng(8)
     rows, K, F = 6000, 300, 16
     X, indptr, col, val = sparse_features(rng, rows, K, 0.03)

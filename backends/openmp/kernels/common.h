@@ -20,17 +20,10 @@
 
 #include "op_types.h"  // runtime/: idx_t, Reduce, Act, Epilogue, Bcast, BinOp, DropoutKey
 
-// The AVX-512 paths are used when the compiler targets AVX-512F; -DMG_NO_AVX512 forces the
-// portable `#pragma omp simd` paths (the tests build both).
-#if defined(__AVX512F__) && !defined(MG_NO_AVX512)
-#include <immintrin.h>
-#define MG_HAVE_AVX512 1
-#else
-#define MG_HAVE_AVX512 0
-#endif
-
 #define MG_INLINE inline __attribute__((always_inline))
 #define MG_RESTRICT __restrict__
+
+#include "simd.h"  // after MG_INLINE, which it uses
 
 namespace mg {
 

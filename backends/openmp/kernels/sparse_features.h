@@ -187,21 +187,19 @@ MG_INLINE void with_coef(const SparseFeatureBlocks& X, const FeatureDropout& dro
 template <int TILE, bool MASKED, class Coef>
 MG_INLINE void scatter_row(const std::uint16_t* MG_RESTRICT c, std::int64_t n, const Coef& coef,
                            const float* MG_RESTRICT g, int width, float* MG_RESTRICT slab) {
-#if MG_HAVE_AVX512
-    constexpr int NV = TILE / 16;
-    __m512 gv[NV];
-    __mmask16 mask[NV];
+#if MG_HAVE_SIMD
+    using namespace simd;
+    constexpr int NV = TILE / kLanes;
+    vf gv[NV];
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-        mask[v] = MASKED ? spmm_detail::lane_mask(width - 16 * v) : static_cast<__mmask16>(0xFFFF);
-        gv[v] = MASKED ? _mm512_maskz_loadu_ps(mask[v], g + 16 * v) : _mm512_loadu_ps(g + 16 * v);
-    }
+    for (int v = 0; v < NV; ++v)
+        gv[v] = MASKED ? load(lanes(width - kLanes * v), g + kLanes * v) : load(g + kLanes * v);
     for (std::int64_t j = 0; j < n; ++j) {
         float* d = slab + idx_t(c[j]) * TILE;
-        const __m512 x = _mm512_set1_ps(coef(j));
+        const vf x = set1(coef(j));
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v)
-            _mm512_store_ps(d + 16 * v, _mm512_fmadd_ps(x, gv[v], _mm512_load_ps(d + 16 * v)));
+            store_aligned(d + kLanes * v, fmadd(x, gv[v], load_aligned(d + kLanes * v)));
     }
 #else
     const int w = MASKED ? width : TILE;

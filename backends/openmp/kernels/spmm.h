@@ -10,8 +10,8 @@
 // self term, -1 for a row without candidates, whose value is 0).
 //
 // Schedule (Morphling IV-C): rows are distributed with schedule(dynamic, 64); the feature axis
-// is cut into tiles of TILE floats (compile-time, default 32 = two 512-bit registers); for each
-// (row, tile) the accumulators stay in zmm registers while the neighbour loop issues one FMA per
+// is cut into tiles of TILE floats (compile-time, default 32 = two 512-bit or four 256-bit
+// registers, simd.h); for each (row, tile) the accumulators stay in vector registers while the neighbour loop issues one FMA per
 // register, and the tile of the neighbour LOOKAHEAD edges ahead in the CSR (possibly in a later
 // row) is prefetched into L1. A masked path handles a last tile narrower than TILE, so
 // any width (1, 3, 7, 33, ...) works. The epilogue (bias + activation) runs on the finished tile
@@ -41,14 +41,6 @@ struct AggSpec {
 
 namespace spmm_detail {
 
-#if MG_HAVE_AVX512
-MG_INLINE __mmask16 lane_mask(int remaining) {
-    return remaining >= 16 ? static_cast<__mmask16>(0xFFFF)
-           : remaining <= 0 ? static_cast<__mmask16>(0)
-                            : static_cast<__mmask16>((1u << remaining) - 1u);
-}
-#endif
-
 // out[0:TILE) = sum_k coef(k) * X[nbr[k], f0 : f0+width).  MASKED: width < TILE.  The index
 // type is idx_t for graph neighbours and uint16_t for the column-blocked sparse features.
 //
@@ -62,24 +54,24 @@ MG_INLINE void gather_sum(const Index* MG_RESTRICT nbr, idx_t deg, idx_t avail, 
                           float* MG_RESTRICT out) {
     idx_t k = 0;
     const idx_t prefetch_end = LA > 0 ? (avail - LA < deg ? (avail - LA > 0 ? avail - LA : 0) : deg) : 0;
-#if MG_HAVE_AVX512
-    static_assert(TILE % 16 == 0, "the AVX-512 tile width must be a multiple of 16 floats");
-    constexpr int NV = TILE / 16;
-    __m512 acc[NV];
-    __mmask16 mask[NV];
+#if MG_HAVE_SIMD
+    using namespace simd;
+    static_assert(TILE % kLanes == 0, "the tile width must be a multiple of the vector width");
+    constexpr int NV = TILE / kLanes;
+    vf acc[NV];
+    mask m[NV];
 #pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) {
-        acc[j] = _mm512_setzero_ps();
-        mask[j] = MASKED ? lane_mask(width - 16 * j) : static_cast<__mmask16>(0xFFFF);
+        acc[j] = zero();
+        m[j] = lanes(MASKED ? width - kLanes * j : kLanes);
     }
     auto step = [&](idx_t kk) {
         const float* xr = X + nbr[kk] * ldx + f0;
-        const __m512 c = _mm512_set1_ps(coef(kk));
+        const vf c = set1(coef(kk));
 #pragma GCC unroll 16
         for (int j = 0; j < NV; ++j) {
-            const __m512 x = MASKED ? _mm512_maskz_loadu_ps(mask[j], xr + 16 * j)
-                                    : _mm512_loadu_ps(xr + 16 * j);
-            acc[j] = _mm512_fmadd_ps(c, x, acc[j]);
+            const vf x = MASKED ? load(m[j], xr + kLanes * j) : load(xr + kLanes * j);
+            acc[j] = fmadd(c, x, acc[j]);
         }
     };
     for (; k < prefetch_end; ++k) {
@@ -88,7 +80,7 @@ MG_INLINE void gather_sum(const Index* MG_RESTRICT nbr, idx_t deg, idx_t avail, 
     }
     for (; k < deg; ++k) step(k);
 #pragma GCC unroll 16
-    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
+    for (int j = 0; j < NV; ++j) store(out + kLanes * j, acc[j]);
 #else
     float acc[TILE];
     const int w = MASKED ? width : TILE;
@@ -120,29 +112,29 @@ MG_INLINE void gather_max(const idx_t* MG_RESTRICT nbr, idx_t deg, const Coef& c
     idx_t k = 0;
     const idx_t prefetch_end = (LA > 0 && deg > LA) ? deg - LA : 0;
     const float ninf = -std::numeric_limits<float>::infinity();
-#if MG_HAVE_AVX512
-    static_assert(TILE % 16 == 0, "the AVX-512 tile width must be a multiple of 16 floats");
-    constexpr int NV = TILE / 16;
-    __m512 best[NV];
-    __m512i barg[NV];
-    __mmask16 mask[NV];
+#if MG_HAVE_SIMD
+    using namespace simd;
+    static_assert(TILE % kLanes == 0, "the tile width must be a multiple of the vector width");
+    constexpr int NV = TILE / kLanes;
+    vf best[NV];
+    vi barg[NV];
+    mask m[NV];
 #pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) {
-        best[j] = _mm512_set1_ps(ninf);
-        barg[j] = _mm512_set1_epi32(-1);
-        mask[j] = MASKED ? lane_mask(width - 16 * j) : static_cast<__mmask16>(0xFFFF);
+        best[j] = set1(ninf);
+        barg[j] = set1_i32(-1);
+        m[j] = lanes(MASKED ? width - kLanes * j : kLanes);
     }
     auto consider = [&](const float* xr, float c, std::int32_t id) {
-        const __m512 cv = _mm512_set1_ps(c);
-        const __m512i idv = _mm512_set1_epi32(id);
+        const vf cv = set1(c);
+        const vi idv = set1_i32(id);
 #pragma GCC unroll 16
         for (int j = 0; j < NV; ++j) {
-            const __m512 x = _mm512_mul_ps(
-                cv, MASKED ? _mm512_maskz_loadu_ps(mask[j], xr + 16 * j) : _mm512_loadu_ps(xr + 16 * j));
-            // Unordered-false compare: a NaN candidate never replaces the current best.
-            const __mmask16 gt = _mm512_mask_cmp_ps_mask(mask[j], x, best[j], _CMP_GT_OQ);
-            best[j] = _mm512_mask_mov_ps(best[j], gt, x);
-            barg[j] = _mm512_mask_mov_epi32(barg[j], gt, idv);
+            const vf x = mul(cv, MASKED ? load(m[j], xr + kLanes * j) : load(xr + kLanes * j));
+            // Ordered compare: a NaN candidate never replaces the current best.
+            const mask gt = greater(m[j], x, best[j]);
+            best[j] = select(gt, x, best[j]);
+            barg[j] = select(gt, idv, barg[j]);
         }
     };
     if (self_row) consider(self_row, self_coef, static_cast<std::int32_t>(deg));
@@ -153,8 +145,8 @@ MG_INLINE void gather_max(const idx_t* MG_RESTRICT nbr, idx_t deg, const Coef& c
     for (; k < deg; ++k) consider(X + nbr[k] * ldx + f0, coef(k), static_cast<std::int32_t>(k));
 #pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) {
-        _mm512_storeu_ps(out + 16 * j, best[j]);
-        _mm512_storeu_si512(reinterpret_cast<void*>(arg + 16 * j), barg[j]);
+        store(out + kLanes * j, best[j]);
+        store_i32(arg + kLanes * j, barg[j]);
     }
 #else
     const int w = MASKED ? width : TILE;

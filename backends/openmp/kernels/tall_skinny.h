@@ -3,9 +3,10 @@
 //
 // This is the dense input-feature product of a first GNN layer (Flickr-shaped: 89,250 x 500
 // through 500 x 32). OpenBLAS packs X into panels before multiplying (an extra read and write of
-// the largest array); here X is read once, in row order: 8 rows x 32 columns of Y live in 16 zmm
-// accumulators, and per k one row of W (2 loads, L1/L2) and 8 broadcasts of X feed 16 FMAs.
-// A last tile narrower than 32 columns uses masked loads and stores; any K and M work.
+// the largest array); here X is read once, in row order: with AVX-512 8 rows x 32 columns of Y
+// live in 16 zmm accumulators, and per k one row of W (2 loads, L1/L2) and 8 broadcasts of X feed
+// 16 FMAs; with AVX2 6 rows x 16 columns in 12 ymm (simd.h). A last tile narrower than two
+// vectors uses masked loads and stores; any K and M work.
 //
 // The weight gradient X^T G of the same shapes (tall_skinny_tn) is computed as G^T X so that X
 // is again read in row order: on 89,250 x 500 rows with M = 32, 29-32 ms against OpenBLAS's
@@ -23,94 +24,102 @@ inline constexpr idx_t kSkinnyMaxWidth = 64;
 
 namespace skinny_detail {
 
-constexpr int kRows = 8;          // rows of Y per register tile
+#if MG_HAVE_SIMD
+using namespace simd;
 
-#if MG_HAVE_AVX512
-MG_INLINE __mmask16 lanes(idx_t n) {
-    return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
-}
+// Register tiles sized to the register file: 32 zmm with AVX-512, 16 ymm with AVX2.
+//   forward:  kRows rows x 2 vectors of Y (16 accumulators of 32, or 12 of 16)
+//   gradient: kTnBlock rows of WT x 3 vectors (24 accumulators, or 12)
+constexpr int kRows = kLanes == 16 ? 8 : 6;
+constexpr int kTnBlock = kLanes == 16 ? 8 : 4;
+constexpr idx_t kCols = 2 * kLanes;    // columns of Y per forward tile
+constexpr idx_t kTnCols = 3 * kLanes;  // columns of X per gradient tile
 
-// Y[0..R) x [m0, m0+32) = X[0..R) . W[:, m0..m0+32), X rows of length K (row-major).
+// Y[0..R) x [m0, m0+kCols) = X[0..R) . W[:, m0..m0+kCols), X rows of length K (row-major).
 template <int R>
 MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT W, idx_t M, idx_t m0,
                        float* MG_RESTRICT Y) {
-    const __mmask16 k0 = lanes(M - m0), k1 = lanes(M - m0 - 16);
-    __m512 acc[R][2];
+    const mask k0 = lanes(M - m0), k1 = lanes(M - m0 - kLanes);
+    vf acc[R][2];
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = zero();
     for (idx_t k = 0; k < K; ++k) {
         const float* w = W + k * M + m0;
-        const __m512 w0 = _mm512_maskz_loadu_ps(k0, w), w1 = _mm512_maskz_loadu_ps(k1, w + 16);
+        const vf w0 = load(k0, w), w1 = load(k1, w + kLanes);
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
-            const __m512 x = _mm512_set1_ps(X[i * K + k]);
-            acc[i][0] = _mm512_fmadd_ps(x, w0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(x, w1, acc[i][1]);
+            const vf x = set1(X[i * K + k]);
+            acc[i][0] = fmadd(x, w0, acc[i][0]);
+            acc[i][1] = fmadd(x, w1, acc[i][1]);
         }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-        _mm512_mask_storeu_ps(Y + i * M + m0, k0, acc[i][0]);
-        _mm512_mask_storeu_ps(Y + i * M + m0 + 16, k1, acc[i][1]);
+        store(k0, Y + i * M + m0, acc[i][0]);
+        store(k1, Y + i * M + m0 + kLanes, acc[i][1]);
     }
 }
 
-// The weight gradient, computed as its transpose: WT[m0..m0+MB) x [k0, k0+48) += G^T X over rows
-// [r0, r1).  X is read in row order (3 contiguous loads per row, no packing), G broadcast: MB x 3
-// zmm accumulators, the mirror image of nn_tile.  WT is [M x K] row-major.
+// The weight gradient, computed as its transpose: WT[m0..m0+MB) x [k0, k0+kTnCols) += G^T X over
+// rows [r0, r1).  X is read in row order (3 contiguous loads per row, no packing), G broadcast:
+// MB x 3 accumulators, the mirror image of nn_tile.  WT is [M x K] row-major.
 template <int MB>
 MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT G, idx_t M, idx_t m0,
                        idx_t k0, idx_t r0, idx_t r1, float* MG_RESTRICT WT) {
-    const __mmask16 q0 = lanes(K - k0), q1 = lanes(K - k0 - 16), q2 = lanes(K - k0 - 32);
-    __m512 acc[MB][3];
+    const mask q0 = lanes(K - k0), q1 = lanes(K - k0 - kLanes), q2 = lanes(K - k0 - 2 * kLanes);
+    vf acc[MB][3];
 #pragma GCC unroll 8
-    for (int i = 0; i < MB; ++i) acc[i][0] = acc[i][1] = acc[i][2] = _mm512_setzero_ps();
+    for (int i = 0; i < MB; ++i) acc[i][0] = acc[i][1] = acc[i][2] = zero();
     for (idx_t r = r0; r < r1; ++r) {
         const float* x = X + r * K + k0;
-        const __m512 x0 = _mm512_maskz_loadu_ps(q0, x), x1 = _mm512_maskz_loadu_ps(q1, x + 16),
-                     x2 = _mm512_maskz_loadu_ps(q2, x + 32);
+        const vf x0 = load(q0, x), x1 = load(q1, x + kLanes), x2 = load(q2, x + 2 * kLanes);
         const float* g = G + r * M + m0;
 #pragma GCC unroll 8
         for (int i = 0; i < MB; ++i) {
-            const __m512 gi = _mm512_set1_ps(g[i]);
-            acc[i][0] = _mm512_fmadd_ps(gi, x0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(gi, x1, acc[i][1]);
-            acc[i][2] = _mm512_fmadd_ps(gi, x2, acc[i][2]);
+            const vf gi = set1(g[i]);
+            acc[i][0] = fmadd(gi, x0, acc[i][0]);
+            acc[i][1] = fmadd(gi, x1, acc[i][1]);
+            acc[i][2] = fmadd(gi, x2, acc[i][2]);
         }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MB; ++i) {
         float* w = WT + (m0 + i) * K + k0;
-        _mm512_mask_storeu_ps(w, q0, _mm512_add_ps(_mm512_maskz_loadu_ps(q0, w), acc[i][0]));
-        _mm512_mask_storeu_ps(w + 16, q1, _mm512_add_ps(_mm512_maskz_loadu_ps(q1, w + 16), acc[i][1]));
-        _mm512_mask_storeu_ps(w + 32, q2, _mm512_add_ps(_mm512_maskz_loadu_ps(q2, w + 32), acc[i][2]));
+        store(q0, w, add(load(q0, w), acc[i][0]));
+        store(q1, w + kLanes, add(load(q1, w + kLanes), acc[i][1]));
+        store(q2, w + 2 * kLanes, add(load(q2, w + 2 * kLanes), acc[i][2]));
     }
 }
 
+// tn_tile<MB> for a run-time MB in [1, B]: the last block of rows of WT when kTnBlock does not
+// divide M.
+template <int B>
+MG_INLINE void tn_tile_upto(int mb, const float* X, idx_t K, const float* G, idx_t M, idx_t m0, idx_t k0,
+                            idx_t r0, idx_t r1, float* WT) {
+    if constexpr (B >= 1) {
+        if (mb == B) tn_tile<B>(X, K, G, M, m0, k0, r0, r1, WT);
+        else tn_tile_upto<B - 1>(mb, X, K, G, M, m0, k0, r0, r1, WT);
+    }
+}
+
+#else
+constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as with the tiles
 #endif
 
-// WT[M x K] += (G^T X) over rows [r0, r1).  Rows go in chunks of kTnRows: a 48-column slice of the
-// chunk of X (24 KiB) and the chunk of G (16 KiB at M = 32) stay in L1 while every 8-column block
-// of G passes over the slice.  (Chunks of 64-256 rows measured within noise of each other; a
-// chunk kept in L2 while the blocks of G pass over all of it ran at half the speed.)
+// WT[M x K] += (G^T X) over rows [r0, r1).  Rows go in chunks of kTnRows: a kTnCols-column slice
+// of the chunk of X (24 KiB with AVX-512) and the chunk of G (16 KiB at M = 32) stay in L1 while
+// every block of G's columns passes over the slice.  (Chunks of 64-256 rows measured within noise
+// of each other; a chunk kept in L2 while the blocks of G pass over all of it ran at half the
+// speed.)
 inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* WT, idx_t r0, idx_t r1) {
-#if MG_HAVE_AVX512
+#if MG_HAVE_SIMD
     constexpr idx_t kTnRows = 128;
     for (idx_t c0 = r0; c0 < r1; c0 += kTnRows) {
         const idx_t c1 = std::min(r1, c0 + kTnRows);
-        for (idx_t k0 = 0; k0 < K; k0 += 48) {
+        for (idx_t k0 = 0; k0 < K; k0 += kTnCols) {
             idx_t m0 = 0;
-            for (; m0 + 8 <= M; m0 += 8) tn_tile<8>(X, K, G, M, m0, k0, c0, c1, WT);
-            switch (M - m0) {
-                case 7: tn_tile<7>(X, K, G, M, m0, k0, c0, c1, WT); break;
-                case 6: tn_tile<6>(X, K, G, M, m0, k0, c0, c1, WT); break;
-                case 5: tn_tile<5>(X, K, G, M, m0, k0, c0, c1, WT); break;
-                case 4: tn_tile<4>(X, K, G, M, m0, k0, c0, c1, WT); break;
-                case 3: tn_tile<3>(X, K, G, M, m0, k0, c0, c1, WT); break;
-                case 2: tn_tile<2>(X, K, G, M, m0, k0, c0, c1, WT); break;
-                case 1: tn_tile<1>(X, K, G, M, m0, k0, c0, c1, WT); break;
-                default: break;
-            }
+            for (; m0 + kTnBlock <= M; m0 += kTnBlock) tn_tile<kTnBlock>(X, K, G, M, m0, k0, c0, c1, WT);
+            if (m0 < M) tn_tile_upto<kTnBlock - 1>(int(M - m0), X, K, G, M, m0, k0, c0, c1, WT);
         }
     }
 #else
@@ -128,14 +137,14 @@ inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* WT,
 // Rows [r0, r1) of Y = epi(X W): the epilogue runs on each block of rows right after it is written.
 inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, idx_t r0, idx_t r1,
                     const Epilogue& epi) {
-#if MG_HAVE_AVX512
+#if MG_HAVE_SIMD
     idx_t r = r0;
     for (; r + kRows <= r1; r += kRows) {
-        for (idx_t m0 = 0; m0 < M; m0 += 32) nn_tile<kRows>(X + r * K, K, W, M, m0, Y + r * M);
+        for (idx_t m0 = 0; m0 < M; m0 += kCols) nn_tile<kRows>(X + r * K, K, W, M, m0, Y + r * M);
         apply_epilogue_rows(epi, Y, M, r, r + kRows);
     }
     for (; r < r1; ++r) {
-        for (idx_t m0 = 0; m0 < M; m0 += 32) nn_tile<1>(X + r * K, K, W, M, m0, Y + r * M);
+        for (idx_t m0 = 0; m0 < M; m0 += kCols) nn_tile<1>(X + r * K, K, W, M, m0, Y + r * M);
         apply_epilogue_rows(epi, Y, M, r, r + 1);
     }
 #else
