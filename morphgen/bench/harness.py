@@ -3,8 +3,8 @@
 The pieces of one `morphgen bench` run:
 
 * `program_shape` reads the .mp program (front end only, no code generation) and extracts what a
-  peer needs to train the same model: layer widths, dropout, bias, activation, optimizer. A
-  program the peers cannot express (not a plain GCN stack, an optimizer other than Adam) is not
+  peer needs to train the same model: layer kind (GCN, SAGE), widths, dropout, bias, activation,
+  optimizer. A program the peers cannot express (another layer, an optimizer other than Adam) is not
   silently approximated: `PeerModel.unsupported` says why, and the peers are reported as such.
 * `prepare_dataset` loads the dataset once and writes it as a canonical .npz that *both* morphgen
   and the peers read, so every system trains on byte-identical arrays.
@@ -40,6 +40,8 @@ import numpy as np
 
 from morphgen.errors import UserError
 
+from .peers.spec import weight_names
+
 PARITY_TOLERANCE = 1e-4
 CUDA_DEVICE_ENV = "MORPHGEN_CUDA_DEVICE"     # the GPU morphgen's CUDA library opens (train --device)
 GiB = 1 << 30
@@ -54,6 +56,8 @@ class BenchError(UserError):
 @dataclass
 class PeerModel:
     """What a peer needs to build the same model as a morphgen program."""
+    conv: str                       # "gcn" | "sage" (spec.SUPPORTED_MODELS)
+    aggr: str                       # the neighbourhood reduction: "sum" (gcn), "mean" | "max" (sage)
     layers: list                    # widths with symbols: ["F", 32, 32, "C"]
     dropouts: list                  # dropout on the input of each layer (morphgen's semantics)
     bias: bool
@@ -88,11 +92,42 @@ def _width(dim):
     return dim if isinstance(dim, int) else str(dim)
 
 
-def program_shape(model_path) -> PeerModel:
-    """Walk the forward IR of a program and recognise a GCN stack, layer by layer.
+def _gcn_layer(ops, i, problems, n):
+    """linear, aggregate(sum, gcn norm, self loops) at ops[i]: the index after it, or None."""
+    seq = [op.opcode for op in ops[i:i + 2]]
+    if seq != ["linear", "aggregate"]:
+        problems.append(f"layer {n}: ops {seq} are not a GCN layer (linear, aggregate)")
+        return None
+    agg = ops[i + 1].attrs
+    if agg.get("reduce") != "sum" or agg.get("norm") != "gcn" or not agg.get("self_loops"):
+        problems.append(f"layer {n}: aggregation {agg} is not GCN's normalised sum with self loops")
+    return i + 2
 
-    A layer is [dropout] linear aggregate(sum, gcn norm, self loops) [bias_add] [relu]; the last
-    layer has no activation and feeds cross_entropy.
+
+def _sage_layer(ops, i, problems, n):
+    """aggregate(mean|max, no norm, no self loops), linear (neighbours), linear (self), add."""
+    seq = [op.opcode for op in ops[i:i + 4]]
+    if seq != ["aggregate", "linear", "linear", "add"]:
+        problems.append(f"layer {n}: ops {seq} are not a SAGE layer (aggregate, linear, linear, add)")
+        return None
+    agg, neigh, self_ = ops[i], ops[i + 1], ops[i + 2]
+    if agg.attrs.get("norm") != "none" or agg.attrs.get("self_loops"):
+        problems.append(f"layer {n}: aggregation {agg.attrs} is not SAGE's plain neighbourhood")
+    if neigh.inputs[0] is not agg.output or self_.inputs[0] is not agg.inputs[0]:
+        problems.append(f"layer {n}: the two products are not W_neigh * aggregate(h) and W_self * h")
+    return i + 4
+
+
+# The layer patterns the peers can rebuild: the first op of a layer (after its dropout) decides.
+_LAYER_KINDS = {"linear": ("gcn", _gcn_layer), "aggregate": ("sage", _sage_layer)}
+
+
+def program_shape(model_path) -> PeerModel:
+    """Walk the forward IR of a program and recognise a GCN or SAGE stack, layer by layer.
+
+    A layer is [dropout] then GCN's `linear aggregate(sum, gcn norm, self loops)` or SAGE's
+    `aggregate(mean|max) linear linear add`, then [bias_add] [relu]; the last layer has no
+    activation and feeds cross_entropy. Every layer must be of the same kind and reduction.
     """
     from morphgen.frontend import compile_file
     path = Path(model_path)
@@ -103,7 +138,7 @@ def program_shape(model_path) -> PeerModel:
         raise BenchError(f"model: {path} predicts links; morphgen bench times node classifiers against "
                          f"the peers (for link prediction: python -m morphgen.bench.link_prediction)")
     ops = list(program.forward)
-    layers, dropouts, biases = [], [], []
+    layers, dropouts, biases, kinds = [], [], [], []
     problems = []
     i = 0
     features = program.inputs.get("features")
@@ -114,16 +149,15 @@ def program_shape(model_path) -> PeerModel:
         if ops[i].opcode == "dropout":
             p = float(ops[i].attrs.get("p", 0.0))
             i += 1
-        seq = [op.opcode for op in ops[i:i + 2]]
-        if seq != ["linear", "aggregate"]:
-            problems.append(f"layer {len(dropouts)}: ops {seq} are not a GCN layer (linear, aggregate)")
+        kind, match = _LAYER_KINDS.get(ops[i].opcode if i < len(ops) else "", ("gcn", _gcn_layer))
+        start = i
+        i = match(ops, i, problems, len(dropouts))
+        if i is None:
             break
-        agg = ops[i + 1].attrs
-        if agg.get("reduce") != "sum" or agg.get("norm") != "gcn" or not agg.get("self_loops"):
-            problems.append(f"layer {len(dropouts)}: aggregation {agg} is not GCN's normalised sum with self loops")
-        layers.append(_width(ops[i].output.width))
+        reduce = next(op.attrs.get("reduce") for op in ops[start:i] if op.opcode == "aggregate")
+        kinds.append((kind, reduce))
+        layers.append(_width(ops[i - 1].output.width))
         dropouts.append(p)
-        i += 2
         has_bias = i < len(ops) and ops[i].opcode == "bias_add"
         biases.append(has_bias)
         i += has_bias
@@ -135,7 +169,9 @@ def program_shape(model_path) -> PeerModel:
             problems.append(f"layer {len(dropouts) - 1}: activation '{ops[i].opcode}' (the peers use relu)")
             break
     if not dropouts:
-        problems.append("no GCN layers found")
+        problems.append("no GCN or SAGE layers found")
+    if len(set(kinds)) > 1:
+        problems.append(f"the layers differ in kind or reduction ({sorted(set(kinds))}); the peers stack one")
     if dropouts and len(set(biases)) > 1:
         problems.append("some layers have a bias and some do not")
     if len(set(dropouts[1:])) > 1:
@@ -152,7 +188,9 @@ def program_shape(model_path) -> PeerModel:
     if norm is not None:
         notes.append(f"the program normalises its input features ('{norm}'); the peers receive the features "
                      "already normalised by morphgen's own function, outside their timed epochs")
-    return PeerModel(layers=layers, dropouts=dropouts, bias=bool(biases and biases[0]), optimizer=opt.kind,
+    conv, aggr = kinds[0] if kinds else ("gcn", "sum")
+    return PeerModel(conv=conv, aggr=aggr, layers=layers, dropouts=dropouts, bias=bool(biases and biases[0]),
+                     optimizer=opt.kind,
                      lr=float(opt.lr), weight_decay=float(opt.weight_decay), epochs=int(program.epochs),
                      feature_normalization=getattr(program, "feature_normalization", None),
                      unsupported="; ".join(problems) or None, notes=notes)
@@ -397,10 +435,11 @@ def morphgen_device_config(device: str) -> dict:
 def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int, threads: int,
               sparse_features: bool, dropout: Optional[float] = None, init_weights=None,
               device: str = "cpu") -> dict:
-    spec = {"model": "gcn", "layers": shape.resolved_layers(data.num_features, data.num_classes),
+    spec = {"model": shape.conv, "aggr": shape.aggr,
+            "layers": shape.resolved_layers(data.num_features, data.num_classes),
             "dropout": shape.hidden_dropout if dropout is None else dropout, "lr": shape.lr,
             "weight_decay": shape.weight_decay, "epochs": epochs, "warmup": min(warmup, epochs - 1),
-            "threads": threads, "bias": shape.bias, "self_loops": True,
+            "threads": threads, "bias": shape.bias, "self_loops": shape.conv == "gcn",
             "sparse_features": bool(sparse_features)}
     if init_weights is not None:
         spec["init_weights"] = str(init_weights)
@@ -478,16 +517,19 @@ def _cuda_device_env(device: Optional[int]):
             os.environ[CUDA_DEVICE_ENV] = old
 
 
-def write_init_weights(params: dict, dims: Sequence[int], bias: bool, path) -> Path:
-    """Reshape morphgen's flat parameters into the peers' layer{i}.W [in, out] / layer{i}.b [out]."""
+def write_init_weights(params: dict, dims: Sequence[int], bias: bool, model: str, path) -> Path:
+    """Reshape morphgen's flat parameters into the peers' layer{i}.<weight> [in, out] and
+    layer{i}.b [out] (spec.weight_names says which weights a model has)."""
     arrays = {}
     for i in range(len(dims) - 1):
-        w = params.get(f"layer{i}.W")
-        if w is None:
-            raise BenchError(f"parity: morphgen has no parameter 'layer{i}.W' (has {sorted(params)})")
-        if w.size != dims[i] * dims[i + 1]:
-            raise BenchError(f"parity: 'layer{i}.W' has {w.size} values, expected {dims[i]}x{dims[i + 1]}")
-        arrays[f"layer{i}.W"] = w.reshape(dims[i], dims[i + 1])
+        for name in weight_names(model):
+            key = f"layer{i}.{name}"
+            w = params.get(key)
+            if w is None:
+                raise BenchError(f"parity: morphgen has no parameter '{key}' (has {sorted(params)})")
+            if w.size != dims[i] * dims[i + 1]:
+                raise BenchError(f"parity: '{key}' has {w.size} values, expected {dims[i]}x{dims[i + 1]}")
+            arrays[key] = w.reshape(dims[i], dims[i + 1])
         if bias:
             b = params.get(f"layer{i}.b")
             if b is None or b.size != dims[i + 1]:
@@ -511,7 +553,7 @@ def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequen
     params, m_loss = morphgen_initial_weights(plain, data.dataset, threads, seed, sparsity_threshold,
                                               backend, device)
     dims = shape.resolved_layers(data.num_features, data.num_classes)
-    init = write_init_weights(params, dims, shape.bias, work / "parity_init.npz")
+    init = write_init_weights(params, dims, shape.bias, shape.conv, work / "parity_init.npz")
     report = {"tolerance": PARITY_TOLERANCE, "morphgen_first_epoch_loss": m_loss,
               "program": str(plain), "peers": {}}
     for system in peers:

@@ -129,7 +129,7 @@ def test_dgl_without_cuda_support_is_named(tmp_path):
     # torch may see a GPU that dgl (the PyPI wheel is CPU-only) cannot use; that check is dgl's own.
     code = ("import torch\n"
             "from morphgen.bench.peers.dgl import import_dgl, require_cuda\n"
-            "dgl, _ = import_dgl()\n"
+            "dgl = import_dgl()\n"
             "require_cuda(dgl, torch.device('cpu'))\n"
             "try:\n"
             "    require_cuda(dgl, torch.device('cuda:0'))\n"

@@ -117,8 +117,21 @@ def test_feature_normalization_is_given_to_the_peers_applied(tmp_path):
         assert np.array_equal(raw["edge_index"], peer["edge_index"])
 
 
-def test_non_gcn_program_is_not_comparable():
+def test_program_shape_of_sage_mean_and_max(tmp_path):
     s = harness.program_shape(ROOT / "examples" / "sage.mp")
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.aggr, s.layers, s.bias) == ("sage", "mean", ["F", 64, "C"], True)
+    prog = tmp_path / "sage_max.mp"
+    prog.write_text((ROOT / "examples" / "sage.mp").read_text().replace('"Mean"', '"Max"'))
+    s = harness.program_shape(prog)
+    assert s.unsupported is None and (s.conv, s.aggr) == ("sage", "max")
+    data = harness.prepare_dataset(TINY, None, tmp_path)
+    spec = harness.peer_spec(s, data, epochs=2, warmup=1, threads=1, sparse_features=False)
+    assert spec["model"] == "sage" and spec["aggr"] == "max" and spec["self_loops"] is False
+
+
+def test_a_program_the_peers_cannot_build_is_named():
+    s = harness.program_shape(ROOT / "examples" / "gat.mp")
     assert s.unsupported and "layer 0" in s.unsupported
 
 

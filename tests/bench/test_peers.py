@@ -100,6 +100,40 @@ def reference_first_loss(data_path: Path, weights_path: Path, convention: str) -
     return float(-logp[train, z["y"][train]].mean())
 
 
+def _sage_init_weights(path: Path) -> Path:
+    rng = np.random.default_rng(13)
+    arrays = {}
+    for i in range(len(LAYERS) - 1):
+        for name in ("W_neigh", "W_self"):
+            arrays[f"layer{i}.{name}"] = (rng.standard_normal((LAYERS[i], LAYERS[i + 1])) * 0.7).astype(np.float32)
+        arrays[f"layer{i}.b"] = (rng.standard_normal(LAYERS[i + 1]) * 0.1).astype(np.float32)
+    np.savez(path, **arrays)
+    return path
+
+
+def reference_first_loss_sage(data_path: Path, weights_path: Path, aggr: str) -> float:
+    """GraphSAGE from its definition in float64: W_neigh * aggr(in-neighbours) + W_self * h + b,
+    over the stored edges (the 3->3 loop included, none added); no in-edge aggregates to 0."""
+    z = np.load(data_path)
+    x = z["x"].astype(np.float64)
+    src, dst = z["edge_index"]
+    w = np.load(weights_path)
+    h = x
+    for i in range(len(LAYERS) - 1):
+        agg = np.zeros_like(h)
+        for v in range(N):
+            rows = h[src[dst == v]]
+            if len(rows):
+                agg[v] = rows.mean(0) if aggr == "mean" else rows.max(0)
+        h = agg @ w[f"layer{i}.W_neigh"] + h @ w[f"layer{i}.W_self"] + w[f"layer{i}.b"]
+        if i < len(LAYERS) - 2:
+            h = np.maximum(h, 0.0)
+    logp = h - h.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    train = z["train_mask"]
+    return float(-logp[train, z["y"][train]].mean())
+
+
 def _spec(**over) -> dict:
     spec = {"model": "gcn", "layers": LAYERS, "dropout": 0.0, "lr": 0.01, "weight_decay": 5e-4,
             "epochs": 4, "warmup": 1, "threads": 1, "bias": True, "self_loops": True,
@@ -113,14 +147,19 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("peers")
     return {"dense": _tiny_dataset(d / "dense.npz", sparse=False),
             "sparse": _tiny_dataset(d / "sparse.npz", sparse=True),
-            "weights": _init_weights(d / "w.npz"), "dir": d}
+            "weights": _init_weights(d / "w.npz"), "sage_weights": _sage_init_weights(d / "sage_w.npz"), "dir": d}
 
 
 @pytest.fixture(scope="module")
 def runs(files):
     """One run per (peer, feature storage) in parity mode, shared by the tests below."""
     w = str(files["weights"])
+    sage = dict(model="sage", self_loops=False, init_weights=str(files["sage_weights"]))
     jobs = {
+        "pyg_sage_mean": ("pyg", "dense", _spec(aggr="mean", **sage)),
+        "pyg_sage_max": ("pyg", "dense", _spec(aggr="max", **sage)),
+        "dgl_sage_mean": ("dgl", "dense", _spec(aggr="mean", **sage)),
+        "dgl_sage_max": ("dgl", "dense", _spec(aggr="max", **sage, epochs=2)),
         "pyg_dense": ("pyg", "dense", _spec(init_weights=w)),
         "pyg_sparse": ("pyg", "sparse", _spec(init_weights=w, sparse_features=True)),
         "dgl": ("dgl", "dense", _spec(init_weights=w)),
@@ -150,6 +189,25 @@ def test_parity_first_epoch_loss(runs, files, name, convention):
     assert r["error"] is None, r["error"]
     expected = reference_first_loss(files["dense"], files["weights"], convention)
     assert r["first_epoch_loss"] == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize("name,aggr", [("pyg_sage_mean", "mean"), ("pyg_sage_max", "max"), ("dgl_sage_mean", "mean")])
+def test_sage_parity_first_epoch_loss(runs, files, name, aggr):
+    r = runs[name]
+    assert r["error"] is None, r["error"]
+    expected = reference_first_loss_sage(files["dense"], files["sage_weights"], aggr)
+    assert r["first_epoch_loss"] == pytest.approx(expected, abs=1e-4)
+    assert r["config"]["model"].startswith(f"GraphSAGE ({aggr})")
+
+
+def test_sage_mean_and_max_differ_on_the_test_graph(files):
+    mean, mx = (reference_first_loss_sage(files["dense"], files["sage_weights"], a) for a in ("mean", "max"))
+    assert abs(mean - mx) > 1e-2
+
+
+def test_dgl_refuses_sage_max_rather_than_approximating_it(runs):
+    r = runs["dgl_sage_max"]
+    assert r["error"] is not None and "no 'max' aggregator" in r["error"] and r["epoch_times_s"] == []
 
 
 def test_pyg_reports_its_configuration(runs):
@@ -250,7 +308,8 @@ def test_unknown_peer():
 
 
 @pytest.mark.parametrize("field,value", [("dropout", 1.5), ("epochs", 0), ("layers", [4]), ("threads", "2"),
-                                         ("model", "gat"), ("bias", 1), ("warmup", 4), ("colour", 1)])
+                                         ("model", "gat"), ("aggr", "max"), ("bias", 1), ("warmup", 4),
+                                         ("colour", 1)])
 def test_bad_spec_names_the_field(field, value):
     with pytest.raises(SpecError, match=f"'{field}'"):
         parse_spec(_spec(**{field: value}))

@@ -127,8 +127,10 @@ def load_node_classification(path: str | Path) -> NodeClassificationData:
         )
 
 
-def load_init_weights(path: str | Path, layers: tuple[int, ...], bias: bool) -> list[tuple[np.ndarray, Optional[np.ndarray]]]:
-    """Read layer{i}.W [in, out] (and layer{i}.b [out] when bias) for every layer, checking shapes."""
+def load_init_weights(path: str | Path, layers: tuple[int, ...], bias: bool,
+                      names: tuple[str, ...] = ("W",)) -> list[dict[str, np.ndarray]]:
+    """Per layer, the weights layer{i}.<name> [in, out] for each of `names` (spec.weight_names)
+    and, when bias, layer{i}.b [out] under "b", shapes checked."""
     path = Path(path)
     try:
         z = np.load(path, allow_pickle=False)
@@ -137,13 +139,14 @@ def load_init_weights(path: str | Path, layers: tuple[int, ...], bias: bool) -> 
     out = []
     with z:
         for i in range(len(layers) - 1):
-            w = _key(z, f"layer{i}.W", path).astype(np.float32)
-            if w.shape != (layers[i], layers[i + 1]):
-                raise DatasetError(f"init_weights {path}: 'layer{i}.W' has shape {w.shape}, expected {(layers[i], layers[i + 1])}")
-            b = None
+            wanted = {f"layer{i}.{n}": (layers[i], layers[i + 1]) for n in names}
             if bias:
-                b = _key(z, f"layer{i}.b", path).astype(np.float32)
-                if b.shape != (layers[i + 1],):
-                    raise DatasetError(f"init_weights {path}: 'layer{i}.b' has shape {b.shape}, expected {(layers[i + 1],)}")
-            out.append((w, b))
+                wanted[f"layer{i}.b"] = (layers[i + 1],)
+            arrays = {}
+            for key, shape in wanted.items():
+                a = _key(z, key, path).astype(np.float32)
+                if a.shape != shape:
+                    raise DatasetError(f"init_weights {path}: '{key}' has shape {a.shape}, expected {shape}")
+                arrays[key.split(".", 1)[1]] = a
+            out.append(arrays)
     return out

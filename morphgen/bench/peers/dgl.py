@@ -1,4 +1,4 @@
-"""DGL peer: full-batch GCN with dgl.nn.GraphConv(norm='both').
+"""DGL peer: full-batch GCN with dgl.nn.GraphConv(norm='both'), GraphSAGE with dgl.nn.SAGEConv.
 
     python -m morphgen.bench.peers.dgl --data D.npz --spec SPEC.json --out OUT.json
 
@@ -9,6 +9,8 @@ Configuration and DGL conventions (see DEVELOPERS.md, "Benchmark peers"):
 - normalisation 'both': h_v = sum_{u->v} h_u / sqrt(outdeg(u) * indeg(v)), degrees clamped at 1.
   On a directed graph the SOURCE side uses the out-degree, unlike PyG (in-degree on both sides);
   on a symmetric graph the two agree.
+- SAGE: SAGEConv(aggregator_type 'mean'): fc_neigh without bias, fc_self with it; DGL projects before aggregating when the layer narrows. DGL has no max aggregator
+  ('pool' applies a linear layer and ReLU before the max), so SAGE-max is refused, not approximated.
 - features: always dense. GraphConv rejects sparse input features, so spec.sparse_features is
   recorded in the config as not honoured rather than silently ignored.
 - device: with spec.device "cuda:N" the graph (after its self loops are fixed), features and model
@@ -29,8 +31,8 @@ from morphgen.errors import UserError
 
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
-from .spec import BenchSpec
-from .torch_loop import MODEL_CONFIG, build_stack, device_config, setup_torch, torch_device, train_full_batch
+from .spec import BenchSpec, weight_names
+from .torch_loop import build_stack, device_config, model_config, setup_torch, torch_device, train_full_batch
 
 _GRAPHBOLT = "dgl.graphbolt"
 
@@ -43,12 +45,12 @@ def import_dgl():
         sys.modules[_GRAPHBOLT] = types.ModuleType(_GRAPHBOLT)
     try:
         import dgl
-        from dgl.nn.pytorch import GraphConv
+        import dgl.nn.pytorch  # noqa: F401  (the convolutions)
     except ImportError as exc:
         if stubbed:
             sys.modules.pop(_GRAPHBOLT, None)
         raise PeerUnavailable(f"dgl cannot be imported ({exc})") from exc
-    return dgl, GraphConv
+    return dgl
 
 
 def require_cuda(dgl, device) -> None:
@@ -69,33 +71,65 @@ def build_graph(dgl, torch, data: NodeClassificationData, self_loops: bool, devi
     return g
 
 
+def _convs(spec: BenchSpec) -> list:
+    from dgl.nn.pytorch import GraphConv, SAGEConv
+    dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    if spec.model == "sage":
+        if spec.aggr != "mean":
+            raise UserError(f"DGL's SAGEConv has no '{spec.aggr}' aggregator (its 'pool' applies a linear "
+                            f"layer and ReLU before the max, another model)")
+        return [SAGEConv(i, o, "mean", bias=spec.bias) for i, o in dims]
+    return [GraphConv(i, o, norm="both", weight=True, bias=spec.bias, allow_zero_in_degree=not spec.self_loops)
+            for i, o in dims]
+
+
+def _set_weights(torch, conv, weights: dict, model: str) -> None:
+    """morphgen's [in, out] matrices into a convolution (GraphConv stores [in, out], Linear [out, in])."""
+    def put(param, a):
+        param.copy_(torch.from_numpy(np.ascontiguousarray(a)))
+    if model == "sage":
+        put(conv.fc_neigh.weight, weights["W_neigh"].T)
+        put(conv.fc_self.weight, weights["W_self"].T)
+        bias = conv.fc_self.bias            # SAGEConv's one bias, except for its 'gcn' aggregator
+    else:
+        put(conv.weight, weights["W"])
+        bias = conv.bias
+    if "b" in weights:
+        put(bias, weights["b"])
+
+
+_NORMALISATION = {
+    "gcn": "GraphConv norm='both': outdeg(src)^-1/2 * indeg(dst)^-1/2, degrees clamped at 1",
+    "sage": "none (SAGEConv: fc_self(h) + fc_neigh(mean over in-edges))",
+}
+
+
 def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     torch = setup_torch(spec)
     device = torch_device(torch, spec)
-    dgl, GraphConv = import_dgl()
+    dgl = import_dgl()
     require_cuda(dgl, device)
     g = build_graph(dgl, torch, data, spec.self_loops, device)
     x = torch.from_numpy(data.dense_features()).to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
-    convs = [GraphConv(spec.layers[i], spec.layers[i + 1], norm="both", weight=True, bias=spec.bias,
-                       allow_zero_in_degree=not spec.self_loops) for i in range(spec.num_layers)]
+    convs = _convs(spec)
     if spec.init_weights is not None:
         with torch.no_grad():
-            for conv, (w, b) in zip(convs, load_init_weights(spec.init_weights, spec.layers, spec.bias)):
-                conv.weight.copy_(torch.from_numpy(np.ascontiguousarray(w)))   # DGL stores [in, out]
-                if b is not None:
-                    conv.bias.copy_(torch.from_numpy(b))
+            layers = load_init_weights(spec.init_weights, spec.layers, spec.bias, weight_names(spec.model))
+            for conv, weights in zip(convs, layers):
+                _set_weights(torch, conv, weights, spec.model)
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(g, h))
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
+    conv_name = "GraphConv" if spec.model == "gcn" else "SAGEConv"
     result["config"] = {
-        **MODEL_CONFIG,
+        **model_config(spec),
         "adjacency": "DGLGraph (formats coo/csr/csc created before training)",
-        "features": "dense float32" + (" (sparse_features requested: GraphConv rejects sparse input)"
+        "features": "dense float32" + (f" (sparse_features requested: {conv_name} rejects sparse input)"
                                        if spec.sparse_features else ""),
-        "normalisation": "GraphConv norm='both': outdeg(src)^-1/2 * indeg(dst)^-1/2, degrees clamped at 1",
-        "self_loops": "existing removed, one per node added" if spec.self_loops else "none",
-        "init": "given init_weights" if spec.init_weights else "GraphConv default (xavier), seed 0",
+        "normalisation": _NORMALISATION[spec.model],
+        "self_loops": "existing removed, one per node added" if spec.self_loops else "none added",
+        "init": "given init_weights" if spec.init_weights else f"{conv_name} default (xavier), seed 0",
         "threads": spec.threads,
         "versions": {"torch": torch.__version__, "dgl": dgl.__version__},
         **device_config(torch, device),

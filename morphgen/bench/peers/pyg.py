@@ -1,4 +1,4 @@
-"""PyTorch Geometric peer: full-batch GCN with GCNConv.
+"""PyTorch Geometric peer: full-batch GCN with GCNConv, GraphSAGE with SAGEConv.
 
     python -m morphgen.bench.peers.pyg --data D.npz --spec SPEC.json --out OUT.json
 
@@ -10,8 +10,11 @@ Configuration (the fastest PyG offers on this machine without its optional compi
   Â = D^-1/2 (A + I) D^-1/2 with D the IN-degree (self loop included) on both sides, also on
   directed graphs; the file's own self loops are dropped first and gcn_norm adds one per node
   (on a torch sparse adjacency gcn_norm computes A + I, which would double an existing loop).
+- SAGE: SAGEConv(aggr = spec.aggr): lin_l (neighbours, with the bias) after the mean or max over
+  in-edges, lin_r (the node itself, no bias); no self loops are added and none are removed.
 - features: a torch sparse CSR tensor when spec.sparse_features and the file stores CSR features
-  (GCNConv's linear layer multiplies it with sparse @ dense), otherwise dense float32.
+  (GCNConv's linear layer multiplies it with sparse @ dense), otherwise dense float32. SAGEConv
+  aggregates its raw input first, which torch cannot do with sparse features: dense for SAGE.
 - device: with spec.device "cuda:N" the adjacency, features and model are moved to that GPU before
   the baseline is taken (torch's CUDA CSR SpMM then does the aggregation).
 """
@@ -25,17 +28,47 @@ from morphgen.bench.memory import start_training_peak
 
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
-from .spec import BenchSpec
-from .torch_loop import MODEL_CONFIG, build_stack, device_config, setup_torch, torch_device, train_full_batch
+from .spec import BenchSpec, weight_names
+from .torch_loop import build_stack, device_config, model_config, setup_torch, torch_device, train_full_batch
 
 
 def _import_pyg():
     try:
         import torch_geometric
-        from torch_geometric.nn import GCNConv
+        import torch_geometric.nn  # noqa: F401  (the convolutions)
     except ImportError as exc:
         raise PeerUnavailable(f"torch_geometric cannot be imported ({exc})") from exc
-    return torch_geometric, GCNConv
+    return torch_geometric
+
+
+def _convs(spec: BenchSpec) -> list:
+    from torch_geometric.nn import GCNConv, SAGEConv
+    dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    if spec.model == "sage":
+        return [SAGEConv(i, o, aggr=spec.aggr, bias=spec.bias) for i, o in dims]
+    return [GCNConv(i, o, cached=True, normalize=True, add_self_loops=spec.self_loops, bias=spec.bias)
+            for i, o in dims]
+
+
+def _set_weights(torch, conv, weights: dict, model: str) -> None:
+    """morphgen's [in, out] matrices into a convolution (torch's Linear stores [out, in])."""
+    def put(param, a):
+        param.copy_(torch.from_numpy(np.ascontiguousarray(a)))
+    if model == "sage":
+        put(conv.lin_l.weight, weights["W_neigh"].T)
+        put(conv.lin_r.weight, weights["W_self"].T)
+        bias = conv.lin_l.bias
+    else:
+        put(conv.lin.weight, weights["W"].T)
+        bias = conv.bias
+    if "b" in weights:
+        put(bias, weights["b"])
+
+
+_NORMALISATION = {
+    "gcn": "gcn_norm cached: D_in^-1/2 (A+I) D_in^-1/2 (in-degree on both sides)",
+    "sage": "none (SAGEConv: lin_l(aggr over in-edges) + lin_r(x))",
+}
 
 
 def _adjacency(torch, data: NodeClassificationData, self_loops: bool):
@@ -60,6 +93,8 @@ def _adjacency(torch, data: NodeClassificationData, self_loops: bool):
 
 
 def _features(torch, spec: BenchSpec, data: NodeClassificationData):
+    if spec.sparse_features and spec.model == "sage":
+        return torch.from_numpy(data.dense_features()), "dense float32 (SAGEConv cannot aggregate sparse input)"
     if spec.sparse_features:
         indptr, indices, values = data.csr_features()
         x = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
@@ -70,7 +105,7 @@ def _features(torch, spec: BenchSpec, data: NodeClassificationData):
 
 def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     torch = setup_torch(spec)
-    torch_geometric, GCNConv = _import_pyg()
+    torch_geometric = _import_pyg()
     import warnings
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's "beta"/invariant notices
     device = torch_device(torch, spec)
@@ -78,24 +113,23 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     x, feat_desc = _features(torch, spec, data)
     adj_t, x = adj_t.to(device), x.to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
-    convs = [GCNConv(spec.layers[i], spec.layers[i + 1], cached=True, normalize=True,
-                     add_self_loops=spec.self_loops, bias=spec.bias) for i in range(spec.num_layers)]
+    convs = _convs(spec)
     if spec.init_weights is not None:
         with torch.no_grad():
-            for conv, (w, b) in zip(convs, load_init_weights(spec.init_weights, spec.layers, spec.bias)):
-                conv.lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(w.T)))   # torch stores [out, in]
-                if b is not None:
-                    conv.bias.copy_(torch.from_numpy(b))
+            layers = load_init_weights(spec.init_weights, spec.layers, spec.bias, weight_names(spec.model))
+            for conv, weights in zip(convs, layers):
+                _set_weights(torch, conv, weights, spec.model)
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t))
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
+    default_init = "GCNConv default (glorot)" if spec.model == "gcn" else "SAGEConv default (kaiming uniform)"
     result["config"] = {
-        **MODEL_CONFIG,
+        **model_config(spec),
         "adjacency": adj_desc,
         "features": feat_desc,
-        "normalisation": "gcn_norm cached: D_in^-1/2 (A+I) D_in^-1/2 (in-degree on both sides)",
-        "self_loops": "existing removed, one per node added" if spec.self_loops else "none",
-        "init": "given init_weights" if spec.init_weights else "GCNConv default (glorot), seed 0",
+        "normalisation": _NORMALISATION[spec.model],
+        "self_loops": "existing removed, one per node added" if spec.self_loops else "none added",
+        "init": "given init_weights" if spec.init_weights else f"{default_init}, seed 0",
         "threads": spec.threads,
         "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
         **device_config(torch, device),

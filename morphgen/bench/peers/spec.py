@@ -19,12 +19,20 @@ class SpecError(UserError, ValueError):
     """A malformed benchmark spec; the message names the field."""
 
 
-SUPPORTED_MODELS = ("gcn",)
+SUPPORTED_MODELS = ("gcn", "sage")
+# The neighbourhood reductions each model can be given.
+_AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max")}
+
+
+def weight_names(model: str) -> tuple[str, ...]:
+    """The weight matrices of one layer, as morphgen names them (layer{i}.<name>, [in, out])."""
+    return {"gcn": ("W",), "sage": ("W_neigh", "W_self")}[model]
 
 
 @dataclass(frozen=True)
 class BenchSpec:
-    model: str
+    model: str                       # SUPPORTED_MODELS
+    aggr: str                        # neighbourhood reduction, one of _AGGREGATIONS[model]
     layers: tuple[int, ...]          # widths, input first and class count last: [F, 32, 32, C]
     dropout: float
     lr: float
@@ -48,7 +56,7 @@ class BenchSpec:
 
 
 _DEFAULTS = {
-    "model": "gcn", "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "epochs": 200,
+    "model": "gcn", "aggr": None, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "epochs": 200,
     "warmup": 3, "threads": 1, "bias": True, "self_loops": True, "init_weights": None,
     "sparse_features": False, "device": "cpu",
 }
@@ -98,6 +106,10 @@ def parse_spec(raw: object) -> BenchSpec:
     d = {**_DEFAULTS, **raw}
     if d["model"] not in SUPPORTED_MODELS:
         raise SpecError(f"spec field 'model': {d['model']!r} is not supported (supported: {', '.join(SUPPORTED_MODELS)})")
+    aggr = d["aggr"] if d["aggr"] is not None else _AGGREGATIONS[d["model"]][0]
+    if aggr not in _AGGREGATIONS[d["model"]]:
+        raise SpecError(f"spec field 'aggr': {aggr!r} is not an aggregation of {d['model']} "
+                        f"(one of: {', '.join(_AGGREGATIONS[d['model']])})")
     layers = d["layers"]
     if (not isinstance(layers, list) or len(layers) < 2
             or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in layers)):
@@ -106,7 +118,7 @@ def parse_spec(raw: object) -> BenchSpec:
     if init is not None and not isinstance(init, str):
         raise SpecError(f"spec field 'init_weights': expected a path string or null, got {init!r}")
     spec = BenchSpec(
-        model=d["model"], layers=tuple(layers),
+        model=d["model"], aggr=aggr, layers=tuple(layers),
         dropout=_number(d, "dropout", 0.0, 0.999), lr=_number(d, "lr", 0.0, 10.0),
         weight_decay=_number(d, "weight_decay", 0.0, 10.0),
         epochs=_integer(d, "epochs", 1), warmup=_integer(d, "warmup", 0),

@@ -129,7 +129,8 @@ def train_full_batch(torch, model, forward: Callable[[], "torch.Tensor"], spec: 
 
 
 def build_stack(torch, convs: list, dropout: float, call: Callable):
-    """A GCN stack: conv, ReLU, dropout between layers (not on the input, which may be sparse).
+    """A stack of convolutions: conv, ReLU, dropout between layers (not on the input, which may
+    be sparse).
 
     `call(conv, h)` applies one convolution; the peers differ only in what that needs.
     """
@@ -151,6 +152,15 @@ def build_stack(torch, convs: list, dropout: float, call: Callable):
             return h
 
     return GCNStack()
+
+
+_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE"}
+
+
+def model_config(spec: BenchSpec) -> dict:
+    """MODEL_CONFIG with the model named: what every peer's result says it trained."""
+    name = _MODEL_NAMES[spec.model] + (f" ({spec.aggr})" if spec.model == "sage" else "")
+    return {**MODEL_CONFIG, "model": MODEL_CONFIG["model"].replace("GCN", name, 1)}
 
 
 MODEL_CONFIG = {
