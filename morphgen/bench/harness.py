@@ -2,10 +2,10 @@
 
 The pieces of one `morphgen bench` run:
 
-* `program_shape` reads the .mp program (front end only, no code generation) and extracts what a
-  peer needs to train the same model: layer kind (GCN, SAGE), widths, dropout, bias, activation,
-  optimizer. A program the peers cannot express (another layer, an optimizer other than Adam) is not
-  silently approximated: `PeerModel.unsupported` says why, and the peers are reported as such.
+* `program_shape` (program_shape.py) reads the .mp program and extracts what a peer needs to
+  train the same model: layer kind (GCN, SAGE, GAT), widths, heads, dropout, bias, activation,
+  optimizer. A program the peers cannot express is not silently approximated:
+  `PeerModel.unsupported` says why, and the peers are reported as such.
 * `prepare_dataset` loads the dataset once and writes it as a canonical .npz that *both* morphgen
   and the peers read, so every system trains on byte-identical arrays.
 * `run_morphgen` / `run_peer_capped` start one child process each. Every child runs under the same
@@ -25,186 +25,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import resource
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
-from morphgen.errors import UserError
 
-from .peers.spec import weight_names
+from .peers.spec import attention_names, weight_names
+from .program_shape import BenchError, PeerModel, program_shape, without_dropout  # noqa: F401 (also harness API)
 
 PARITY_TOLERANCE = 1e-4
 CUDA_DEVICE_ENV = "MORPHGEN_CUDA_DEVICE"     # the GPU morphgen's CUDA library opens (train --device)
 GiB = 1 << 30
 KNOWN_PEERS = ("pyg", "dgl")
-
-
-class BenchError(UserError):
-    """Bad input to a benchmark (model, dataset, option); the message names it."""
-
-
-# ----------------------------------------------------------------------------- the program
-@dataclass
-class PeerModel:
-    """What a peer needs to build the same model as a morphgen program."""
-    conv: str                       # "gcn" | "sage" (spec.SUPPORTED_MODELS)
-    aggr: str                       # the neighbourhood reduction: "sum" (gcn), "mean" | "max" (sage)
-    layers: list                    # widths with symbols: ["F", 32, 32, "C"]
-    dropouts: list                  # dropout on the input of each layer (morphgen's semantics)
-    bias: bool
-    optimizer: str
-    lr: float
-    weight_decay: float
-    epochs: int
-    feature_normalization: Optional[str] = None   # gnn.normalizeFeatures kind, applied for the peers
-    unsupported: Optional[str] = None   # why the peers cannot run this program, or None
-    notes: list = field(default_factory=list)   # semantic differences a reader must know
-
-    @property
-    def hidden_dropout(self) -> float:
-        """The dropout between layers (what the peers apply)."""
-        inner = self.dropouts[1:]
-        return float(inner[0]) if inner else 0.0
-
-    def resolved_layers(self, num_features: int, num_classes: int) -> list:
-        table = {"F": num_features, "C": num_classes}
-        out = []
-        for w in self.layers:
-            if isinstance(w, int):
-                out.append(w)
-            elif w in table:
-                out.append(table[w])
-            else:
-                raise BenchError(f"layer width '{w}': only F and C can be bound from the data")
-        return out
-
-
-def _width(dim):
-    return dim if isinstance(dim, int) else str(dim)
-
-
-def _gcn_layer(ops, i, problems, n):
-    """linear, aggregate(sum, gcn norm, self loops) at ops[i]: the index after it, or None."""
-    seq = [op.opcode for op in ops[i:i + 2]]
-    if seq != ["linear", "aggregate"]:
-        problems.append(f"layer {n}: ops {seq} are not a GCN layer (linear, aggregate)")
-        return None
-    agg = ops[i + 1].attrs
-    if agg.get("reduce") != "sum" or agg.get("norm") != "gcn" or not agg.get("self_loops"):
-        problems.append(f"layer {n}: aggregation {agg} is not GCN's normalised sum with self loops")
-    return i + 2
-
-
-def _sage_layer(ops, i, problems, n):
-    """aggregate(mean|max, no norm, no self loops), linear (neighbours), linear (self), add."""
-    seq = [op.opcode for op in ops[i:i + 4]]
-    if seq != ["aggregate", "linear", "linear", "add"]:
-        problems.append(f"layer {n}: ops {seq} are not a SAGE layer (aggregate, linear, linear, add)")
-        return None
-    agg, neigh, self_ = ops[i], ops[i + 1], ops[i + 2]
-    if agg.attrs.get("norm") != "none" or agg.attrs.get("self_loops"):
-        problems.append(f"layer {n}: aggregation {agg.attrs} is not SAGE's plain neighbourhood")
-    if neigh.inputs[0] is not agg.output or self_.inputs[0] is not agg.inputs[0]:
-        problems.append(f"layer {n}: the two products are not W_neigh * aggregate(h) and W_self * h")
-    return i + 4
-
-
-# The layer patterns the peers can rebuild: the first op of a layer (after its dropout) decides.
-_LAYER_KINDS = {"linear": ("gcn", _gcn_layer), "aggregate": ("sage", _sage_layer)}
-
-
-def program_shape(model_path) -> PeerModel:
-    """Walk the forward IR of a program and recognise a GCN or SAGE stack, layer by layer.
-
-    A layer is [dropout] then GCN's `linear aggregate(sum, gcn norm, self loops)` or SAGE's
-    `aggregate(mean|max) linear linear add`, then [bias_add] [relu]; the last layer has no
-    activation and feeds cross_entropy. Every layer must be of the same kind and reduction.
-    """
-    from morphgen.frontend import compile_file
-    path = Path(model_path)
-    if not path.is_file():
-        raise BenchError(f"model: {path}: no such file")
-    program = compile_file(str(path))
-    if program.task == "link":
-        raise BenchError(f"model: {path} predicts links; morphgen bench times node classifiers against "
-                         f"the peers (for link prediction: python -m morphgen.bench.link_prediction)")
-    ops = list(program.forward)
-    layers, dropouts, biases, kinds = [], [], [], []
-    problems = []
-    i = 0
-    features = program.inputs.get("features")
-    if features is not None:
-        layers.append(_width(features.width))
-    while i < len(ops) and ops[i].opcode != "cross_entropy":
-        p = 0.0
-        if ops[i].opcode == "dropout":
-            p = float(ops[i].attrs.get("p", 0.0))
-            i += 1
-        kind, match = _LAYER_KINDS.get(ops[i].opcode if i < len(ops) else "", ("gcn", _gcn_layer))
-        start = i
-        i = match(ops, i, problems, len(dropouts))
-        if i is None:
-            break
-        reduce = next(op.attrs.get("reduce") for op in ops[start:i] if op.opcode == "aggregate")
-        kinds.append((kind, reduce))
-        layers.append(_width(ops[i - 1].output.width))
-        dropouts.append(p)
-        has_bias = i < len(ops) and ops[i].opcode == "bias_add"
-        biases.append(has_bias)
-        i += has_bias
-        if i < len(ops) and ops[i].opcode == "relu":
-            i += 1
-            if i < len(ops) and ops[i].opcode == "cross_entropy":
-                problems.append(f"layer {len(dropouts) - 1}: the last layer has an activation; the peers apply none")
-        elif i < len(ops) and ops[i].opcode != "cross_entropy":
-            problems.append(f"layer {len(dropouts) - 1}: activation '{ops[i].opcode}' (the peers use relu)")
-            break
-    if not dropouts:
-        problems.append("no GCN or SAGE layers found")
-    if len(set(kinds)) > 1:
-        problems.append(f"the layers differ in kind or reduction ({sorted(set(kinds))}); the peers stack one")
-    if dropouts and len(set(biases)) > 1:
-        problems.append("some layers have a bias and some do not")
-    if len(set(dropouts[1:])) > 1:
-        problems.append(f"dropout differs between hidden layers ({dropouts[1:]}); the peers use one rate")
-    opt = program.optimizer
-    if opt.kind != "adam":
-        problems.append(f"optimizer '{opt.kind}' (the peers run torch Adam with L2 weight decay)")
-    notes = []
-    if dropouts and dropouts[0] > 0:
-        notes.append(f"morphgen applies dropout {dropouts[0]} to the input features (as Kipf & Welling); "
-                     "the peers apply dropout only between layers, so morphgen does slightly more work "
-                     "per epoch and the parity check (dropout 0) is unaffected")
-    norm = getattr(program, "feature_normalization", None)
-    if norm is not None:
-        notes.append(f"the program normalises its input features ('{norm}'); the peers receive the features "
-                     "already normalised by morphgen's own function, outside their timed epochs")
-    conv, aggr = kinds[0] if kinds else ("gcn", "sum")
-    return PeerModel(conv=conv, aggr=aggr, layers=layers, dropouts=dropouts, bias=bool(biases and biases[0]),
-                     optimizer=opt.kind,
-                     lr=float(opt.lr), weight_decay=float(opt.weight_decay), epochs=int(program.epochs),
-                     feature_normalization=getattr(program, "feature_normalization", None),
-                     unsupported="; ".join(problems) or None, notes=notes)
-
-
-_DROPOUT_ARG = re.compile(r"(\bdropout\s*=\s*)([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
-
-
-def without_dropout(model_path, out_dir) -> Path:
-    """A copy of the program with every `dropout = p` argument set to 0 (for the parity check only)."""
-    text = Path(model_path).read_text()
-    out = Path(out_dir) / (Path(model_path).stem + "_nodropout.mp")
-    out.write_text(_DROPOUT_ARG.sub(lambda m: m.group(1) + "0.0", text))
-    return out
 
 
 # ----------------------------------------------------------------------------- the data
@@ -435,12 +275,19 @@ def morphgen_device_config(device: str) -> dict:
 def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int, threads: int,
               sparse_features: bool, dropout: Optional[float] = None, init_weights=None,
               device: str = "cpu") -> dict:
+    """The peers' spec for `shape` on `data`; `dropout` overrides every dropout rate (the parity
+    check's 0, attention dropout included)."""
     spec = {"model": shape.conv, "aggr": shape.aggr,
             "layers": shape.resolved_layers(data.num_features, data.num_classes),
             "dropout": shape.hidden_dropout if dropout is None else dropout, "lr": shape.lr,
             "weight_decay": shape.weight_decay, "epochs": epochs, "warmup": min(warmup, epochs - 1),
-            "threads": threads, "bias": shape.bias, "self_loops": shape.conv == "gcn",
+            "threads": threads, "bias": shape.bias, "self_loops": shape.self_loops,
             "sparse_features": bool(sparse_features)}
+    if shape.activation != "relu":
+        spec["activation"] = shape.activation
+    if shape.conv == "gat":
+        spec.update(heads=list(shape.heads), negative_slope=shape.negative_slope,
+                    attention_dropout=shape.attention_dropout if dropout is None else dropout)
     if init_weights is not None:
         spec["init_weights"] = str(init_weights)
     if device != "cpu":                   # a CPU spec stays exactly what it was
@@ -518,8 +365,9 @@ def _cuda_device_env(device: Optional[int]):
 
 
 def write_init_weights(params: dict, dims: Sequence[int], bias: bool, model: str, path) -> Path:
-    """Reshape morphgen's flat parameters into the peers' layer{i}.<weight> [in, out] and
-    layer{i}.b [out] (spec.weight_names says which weights a model has)."""
+    """Reshape morphgen's flat parameters into the peers' layer{i}.<weight> [in, out] and the
+    vectors layer{i}.<attention> and layer{i}.b [out] (spec.weight_names and attention_names say
+    which a model has)."""
     arrays = {}
     for i in range(len(dims) - 1):
         for name in weight_names(model):
@@ -530,11 +378,12 @@ def write_init_weights(params: dict, dims: Sequence[int], bias: bool, model: str
             if w.size != dims[i] * dims[i + 1]:
                 raise BenchError(f"parity: '{key}' has {w.size} values, expected {dims[i]}x{dims[i + 1]}")
             arrays[key] = w.reshape(dims[i], dims[i + 1])
-        if bias:
-            b = params.get(f"layer{i}.b")
-            if b is None or b.size != dims[i + 1]:
-                raise BenchError(f"parity: 'layer{i}.b' missing or not of size {dims[i + 1]}")
-            arrays[f"layer{i}.b"] = b.reshape(dims[i + 1])
+        for name in attention_names(model) + (("b",) if bias else ()):
+            key = f"layer{i}.{name}"
+            v = params.get(key)
+            if v is None or v.size != dims[i + 1]:
+                raise BenchError(f"parity: '{key}' missing or not of size {dims[i + 1]}")
+            arrays[key] = v.reshape(dims[i + 1])
     np.savez(path, **arrays)
     return Path(path)
 

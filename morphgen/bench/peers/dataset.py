@@ -127,10 +127,11 @@ def load_node_classification(path: str | Path) -> NodeClassificationData:
         )
 
 
-def load_init_weights(path: str | Path, layers: tuple[int, ...], bias: bool,
-                      names: tuple[str, ...] = ("W",)) -> list[dict[str, np.ndarray]]:
-    """Per layer, the weights layer{i}.<name> [in, out] for each of `names` (spec.weight_names)
-    and, when bias, layer{i}.b [out] under "b", shapes checked."""
+def load_init_weights(path: str | Path, layers: tuple[int, ...], bias: bool, names: tuple[str, ...] = ("W",),
+                      vectors: tuple[str, ...] = ()) -> list[dict[str, np.ndarray]]:
+    """Per layer, the weights layer{i}.<name> [in, out] for each of `names` (spec.weight_names),
+    the vectors layer{i}.<name> [out] of `vectors` (spec.attention_names) and, when bias,
+    layer{i}.b [out], keyed by name, shapes checked."""
     path = Path(path)
     try:
         z = np.load(path, allow_pickle=False)
@@ -140,8 +141,8 @@ def load_init_weights(path: str | Path, layers: tuple[int, ...], bias: bool,
     with z:
         for i in range(len(layers) - 1):
             wanted = {f"layer{i}.{n}": (layers[i], layers[i + 1]) for n in names}
-            if bias:
-                wanted[f"layer{i}.b"] = (layers[i + 1],)
+            for n in vectors + (("b",) if bias else ()):
+                wanted[f"layer{i}.{n}"] = (layers[i + 1],)
             arrays = {}
             for key, shape in wanted.items():
                 a = _key(z, key, path).astype(np.float32)

@@ -11,6 +11,8 @@ Configuration and DGL conventions (see DEVELOPERS.md, "Benchmark peers"):
   on a symmetric graph the two agree.
 - SAGE: SAGEConv(aggregator_type 'mean'): fc_neigh without bias, fc_self with it; DGL projects before aggregating when the layer narrows. DGL has no max aggregator
   ('pool' applies a linear layer and ReLU before the max), so SAGE-max is refused, not approximated.
+- GAT: GATConv(out / heads, heads) on the graph with one loop per node, its [N, heads, out]
+  output flattened (concatenated heads); attention dropout and slope from the spec.
 - features: always dense. GraphConv rejects sparse input features, so spec.sparse_features is
   recorded in the config as not honoured rather than silently ignored.
 - device: with spec.device "cuda:N" the graph (after its self loops are fixed), features and model
@@ -31,7 +33,7 @@ from morphgen.errors import UserError
 
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
-from .spec import BenchSpec, weight_names
+from .spec import BenchSpec, attention_names, weight_names
 from .torch_loop import build_stack, device_config, model_config, setup_torch, torch_device, train_full_batch
 
 _GRAPHBOLT = "dgl.graphbolt"
@@ -72,8 +74,12 @@ def build_graph(dgl, torch, data: NodeClassificationData, self_loops: bool, devi
 
 
 def _convs(spec: BenchSpec) -> list:
-    from dgl.nn.pytorch import GraphConv, SAGEConv
+    from dgl.nn.pytorch import GATConv, GraphConv, SAGEConv
     dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    if spec.model == "gat":
+        return [GATConv(i, o // h, h, attn_drop=spec.attention_dropout, negative_slope=spec.negative_slope,
+                        allow_zero_in_degree=not spec.self_loops, bias=spec.bias)
+                for (i, o), h in zip(dims, spec.heads)]
     if spec.model == "sage":
         if spec.aggr != "mean":
             raise UserError(f"DGL's SAGEConv has no '{spec.aggr}' aggregator (its 'pool' applies a linear "
@@ -86,8 +92,13 @@ def _convs(spec: BenchSpec) -> list:
 def _set_weights(torch, conv, weights: dict, model: str) -> None:
     """morphgen's [in, out] matrices into a convolution (GraphConv stores [in, out], Linear [out, in])."""
     def put(param, a):
-        param.copy_(torch.from_numpy(np.ascontiguousarray(a)))
-    if model == "sage":
+        param.copy_(torch.from_numpy(np.ascontiguousarray(a)).reshape(param.shape))
+    if model == "gat":                      # attn_l is the source side, attn_r the destination
+        put(conv.fc.weight, weights["W"].T)
+        put(conv.attn_l, weights["a_src"])
+        put(conv.attn_r, weights["a_dst"])
+        bias = conv.bias
+    elif model == "sage":
         put(conv.fc_neigh.weight, weights["W_neigh"].T)
         put(conv.fc_self.weight, weights["W_self"].T)
         bias = conv.fc_self.bias            # SAGEConv's one bias, except for its 'gcn' aggregator
@@ -101,6 +112,7 @@ def _set_weights(torch, conv, weights: dict, model: str) -> None:
 _NORMALISATION = {
     "gcn": "GraphConv norm='both': outdeg(src)^-1/2 * indeg(dst)^-1/2, degrees clamped at 1",
     "sage": "none (SAGEConv: fc_self(h) + fc_neigh(mean over in-edges))",
+    "gat": "edge softmax of leaky_relu(attn_l . Wh[src] + attn_r . Wh[dst]) over in-edges",
 }
 
 
@@ -115,13 +127,15 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     convs = _convs(spec)
     if spec.init_weights is not None:
         with torch.no_grad():
-            layers = load_init_weights(spec.init_weights, spec.layers, spec.bias, weight_names(spec.model))
+            layers = load_init_weights(spec.init_weights, spec.layers, spec.bias, weight_names(spec.model),
+                                       attention_names(spec.model))
             for conv, weights in zip(convs, layers):
                 _set_weights(torch, conv, weights, spec.model)
-    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(g, h))
+    call = (lambda conv, h: conv(g, h).flatten(1)) if spec.model == "gat" else (lambda conv, h: conv(g, h))
+    model = build_stack(torch, convs, spec.dropout, call, spec.activation)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
-    conv_name = "GraphConv" if spec.model == "gcn" else "SAGEConv"
+    conv_name = {"gcn": "GraphConv", "sage": "SAGEConv", "gat": "GATConv"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": "DGLGraph (formats coo/csr/csc created before training)",

@@ -12,6 +12,9 @@ Configuration (the fastest PyG offers on this machine without its optional compi
   (on a torch sparse adjacency gcn_norm computes A + I, which would double an existing loop).
 - SAGE: SAGEConv(aggr = spec.aggr): lin_l (neighbours, with the bias) after the mean or max over
   in-edges, lin_r (the node itself, no bias); no self loops are added and none are removed.
+- GAT: GATConv(out / heads, heads, concat) on edge_index with the self loops already in it (the
+  file's removed, one per node added, once before training: add_self_loops=False); attention
+  dropout and slope from the spec.
 - features: a torch sparse CSR tensor when spec.sparse_features and the file stores CSR features
   (GCNConv's linear layer multiplies it with sparse @ dense), otherwise dense float32. SAGEConv
   aggregates its raw input first, which torch cannot do with sparse features: dense for SAGE.
@@ -28,7 +31,7 @@ from morphgen.bench.memory import start_training_peak
 
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
-from .spec import BenchSpec, weight_names
+from .spec import BenchSpec, attention_names, weight_names
 from .torch_loop import build_stack, device_config, model_config, setup_torch, torch_device, train_full_batch
 
 
@@ -42,8 +45,12 @@ def _import_pyg():
 
 
 def _convs(spec: BenchSpec) -> list:
-    from torch_geometric.nn import GCNConv, SAGEConv
+    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
     dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    if spec.model == "gat":
+        return [GATConv(i, o // h, heads=h, concat=True, negative_slope=spec.negative_slope,
+                        dropout=spec.attention_dropout, add_self_loops=False, bias=spec.bias)
+                for (i, o), h in zip(dims, spec.heads)]
     if spec.model == "sage":
         return [SAGEConv(i, o, aggr=spec.aggr, bias=spec.bias) for i, o in dims]
     return [GCNConv(i, o, cached=True, normalize=True, add_self_loops=spec.self_loops, bias=spec.bias)
@@ -53,8 +60,13 @@ def _convs(spec: BenchSpec) -> list:
 def _set_weights(torch, conv, weights: dict, model: str) -> None:
     """morphgen's [in, out] matrices into a convolution (torch's Linear stores [out, in])."""
     def put(param, a):
-        param.copy_(torch.from_numpy(np.ascontiguousarray(a)))
-    if model == "sage":
+        param.copy_(torch.from_numpy(np.ascontiguousarray(a)).reshape(param.shape))
+    if model == "gat":                      # attention [heads * out] -> [1, heads, out], heads outermost
+        put(conv.lin.weight, weights["W"].T)
+        put(conv.att_src, weights["a_src"])
+        put(conv.att_dst, weights["a_dst"])
+        bias = conv.bias
+    elif model == "sage":
         put(conv.lin_l.weight, weights["W_neigh"].T)
         put(conv.lin_r.weight, weights["W_self"].T)
         bias = conv.lin_l.bias
@@ -68,7 +80,18 @@ def _set_weights(torch, conv, weights: dict, model: str) -> None:
 _NORMALISATION = {
     "gcn": "gcn_norm cached: D_in^-1/2 (A+I) D_in^-1/2 (in-degree on both sides)",
     "sage": "none (SAGEConv: lin_l(aggr over in-edges) + lin_r(x))",
+    "gat": "softmax of leaky_relu(a_src . Wh[src] + a_dst . Wh[dst]) over each node's in-edges",
 }
+
+
+def _edge_index(torch, data: NodeClassificationData, self_loops: bool):
+    """edge_index [2, E] (source row first); with self_loops, exactly one loop per node."""
+    src, dst = data.src, data.dst
+    if self_loops:
+        keep = src != dst
+        loops = np.arange(data.num_nodes, dtype=np.int64)
+        src, dst = np.concatenate([src[keep], loops]), np.concatenate([dst[keep], loops])
+    return torch.from_numpy(np.stack([src, dst])), "edge_index [2, E] (GATConv's message passing)"
 
 
 def _adjacency(torch, data: NodeClassificationData, self_loops: bool):
@@ -109,20 +132,25 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     import warnings
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's "beta"/invariant notices
     device = torch_device(torch, spec)
-    adj_t, adj_desc = _adjacency(torch, data, spec.self_loops)
+    if spec.model == "gat":
+        adj_t, adj_desc = _edge_index(torch, data, spec.self_loops)
+    else:
+        adj_t, adj_desc = _adjacency(torch, data, spec.self_loops)
     x, feat_desc = _features(torch, spec, data)
     adj_t, x = adj_t.to(device), x.to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
     convs = _convs(spec)
     if spec.init_weights is not None:
         with torch.no_grad():
-            layers = load_init_weights(spec.init_weights, spec.layers, spec.bias, weight_names(spec.model))
+            layers = load_init_weights(spec.init_weights, spec.layers, spec.bias, weight_names(spec.model),
+                                       attention_names(spec.model))
             for conv, weights in zip(convs, layers):
                 _set_weights(torch, conv, weights, spec.model)
-    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t))
+    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t), spec.activation)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
-    default_init = "GCNConv default (glorot)" if spec.model == "gcn" else "SAGEConv default (kaiming uniform)"
+    default_init = {"gcn": "GCNConv default (glorot)", "sage": "SAGEConv default (kaiming uniform)",
+                    "gat": "GATConv default (glorot)"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": adj_desc,

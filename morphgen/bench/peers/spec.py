@@ -19,14 +19,20 @@ class SpecError(UserError, ValueError):
     """A malformed benchmark spec; the message names the field."""
 
 
-SUPPORTED_MODELS = ("gcn", "sage")
+SUPPORTED_MODELS = ("gcn", "sage", "gat")
 # The neighbourhood reductions each model can be given.
-_AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max")}
+_AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",)}
+ACTIVATIONS = ("relu", "elu")
 
 
 def weight_names(model: str) -> tuple[str, ...]:
     """The weight matrices of one layer, as morphgen names them (layer{i}.<name>, [in, out])."""
-    return {"gcn": ("W",), "sage": ("W_neigh", "W_self")}[model]
+    return {"gcn": ("W",), "sage": ("W_neigh", "W_self"), "gat": ("W",)}[model]
+
+
+def attention_names(model: str) -> tuple[str, ...]:
+    """Attention vectors of one layer, layer{i}.<name> [heads * out] (source, then destination)."""
+    return ("a_src", "a_dst") if model == "gat" else ()
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,10 @@ class BenchSpec:
     init_weights: Optional[str]      # npz with layer{i}.W [in, out] and layer{i}.b [out]
     sparse_features: bool
     device: str = "cpu"              # torch device the peer trains on: "cpu" or "cuda:N"
+    activation: str = "relu"         # between layers: ACTIVATIONS
+    heads: tuple[int, ...] = ()      # gat: attention heads per layer (layers[i+1] counts all of them)
+    attention_dropout: float = 0.0   # gat: dropout on the attention coefficients
+    negative_slope: float = 0.2      # gat: leaky_relu slope of the attention scores
 
     @property
     def num_layers(self) -> int:
@@ -58,7 +68,8 @@ class BenchSpec:
 _DEFAULTS = {
     "model": "gcn", "aggr": None, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "epochs": 200,
     "warmup": 3, "threads": 1, "bias": True, "self_loops": True, "init_weights": None,
-    "sparse_features": False, "device": "cpu",
+    "sparse_features": False, "device": "cpu", "activation": "relu", "heads": None,
+    "attention_dropout": 0.0, "negative_slope": 0.2,
 }
 # "cuda" alone is accepted and means GPU 0; the index is always written out after parsing, so a
 # result names the GPU it ran on.
@@ -94,6 +105,18 @@ def _device(d: dict) -> str:
     return "cpu" if v == "cpu" else f"cuda:{int(m.group(1) or 0)}"
 
 
+def _heads(d: dict, layers: list) -> tuple[int, ...]:
+    """Heads per layer (default one each); every layer's width must split evenly across them."""
+    heads = d["heads"] if d["heads"] is not None else [1] * (len(layers) - 1)
+    if (not isinstance(heads, list) or len(heads) != len(layers) - 1
+            or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in heads)):
+        raise SpecError(f"spec field 'heads': expected {len(layers) - 1} positive integers (one per layer), got {heads!r}")
+    for i, h in enumerate(heads):
+        if layers[i + 1] % h:
+            raise SpecError(f"spec field 'heads': layer {i} has width {layers[i + 1]}, not a multiple of {h} heads")
+    return tuple(heads)
+
+
 def parse_spec(raw: object) -> BenchSpec:
     """Validate a decoded JSON spec; missing optional fields take the defaults above."""
     if not isinstance(raw, dict):
@@ -124,7 +147,14 @@ def parse_spec(raw: object) -> BenchSpec:
         epochs=_integer(d, "epochs", 1), warmup=_integer(d, "warmup", 0),
         threads=_integer(d, "threads", 1), bias=_flag(d, "bias"), self_loops=_flag(d, "self_loops"),
         init_weights=init, sparse_features=_flag(d, "sparse_features"), device=_device(d),
+        activation=d["activation"], heads=_heads(d, layers),
+        attention_dropout=_number(d, "attention_dropout", 0.0, 0.999),
+        negative_slope=_number(d, "negative_slope", 0.0, 10.0),
     )
+    if spec.activation not in ACTIVATIONS:
+        raise SpecError(f"spec field 'activation': expected one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}")
+    if spec.model != "gat" and d["heads"] is not None:
+        raise SpecError(f"spec field 'heads': only a gat model has attention heads, not {spec.model}")
     if spec.warmup >= spec.epochs:
         raise SpecError(f"spec field 'warmup': {spec.warmup} leaves no timed epoch out of epochs={spec.epochs}")
     return spec

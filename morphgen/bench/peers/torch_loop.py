@@ -128,13 +128,15 @@ def train_full_batch(torch, model, forward: Callable[[], "torch.Tensor"], spec: 
     return result
 
 
-def build_stack(torch, convs: list, dropout: float, call: Callable):
+def build_stack(torch, convs: list, dropout: float, call: Callable, activation: str = "relu"):
     """A stack of convolutions: conv, ReLU, dropout between layers (not on the input, which may
     be sparse).
 
     `call(conv, h)` applies one convolution; the peers differ only in what that needs.
+    `activation` (spec.ACTIVATIONS) runs between layers.
     """
     import torch.nn.functional as F
+    act = {"relu": F.relu, "elu": F.elu}[activation]
 
     class GCNStack(torch.nn.Module):
         def __init__(self):
@@ -148,19 +150,25 @@ def build_stack(torch, convs: list, dropout: float, call: Callable):
                     h = F.dropout(h, p=dropout, training=self.training)
                 h = call(conv, h)
                 if i < len(self.convs) - 1:
-                    h = F.relu(h)
+                    h = act(h)
             return h
 
     return GCNStack()
 
 
-_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE"}
+_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT"}
 
 
 def model_config(spec: BenchSpec) -> dict:
-    """MODEL_CONFIG with the model named: what every peer's result says it trained."""
-    name = _MODEL_NAMES[spec.model] + (f" ({spec.aggr})" if spec.model == "sage" else "")
-    return {**MODEL_CONFIG, "model": MODEL_CONFIG["model"].replace("GCN", name, 1)}
+    """MODEL_CONFIG with the model and its activation named: what every peer's result says it trained."""
+    name = _MODEL_NAMES[spec.model]
+    if spec.model == "sage":
+        name += f" ({spec.aggr})"
+    if spec.model == "gat":
+        name += (f" (heads {list(spec.heads)}, attention dropout {spec.attention_dropout}, "
+                 f"slope {spec.negative_slope})")
+    described = MODEL_CONFIG["model"].replace("GCN", name, 1).replace("ReLU", spec.activation, 1)
+    return {**MODEL_CONFIG, "model": described}
 
 
 MODEL_CONFIG = {

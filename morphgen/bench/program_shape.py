@@ -1,0 +1,240 @@
+"""What a peer needs to train the same model as a morphgen program, read from its forward IR.
+
+`program_shape` walks the front end's forward ops (no code generation) layer by layer and
+recognises the stacks PyG and DGL can rebuild with one library convolution per layer:
+
+    GCN   linear, aggregate(sum, gcn norm, self loops)
+    SAGE  aggregate(mean | max), linear (neighbours), linear (the node itself), add
+    GAT   linear, dot (source), dot (destination), gather, gather, add, leaky_relu, edge_softmax,
+          [dropout (attention)], gather (source), head_mul | mul, scatter(sum)
+
+each after an optional dropout on the layer's input and followed by [bias_add] [relu | elu]; the
+last layer has no activation and feeds cross_entropy. Anything else is not approximated:
+`PeerModel.unsupported` says why, and the peers are reported as such.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from morphgen.errors import UserError
+
+
+class BenchError(UserError):
+    """Bad input to a benchmark (model, dataset, option); the message names it."""
+
+
+@dataclass
+class PeerModel:
+    """What a peer needs to build the same model as a morphgen program."""
+    conv: str                       # "gcn" | "sage" | "gat" (spec.SUPPORTED_MODELS)
+    aggr: str                       # the neighbourhood reduction: "sum" (gcn, gat), "mean" | "max" (sage)
+    layers: list                    # widths with symbols: ["F", 32, 32, "C"] (all heads together)
+    dropouts: list                  # dropout on the input of each layer (morphgen's semantics)
+    bias: bool
+    optimizer: str
+    lr: float
+    weight_decay: float
+    epochs: int
+    activation: str = "relu"        # between layers
+    heads: list = field(default_factory=list)   # attention heads per layer (gat)
+    attention_dropout: float = 0.0  # dropout on the attention coefficients (gat)
+    negative_slope: float = 0.2     # leaky_relu of the attention scores (gat)
+    self_loops: bool = True         # a loop at every node: GCN's A + I, gnn.addSelfLoops for GAT
+    feature_normalization: Optional[str] = None   # gnn.normalizeFeatures kind, applied for the peers
+    unsupported: Optional[str] = None   # why the peers cannot run this program, or None
+    notes: list = field(default_factory=list)   # semantic differences a reader must know
+
+    @property
+    def hidden_dropout(self) -> float:
+        """The dropout between layers (what the peers apply)."""
+        inner = self.dropouts[1:]
+        return float(inner[0]) if inner else 0.0
+
+    def resolved_layers(self, num_features: int, num_classes: int) -> list:
+        table = {"F": num_features, "C": num_classes}
+        out = []
+        for w in self.layers:
+            if isinstance(w, int):
+                out.append(w)
+            elif w in table:
+                out.append(table[w])
+            else:
+                raise BenchError(f"layer width '{w}': only F and C can be bound from the data")
+        return out
+
+
+@dataclass
+class _Layer:
+    end: int                        # index of the first op after the layer
+    kind: str
+    aggr: str
+    heads: int = 1
+    attention_dropout: float = 0.0
+    negative_slope: float = 0.2
+
+
+def _width(dim):
+    return dim if isinstance(dim, int) else str(dim)
+
+
+def _opcodes(ops, i, n):
+    return [op.opcode for op in ops[i:i + n]]
+
+
+def _gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
+    if _opcodes(ops, i, 2) != ["linear", "aggregate"]:
+        problems.append(f"layer {n}: ops {_opcodes(ops, i, 2)} are not a GCN layer (linear, aggregate)")
+        return None
+    agg = ops[i + 1].attrs
+    if agg.get("reduce") != "sum" or agg.get("norm") != "gcn" or not agg.get("self_loops"):
+        problems.append(f"layer {n}: aggregation {agg} is not GCN's normalised sum with self loops")
+    return _Layer(i + 2, "gcn", "sum")
+
+
+def _sage_layer(ops, i, problems, n) -> Optional[_Layer]:
+    seq = _opcodes(ops, i, 4)
+    if seq != ["aggregate", "linear", "linear", "add"]:
+        problems.append(f"layer {n}: ops {seq} are not a SAGE layer (aggregate, linear, linear, add)")
+        return None
+    agg, neigh, self_ = ops[i], ops[i + 1], ops[i + 2]
+    if agg.attrs.get("norm") != "none" or agg.attrs.get("self_loops"):
+        problems.append(f"layer {n}: aggregation {agg.attrs} is not SAGE's plain neighbourhood")
+    if neigh.inputs[0] is not agg.output or self_.inputs[0] is not agg.inputs[0]:
+        problems.append(f"layer {n}: the two products are not W_neigh * aggregate(h) and W_self * h")
+    return _Layer(i + 4, "sage", str(agg.attrs.get("reduce")))
+
+
+_GAT_SCORES = ["linear", "dot", "dot", "gather", "gather", "add", "leaky_relu", "edge_softmax"]
+
+
+def _gat_layer(ops, i, problems, n) -> Optional[_Layer]:
+    if _opcodes(ops, i, len(_GAT_SCORES)) != _GAT_SCORES:
+        problems.append(f"layer {n}: ops {_opcodes(ops, i, len(_GAT_SCORES))} are not a GAT layer")
+        return None
+    lin, dot_a, dot_b, gather_a, gather_b = ops[i:i + 5]
+    heads = int(dot_a.attrs.get("heads", 1))
+    by_end = {gather_a.attrs.get("end"): gather_a.inputs[0], gather_b.attrs.get("end"): gather_b.inputs[0]}
+    if set(by_end) != {"src", "dst"} or {id(by_end["src"]), id(by_end["dst"])} != {id(dot_a.output), id(dot_b.output)}:
+        problems.append(f"layer {n}: the attention scores are not a_src . Wh[src] + a_dst . Wh[dst]")
+    slope = float(ops[i + 6].attrs.get("alpha", 0.2))
+    j, p_att = i + len(_GAT_SCORES), 0.0
+    if j < len(ops) and ops[j].opcode == "dropout":
+        p_att = float(ops[j].attrs.get("p", 0.0))
+        j += 1
+    tail = _opcodes(ops, j, 3)
+    if tail not in (["gather", "head_mul", "scatter"], ["gather", "mul", "scatter"]):
+        problems.append(f"layer {n}: ops {tail} do not weight the messages by the attention")
+        return None
+    if ops[j].inputs[0] is not lin.output or ops[j + 2].attrs.get("reduce") != "sum":
+        problems.append(f"layer {n}: the messages are not the attention-weighted sum of W h[src]")
+    return _Layer(j + 3, "gat", "sum", heads, p_att, slope)
+
+
+def _match_layer(ops, i, problems, n) -> Optional[_Layer]:
+    """The layer at ops[i]: its first op (and the second, for GCN against GAT) decides."""
+    if i < len(ops) and ops[i].opcode == "aggregate":
+        return _sage_layer(ops, i, problems, n)
+    if i + 1 < len(ops) and ops[i + 1].opcode == "dot":
+        return _gat_layer(ops, i, problems, n)
+    return _gcn_layer(ops, i, problems, n)
+
+
+_ACTIVATIONS = ("relu", "elu")
+
+
+def program_shape(model_path) -> PeerModel:
+    """Read the .mp program at `model_path` and describe it for the peers (see the module doc)."""
+    from morphgen.frontend import compile_file
+    path = Path(model_path)
+    if not path.is_file():
+        raise BenchError(f"model: {path}: no such file")
+    program = compile_file(str(path))
+    if program.task == "link":
+        raise BenchError(f"model: {path} predicts links; morphgen bench times node classifiers against "
+                         f"the peers (for link prediction: python -m morphgen.bench.link_prediction)")
+    ops = list(program.forward)
+    layers, dropouts, biases, found, activations = [], [], [], [], []
+    problems = []
+    i = 0
+    features = program.inputs.get("features")
+    if features is not None:
+        layers.append(_width(features.width))
+    while i < len(ops) and ops[i].opcode != "cross_entropy":
+        p = 0.0
+        if ops[i].opcode == "dropout":
+            p = float(ops[i].attrs.get("p", 0.0))
+            i += 1
+        layer = _match_layer(ops, i, problems, len(dropouts))
+        if layer is None:
+            break
+        i = layer.end
+        found.append(layer)
+        layers.append(_width(ops[i - 1].output.width))
+        dropouts.append(p)
+        has_bias = i < len(ops) and ops[i].opcode == "bias_add"
+        biases.append(has_bias)
+        i += has_bias
+        n = len(dropouts) - 1
+        if i < len(ops) and ops[i].opcode in _ACTIVATIONS:
+            if ops[i].opcode == "elu" and float(ops[i].attrs.get("alpha", 1.0)) != 1.0:
+                problems.append(f"layer {n}: elu with alpha {ops[i].attrs['alpha']} (the peers use 1)")
+            activations.append(ops[i].opcode)
+            i += 1
+            if i < len(ops) and ops[i].opcode == "cross_entropy":
+                problems.append(f"layer {n}: the last layer has an activation; the peers apply none")
+        elif i < len(ops) and ops[i].opcode != "cross_entropy":
+            problems.append(f"layer {n}: activation '{ops[i].opcode}' (the peers use relu or elu)")
+            break
+    if not found:
+        problems.append("no GCN, SAGE or GAT layers found")
+    kinds = sorted({(layer.kind, layer.aggr) for layer in found})
+    if len(kinds) > 1:
+        problems.append(f"the layers differ in kind or reduction ({kinds}); the peers stack one")
+    if len(set(activations)) > 1:
+        problems.append(f"the activations differ between layers ({activations}); the peers use one")
+    if len({(layer.attention_dropout, layer.negative_slope) for layer in found}) > 1:
+        problems.append("the attention dropout or slope differs between layers; the peers use one")
+    if dropouts and len(set(biases)) > 1:
+        problems.append("some layers have a bias and some do not")
+    if len(set(dropouts[1:])) > 1:
+        problems.append(f"dropout differs between hidden layers ({dropouts[1:]}); the peers use one rate")
+    conv, aggr = (found[0].kind, found[0].aggr) if found else ("gcn", "sum")
+    if conv == "gat" and not program.self_loops:
+        problems.append("a GAT without gnn.addSelfLoops (the peers' GATConv attends to the node itself)")
+    opt = program.optimizer
+    if opt.kind != "adam":
+        problems.append(f"optimizer '{opt.kind}' (the peers run torch Adam with L2 weight decay)")
+    notes = []
+    if dropouts and dropouts[0] > 0:
+        notes.append(f"morphgen applies dropout {dropouts[0]} to the input features (as Kipf & Welling); "
+                     "the peers apply dropout only between layers, so morphgen does slightly more work "
+                     "per epoch and the parity check (dropout 0) is unaffected")
+    norm = program.feature_normalization
+    if norm is not None:
+        notes.append(f"the program normalises its input features ('{norm}'); the peers receive the features "
+                     "already normalised by morphgen's own function, outside their timed epochs")
+    if program.early_stopping is not None:
+        notes.append("the program stops early on validation accuracy; every system is timed per epoch")
+    return PeerModel(
+        conv=conv, aggr=aggr, layers=layers, dropouts=dropouts, bias=bool(biases and biases[0]),
+        optimizer=opt.kind, lr=float(opt.lr), weight_decay=float(opt.weight_decay), epochs=int(program.epochs),
+        activation=activations[0] if activations else "relu", heads=[layer.heads for layer in found],
+        attention_dropout=found[0].attention_dropout if found else 0.0,
+        negative_slope=found[0].negative_slope if found else 0.2,
+        self_loops=conv == "gcn" or (conv == "gat" and program.self_loops),
+        feature_normalization=norm, unsupported="; ".join(problems) or None, notes=notes)
+
+
+# `dropout = p` and `attention_dropout = p` arguments (the lookbehind keeps other names out).
+_DROPOUT_ARG = re.compile(r"((?<![A-Za-z0-9_])(?:attention_)?dropout\s*=\s*)([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+
+
+def without_dropout(model_path, out_dir) -> Path:
+    """A copy of the program with every dropout argument set to 0 (for the parity check only)."""
+    text = Path(model_path).read_text()
+    out = Path(out_dir) / (Path(model_path).stem + "_nodropout.mp")
+    out.write_text(_DROPOUT_ARG.sub(lambda m: m.group(1) + "0.0", text))
+    return out
