@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -31,8 +32,15 @@ END_MARK = "<!-- bench-suite:end -->"
 GPU_MARKS = ("<!-- bench-suite-cuda:begin -->", "<!-- bench-suite-cuda:end -->")
 
 
-def marks(backend: str) -> tuple:
-    return GPU_MARKS if backend == "cuda" else (BEGIN_MARK, END_MARK)
+MODELS_MARKS = ("<!-- bench-suite-models:begin -->", "<!-- bench-suite-models:end -->")
+
+
+def marks(backend: str, several_models: bool = False) -> tuple:
+    """The docs section a suite run refreshes: the GPU suite, the model x graph table (several
+    --model programs, CPU), or the CPU suite."""
+    if backend == "cuda":
+        return GPU_MARKS
+    return MODELS_MARKS if several_models else (BEGIN_MARK, END_MARK)
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,8 @@ SUITE = (
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench-suite", help="the benchmark suite (CPU, or --backend cuda); refreshes docs/benchmarks.md",
                               description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="examples/gcn3.mp", help="program (default examples/gcn3.mp)")
+    p.add_argument("--model", default="examples/gcn3.mp",
+                   help="program, or comma-separated programs for a model x graph table (default examples/gcn3.mp)")
     p.add_argument("--data-dir", default="../shared/datasets", help="where cora/citeseer are (default ../shared/datasets)")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
     p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to refresh (default docs/benchmarks.md)")
@@ -95,21 +104,46 @@ def select(only: Optional[str]) -> list:
     return [known[n] for n in names]
 
 
-def bench_args(args, graph: SuiteGraph, out: Path) -> argparse.Namespace:
+def models(args) -> list:
+    """The --model programs, each checked to exist."""
+    paths = [m.strip() for m in args.model.split(",") if m.strip()]
+    if not paths:
+        raise harness.BenchError("--model: no program given")
+    for m in paths:
+        if not Path(m).is_file():
+            raise harness.BenchError(f"--model: {m}: no such file")
+    return paths
+
+
+def bench_args(args, graph: SuiteGraph, out: Path, model: str) -> argparse.Namespace:
     return argparse.Namespace(
-        model=args.model, dataset=graph.dataset, data_dir=args.data_dir, peers=args.peers, epochs=args.epochs,
+        model=model, dataset=graph.dataset, data_dir=args.data_dir, peers=args.peers, epochs=args.epochs,
         warmup=args.warmup, out=str(out), parity=not args.no_parity, peer_features="auto", no_profile=False,
         sparsity_threshold=args.sparsity_threshold, sweep=None, threads=args.threads, seed=args.seed,
         memory_cap_gib=args.memory_cap_gib, timeout=args.timeout, quick_machine=args.quick_machine,
         backend=args.backend, device=args.device)
 
 
-def run_graph(args, graph: SuiteGraph, out: Path) -> dict:
-    """One suite row: the bench report, or an entry with the error that stopped it."""
+def run_graph(args, graph: SuiteGraph, out: Path, model: str) -> dict:
+    """One suite row: the bench report, or an entry with the error that stopped it; "suite_model"
+    names the program."""
     try:
-        return bench_cli.run_single(bench_args(args, graph, out))
+        r = bench_cli.run_single(bench_args(args, graph, out, model))
     except UserError as exc:          # e.g. cora not found: the rest of the suite still runs
-        return {"error": str(exc)}
+        r = {"error": str(exc)}
+    r["suite_model"] = Path(model).stem
+    return r
+
+
+def geometric_mean_ratios(rows: list, peers: tuple) -> dict:
+    """Per peer, the geometric mean of peer/morphgen time over the cells both ran, and their count."""
+    out = {}
+    for p in peers:
+        ratios = [s["time_ratio_vs_morphgen"] for _, r in rows for s in [_system(r, p)]
+                  if s and not s.get("error") and s.get("time_ratio_vs_morphgen")]
+        if ratios:
+            out[p] = (math.exp(sum(math.log(x) for x in ratios) / len(ratios)), len(ratios))
+    return out
 
 
 def _system(report: dict, name: str) -> Optional[dict]:
@@ -132,7 +166,7 @@ def _cell_mib(s, key: str = "peak_rss_bytes") -> str:
 
 def suite_table(rows: list, peers: tuple, device: bool = False) -> list:
     """device: also the peak device memory of every system (GPU runs)."""
-    head = ["graph", "stands for", "nodes", "edges", "F", "sparsity", "morphgen ms"]
+    head = ["graph", "model", "stands for", "nodes", "edges", "F", "sparsity", "morphgen ms"]
     head += [f"{p} ms" for p in peers] + [f"{p}/morphgen" for p in peers]
     head += ["morphgen MiB"] + [f"{p} MiB" for p in peers]
     if device:
@@ -140,11 +174,12 @@ def suite_table(rows: list, peers: tuple, device: bool = False) -> list:
     head += ["analytic min MiB", "parity max abs diff"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for graph, r in rows:
+        model = r.get("suite_model", "")
         if r.get("error"):
-            lines.append(f"| {graph.name} | {graph.shape_of} | failed: {r['error']} |" + " |" * (len(head) - 3))
+            lines.append(f"| {graph.name} | {model} | {graph.shape_of} | failed: {r['error']} |" + " |" * (len(head) - 4))
             continue
         d = r["dataset"]
-        cells = [graph.name, graph.shape_of, f"{d['nodes']:,}", f"{d['edges']:,}", str(d["features"]),
+        cells = [graph.name, model, graph.shape_of, f"{d['nodes']:,}", f"{d['edges']:,}", str(d["features"]),
                  f"{d['feature_sparsity']:.3f}", _cell_ms(_system(r, "morphgen"))]
         cells += [_cell_ms(_system(r, p)) for p in peers]
         cells += [(f"{s['time_ratio_vs_morphgen']:.2f}" if s and s.get("time_ratio_vs_morphgen") else "–")
@@ -165,6 +200,8 @@ PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_epoch_time.
 # Their own file names: the docs keep the CPU suite's plots beside these.
 GPU_PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_cuda_epoch_time.png"),
              ("peak_device_bytes", 1 / rep.MiB, "peak device memory (MiB, log)", "suite_cuda_peak_device_memory.png"))
+MODELS_PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_models_epoch_time.png"),
+                ("peak_rss_bytes", 1 / rep.MiB, "peak RSS (MiB, log)", "suite_models_peak_memory.png"))
 
 
 def suite_plots(rows: list, peers: tuple, out: Path, plots: tuple = PLOTS) -> list:
@@ -184,7 +221,9 @@ def suite_plots(rows: list, peers: tuple, out: Path, plots: tuple = PLOTS) -> li
                             transform=ax.get_xaxis_transform())
                     continue
                 ax.bar(x, s[key] * scale, width, color=f"C{j}", label=name if i == 0 else None)
-        ax.set_xticks(range(len(ok)), [g.name for g, _ in ok], rotation=20, fontsize=8)
+        several = len({r.get("suite_model") for _, r in ok}) > 1
+        ax.set_xticks(range(len(ok)), [g.name + (f"\n{r.get('suite_model')}" if several else "") for g, r in ok],
+                      rotation=20, fontsize=7 if several else 8)
         ax.set_yscale("log")
         values = [(_system(r, n) or {}).get(key) for _, r in ok for n in systems]
         values = [v * scale for v in values if v]
@@ -216,7 +255,7 @@ def replace_between_markers(text: str, body: str, markers: tuple = (BEGIN_MARK, 
 
 
 def docs_section(args, rows, peers, machine: dict, plot_links: list, command: str) -> str:
-    lines = [f"Command: `{command}` (model `{args.model}`, {args.epochs} epochs, median after "
+    lines = [f"Command: `{command}` (models {', '.join(f'`{m}`' for m in models(args))}, {args.epochs} epochs, median after "
              f"{args.warmup} warm-up epochs, compile time excluded). Other work may have shared the machine "
              f"while it ran; treat the times as indicative.", ""]
     if machine and not machine.get("error"):
@@ -228,6 +267,10 @@ def docs_section(args, rows, peers, machine: dict, plot_links: list, command: st
         reports = [r for _, r in rows if not r.get("error")]
         lines += gpu_lines(reports[0] if reports else None)
     lines += suite_table(rows, peers, device=gpu) + [""]
+    means = geometric_mean_ratios(rows, peers)
+    if means:
+        lines += ["Geometric mean of peer/morphgen time: " + ", ".join(
+            f"{p} {g:.2f}x over {n} cells" for p, (g, n) in means.items()) + ".", ""]
     lines += ["Ratios are peer time / morphgen time (above 1: morphgen is faster). Peak RSS is each "
               "process's peak resident set (VmHWM, reset once its data is loaded; imports and data "
               "included, `docs/benchmarking.md`); the analytic minimum is "
@@ -256,32 +299,39 @@ def run(args) -> int:
     bench_cli.check_device(args)
     graphs = select(args.only)
     peers = runs.parse_peers(args.peers)
-    if not Path(args.model).is_file():
-        raise harness.BenchError(f"--model: {args.model}: no such file")
+    programs = models(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for graph in graphs:
-        print(f"== {graph.name}: {graph.shape_of}", flush=True)
-        r = run_graph(args, graph, out / graph.name.replace("/", "_"))
-        rows.append((graph, r))
-        if r.get("error"):
-            print(f"   failed: {r['error']}")
-        else:
-            bench_cli.print_summary(r, out / graph.name.replace("/", "_"))
+    for model in programs:
+        for graph in graphs:
+            where = out / graph.name.replace("/", "_")
+            if len(programs) > 1:
+                where = out / Path(model).stem / graph.name.replace("/", "_")
+            print(f"== {graph.name} ({Path(model).stem}): {graph.shape_of}", flush=True)
+            r = run_graph(args, graph, where, model)
+            rows.append((graph, r))
+            if r.get("error"):
+                print(f"   failed: {r['error']}")
+            else:
+                bench_cli.print_summary(r, where)
     machine = next((r["machine"] for _, r in rows if "machine" in r), {})
     gpu = args.backend == "cuda"
-    command = shlex.join(["morphgen", "bench-suite", *(["--only", args.only] if args.only else []),
+    command = shlex.join(["morphgen", "bench-suite",
+                          *(["--model", args.model] if args.model != "examples/gcn3.mp" else []),
+                          *(["--only", args.only] if args.only else []),
                           "--epochs", str(args.epochs), "--peers", args.peers,
                           *(["--sparsity-threshold", repr(args.sparsity_threshold)]
                             if args.sparsity_threshold is not None else []),
                           *(["--backend", "cuda", "--device", str(runs.resolve_device(args))] if gpu else [])])
     if command == shlex.join(["morphgen", "bench-suite", "--epochs", "50", "--peers", "pyg,dgl"]):
         command = "make bench"
-    (out / "suite.json").write_text(json.dumps({"graphs": [{"name": g.name, "stands_for": g.shape_of,
-                                                            "scale": g.scale, "report": r} for g, r in rows]},
+    (out / "suite.json").write_text(json.dumps({"graphs": [{"name": g.name, "model": r.get("suite_model"),
+                                                            "stands_for": g.shape_of, "scale": g.scale,
+                                                            "report": r} for g, r in rows],
+                                                "geometric_mean_ratios": geometric_mean_ratios(rows, peers)},
                                                indent=2, default=str) + "\n")
-    plots = suite_plots(rows, peers, out, GPU_PLOTS if gpu else PLOTS)
+    plots = suite_plots(rows, peers, out, GPU_PLOTS if gpu else MODELS_PLOTS if len(programs) > 1 else PLOTS)
     docs = Path(args.docs)
     links = []
     if docs:
@@ -292,7 +342,7 @@ def run(args) -> int:
             links.append(f"benchmarks/{p.name}")
         text = docs.read_text() if docs.exists() else "# Benchmarks\n\n"
         docs.write_text(replace_between_markers(text, docs_section(args, rows, peers, machine, links, command),
-                                                marks(args.backend)))
+                                                marks(args.backend, len(programs) > 1)))
     (out / "suite.md").write_text("\n".join(suite_table(rows, peers, device=gpu)) + "\n")
     print(f"wrote {out / 'suite.json'}, {out / 'suite.md'}, plots, and refreshed {docs}")
     morphgen_failed = any(r.get("error") or (_system(r, "morphgen") or {}).get("error") for _, r in rows)

@@ -130,8 +130,17 @@ def test_program_shape_of_sage_mean_and_max(tmp_path):
     assert spec["model"] == "sage" and spec["aggr"] == "max" and spec["self_loops"] is False
 
 
-def test_a_program_the_peers_cannot_build_is_named():
+def test_program_shape_of_gat(tmp_path):
     s = harness.program_shape(ROOT / "examples" / "gat.mp")
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.layers, s.heads, s.activation) == ("gat", ["F", 64, "C"], [8, 1], "elu")
+    assert s.attention_dropout == 0.6 and s.negative_slope == 0.2 and s.self_loops and s.bias
+    plain = harness.program_shape(harness.without_dropout(ROOT / "examples" / "gat.mp", tmp_path))
+    assert plain.attention_dropout == 0.0 and plain.dropouts == [0.0, 0.0]
+
+
+def test_a_program_the_peers_cannot_build_is_named():
+    s = harness.program_shape(ROOT / "examples" / "gin.mp")
     assert s.unsupported and "layer 0" in s.unsupported
 
 

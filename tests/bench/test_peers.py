@@ -134,6 +134,53 @@ def reference_first_loss_sage(data_path: Path, weights_path: Path, aggr: str) ->
     return float(-logp[train, z["y"][train]].mean())
 
 
+GAT_LAYERS, GAT_HEADS = [F, 8, C], [2, 1]
+
+
+def _gat_init_weights(path: Path) -> Path:
+    rng = np.random.default_rng(17)
+    arrays = {}
+    for i in range(len(GAT_LAYERS) - 1):
+        arrays[f"layer{i}.W"] = (rng.standard_normal((GAT_LAYERS[i], GAT_LAYERS[i + 1])) * 0.7).astype(np.float32)
+        for name in ("a_src", "a_dst", "b"):
+            arrays[f"layer{i}.{name}"] = (rng.standard_normal(GAT_LAYERS[i + 1]) * 0.5).astype(np.float32)
+    np.savez(path, **arrays)
+    return path
+
+
+def reference_first_loss_gat(data_path: Path, weights_path: Path) -> float:
+    """GAT from its definition in float64: per head, softmax over each node's in-edges (the file's
+    loops replaced by one per node) of leaky_relu(a_src . Wh[src] + a_dst . Wh[dst], 0.2), heads
+    concatenated, bias, elu between layers."""
+    z = np.load(data_path)
+    x = z["x"].astype(np.float64)
+    src, dst = z["edge_index"]
+    keep = src != dst
+    src = np.concatenate([src[keep], np.arange(N)])
+    dst = np.concatenate([dst[keep], np.arange(N)])
+    w = np.load(weights_path)
+    h = x
+    for i, heads in enumerate(GAT_HEADS):
+        t = h @ w[f"layer{i}.W"]
+        d = t.shape[1] // heads
+        out = np.zeros_like(t)
+        for k in range(heads):
+            tk = t[:, k * d:(k + 1) * d]
+            score = tk[src] @ w[f"layer{i}.a_src"][k * d:(k + 1) * d] + tk[dst] @ w[f"layer{i}.a_dst"][k * d:(k + 1) * d]
+            score = np.where(score > 0, score, 0.2 * score)
+            for v in range(N):
+                into = dst == v
+                alpha = np.exp(score[into] - score[into].max())
+                out[v, k * d:(k + 1) * d] = (alpha / alpha.sum()) @ tk[src[into]]
+        h = out + w[f"layer{i}.b"]
+        if i < len(GAT_HEADS) - 1:
+            h = np.where(h > 0, h, np.expm1(h))
+    logp = h - h.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    train = z["train_mask"]
+    return float(-logp[train, z["y"][train]].mean())
+
+
 def _spec(**over) -> dict:
     spec = {"model": "gcn", "layers": LAYERS, "dropout": 0.0, "lr": 0.01, "weight_decay": 5e-4,
             "epochs": 4, "warmup": 1, "threads": 1, "bias": True, "self_loops": True,
@@ -147,7 +194,8 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("peers")
     return {"dense": _tiny_dataset(d / "dense.npz", sparse=False),
             "sparse": _tiny_dataset(d / "sparse.npz", sparse=True),
-            "weights": _init_weights(d / "w.npz"), "sage_weights": _sage_init_weights(d / "sage_w.npz"), "dir": d}
+            "weights": _init_weights(d / "w.npz"), "sage_weights": _sage_init_weights(d / "sage_w.npz"),
+            "gat_weights": _gat_init_weights(d / "gat_w.npz"), "dir": d}
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +203,11 @@ def runs(files):
     """One run per (peer, feature storage) in parity mode, shared by the tests below."""
     w = str(files["weights"])
     sage = dict(model="sage", self_loops=False, init_weights=str(files["sage_weights"]))
+    gat = dict(model="gat", layers=GAT_LAYERS, heads=GAT_HEADS, activation="elu", attention_dropout=0.0,
+               init_weights=str(files["gat_weights"]))
     jobs = {
+        "pyg_gat": ("pyg", "dense", _spec(**gat)),
+        "dgl_gat": ("dgl", "dense", _spec(**gat)),
         "pyg_sage_mean": ("pyg", "dense", _spec(aggr="mean", **sage)),
         "pyg_sage_max": ("pyg", "dense", _spec(aggr="max", **sage)),
         "dgl_sage_mean": ("dgl", "dense", _spec(aggr="mean", **sage)),
@@ -198,6 +250,14 @@ def test_sage_parity_first_epoch_loss(runs, files, name, aggr):
     expected = reference_first_loss_sage(files["dense"], files["sage_weights"], aggr)
     assert r["first_epoch_loss"] == pytest.approx(expected, abs=1e-4)
     assert r["config"]["model"].startswith(f"GraphSAGE ({aggr})")
+
+
+@pytest.mark.parametrize("name", ["pyg_gat", "dgl_gat"])
+def test_gat_parity_first_epoch_loss(runs, files, name):
+    r = runs[name]
+    assert r["error"] is None, r["error"]
+    assert r["first_epoch_loss"] == pytest.approx(reference_first_loss_gat(files["dense"], files["gat_weights"]), abs=1e-4)
+    assert r["config"]["model"].startswith("GAT (heads [2, 1]") and "elu" in r["config"]["model"]
 
 
 def test_sage_mean_and_max_differ_on_the_test_graph(files):
@@ -308,7 +368,7 @@ def test_unknown_peer():
 
 
 @pytest.mark.parametrize("field,value", [("dropout", 1.5), ("epochs", 0), ("layers", [4]), ("threads", "2"),
-                                         ("model", "gat"), ("aggr", "max"), ("bias", 1), ("warmup", 4),
+                                         ("model", "gin"), ("aggr", "max"), ("heads", [2, 1, 1]), ("bias", 1), ("warmup", 4),
                                          ("colour", 1)])
 def test_bad_spec_names_the_field(field, value):
     with pytest.raises(SpecError, match=f"'{field}'"):
