@@ -38,7 +38,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 
-from .peers.spec import attention_names, weight_names
+from .peers.spec import layer_parameters
 from .program_shape import BenchError, PeerModel, program_shape, without_dropout  # noqa: F401 (also harness API)
 
 PARITY_TOLERANCE = 1e-4
@@ -285,6 +285,8 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
             "sparse_features": bool(sparse_features)}
     if shape.activation != "relu":
         spec["activation"] = shape.activation
+    if shape.conv == "gin":
+        spec["norms"] = list(shape.norms)
     if shape.conv == "gat":
         spec.update(heads=list(shape.heads), negative_slope=shape.negative_slope,
                     attention_dropout=shape.attention_dropout if dropout is None else dropout)
@@ -364,26 +366,20 @@ def _cuda_device_env(device: Optional[int]):
             os.environ[CUDA_DEVICE_ENV] = old
 
 
-def write_init_weights(params: dict, dims: Sequence[int], bias: bool, model: str, path) -> Path:
-    """Reshape morphgen's flat parameters into the peers' layer{i}.<weight> [in, out] and the
-    vectors layer{i}.<attention> and layer{i}.b [out] (spec.weight_names and attention_names say
-    which a model has)."""
+def write_init_weights(params: dict, dims: Sequence[int], shape: PeerModel, path) -> Path:
+    """morphgen's flat initial parameters, reshaped, as the peers' layer{i}.<name> arrays
+    (spec.layer_parameters names them and gives their shapes)."""
     arrays = {}
     for i in range(len(dims) - 1):
-        for name in weight_names(model):
+        norm = bool(shape.norms[i]) if shape.norms else False
+        for name, want in layer_parameters(shape.conv, dims[i], dims[i + 1], shape.bias, norm).items():
             key = f"layer{i}.{name}"
-            w = params.get(key)
-            if w is None:
+            a = params.get(key)
+            if a is None:
                 raise BenchError(f"parity: morphgen has no parameter '{key}' (has {sorted(params)})")
-            if w.size != dims[i] * dims[i + 1]:
-                raise BenchError(f"parity: '{key}' has {w.size} values, expected {dims[i]}x{dims[i + 1]}")
-            arrays[key] = w.reshape(dims[i], dims[i + 1])
-        for name in attention_names(model) + (("b",) if bias else ()):
-            key = f"layer{i}.{name}"
-            v = params.get(key)
-            if v is None or v.size != dims[i + 1]:
-                raise BenchError(f"parity: '{key}' missing or not of size {dims[i + 1]}")
-            arrays[key] = v.reshape(dims[i + 1])
+            if a.size != int(np.prod(want)):
+                raise BenchError(f"parity: '{key}' has {a.size} values, expected {'x'.join(map(str, want))}")
+            arrays[key] = a.reshape(want)
     np.savez(path, **arrays)
     return Path(path)
 
@@ -402,7 +398,7 @@ def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequen
     params, m_loss = morphgen_initial_weights(plain, data.dataset, threads, seed, sparsity_threshold,
                                               backend, device)
     dims = shape.resolved_layers(data.num_features, data.num_classes)
-    init = write_init_weights(params, dims, shape.bias, shape.conv, work / "parity_init.npz")
+    init = write_init_weights(params, dims, shape, work / "parity_init.npz")
     report = {"tolerance": PARITY_TOLERANCE, "morphgen_first_epoch_loss": m_loss,
               "program": str(plain), "peers": {}}
     for system in peers:

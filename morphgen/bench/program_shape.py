@@ -7,6 +7,8 @@ recognises the stacks PyG and DGL can rebuild with one library convolution per l
     SAGE  aggregate(mean | max), linear (neighbours), linear (the node itself), add
     GAT   linear, dot (source), dot (destination), gather, gather, add, leaky_relu, edge_softmax,
           [dropout (attention)], gather (source), head_mul | mul, scatter(sum)
+    GIN   aggregate(sum), add (the node itself, eps 0), then the MLP linear NORM relu linear NORM
+          with NORM = batch_standardize mul bias_add (batch norm) or bias_add
 
 each after an optional dropout on the layer's input and followed by [bias_add] [relu | elu]; the
 last layer has no activation and feeds cross_entropy. Anything else is not approximated:
@@ -42,6 +44,7 @@ class PeerModel:
     heads: list = field(default_factory=list)   # attention heads per layer (gat)
     attention_dropout: float = 0.0  # dropout on the attention coefficients (gat)
     negative_slope: float = 0.2     # leaky_relu of the attention scores (gat)
+    norms: list = field(default_factory=list)   # batch norm in each layer's MLP (gin)
     self_loops: bool = True         # a loop at every node: GCN's A + I, gnn.addSelfLoops for GAT
     feature_normalization: Optional[str] = None   # gnn.normalizeFeatures kind, applied for the peers
     unsupported: Optional[str] = None   # why the peers cannot run this program, or None
@@ -74,6 +77,7 @@ class _Layer:
     heads: int = 1
     attention_dropout: float = 0.0
     negative_slope: float = 0.2
+    norm: bool = False
 
 
 def _width(dim):
@@ -133,9 +137,50 @@ def _gat_layer(ops, i, problems, n) -> Optional[_Layer]:
     return _Layer(j + 3, "gat", "sum", heads, p_att, slope)
 
 
+def _gin_norm(ops, j, problems, n) -> tuple[Optional[int], bool]:
+    """After one of the MLP's products: batch norm (batch_standardize mul bias_add) or a bias."""
+    if _opcodes(ops, j, 3) == ["batch_standardize", "mul", "bias_add"]:
+        bs = ops[j].attrs
+        if float(bs.get("eps", 1e-5)) != 1e-5 or float(bs.get("momentum", 0.1)) != 0.1:
+            problems.append(f"layer {n}: batch norm eps {bs.get('eps')} momentum {bs.get('momentum')} "
+                            "(the peers use torch's 1e-5 and 0.1)")
+        return j + 3, True
+    if _opcodes(ops, j, 1) == ["bias_add"]:
+        return j + 1, False
+    problems.append(f"layer {n}: ops {_opcodes(ops, j, 3)} after an MLP product are neither a batch norm nor a bias")
+    return None, False
+
+
+def _gin_layer(ops, i, problems, n) -> Optional[_Layer]:
+    agg, add = ops[i], ops[i + 1]
+    if agg.attrs.get("reduce") != "sum" or agg.attrs.get("norm") != "none" or agg.attrs.get("self_loops"):
+        problems.append(f"layer {n}: aggregation {agg.attrs} is not GIN's plain sum")
+    if {id(v) for v in add.inputs} != {id(agg.inputs[0]), id(agg.output)}:
+        problems.append(f"layer {n}: the node's own row is not added once to the sum (GIN-0)")
+    j = i + 2
+    if _opcodes(ops, j, 1) != ["linear"]:
+        problems.append(f"layer {n}: the GIN aggregation is not followed by the MLP's linear")
+        return None
+    width = ops[j].output.width
+    j, norm1 = _gin_norm(ops, j + 1, problems, n)
+    if j is None or _opcodes(ops, j, 2) != ["relu", "linear"]:
+        problems.append(f"layer {n}: the GIN MLP is not linear, norm, relu, linear, norm")
+        return None
+    if ops[j + 1].output.width != width:
+        problems.append(f"layer {n}: the MLP's hidden width differs from its output (the peers use one width)")
+    j, norm2 = _gin_norm(ops, j + 2, problems, n)
+    if j is None:
+        return None
+    if norm1 != norm2:
+        problems.append(f"layer {n}: batch norm after one MLP product only")
+    return _Layer(j, "gin", "sum", norm=norm1)
+
+
 def _match_layer(ops, i, problems, n) -> Optional[_Layer]:
-    """The layer at ops[i]: its first op (and the second, for GCN against GAT) decides."""
+    """The layer at ops[i]: its first two ops decide."""
     if i < len(ops) and ops[i].opcode == "aggregate":
+        if i + 1 < len(ops) and ops[i + 1].opcode == "add":
+            return _gin_layer(ops, i, problems, n)
         return _sage_layer(ops, i, problems, n)
     if i + 1 < len(ops) and ops[i + 1].opcode == "dot":
         return _gat_layer(ops, i, problems, n)
@@ -189,7 +234,7 @@ def program_shape(model_path) -> PeerModel:
             problems.append(f"layer {n}: activation '{ops[i].opcode}' (the peers use relu or elu)")
             break
     if not found:
-        problems.append("no GCN, SAGE or GAT layers found")
+        problems.append("no GCN, SAGE, GIN or GAT layers found")
     kinds = sorted({(layer.kind, layer.aggr) for layer in found})
     if len(kinds) > 1:
         problems.append(f"the layers differ in kind or reduction ({kinds}); the peers stack one")
@@ -222,6 +267,7 @@ def program_shape(model_path) -> PeerModel:
         conv=conv, aggr=aggr, layers=layers, dropouts=dropouts, bias=bool(biases and biases[0]),
         optimizer=opt.kind, lr=float(opt.lr), weight_decay=float(opt.weight_decay), epochs=int(program.epochs),
         activation=activations[0] if activations else "relu", heads=[layer.heads for layer in found],
+        norms=[layer.norm for layer in found] if conv == "gin" else [],
         attention_dropout=found[0].attention_dropout if found else 0.0,
         negative_slope=found[0].negative_slope if found else 0.2,
         self_loops=conv == "gcn" or (conv == "gat" and program.self_loops),

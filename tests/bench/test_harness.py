@@ -139,8 +139,15 @@ def test_program_shape_of_gat(tmp_path):
     assert plain.attention_dropout == 0.0 and plain.dropouts == [0.0, 0.0]
 
 
-def test_a_program_the_peers_cannot_build_is_named():
+def test_program_shape_of_gin():
     s = harness.program_shape(ROOT / "examples" / "gin.mp")
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.layers, s.norms, s.self_loops) == ("gin", ["F", 64, 64, "C"], [True, True, False], False)
+    assert s.dropouts == [0.0, 0.5, 0.5] and s.feature_normalization == "row"
+
+
+def test_a_program_the_peers_cannot_build_is_named():
+    s = harness.program_shape(ROOT / "examples" / "appnp.mp")
     assert s.unsupported and "layer 0" in s.unsupported
 
 

@@ -181,6 +181,51 @@ def reference_first_loss_gat(data_path: Path, weights_path: Path) -> float:
     return float(-logp[train, z["y"][train]].mean())
 
 
+GIN_LAYERS, GIN_NORMS = [F, 8, C], [True, False]
+
+
+def _gin_init_weights(path: Path) -> Path:
+    rng = np.random.default_rng(19)
+    arrays = {}
+    for i, norm in enumerate(GIN_NORMS):
+        fan_in, fan_out = GIN_LAYERS[i], GIN_LAYERS[i + 1]
+        arrays[f"layer{i}.W1"] = (rng.standard_normal((fan_in, fan_out)) * 0.7).astype(np.float32)
+        arrays[f"layer{i}.W2"] = (rng.standard_normal((fan_out, fan_out)) * 0.7).astype(np.float32)
+        vectors = [f"norm{k}.{v}" for k in (1, 2) for v in ("gamma", "beta")] if norm else ["b1", "b2"]
+        for name in vectors:
+            arrays[f"layer{i}.{name}"] = (1.0 * name.endswith("gamma") + rng.standard_normal(fan_out) * 0.3).astype(np.float32)
+    np.savez(path, **arrays)
+    return path
+
+
+def reference_first_loss_gin(data_path: Path, weights_path: Path) -> float:
+    """GIN-0 from its definition in float64: MLP(h + sum over in-edges), the MLP linear, [batch
+    norm], relu, linear, [batch norm] (training mode: the batch's mean and biased variance, eps
+    1e-5), relu between layers; the stored edges as they are (3->3 included)."""
+    z = np.load(data_path)
+    h = z["x"].astype(np.float64)
+    src, dst = z["edge_index"]
+    w = np.load(weights_path)
+
+    def norm(t, i, k):
+        t = (t - t.mean(0)) / np.sqrt(t.var(0) + 1e-5)
+        return t * w[f"layer{i}.norm{k}.gamma"] + w[f"layer{i}.norm{k}.beta"]
+
+    for i, has_norm in enumerate(GIN_NORMS):
+        agg = np.zeros_like(h)
+        np.add.at(agg, dst, h[src])
+        t = (h + agg) @ w[f"layer{i}.W1"]
+        t = norm(t, i, 1) if has_norm else t + w[f"layer{i}.b1"]
+        t = np.maximum(t, 0.0) @ w[f"layer{i}.W2"]
+        h = norm(t, i, 2) if has_norm else t + w[f"layer{i}.b2"]
+        if i < len(GIN_NORMS) - 1:
+            h = np.maximum(h, 0.0)
+    logp = h - h.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    train = z["train_mask"]
+    return float(-logp[train, z["y"][train]].mean())
+
+
 def _spec(**over) -> dict:
     spec = {"model": "gcn", "layers": LAYERS, "dropout": 0.0, "lr": 0.01, "weight_decay": 5e-4,
             "epochs": 4, "warmup": 1, "threads": 1, "bias": True, "self_loops": True,
@@ -195,7 +240,8 @@ def files(tmp_path_factory):
     return {"dense": _tiny_dataset(d / "dense.npz", sparse=False),
             "sparse": _tiny_dataset(d / "sparse.npz", sparse=True),
             "weights": _init_weights(d / "w.npz"), "sage_weights": _sage_init_weights(d / "sage_w.npz"),
-            "gat_weights": _gat_init_weights(d / "gat_w.npz"), "dir": d}
+            "gat_weights": _gat_init_weights(d / "gat_w.npz"), "gin_weights": _gin_init_weights(d / "gin_w.npz"),
+            "dir": d}
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +251,11 @@ def runs(files):
     sage = dict(model="sage", self_loops=False, init_weights=str(files["sage_weights"]))
     gat = dict(model="gat", layers=GAT_LAYERS, heads=GAT_HEADS, activation="elu", attention_dropout=0.0,
                init_weights=str(files["gat_weights"]))
+    gin = dict(model="gin", layers=GIN_LAYERS, norms=GIN_NORMS, self_loops=False, bias=False,
+               init_weights=str(files["gin_weights"]))
     jobs = {
+        "pyg_gin": ("pyg", "dense", _spec(**gin)),
+        "dgl_gin": ("dgl", "dense", _spec(**gin)),
         "pyg_gat": ("pyg", "dense", _spec(**gat)),
         "dgl_gat": ("dgl", "dense", _spec(**gat)),
         "pyg_sage_mean": ("pyg", "dense", _spec(aggr="mean", **sage)),
@@ -258,6 +308,14 @@ def test_gat_parity_first_epoch_loss(runs, files, name):
     assert r["error"] is None, r["error"]
     assert r["first_epoch_loss"] == pytest.approx(reference_first_loss_gat(files["dense"], files["gat_weights"]), abs=1e-4)
     assert r["config"]["model"].startswith("GAT (heads [2, 1]") and "elu" in r["config"]["model"]
+
+
+@pytest.mark.parametrize("name", ["pyg_gin", "dgl_gin"])
+def test_gin_parity_first_epoch_loss(runs, files, name):
+    r = runs[name]
+    assert r["error"] is None, r["error"]
+    assert r["first_epoch_loss"] == pytest.approx(reference_first_loss_gin(files["dense"], files["gin_weights"]), abs=1e-4)
+    assert r["config"]["model"].startswith("GIN-0")
 
 
 def test_sage_mean_and_max_differ_on_the_test_graph(files):
@@ -368,7 +426,8 @@ def test_unknown_peer():
 
 
 @pytest.mark.parametrize("field,value", [("dropout", 1.5), ("epochs", 0), ("layers", [4]), ("threads", "2"),
-                                         ("model", "gin"), ("aggr", "max"), ("heads", [2, 1, 1]), ("bias", 1), ("warmup", 4),
+                                         ("model", "rgcn"), ("aggr", "max"), ("heads", [2, 1, 1]),
+                                         ("norms", [True, False, False]), ("bias", 1), ("warmup", 4),
                                          ("colour", 1)])
 def test_bad_spec_names_the_field(field, value):
     with pytest.raises(SpecError, match=f"'{field}'"):

@@ -127,27 +127,23 @@ def load_node_classification(path: str | Path) -> NodeClassificationData:
         )
 
 
-def load_init_weights(path: str | Path, layers: tuple[int, ...], bias: bool, names: tuple[str, ...] = ("W",),
-                      vectors: tuple[str, ...] = ()) -> list[dict[str, np.ndarray]]:
-    """Per layer, the weights layer{i}.<name> [in, out] for each of `names` (spec.weight_names),
-    the vectors layer{i}.<name> [out] of `vectors` (spec.attention_names) and, when bias,
-    layer{i}.b [out], keyed by name, shapes checked."""
-    path = Path(path)
+def load_init_weights(spec) -> list[dict[str, np.ndarray]]:
+    """Per layer of `spec` (a BenchSpec with init_weights set), its parameters layer{i}.<name>
+    (spec.parameters(i) names them and gives their shapes), keyed by name, shapes checked."""
+    path = Path(spec.init_weights)
     try:
         z = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise DatasetError(f"init_weights {path}: cannot be read as an npz archive ({exc})") from exc
     out = []
     with z:
-        for i in range(len(layers) - 1):
-            wanted = {f"layer{i}.{n}": (layers[i], layers[i + 1]) for n in names}
-            for n in vectors + (("b",) if bias else ()):
-                wanted[f"layer{i}.{n}"] = (layers[i + 1],)
+        for i in range(spec.num_layers):
             arrays = {}
-            for key, shape in wanted.items():
+            for name, shape in spec.parameters(i).items():
+                key = f"layer{i}.{name}"
                 a = _key(z, key, path).astype(np.float32)
                 if a.shape != shape:
                     raise DatasetError(f"init_weights {path}: '{key}' has shape {a.shape}, expected {shape}")
-                arrays[key.split(".", 1)[1]] = a
+                arrays[name] = a
             out.append(arrays)
     return out

@@ -13,6 +13,7 @@ Configuration and DGL conventions (see DEVELOPERS.md, "Benchmark peers"):
   ('pool' applies a linear layer and ReLU before the max), so SAGE-max is refused, not approximated.
 - GAT: GATConv(out / heads, heads) on the graph with one loop per node, its [N, heads, out]
   output flattened (concatenated heads); attention dropout and slope from the spec.
+- GIN: GINConv(gin_mlp, 'sum', init_eps 0, learn_eps False), no self loops.
 - features: always dense. GraphConv rejects sparse input features, so spec.sparse_features is
   recorded in the config as not honoured rather than silently ignored.
 - device: with spec.device "cuda:N" the graph (after its self loops are fixed), features and model
@@ -33,8 +34,9 @@ from morphgen.errors import UserError
 
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
-from .spec import BenchSpec, attention_names, weight_names
-from .torch_loop import build_stack, device_config, model_config, setup_torch, torch_device, train_full_batch
+from .spec import BenchSpec
+from .torch_loop import (build_stack, device_config, gin_mlp, model_config, set_gin_weights, setup_torch, torch_device,
+                         train_full_batch)
 
 _GRAPHBOLT = "dgl.graphbolt"
 
@@ -73,9 +75,12 @@ def build_graph(dgl, torch, data: NodeClassificationData, self_loops: bool, devi
     return g
 
 
-def _convs(spec: BenchSpec) -> list:
-    from dgl.nn.pytorch import GATConv, GraphConv, SAGEConv
+def _convs(torch, spec: BenchSpec) -> list:
+    from dgl.nn.pytorch import GATConv, GINConv, GraphConv, SAGEConv
     dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    if spec.model == "gin":
+        return [GINConv(gin_mlp(torch, i, o, norm), "sum", init_eps=0.0, learn_eps=False)
+                for (i, o), norm in zip(dims, spec.norms)]
     if spec.model == "gat":
         return [GATConv(i, o // h, h, attn_drop=spec.attention_dropout, negative_slope=spec.negative_slope,
                         allow_zero_in_degree=not spec.self_loops, bias=spec.bias)
@@ -93,6 +98,9 @@ def _set_weights(torch, conv, weights: dict, model: str) -> None:
     """morphgen's [in, out] matrices into a convolution (GraphConv stores [in, out], Linear [out, in])."""
     def put(param, a):
         param.copy_(torch.from_numpy(np.ascontiguousarray(a)).reshape(param.shape))
+    if model == "gin":
+        set_gin_weights(torch, conv.apply_func, weights)
+        return
     if model == "gat":                      # attn_l is the source side, attn_r the destination
         put(conv.fc.weight, weights["W"].T)
         put(conv.attn_l, weights["a_src"])
@@ -113,6 +121,7 @@ _NORMALISATION = {
     "gcn": "GraphConv norm='both': outdeg(src)^-1/2 * indeg(dst)^-1/2, degrees clamped at 1",
     "sage": "none (SAGEConv: fc_self(h) + fc_neigh(mean over in-edges))",
     "gat": "edge softmax of leaky_relu(attn_l . Wh[src] + attn_r . Wh[dst]) over in-edges",
+    "gin": "none (GINConv: apply_func(x + sum over in-edges))",
 }
 
 
@@ -124,18 +133,16 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     g = build_graph(dgl, torch, data, spec.self_loops, device)
     x = torch.from_numpy(data.dense_features()).to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
-    convs = _convs(spec)
+    convs = _convs(torch, spec)
     if spec.init_weights is not None:
         with torch.no_grad():
-            layers = load_init_weights(spec.init_weights, spec.layers, spec.bias, weight_names(spec.model),
-                                       attention_names(spec.model))
-            for conv, weights in zip(convs, layers):
+            for conv, weights in zip(convs, load_init_weights(spec)):
                 _set_weights(torch, conv, weights, spec.model)
     call = (lambda conv, h: conv(g, h).flatten(1)) if spec.model == "gat" else (lambda conv, h: conv(g, h))
     model = build_stack(torch, convs, spec.dropout, call, spec.activation)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
-    conv_name = {"gcn": "GraphConv", "sage": "SAGEConv", "gat": "GATConv"}[spec.model]
+    conv_name = {"gcn": "GraphConv", "sage": "SAGEConv", "gat": "GATConv", "gin": "GINConv"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": "DGLGraph (formats coo/csr/csc created before training)",

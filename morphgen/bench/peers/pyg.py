@@ -15,9 +15,12 @@ Configuration (the fastest PyG offers on this machine without its optional compi
 - GAT: GATConv(out / heads, heads, concat) on edge_index with the self loops already in it (the
   file's removed, one per node added, once before training: add_self_loops=False); attention
   dropout and slope from the spec.
+- GIN: GINConv(gin_mlp, eps 0, not trained) on adj_t, no self loops (the node's own row is GIN's
+  (1 + eps) x term).
 - features: a torch sparse CSR tensor when spec.sparse_features and the file stores CSR features
   (GCNConv's linear layer multiplies it with sparse @ dense), otherwise dense float32. SAGEConv
-  aggregates its raw input first, which torch cannot do with sparse features: dense for SAGE.
+  and GINConv aggregate their raw input first, which torch cannot do with sparse features: dense
+  for them.
 - device: with spec.device "cuda:N" the adjacency, features and model are moved to that GPU before
   the baseline is taken (torch's CUDA CSR SpMM then does the aggregation).
 """
@@ -31,8 +34,9 @@ from morphgen.bench.memory import start_training_peak
 
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
-from .spec import BenchSpec, attention_names, weight_names
-from .torch_loop import build_stack, device_config, model_config, setup_torch, torch_device, train_full_batch
+from .spec import BenchSpec
+from .torch_loop import (build_stack, device_config, gin_mlp, model_config, set_gin_weights, setup_torch, torch_device,
+                         train_full_batch)
 
 
 def _import_pyg():
@@ -44,9 +48,12 @@ def _import_pyg():
     return torch_geometric
 
 
-def _convs(spec: BenchSpec) -> list:
-    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+def _convs(torch, spec: BenchSpec) -> list:
+    from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
     dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    if spec.model == "gin":
+        return [GINConv(gin_mlp(torch, i, o, norm), eps=0.0, train_eps=False)
+                for (i, o), norm in zip(dims, spec.norms)]
     if spec.model == "gat":
         return [GATConv(i, o // h, heads=h, concat=True, negative_slope=spec.negative_slope,
                         dropout=spec.attention_dropout, add_self_loops=False, bias=spec.bias)
@@ -61,6 +68,9 @@ def _set_weights(torch, conv, weights: dict, model: str) -> None:
     """morphgen's [in, out] matrices into a convolution (torch's Linear stores [out, in])."""
     def put(param, a):
         param.copy_(torch.from_numpy(np.ascontiguousarray(a)).reshape(param.shape))
+    if model == "gin":
+        set_gin_weights(torch, conv.nn, weights)
+        return
     if model == "gat":                      # attention [heads * out] -> [1, heads, out], heads outermost
         put(conv.lin.weight, weights["W"].T)
         put(conv.att_src, weights["a_src"])
@@ -81,6 +91,7 @@ _NORMALISATION = {
     "gcn": "gcn_norm cached: D_in^-1/2 (A+I) D_in^-1/2 (in-degree on both sides)",
     "sage": "none (SAGEConv: lin_l(aggr over in-edges) + lin_r(x))",
     "gat": "softmax of leaky_relu(a_src . Wh[src] + a_dst . Wh[dst]) over each node's in-edges",
+    "gin": "none (GINConv: mlp(x + sum over in-edges))",
 }
 
 
@@ -116,8 +127,8 @@ def _adjacency(torch, data: NodeClassificationData, self_loops: bool):
 
 
 def _features(torch, spec: BenchSpec, data: NodeClassificationData):
-    if spec.sparse_features and spec.model == "sage":
-        return torch.from_numpy(data.dense_features()), "dense float32 (SAGEConv cannot aggregate sparse input)"
+    if spec.sparse_features and spec.model in ("sage", "gin"):
+        return torch.from_numpy(data.dense_features()), "dense float32 (the convolution aggregates its raw input, which torch cannot do sparse)"
     if spec.sparse_features:
         indptr, indices, values = data.csr_features()
         x = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
@@ -139,18 +150,16 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     x, feat_desc = _features(torch, spec, data)
     adj_t, x = adj_t.to(device), x.to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
-    convs = _convs(spec)
+    convs = _convs(torch, spec)
     if spec.init_weights is not None:
         with torch.no_grad():
-            layers = load_init_weights(spec.init_weights, spec.layers, spec.bias, weight_names(spec.model),
-                                       attention_names(spec.model))
-            for conv, weights in zip(convs, layers):
+            for conv, weights in zip(convs, load_init_weights(spec)):
                 _set_weights(torch, conv, weights, spec.model)
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t), spec.activation)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     default_init = {"gcn": "GCNConv default (glorot)", "sage": "SAGEConv default (kaiming uniform)",
-                    "gat": "GATConv default (glorot)"}[spec.model]
+                    "gat": "GATConv default (glorot)", "gin": "torch Linear default (kaiming uniform)"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": adj_desc,

@@ -19,20 +19,29 @@ class SpecError(UserError, ValueError):
     """A malformed benchmark spec; the message names the field."""
 
 
-SUPPORTED_MODELS = ("gcn", "sage", "gat")
+SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin")
 # The neighbourhood reductions each model can be given.
-_AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",)}
+_AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",), "gin": ("sum",)}
 ACTIVATIONS = ("relu", "elu")
 
 
-def weight_names(model: str) -> tuple[str, ...]:
-    """The weight matrices of one layer, as morphgen names them (layer{i}.<name>, [in, out])."""
-    return {"gcn": ("W",), "sage": ("W_neigh", "W_self"), "gat": ("W",)}[model]
-
-
-def attention_names(model: str) -> tuple[str, ...]:
-    """Attention vectors of one layer, layer{i}.<name> [heads * out] (source, then destination)."""
-    return ("a_src", "a_dst") if model == "gat" else ()
+def layer_parameters(model: str, fan_in: int, fan_out: int, bias: bool = True,
+                     norm: bool = False) -> dict[str, tuple[int, ...]]:
+    """The trainable parameters of one layer as morphgen names them (layer{i}.<name>), with their
+    shapes: what the parity check hands from morphgen to the peers. Matrices are [in, out].
+    GIN's two-layer MLP has batch norms instead of biases when `norm`."""
+    if model == "gin":
+        mlp = {"W1": (fan_in, fan_out), "W2": (fan_out, fan_out)}
+        if norm:
+            return {**mlp, **{f"norm{k}.{v}": (fan_out,) for k in (1, 2) for v in ("gamma", "beta")}}
+        return {**mlp, "b1": (fan_out,), "b2": (fan_out,)}
+    matrices = {"gcn": ("W",), "sage": ("W_neigh", "W_self"), "gat": ("W",)}[model]
+    out = {name: (fan_in, fan_out) for name in matrices}
+    if model == "gat":                    # attention vectors [heads * out], source then destination
+        out.update(a_src=(fan_out,), a_dst=(fan_out,))
+    if bias:
+        out["b"] = (fan_out,)
+    return out
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,12 @@ class BenchSpec:
     heads: tuple[int, ...] = ()      # gat: attention heads per layer (layers[i+1] counts all of them)
     attention_dropout: float = 0.0   # gat: dropout on the attention coefficients
     negative_slope: float = 0.2      # gat: leaky_relu slope of the attention scores
+    norms: tuple[bool, ...] = ()     # gin: batch norm in each layer (after both MLP products and the layer)
+
+    def parameters(self, i: int) -> dict[str, tuple[int, ...]]:
+        """layer_parameters of layer i."""
+        return layer_parameters(self.model, self.layers[i], self.layers[i + 1], self.bias,
+                                bool(self.norms[i]) if self.norms else False)
 
     @property
     def num_layers(self) -> int:
@@ -69,7 +84,7 @@ _DEFAULTS = {
     "model": "gcn", "aggr": None, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "epochs": 200,
     "warmup": 3, "threads": 1, "bias": True, "self_loops": True, "init_weights": None,
     "sparse_features": False, "device": "cpu", "activation": "relu", "heads": None,
-    "attention_dropout": 0.0, "negative_slope": 0.2,
+    "attention_dropout": 0.0, "negative_slope": 0.2, "norms": None,
 }
 # "cuda" alone is accepted and means GPU 0; the index is always written out after parsing, so a
 # result names the GPU it ran on.
@@ -117,6 +132,14 @@ def _heads(d: dict, layers: list) -> tuple[int, ...]:
     return tuple(heads)
 
 
+def _norms(d: dict, layers: list) -> tuple[bool, ...]:
+    """Batch norm per layer (gin; default none)."""
+    norms = d["norms"] if d["norms"] is not None else [False] * (len(layers) - 1)
+    if not isinstance(norms, list) or len(norms) != len(layers) - 1 or not all(isinstance(x, bool) for x in norms):
+        raise SpecError(f"spec field 'norms': expected {len(layers) - 1} booleans (one per layer), got {norms!r}")
+    return tuple(norms)
+
+
 def parse_spec(raw: object) -> BenchSpec:
     """Validate a decoded JSON spec; missing optional fields take the defaults above."""
     if not isinstance(raw, dict):
@@ -149,12 +172,14 @@ def parse_spec(raw: object) -> BenchSpec:
         init_weights=init, sparse_features=_flag(d, "sparse_features"), device=_device(d),
         activation=d["activation"], heads=_heads(d, layers),
         attention_dropout=_number(d, "attention_dropout", 0.0, 0.999),
-        negative_slope=_number(d, "negative_slope", 0.0, 10.0),
+        negative_slope=_number(d, "negative_slope", 0.0, 10.0), norms=_norms(d, layers),
     )
     if spec.activation not in ACTIVATIONS:
         raise SpecError(f"spec field 'activation': expected one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}")
     if spec.model != "gat" and d["heads"] is not None:
         raise SpecError(f"spec field 'heads': only a gat model has attention heads, not {spec.model}")
+    if spec.model != "gin" and d["norms"] is not None:
+        raise SpecError(f"spec field 'norms': only a gin model has batch norms in its layers, not {spec.model}")
     if spec.warmup >= spec.epochs:
         raise SpecError(f"spec field 'warmup': {spec.warmup} leaves no timed epoch out of epochs={spec.epochs}")
     return spec

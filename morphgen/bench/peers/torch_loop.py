@@ -156,7 +156,32 @@ def build_stack(torch, convs: list, dropout: float, call: Callable, activation: 
     return GCNStack()
 
 
-_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT"}
+def gin_mlp(torch, fan_in: int, fan_out: int, norm: bool):
+    """GIN's MLP as morphgen's layer has it: linear, [batch norm], ReLU, linear, [batch norm];
+    the linears have biases only without the norms (whose shift plays that part)."""
+    nn = torch.nn
+    if norm:
+        return nn.Sequential(nn.Linear(fan_in, fan_out, bias=False), nn.BatchNorm1d(fan_out), nn.ReLU(),
+                             nn.Linear(fan_out, fan_out, bias=False), nn.BatchNorm1d(fan_out))
+    return nn.Sequential(nn.Linear(fan_in, fan_out), nn.ReLU(), nn.Linear(fan_out, fan_out))
+
+
+def set_gin_weights(torch, mlp, weights: dict) -> None:
+    """morphgen's layer{i}.W1/W2 ([in, out]) and norm{k}.gamma/beta or b1/b2 into gin_mlp's modules."""
+    def put(param, a):
+        param.copy_(torch.from_numpy(np.ascontiguousarray(a)).reshape(param.shape))
+    linears = [m for m in mlp if isinstance(m, torch.nn.Linear)]
+    norms = [m for m in mlp if isinstance(m, torch.nn.BatchNorm1d)]
+    for k, lin in enumerate(linears, start=1):
+        put(lin.weight, weights[f"W{k}"].T)
+        if lin.bias is not None:
+            put(lin.bias, weights[f"b{k}"])
+    for k, bn in enumerate(norms, start=1):
+        put(bn.weight, weights[f"norm{k}.gamma"])
+        put(bn.bias, weights[f"norm{k}.beta"])
+
+
+_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0"}
 
 
 def model_config(spec: BenchSpec) -> dict:
@@ -164,6 +189,8 @@ def model_config(spec: BenchSpec) -> dict:
     name = _MODEL_NAMES[spec.model]
     if spec.model == "sage":
         name += f" ({spec.aggr})"
+    if spec.model == "gin":
+        name += f" (MLP linear-[BN]-ReLU-linear-[BN], batch norm per layer {list(spec.norms)})"
     if spec.model == "gat":
         name += (f" (heads {list(spec.heads)}, attention dropout {spec.attention_dropout}, "
                  f"slope {spec.negative_slope})")
