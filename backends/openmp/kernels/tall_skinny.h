@@ -36,7 +36,9 @@ constexpr idx_t kCols = 2 * kLanes;    // columns of Y per forward tile
 constexpr idx_t kTnCols = 3 * kLanes;  // columns of X per gradient tile
 
 // Y[0..R) x [m0, m0+kCols) = X[0..R) . W[:, m0..m0+kCols), X rows of length K (row-major).
-template <int R>
+// FULL: all 2 * kLanes columns exist, so W is read with plain loads (a masked load costs more
+// than a load on AMD cores, and this one runs for every k).
+template <int R, bool FULL>
 MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT W, idx_t M, idx_t m0,
                        float* MG_RESTRICT Y) {
     const mask k0 = lanes(M - m0), k1 = lanes(M - m0 - kLanes);
@@ -45,7 +47,7 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = zero();
     for (idx_t k = 0; k < K; ++k) {
         const float* w = W + k * M + m0;
-        const vf w0 = load(k0, w), w1 = load(k1, w + kLanes);
+        const vf w0 = FULL ? load(w) : load(k0, w), w1 = FULL ? load(w + kLanes) : load(k1, w + kLanes);
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
             const vf x = set1(X[i * K + k]);
@@ -55,15 +57,21 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     }
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-        store(k0, Y + i * M + m0, acc[i][0]);
-        store(k1, Y + i * M + m0 + kLanes, acc[i][1]);
+        if (FULL) {
+            store(Y + i * M + m0, acc[i][0]);
+            store(Y + i * M + m0 + kLanes, acc[i][1]);
+        } else {
+            store(k0, Y + i * M + m0, acc[i][0]);
+            store(k1, Y + i * M + m0 + kLanes, acc[i][1]);
+        }
     }
 }
 
 // The weight gradient, computed as its transpose: WT[m0..m0+MB) x [k0, k0+kTnCols) += G^T X over
 // rows [r0, r1).  X is read in row order (3 contiguous loads per row, no packing), G broadcast:
-// MB x 3 accumulators, the mirror image of nn_tile.  WT is [M x K] row-major.
-template <int MB>
+// MB x 3 accumulators, the mirror image of nn_tile.  WT is [M x K] row-major.  FULL: all
+// kTnCols columns of X exist (plain loads, as in nn_tile).
+template <int MB, bool FULL>
 MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT G, idx_t M, idx_t m0,
                        idx_t k0, idx_t r0, idx_t r1, float* MG_RESTRICT WT) {
     const mask q0 = lanes(K - k0), q1 = lanes(K - k0 - kLanes), q2 = lanes(K - k0 - 2 * kLanes);
@@ -72,7 +80,8 @@ MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     for (int i = 0; i < MB; ++i) acc[i][0] = acc[i][1] = acc[i][2] = zero();
     for (idx_t r = r0; r < r1; ++r) {
         const float* x = X + r * K + k0;
-        const vf x0 = load(q0, x), x1 = load(q1, x + kLanes), x2 = load(q2, x + 2 * kLanes);
+        const vf x0 = FULL ? load(x) : load(q0, x), x1 = FULL ? load(x + kLanes) : load(q1, x + kLanes),
+                 x2 = FULL ? load(x + 2 * kLanes) : load(q2, x + 2 * kLanes);
         const float* g = G + r * M + m0;
 #pragma GCC unroll 8
         for (int i = 0; i < MB; ++i) {
@@ -93,13 +102,22 @@ MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
 
 // tn_tile<MB> for a run-time MB in [1, B]: the last block of rows of WT when kTnBlock does not
 // divide M.
-template <int B>
+template <int B, bool FULL>
 MG_INLINE void tn_tile_upto(int mb, const float* X, idx_t K, const float* G, idx_t M, idx_t m0, idx_t k0,
                             idx_t r0, idx_t r1, float* WT) {
     if constexpr (B >= 1) {
-        if (mb == B) tn_tile<B>(X, K, G, M, m0, k0, r0, r1, WT);
-        else tn_tile_upto<B - 1>(mb, X, K, G, M, m0, k0, r0, r1, WT);
+        if (mb == B) tn_tile<B, FULL>(X, K, G, M, m0, k0, r0, r1, WT);
+        else tn_tile_upto<B - 1, FULL>(mb, X, K, G, M, m0, k0, r0, r1, WT);
     }
+}
+
+// Every block of kTnBlock rows of WT (and the last, narrower one) over columns [k0, k0 + kTnCols).
+template <bool FULL>
+MG_INLINE void tn_slice(const float* X, idx_t K, const float* G, idx_t M, idx_t k0, idx_t r0, idx_t r1,
+                        float* WT) {
+    idx_t m0 = 0;
+    for (; m0 + kTnBlock <= M; m0 += kTnBlock) tn_tile<kTnBlock, FULL>(X, K, G, M, m0, k0, r0, r1, WT);
+    if (m0 < M) tn_tile_upto<kTnBlock - 1, FULL>(int(M - m0), X, K, G, M, m0, k0, r0, r1, WT);
 }
 
 #else
@@ -116,11 +134,9 @@ inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* WT,
     constexpr idx_t kTnRows = 128;
     for (idx_t c0 = r0; c0 < r1; c0 += kTnRows) {
         const idx_t c1 = std::min(r1, c0 + kTnRows);
-        for (idx_t k0 = 0; k0 < K; k0 += kTnCols) {
-            idx_t m0 = 0;
-            for (; m0 + kTnBlock <= M; m0 += kTnBlock) tn_tile<kTnBlock>(X, K, G, M, m0, k0, c0, c1, WT);
-            if (m0 < M) tn_tile_upto<kTnBlock - 1>(int(M - m0), X, K, G, M, m0, k0, c0, c1, WT);
-        }
+        idx_t k0 = 0;
+        for (; k0 + kTnCols <= K; k0 += kTnCols) tn_slice<true>(X, K, G, M, k0, c0, c1, WT);
+        if (k0 < K) tn_slice<false>(X, K, G, M, k0, c0, c1, WT);
     }
 #else
     for (idx_t r = r0; r < r1; ++r)
@@ -140,11 +156,13 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
 #if MG_HAVE_SIMD
     idx_t r = r0;
     for (; r + kRows <= r1; r += kRows) {
-        for (idx_t m0 = 0; m0 < M; m0 += kCols) nn_tile<kRows>(X + r * K, K, W, M, m0, Y + r * M);
+        idx_t m0 = 0;
+        for (; m0 + kCols <= M; m0 += kCols) nn_tile<kRows, true>(X + r * K, K, W, M, m0, Y + r * M);
+        if (m0 < M) nn_tile<kRows, false>(X + r * K, K, W, M, m0, Y + r * M);
         apply_epilogue_rows(epi, Y, M, r, r + kRows);
     }
     for (; r < r1; ++r) {
-        for (idx_t m0 = 0; m0 < M; m0 += kCols) nn_tile<1>(X + r * K, K, W, M, m0, Y + r * M);
+        for (idx_t m0 = 0; m0 < M; m0 += kCols) nn_tile<1, false>(X + r * K, K, W, M, m0, Y + r * M);
         apply_epilogue_rows(epi, Y, M, r, r + 1);
     }
 #else
