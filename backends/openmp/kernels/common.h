@@ -24,6 +24,7 @@
 #define MG_RESTRICT __restrict__
 
 #include "simd.h"  // after MG_INLINE, which it uses
+#include "vexp.h"
 
 namespace mg {
 
@@ -41,7 +42,7 @@ MG_INLINE float activate(Act act, float x, float alpha) {
     switch (act) {
         case Act::Relu: return x > 0.f ? x : 0.f;
         case Act::LeakyRelu: return x > 0.f ? x : alpha * x;
-        case Act::Elu: return x > 0.f ? x : alpha * std::expm1(x);
+        case Act::Elu: return x > 0.f ? x : alpha * vexpm1(x);
         case Act::None:
         default: return x;
     }
@@ -63,7 +64,8 @@ MG_INLINE void apply_epilogue(Act act, float alpha, const float* bias, float* MG
             for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] > 0.f ? v[i] : alpha * v[i];
             break;
         case Act::Elu:
-            for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] > 0.f ? v[i] : alpha * std::expm1(v[i]);
+#pragma omp simd
+            for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] > 0.f ? v[i] : alpha * vexpm1(v[i]);
             break;
         case Act::None:
         default:

@@ -34,7 +34,7 @@ inline void edge_softmax_fwd(const float* s, const int64_t* indptr, int64_t num_
             for (int64_t e = b; e < e_end; ++e)
 #pragma omp simd
                 for (int64_t h = 0; h < H; ++h) {
-                    const float x = std::exp(s[e * H + h] - mx[h]);
+                    const float x = vexp(s[e * H + h] - mx[h]);
                     alpha[e * H + h] = x;
                     sum[h] += x;
                 }

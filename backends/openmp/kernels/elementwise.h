@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common.h"
+#include "vexp.h"
 
 namespace mg {
 
@@ -48,15 +49,15 @@ inline void leaky_relu_bwd(const float* x, const float* gy, float* gx, int64_t n
 }
 
 inline void elu_fwd(const float* x, float* y, int64_t n, float alpha) {
-    ew_detail::each(n, [=](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : alpha * std::expm1(x[i]); });
+    ew_detail::each(n, [=](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : alpha * vexpm1(x[i]); });
 }
 // Given the input so that any alpha (including alpha <= 0) is handled.
 inline void elu_bwd(const float* x, const float* gy, float* gx, int64_t n, float alpha) {
-    ew_detail::each(n, [=](int64_t i) { gx[i] = x[i] > 0.0f ? gy[i] : gy[i] * alpha * std::exp(x[i]); });
+    ew_detail::each(n, [=](int64_t i) { gx[i] = x[i] > 0.0f ? gy[i] : gy[i] * alpha * vexp(x[i]); });
 }
 
 inline void exp_fwd(const float* x, float* y, int64_t n) {
-    ew_detail::each(n, [=](int64_t i) { y[i] = std::exp(x[i]); });
+    ew_detail::each(n, [=](int64_t i) { y[i] = vexp(x[i]); });
 }
 inline void exp_bwd(const float* y, const float* gy, float* gx, int64_t n) {
     ew_detail::each(n, [=](int64_t i) { gx[i] = gy[i] * y[i]; });
@@ -65,7 +66,7 @@ inline void exp_bwd(const float* y, const float* gy, float* gx, int64_t n) {
 // Stable for large |x|: exp is only ever taken of a non-positive number.
 inline void sigmoid_fwd(const float* x, float* y, int64_t n) {
     ew_detail::each(n, [=](int64_t i) {
-        const float z = std::exp(-std::fabs(x[i]));
+        const float z = vexp(-std::fabs(x[i]));
         y[i] = x[i] >= 0.0f ? 1.0f / (1.0f + z) : z / (1.0f + z);
     });
 }

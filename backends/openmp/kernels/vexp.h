@@ -1,0 +1,65 @@
+// exp and expm1 for float in plain arithmetic, so that loops calling them vectorise.
+//
+// std::exp / std::expm1 are libm calls: GCC vectorises them only under -ffast-math (glibc
+// declares its vector variants for __FAST_MATH__ alone), so every ELU and softmax loop ran one
+// scalar call per element (ELU's expm1 was 7% of a GAT epoch).  These use Cody-Waite reduction,
+// x = n ln2 + r with |r| <= ln2 / 2, Cephes' degree-6 polynomial for exp(r) (about 1 ulp), and
+// 2^n through the exponent bits, in two factors so that n = 128 (x near ln FLT_MAX) stays finite.
+// Below ln FLT_MIN the result is 0 (the true value is subnormal); above ln FLT_MAX it is inf;
+// NaN stays NaN.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace mg {
+
+namespace vexp_detail {
+
+// 2^n for n in [-126, 127], from the exponent bits.
+inline float pow2i(std::int32_t n) {
+    const std::int32_t bits = (n + 127) << 23;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+}  // namespace vexp_detail
+
+inline float vexp(float x) {
+    constexpr float kMax = 88.72283905f;      // ln(FLT_MAX)
+    constexpr float kMin = -87.33654475f;     // ln(FLT_MIN)
+    const float xc = x > kMax ? kMax : (x < kMin ? kMin : x);   // keeps NaN: both compares false
+    const float fn = std::floor(xc * 1.44269504088896341f + 0.5f);
+    const float r = (xc - fn * 0.693359375f) - fn * -2.12194440e-4f;
+    const float z = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float er = p * z + r + 1.0f;
+    const std::int32_t n = static_cast<std::int32_t>(fn);
+    const std::int32_t half = n >> 1;
+    const float y = er * vexp_detail::pow2i(half) * vexp_detail::pow2i(n - half);
+    return x > kMax ? INFINITY : (x < kMin ? 0.0f : y);
+}
+
+// exp(x) - 1 without the cancellation of vexp(x) - 1 near 0: a Taylor polynomial for |x| < 1/2
+// (error below 1e-7 relative), vexp beyond.
+inline float vexpm1(float x) {
+    float t = 1.0f / 40320;
+    t = t * x + 1.0f / 5040;
+    t = t * x + 1.0f / 720;
+    t = t * x + 1.0f / 120;
+    t = t * x + 1.0f / 24;
+    t = t * x + 1.0f / 6;
+    t = t * x + 0.5f;
+    const float small = (t * x) * x + x;
+    const float large = vexp(x) - 1.0f;
+    return std::fabs(x) < 0.5f ? small : large;
+}
+
+}  // namespace mg
