@@ -29,6 +29,7 @@ double mg_spmm_seconds(int la, int64_t n, const int64_t* indptr, const int64_t* 
 double mg_spmm_bytes(int64_t n, int64_t e, int64_t F);
 void mg_set_threads(int n);
 int mg_max_threads(void);
+const char* mg_simd_isa(void);
 """
 
 # Microbenchmark shape: a bag-of-words-like feature matrix (rows x K) through a K x F weight at the
@@ -52,6 +53,12 @@ class Calibration:
     triad_gbs: float
     threads: int
     source: str  # "measured", "cache" or "override"
+
+
+def kernel_isa() -> str:
+    """The vector ISA this machine's kernel builds use: "avx512", "avx2" or "portable"."""
+    ffi, lib = library()
+    return ffi.string(lib.mg_simd_isa()).decode()
 
 
 @functools.lru_cache(maxsize=None)

@@ -152,6 +152,14 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _kernel_isa() -> str:
+    from morphgen.calibrate import kernel_isa
+    try:
+        return kernel_isa()
+    except Exception as exc:   # noqa: BLE001 -- a report without the ISA beats no report
+        return f"unknown ({exc})"
+
+
 def measure_machine(threads: Optional[int] = None, stream_elements: Optional[int] = None,
                     gemm_size: int = 2048, reps: int = 10) -> dict:
     """All limits with `threads` threads (default: every usable core)."""
@@ -160,7 +168,7 @@ def measure_machine(threads: Optional[int] = None, stream_elements: Optional[int
     return {
         "copy_gbs": stream["copy_gbs"], "triad_gbs": stream["triad_gbs"],
         "sgemm_gflops": sgemm_gflops(threads, gemm_size, max(1, reps // 2)),
-        "threads": threads, "cpu_model": cpu_model(), "cores": usable_cores(),
+        "threads": threads, "cpu_model": cpu_model(), "kernel_isa": _kernel_isa(), "cores": usable_cores(),
         "stream_array_bytes": stream["stream_array_bytes"], "gemm_size": gemm_size,
     }
 

@@ -167,7 +167,8 @@ def markdown(report: dict) -> str:
         out += [f"Machine limits: not measured ({m['error']}).", ""]
     else:
         quick = " (quick measurement on small arrays: indicative only)" if m.get("quick") else ""
-        out += [f"Machine ({m.get('cpu_model')}, {m.get('threads')} threads): STREAM copy "
+        out += [f"Machine ({m.get('cpu_model')}, {m.get('kernel_isa', 'kernel ISA not recorded')} kernels, "
+                f"{m.get('threads')} threads): STREAM copy "
                 f"{m['copy_gbs']:.2f} GB/s, triad {m['triad_gbs']:.2f} GB/s, sgemm {m['sgemm_gflops']:.1f} GFLOP/s"
                 f"{quick}.", ""]
     if report.get("kernels"):

@@ -259,7 +259,8 @@ def docs_section(args, rows, peers, machine: dict, plot_links: list, command: st
              f"{args.warmup} warm-up epochs, compile time excluded). Other work may have shared the machine "
              f"while it ran; treat the times as indicative.", ""]
     if machine and not machine.get("error"):
-        lines += [f"Machine: {machine.get('cpu_model')}, {machine.get('threads')} threads; STREAM copy "
+        lines += [f"Machine: {machine.get('cpu_model')}, {machine.get('kernel_isa', 'kernel ISA not recorded')} kernels, "
+                  f"{machine.get('threads')} threads; STREAM copy "
                   f"{machine['copy_gbs']:.2f} GB/s, triad {machine['triad_gbs']:.2f} GB/s, sgemm "
                   f"{machine['sgemm_gflops']:.1f} GFLOP/s.", ""]
     gpu = args.backend == "cuda"
@@ -278,7 +279,8 @@ def docs_section(args, rows, peers, machine: dict, plot_links: list, command: st
               + ("Peak device memory: morphgen's allocated device buffers, a peer's "
                  "torch.cuda.max_memory_allocated (data included; the CUDA context in neither). " if gpu else "")
               + "Per-graph reports (configuration of every system, per-kernel GB/s and GFLOP/s, parity) are in "
-              f"`{args.out}/<graph>/bench.md`.", ""]
+              + (f"`{args.out}/<model>/<graph>/bench.md`." if len(models(args)) > 1 else f"`{args.out}/<graph>/bench.md`."),
+              ""]
     lines += [f"![{Path(p).stem}]({p})" for p in plot_links]
     return "\n".join(lines)
 

@@ -68,6 +68,14 @@ def _init_weights(path: Path) -> Path:
     return path
 
 
+def _train_nll(logits: np.ndarray, z) -> float:
+    """Mean cross-entropy of the logits over the training nodes of the data file z."""
+    logp = logits - logits.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    train = z["train_mask"]
+    return float(-logp[train, z["y"][train]].mean())
+
+
 def reference_first_loss(data_path: Path, weights_path: Path, convention: str) -> float:
     """Cross-entropy of a float64 GCN forward, from the definitions (no library code)."""
     z = np.load(data_path)
@@ -94,10 +102,7 @@ def reference_first_loss(data_path: Path, weights_path: Path, convention: str) -
         h = agg + w[f"layer{i}.b"].astype(np.float64)
         if i < len(LAYERS) - 2:
             h = np.maximum(h, 0.0)
-    logp = h - h.max(1, keepdims=True)
-    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
-    train = z["train_mask"]
-    return float(-logp[train, z["y"][train]].mean())
+    return _train_nll(h, z)
 
 
 def _sage_init_weights(path: Path) -> Path:
@@ -128,10 +133,7 @@ def reference_first_loss_sage(data_path: Path, weights_path: Path, aggr: str) ->
         h = agg @ w[f"layer{i}.W_neigh"] + h @ w[f"layer{i}.W_self"] + w[f"layer{i}.b"]
         if i < len(LAYERS) - 2:
             h = np.maximum(h, 0.0)
-    logp = h - h.max(1, keepdims=True)
-    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
-    train = z["train_mask"]
-    return float(-logp[train, z["y"][train]].mean())
+    return _train_nll(h, z)
 
 
 GAT_LAYERS, GAT_HEADS = [F, 8, C], [2, 1]
@@ -175,10 +177,7 @@ def reference_first_loss_gat(data_path: Path, weights_path: Path) -> float:
         h = out + w[f"layer{i}.b"]
         if i < len(GAT_HEADS) - 1:
             h = np.where(h > 0, h, np.expm1(h))
-    logp = h - h.max(1, keepdims=True)
-    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
-    train = z["train_mask"]
-    return float(-logp[train, z["y"][train]].mean())
+    return _train_nll(h, z)
 
 
 GIN_LAYERS, GIN_NORMS = [F, 8, C], [True, False]
@@ -220,10 +219,7 @@ def reference_first_loss_gin(data_path: Path, weights_path: Path) -> float:
         h = norm(t, i, 2) if has_norm else t + w[f"layer{i}.b2"]
         if i < len(GIN_NORMS) - 1:
             h = np.maximum(h, 0.0)
-    logp = h - h.max(1, keepdims=True)
-    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
-    train = z["train_mask"]
-    return float(-logp[train, z["y"][train]].mean())
+    return _train_nll(h, z)
 
 
 def _spec(**over) -> dict:
@@ -510,5 +506,10 @@ def test_measure_machine_small():
     # Rates only need to be real measurements: the machine may be busy, so no lower bound.
     assert all(np.isfinite(m[k]) and m[k] > 0 for k in ("copy_gbs", "triad_gbs", "sgemm_gflops"))
     assert m["threads"] == 2 and m["cores"] >= 1 and m["cpu_model"]
+    # The kernels' vector ISA is the widest this CPU has (simd.h), and the report says which.
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    widest = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= set(flags) else "portable"
+    assert m["kernel_isa"] == widest
     with pytest.raises(MachineError, match="threads"):
         measure_machine(threads=0)

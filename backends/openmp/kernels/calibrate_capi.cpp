@@ -3,6 +3,9 @@
 
 extern "C" {
 
+// The vector ISA the kernels were built for (simd.h): "avx512", "avx2" or "portable".
+const char* mg_simd_isa() { return MG_SIMD_ISA; }
+
 double mg_stream_triad_gbs(std::int64_t n, int reps) { return mg::stream_triad_gbs(n, reps); }
 
 int mg_sparse_dense_crossover(std::int64_t rows, std::int64_t K, std::int64_t F, int reps, double* density,

@@ -27,7 +27,6 @@ import os
 import sys
 import types
 
-import numpy as np
 
 from morphgen.bench.memory import start_training_peak
 from morphgen.errors import UserError
@@ -35,8 +34,8 @@ from morphgen.errors import UserError
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
 from .spec import BenchSpec
-from .torch_loop import (build_stack, device_config, gin_mlp, model_config, set_gin_weights, setup_torch, torch_device,
-                         train_full_batch)
+from .torch_loop import (build_stack, device_config, gin_mlp, gin_targets, load_weights, model_config, setup_torch,
+                         torch_device, train_full_batch)
 
 _GRAPHBOLT = "dgl.graphbolt"
 
@@ -94,27 +93,20 @@ def _convs(torch, spec: BenchSpec) -> list:
             for i, o in dims]
 
 
-def _set_weights(torch, conv, weights: dict, model: str) -> None:
-    """morphgen's [in, out] matrices into a convolution (GraphConv stores [in, out], Linear [out, in])."""
-    def put(param, a):
-        param.copy_(torch.from_numpy(np.ascontiguousarray(a)).reshape(param.shape))
+# Where morphgen's parameters go in each convolution: load_weights targets (attribute, name,
+# transpose). GraphConv stores [in, out]; SAGEConv's one bias is fc_self's (except for its 'gcn'
+# aggregator); GATConv's attn_l is the source side, attn_r the destination.
+_TARGETS = {
+    "gcn": (("weight", "W", False), ("bias", "b", False)),
+    "sage": (("fc_neigh.weight", "W_neigh", True), ("fc_self.weight", "W_self", True), ("fc_self.bias", "b", False)),
+    "gat": (("fc.weight", "W", True), ("attn_l", "a_src", False), ("attn_r", "a_dst", False), ("bias", "b", False)),
+}
+
+
+def _targets(conv, model: str) -> tuple:
     if model == "gin":
-        set_gin_weights(torch, conv.apply_func, weights)
-        return
-    if model == "gat":                      # attn_l is the source side, attn_r the destination
-        put(conv.fc.weight, weights["W"].T)
-        put(conv.attn_l, weights["a_src"])
-        put(conv.attn_r, weights["a_dst"])
-        bias = conv.bias
-    elif model == "sage":
-        put(conv.fc_neigh.weight, weights["W_neigh"].T)
-        put(conv.fc_self.weight, weights["W_self"].T)
-        bias = conv.fc_self.bias            # SAGEConv's one bias, except for its 'gcn' aggregator
-    else:
-        put(conv.weight, weights["W"])
-        bias = conv.bias
-    if "b" in weights:
-        put(bias, weights["b"])
+        return tuple((f"apply_func.{path}", name, t) for path, name, t in gin_targets(conv.apply_func))
+    return _TARGETS[model]
 
 
 _NORMALISATION = {
@@ -137,7 +129,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     if spec.init_weights is not None:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
-                _set_weights(torch, conv, weights, spec.model)
+                load_weights(torch, conv, weights, _targets(conv, spec.model))
     call = (lambda conv, h: conv(g, h).flatten(1)) if spec.model == "gat" else (lambda conv, h: conv(g, h))
     model = build_stack(torch, convs, spec.dropout, call, spec.activation)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)

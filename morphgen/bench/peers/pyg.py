@@ -35,8 +35,8 @@ from morphgen.bench.memory import start_training_peak
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
 from .spec import BenchSpec
-from .torch_loop import (build_stack, device_config, gin_mlp, model_config, set_gin_weights, setup_torch, torch_device,
-                         train_full_batch)
+from .torch_loop import (build_stack, device_config, gin_mlp, gin_targets, load_weights, model_config, setup_torch,
+                         torch_device, train_full_batch)
 
 
 def _import_pyg():
@@ -64,27 +64,17 @@ def _convs(torch, spec: BenchSpec) -> list:
             for i, o in dims]
 
 
-def _set_weights(torch, conv, weights: dict, model: str) -> None:
-    """morphgen's [in, out] matrices into a convolution (torch's Linear stores [out, in])."""
-    def put(param, a):
-        param.copy_(torch.from_numpy(np.ascontiguousarray(a)).reshape(param.shape))
-    if model == "gin":
-        set_gin_weights(torch, conv.nn, weights)
-        return
-    if model == "gat":                      # attention [heads * out] -> [1, heads, out], heads outermost
-        put(conv.lin.weight, weights["W"].T)
-        put(conv.att_src, weights["a_src"])
-        put(conv.att_dst, weights["a_dst"])
-        bias = conv.bias
-    elif model == "sage":
-        put(conv.lin_l.weight, weights["W_neigh"].T)
-        put(conv.lin_r.weight, weights["W_self"].T)
-        bias = conv.lin_l.bias
-    else:
-        put(conv.lin.weight, weights["W"].T)
-        bias = conv.bias
-    if "b" in weights:
-        put(bias, weights["b"])
+# Where morphgen's parameters go in each convolution: load_weights targets (attribute, name, transpose).
+_TARGETS = {
+    "gcn": (("lin.weight", "W", True), ("bias", "b", False)),
+    "sage": (("lin_l.weight", "W_neigh", True), ("lin_r.weight", "W_self", True), ("lin_l.bias", "b", False)),
+    "gat": (("lin.weight", "W", True), ("att_src", "a_src", False), ("att_dst", "a_dst", False),
+            ("bias", "b", False)),
+}
+
+
+def _targets(conv, model: str) -> tuple:
+    return tuple((f"nn.{path}", name, t) for path, name, t in gin_targets(conv.nn)) if model == "gin" else _TARGETS[model]
 
 
 _NORMALISATION = {
@@ -154,7 +144,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     if spec.init_weights is not None:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
-                _set_weights(torch, conv, weights, spec.model)
+                load_weights(torch, conv, weights, _targets(conv, spec.model))
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t), spec.activation)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline

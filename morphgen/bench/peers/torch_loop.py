@@ -166,19 +166,33 @@ def gin_mlp(torch, fan_in: int, fan_out: int, norm: bool):
     return nn.Sequential(nn.Linear(fan_in, fan_out), nn.ReLU(), nn.Linear(fan_out, fan_out))
 
 
-def set_gin_weights(torch, mlp, weights: dict) -> None:
-    """morphgen's layer{i}.W1/W2 ([in, out]) and norm{k}.gamma/beta or b1/b2 into gin_mlp's modules."""
-    def put(param, a):
+def load_weights(torch, conv, weights: dict, targets: tuple) -> None:
+    """Copy morphgen's arrays into a convolution's parameters.  `targets` holds, per array,
+    (attribute path in the module, morphgen's name, transpose): morphgen's matrices are [in, out]
+    and torch's Linear stores [out, in].  A name the layer does not have (no bias) is skipped;
+    vectors are reshaped to the parameter ([heads * out] -> [1, heads, out], heads outermost)."""
+    for path, name, transpose in targets:
+        if name not in weights:
+            continue
+        param = conv
+        for attr in path.split("."):
+            param = getattr(param, attr)
+        a = weights[name].T if transpose else weights[name]
         param.copy_(torch.from_numpy(np.ascontiguousarray(a)).reshape(param.shape))
-    linears = [m for m in mlp if isinstance(m, torch.nn.Linear)]
-    norms = [m for m in mlp if isinstance(m, torch.nn.BatchNorm1d)]
-    for k, lin in enumerate(linears, start=1):
-        put(lin.weight, weights[f"W{k}"].T)
-        if lin.bias is not None:
-            put(lin.bias, weights[f"b{k}"])
-    for k, bn in enumerate(norms, start=1):
-        put(bn.weight, weights[f"norm{k}.gamma"])
-        put(bn.bias, weights[f"norm{k}.beta"])
+
+
+def gin_targets(mlp) -> tuple:
+    """load_weights targets of gin_mlp's modules (indices into the Sequential)."""
+    targets, linear, norm = [], 0, 0
+    for index, module in enumerate(mlp):
+        kind = type(module).__name__
+        if kind == "Linear":
+            linear += 1
+            targets += [(f"{index}.weight", f"W{linear}", True), (f"{index}.bias", f"b{linear}", False)]
+        elif kind == "BatchNorm1d":
+            norm += 1
+            targets += [(f"{index}.weight", f"norm{norm}.gamma", False), (f"{index}.bias", f"norm{norm}.beta", False)]
+    return tuple(targets)
 
 
 _MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0"}
