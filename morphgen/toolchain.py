@@ -40,12 +40,7 @@ __all__ = [
 ]
 
 # -Werror=overflow: a size product that wraps in `int` must fail the build, not allocate too little.
-# -fno-trapping-math: nothing reads the floating-point exception flags, and with them GCC will
-# not if-convert `cond ? a * b : 0.f`, leaving a branch per element in loops such as ReLU's
-# backward (no result changes: only which exceptions may be raised does).  Host compiler flags:
-# a driver with options of its own (nvcc) replaces them.
-BASE_FLAGS = ("-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-Werror=overflow",
-              "-fno-trapping-math")
+BASE_FLAGS = ("-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-Werror=overflow")
 OPT_FLAGS = ("-O3",)
 # -O0: half the build time of -O1, and no access is optimised away from the sanitizers' view.
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O0")

@@ -409,9 +409,10 @@ inline void dropout_act_grad_loop(const float *G, const float *Y, idx_t n, float
 template <class Run>
 inline void with_act_derivative(ActKind act, float alpha, Run run) {
     switch (act) {
-        case ActKind::Relu: run([](float g, float y) { return y > 0.f ? g : 0.f; }); break;
-        case ActKind::LeakyRelu: run([alpha](float g, float y) { return y > 0.f ? g : alpha * g; }); break;
-        case ActKind::Elu: run([alpha](float g, float y) { return y > 0.f ? g : g * (y + alpha); }); break;
+        // select_bits, not `?:`: g is often computed in the loop (dropout's mask), see vexp.h.
+        case ActKind::Relu: run([](float g, float y) { return select_bits(y > 0.f, g, 0.f); }); break;
+        case ActKind::LeakyRelu: run([alpha](float g, float y) { return select_bits(y > 0.f, g, alpha * g); }); break;
+        case ActKind::Elu: run([alpha](float g, float y) { return select_bits(y > 0.f, g, g * (y + alpha)); }); break;
         case ActKind::Exp: run([](float g, float y) { return g * y; }); break;
         case ActKind::Sigmoid: run([](float g, float y) { return g * y * (1.f - y); }); break;
         default: run([](float g, float y) { return g * (1.f - y * y); }); break;

@@ -24,7 +24,7 @@
 #define MG_RESTRICT __restrict__
 
 #include "simd.h"  // after MG_INLINE, which it uses
-#include "vexp.h"
+#include "vexp.h"  // vexpm1 and select_bits, for the ELU and leaky ReLU epilogues
 
 namespace mg {
 
@@ -61,11 +61,11 @@ MG_INLINE void apply_epilogue(Act act, float alpha, const float* bias, float* MG
             break;
         case Act::LeakyRelu:
 #pragma omp simd
-            for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] > 0.f ? v[i] : alpha * v[i];
+            for (std::int64_t i = 0; i < n; ++i) v[i] = select_bits(v[i] > 0.f, v[i], alpha * v[i]);
             break;
         case Act::Elu:
 #pragma omp simd
-            for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] > 0.f ? v[i] : alpha * vexpm1(v[i]);
+            for (std::int64_t i = 0; i < n; ++i) v[i] = select_bits(v[i] > 0.f, v[i], alpha * vexpm1(v[i]));
             break;
         case Act::None:
         default:

@@ -49,11 +49,11 @@ inline void leaky_relu_bwd(const float* x, const float* gy, float* gx, int64_t n
 }
 
 inline void elu_fwd(const float* x, float* y, int64_t n, float alpha) {
-    ew_detail::each(n, [=](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : alpha * vexpm1(x[i]); });
+    ew_detail::each(n, [=](int64_t i) { y[i] = select_bits(x[i] > 0.0f, x[i], alpha * vexpm1(x[i])); });
 }
 // Given the input so that any alpha (including alpha <= 0) is handled.
 inline void elu_bwd(const float* x, const float* gy, float* gx, int64_t n, float alpha) {
-    ew_detail::each(n, [=](int64_t i) { gx[i] = x[i] > 0.0f ? gy[i] : gy[i] * alpha * vexp(x[i]); });
+    ew_detail::each(n, [=](int64_t i) { gx[i] = select_bits(x[i] > 0.0f, gy[i], gy[i] * alpha * vexp(x[i])); });
 }
 
 inline void exp_fwd(const float* x, float* y, int64_t n) {
