@@ -281,36 +281,35 @@ def test_conventions_differ_on_the_test_graph(files):
     assert abs(pyg - dgl) > 1e-2, "the parity graph must tell the two normalisations apart"
 
 
+def assert_first_loss(r: dict, expected: float) -> None:
+    """A peer run finished and its first-epoch loss is the reference's within the parity tolerance."""
+    assert r["error"] is None, r["error"]
+    assert r["first_epoch_loss"] == pytest.approx(expected, abs=1e-4)
+
+
 @pytest.mark.parametrize("name,convention", [("pyg_dense", "pyg"), ("pyg_sparse", "pyg"), ("dgl", "dgl")])
 def test_parity_first_epoch_loss(runs, files, name, convention):
-    r = runs[name]
-    assert r["error"] is None, r["error"]
-    expected = reference_first_loss(files["dense"], files["weights"], convention)
-    assert r["first_epoch_loss"] == pytest.approx(expected, abs=1e-4)
+    assert_first_loss(runs[name], reference_first_loss(files["dense"], files["weights"], convention))
 
 
 @pytest.mark.parametrize("name,aggr", [("pyg_sage_mean", "mean"), ("pyg_sage_max", "max"), ("dgl_sage_mean", "mean")])
 def test_sage_parity_first_epoch_loss(runs, files, name, aggr):
     r = runs[name]
-    assert r["error"] is None, r["error"]
-    expected = reference_first_loss_sage(files["dense"], files["sage_weights"], aggr)
-    assert r["first_epoch_loss"] == pytest.approx(expected, abs=1e-4)
+    assert_first_loss(r, reference_first_loss_sage(files["dense"], files["sage_weights"], aggr))
     assert r["config"]["model"].startswith(f"GraphSAGE ({aggr})")
 
 
 @pytest.mark.parametrize("name", ["pyg_gat", "dgl_gat"])
 def test_gat_parity_first_epoch_loss(runs, files, name):
     r = runs[name]
-    assert r["error"] is None, r["error"]
-    assert r["first_epoch_loss"] == pytest.approx(reference_first_loss_gat(files["dense"], files["gat_weights"]), abs=1e-4)
+    assert_first_loss(r, reference_first_loss_gat(files["dense"], files["gat_weights"]))
     assert r["config"]["model"].startswith("GAT (heads [2, 1]") and "elu" in r["config"]["model"]
 
 
 @pytest.mark.parametrize("name", ["pyg_gin", "dgl_gin"])
 def test_gin_parity_first_epoch_loss(runs, files, name):
     r = runs[name]
-    assert r["error"] is None, r["error"]
-    assert r["first_epoch_loss"] == pytest.approx(reference_first_loss_gin(files["dense"], files["gin_weights"]), abs=1e-4)
+    assert_first_loss(r, reference_first_loss_gin(files["dense"], files["gin_weights"]))
     assert r["config"]["model"].startswith("GIN-0")
 
 

@@ -1,4 +1,5 @@
-// exp and expm1 for float in plain arithmetic, so that loops calling them vectorise.
+// exp and expm1 for float in plain arithmetic, and a branch-free select, so that the loops using
+// them vectorise.
 //
 // std::exp / std::expm1 are libm calls: GCC vectorises them only under -ffast-math (glibc
 // declares its vector variants for __FAST_MATH__ alone), so every ELU and softmax loop ran one
