@@ -401,7 +401,7 @@ inline void dropout_act_grad_loop(const float *G, const float *Y, idx_t n, float
                                   float s, D d) {
     dropout_detail::for_keep_blocks(n, 0, base, thr, [&](int64_t i, const uint32_t *k, int64_t m) {
 #pragma omp simd
-        for (int64_t j = 0; j < m; ++j) dX[i + j] = d(dropout_detail::masked(G[i + j] * s, k[j]), Y[i + j]);
+        for (int64_t j = 0; j < m; ++j) dX[i + j] = d(select_bits(k[j] != 0u, G[i + j] * s, 0.f), Y[i + j]);
     });}
 // Calls run(d) with d(g, y) = g * act'(x), written with the forward output y: for alpha > 0,
 // y > 0 exactly when x > 0, and for elu alpha * exp(x) = y + alpha on the negative side.  One
@@ -409,7 +409,7 @@ inline void dropout_act_grad_loop(const float *G, const float *Y, idx_t n, float
 template <class Run>
 inline void with_act_derivative(ActKind act, float alpha, Run run) {
     switch (act) {
-        // select_bits, not `?:`: g is often computed in the loop (dropout's mask), see vexp.h.
+        // select_bits, not `?:`: g is often computed in the loop (dropout's mask), see simd.h.
         case ActKind::Relu: run([](float g, float y) { return select_bits(y > 0.f, g, 0.f); }); break;
         case ActKind::LeakyRelu: run([alpha](float g, float y) { return select_bits(y > 0.f, g, alpha * g); }); break;
         case ActKind::Elu: run([alpha](float g, float y) { return select_bits(y > 0.f, g, g * (y + alpha)); }); break;

@@ -38,7 +38,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 
-from .peers.spec import layer_parameters
+from .peers.spec import BenchSpec, parse_spec
 from .program_shape import BenchError, PeerModel, program_shape, without_dropout  # noqa: F401 (also harness API)
 
 PARITY_TOLERANCE = 1e-4
@@ -366,13 +366,12 @@ def _cuda_device_env(device: Optional[int]):
             os.environ[CUDA_DEVICE_ENV] = old
 
 
-def write_init_weights(params: dict, dims: Sequence[int], shape: PeerModel, path) -> Path:
-    """morphgen's flat initial parameters, reshaped, as the peers' layer{i}.<name> arrays
-    (spec.layer_parameters names them and gives their shapes)."""
+def write_init_weights(params: dict, spec: BenchSpec) -> Path:
+    """morphgen's flat initial parameters, reshaped, as the peers' layer{i}.<name> arrays at
+    spec.init_weights (spec.parameters names them and gives their shapes)."""
     arrays = {}
-    for i in range(len(dims) - 1):
-        norm = bool(shape.norms[i]) if shape.norms else False
-        for name, want in layer_parameters(shape.conv, dims[i], dims[i + 1], shape.bias, norm).items():
+    for i in range(spec.num_layers):
+        for name, want in spec.parameters(i).items():
             key = f"layer{i}.{name}"
             a = params.get(key)
             if a is None:
@@ -380,8 +379,8 @@ def write_init_weights(params: dict, dims: Sequence[int], shape: PeerModel, path
             if a.size != int(np.prod(want)):
                 raise BenchError(f"parity: '{key}' has {a.size} values, expected {'x'.join(map(str, want))}")
             arrays[key] = a.reshape(want)
-    np.savez(path, **arrays)
-    return Path(path)
+    np.savez(spec.init_weights, **arrays)
+    return Path(spec.init_weights)
 
 
 def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequence[str], work_dir, *,
@@ -397,13 +396,13 @@ def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequen
     # Same feature path as the timed run: the threshold it reported is passed on.
     params, m_loss = morphgen_initial_weights(plain, data.dataset, threads, seed, sparsity_threshold,
                                               backend, device)
-    dims = shape.resolved_layers(data.num_features, data.num_classes)
-    init = write_init_weights(params, dims, shape, work / "parity_init.npz")
+    # One spec for every peer: one epoch, no dropout, morphgen's initial weights.
+    spec = peer_spec(shape, data, epochs=1, warmup=0, threads=threads, sparse_features=sparse_features,
+                     dropout=0.0, init_weights=work / "parity_init.npz", device=device_name(backend, device))
+    write_init_weights(params, parse_spec(spec))
     report = {"tolerance": PARITY_TOLERANCE, "morphgen_first_epoch_loss": m_loss,
               "program": str(plain), "peers": {}}
     for system in peers:
-        spec = peer_spec(shape, data, epochs=1, warmup=0, threads=threads, sparse_features=sparse_features,
-                         dropout=0.0, init_weights=init, device=device_name(backend, device))
         r = run_peer_capped(system, data.peer_path, spec, work, cap_gib=cap_gib, timeout_s=timeout_s,
                             tag=f"parity_{system}")
         row = {"first_epoch_loss": r.get("first_epoch_loss"), "error": r.get("error")}

@@ -254,8 +254,8 @@ def replace_between_markers(text: str, body: str, markers: tuple = (BEGIN_MARK, 
     return text[:begin + len(begin_mark)] + "\n" + body.rstrip() + "\n" + text[end:]
 
 
-def docs_section(args, rows, peers, machine: dict, plot_links: list, command: str) -> str:
-    lines = [f"Command: `{command}` (models {', '.join(f'`{m}`' for m in models(args))}, {args.epochs} epochs, median after "
+def docs_section(args, programs: list, rows, peers, machine: dict, plot_links: list, command: str) -> str:
+    lines = [f"Command: `{command}` (models {', '.join(f'`{m}`' for m in programs)}, {args.epochs} epochs, median after "
              f"{args.warmup} warm-up epochs, compile time excluded). Other work may have shared the machine "
              f"while it ran; treat the times as indicative.", ""]
     if machine and not machine.get("error"):
@@ -279,7 +279,7 @@ def docs_section(args, rows, peers, machine: dict, plot_links: list, command: st
               + ("Peak device memory: morphgen's allocated device buffers, a peer's "
                  "torch.cuda.max_memory_allocated (data included; the CUDA context in neither). " if gpu else "")
               + "Per-graph reports (configuration of every system, per-kernel GB/s and GFLOP/s, parity) are in "
-              + (f"`{args.out}/<model>/<graph>/bench.md`." if len(models(args)) > 1 else f"`{args.out}/<graph>/bench.md`."),
+              + (f"`{args.out}/<model>/<graph>/bench.md`." if len(programs) > 1 else f"`{args.out}/<graph>/bench.md`."),
               ""]
     lines += [f"![{Path(p).stem}]({p})" for p in plot_links]
     return "\n".join(lines)
@@ -343,7 +343,7 @@ def run(args) -> int:
             shutil.copyfile(p, img_dir / p.name)
             links.append(f"benchmarks/{p.name}")
         text = docs.read_text() if docs.exists() else "# Benchmarks\n\n"
-        docs.write_text(replace_between_markers(text, docs_section(args, rows, peers, machine, links, command),
+        docs.write_text(replace_between_markers(text, docs_section(args, programs, rows, peers, machine, links, command),
                                                 marks(args.backend, len(programs) > 1)))
     (out / "suite.md").write_text("\n".join(suite_table(rows, peers, device=gpu)) + "\n")
     print(f"wrote {out / 'suite.json'}, {out / 'suite.md'}, plots, and refreshed {docs}")

@@ -24,7 +24,7 @@
 #define MG_RESTRICT __restrict__
 
 #include "simd.h"  // after MG_INLINE, which it uses
-#include "vexp.h"  // vexpm1 and select_bits, for the ELU and leaky ReLU epilogues
+#include "vexp.h"  // vexpm1, for the ELU epilogue
 
 namespace mg {
 

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "common.h"
 
@@ -32,8 +31,8 @@ class KeepLanes {
     KeepLanes(uint64_t base, uint64_t first, uint64_t threshold) : thr_(threshold) {
         alignas(64) uint64_t z[simd::kLanes];
         for (int j = 0; j < simd::kLanes; ++j) z[j] = base + (first + uint64_t(j) + 1) * kGolden;
-        lo_ = load_u64(z);
-        hi_ = load_u64(z + simd::kLanes / 2);
+        lo_ = simd::load_u64(z);
+        hi_ = simd::load_u64(z + simd::kLanes / 2);
         step_ = simd::set1_u64(uint64_t(simd::kLanes) * kGolden);
     }
     // The keep mask of the next kLanes elements.
@@ -45,13 +44,6 @@ class KeepLanes {
     }
 
   private:
-    static simd::vu64 load_u64(const uint64_t* p) {
-#if MG_SIMD_LANES == 16
-        return _mm512_load_si512(p);
-#else
-        return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
-#endif
-    }
     static simd::vu64 mix(simd::vu64 z) {  // mix64 of op_types.h
         using namespace simd;
         z = mul_u64(xor_u64(z, shr_u64<30>(z)), 0xBF58476D1CE4E5B9ull);
@@ -71,16 +63,6 @@ MG_INLINE void keep_masks(uint64_t base, uint64_t first, int64_t n, uint64_t thr
 #else
     for (int64_t j = 0; j < n; ++j) k[j] = keep(base, first + uint64_t(j), threshold) ? ~0u : 0u;
 #endif
-}
-
-// v where the mask is all ones, +0 where it is zero.  A bitwise select: GCC will not vectorise
-// `keep ? v : 0.f` on floats, and a branch on coin flips mispredicts half the time.
-MG_INLINE float masked(float v, uint32_t k) {
-    uint32_t u;
-    std::memcpy(&u, &v, sizeof u);
-    u &= k;
-    std::memcpy(&v, &u, sizeof v);
-    return v;
 }
 
 // Calls body(i, k, m) for the blocks [i, i + m) of [0, n), m <= kBlock, with k[j] the keep mask
@@ -117,7 +99,7 @@ inline void dropout_fwd(const float* x, float* y, int64_t n, float p, DropoutKey
     const float s = 1.0f / (1.0f - p);
     for_keep_blocks(n, 0, stream_base(key), drop_threshold(p), [&](int64_t i, const uint32_t* k, int64_t m) {
 #pragma omp simd
-        for (int64_t j = 0; j < m; ++j) y[i + j] = masked(x[i + j] * s, k[j]);
+        for (int64_t j = 0; j < m; ++j) y[i + j] = select_bits(k[j] != 0u, x[i + j] * s, 0.0f);
     });
 }
 
@@ -143,7 +125,7 @@ inline void dropout_rows_fwd(const float* x, float* y, int64_t rows, int64_t col
             const float* xr = x + r * cols + c;
             float* yr = y + r * cols + c;
 #pragma omp simd
-            for (int64_t j = 0; j < m; ++j) yr[j] = masked(xr[j] * s, k[j]);
+            for (int64_t j = 0; j < m; ++j) yr[j] = select_bits(k[j] != 0u, xr[j] * s, 0.0f);
         }
     }
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #ifndef MG_INLINE
 #define MG_INLINE inline __attribute__((always_inline))
@@ -29,6 +30,23 @@
 #define MG_SIMD_ISA "portable"
 #endif
 #define MG_HAVE_SIMD (MG_SIMD_LANES > 1)
+
+namespace mg {
+
+// c ? a : b without a branch.  GCC will not if-convert a float select whose arm it computed
+// only for that arm (the arithmetic might trap), so `y > 0 ? g : alpha * g` left a branch per
+// element in its loop; a bitwise select of two values computed unconditionally vectorises.
+MG_INLINE float select_bits(bool c, float a, float b) {
+    std::uint32_t ua, ub;
+    std::memcpy(&ua, &a, sizeof ua);
+    std::memcpy(&ub, &b, sizeof ub);
+    const std::uint32_t m = 0u - std::uint32_t(c);
+    ua = (ua & m) | (ub & ~m);
+    std::memcpy(&a, &ua, sizeof a);
+    return a;
+}
+
+}  // namespace mg
 
 namespace mg::simd {
 
@@ -64,6 +82,7 @@ MG_INLINE vi select(mask m, vi if_true, vi if_false) { return _mm512_mask_mov_ep
 
 // 64-bit integer lanes (kLanes / 2 of them) for counter-based hashing (dropout.h).
 using vu64 = __m512i;
+MG_INLINE vu64 load_u64(const std::uint64_t* p) { return _mm512_load_si512(p); }  // 64-byte aligned
 MG_INLINE vu64 set1_u64(std::uint64_t x) { return _mm512_set1_epi64(std::int64_t(x)); }
 MG_INLINE vu64 add_u64(vu64 a, vu64 b) { return _mm512_add_epi64(a, b); }
 MG_INLINE vu64 xor_u64(vu64 a, vu64 b) { return _mm512_xor_si512(a, b); }
@@ -117,6 +136,7 @@ MG_INLINE vf select(mask m, vf if_true, vf if_false) {
 MG_INLINE vi select(mask m, vi if_true, vi if_false) { return _mm256_blendv_epi8(if_false, if_true, m); }
 
 using vu64 = __m256i;
+MG_INLINE vu64 load_u64(const std::uint64_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
 MG_INLINE vu64 set1_u64(std::uint64_t x) { return _mm256_set1_epi64x(std::int64_t(x)); }
 MG_INLINE vu64 add_u64(vu64 a, vu64 b) { return _mm256_add_epi64(a, b); }
 MG_INLINE vu64 xor_u64(vu64 a, vu64 b) { return _mm256_xor_si256(a, b); }

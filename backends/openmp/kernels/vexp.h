@@ -1,5 +1,4 @@
-// exp and expm1 for float in plain arithmetic, and a branch-free select, so that the loops using
-// them vectorise.
+// exp and expm1 for float in plain arithmetic, so that loops calling them vectorise.
 //
 // std::exp / std::expm1 are libm calls: GCC vectorises them only under -ffast-math (glibc
 // declares its vector variants for __FAST_MATH__ alone), so every ELU and softmax loop ran one
@@ -14,20 +13,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace mg {
+#include "simd.h"  // select_bits
 
-// c ? a : b without a branch.  GCC will not if-convert a float select whose arm it computed
-// only for that arm (the arithmetic might trap), so `y > 0 ? g : alpha * g` left a branch per
-// element in the loop; a bitwise select of two values computed unconditionally vectorises.
-inline __attribute__((always_inline)) float select_bits(bool c, float a, float b) {
-    std::uint32_t ua, ub;
-    std::memcpy(&ua, &a, sizeof ua);
-    std::memcpy(&ub, &b, sizeof ub);
-    const std::uint32_t m = 0u - std::uint32_t(c);
-    ua = (ua & m) | (ub & ~m);
-    std::memcpy(&a, &ua, sizeof a);
-    return a;
-}
+namespace mg {
 
 namespace vexp_detail {
 
