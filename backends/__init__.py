@@ -104,7 +104,7 @@ REGISTRY = {
         "MORPHGEN_NVCC", "nvcc", "morphgen.backends.cuda.emitter:CUDAEmitter", "morphgen.backends.cuda.toolchain"),
     "mpi": Backend(
         "mpi", "a cluster of CPU nodes: partitioned graph, halo exchange",
-        Capabilities(sparse_features=True, hoist_invariants=False, featureless=True, distributed=True),
+        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, distributed=True),
         "MORPHGEN_MPICXX", "mpicxx", "morphgen.backends.mpi.emitter:MPIEmitter"),
 }
 

@@ -202,7 +202,7 @@ def train_command(args) -> int:
 
 def _train_distributed(args) -> int:
     from .backends.mpi.launch import train_distributed
-    for flag, value in (("--sanitize", args.sanitize), ("--profile", args.profile), ("--no-hoist", args.no_hoist)):
+    for flag, value in (("--sanitize", args.sanitize), ("--profile", args.profile)):
         if value:
             raise UserError(f"morphgen: error: {flag} is not supported with --backend {args.backend} yet")
     _check_outputs_writable(args)

@@ -76,6 +76,19 @@ class MPIEmitter(OpenMPEmitter):
     def across_ranks(self) -> str:
         return "mg::mpi::AcrossRanks{m.part}"
 
+    # -- values computed once at load time ------------------------------------------------------
+    def invariant_computed(self, v: Value) -> list:
+        """An invariant aggregation is computed for owned rows (ghosts have no in-edges here).
+        When a later aggregation reads it at edge sources (SGC's S^K x), one exchange at load
+        time gives its ghost rows their owners' values, as the loaded features have."""
+        read_at_sources = any(self._source_read(op) is not None and self._source_read(op).id == v.id
+                              for op in self.p.invariant + self.p.forward)
+        if not read_at_sources:
+            return []
+        k = self.timers.index("halo")
+        return [f"mg::mpi::halo_forward(m.part, const_cast<float *>({self.views[v.id]}), {self.width(v)}, "
+                f"m.timers[{k}])"]
+
     # -- halo exchanges around the ops that cross the partition -----------------------------------
     def around(self, op, lines: list) -> list:
         before, after = [], []
@@ -148,7 +161,7 @@ class MPIEmitter(OpenMPEmitter):
     def _needs_exchange(self, v: Value) -> bool:
         if v.assoc != "node" or v.id in self.full_rows or v.id in self.exchanged:
             return False
-        # input features and values computed once at load time are loaded for ghost rows too
+        # input features are loaded for ghost rows; invariants read at sources are exchanged at load time
         return v.id != self.features_id and v.id not in self.feature_like and v.id not in self.views
 
     def _halo(self, fn: str, v: Value) -> str:

@@ -80,7 +80,7 @@ def train_distributed(args) -> int:
         raise UserError(f"morphgen: error: --ranks {ranks} is larger than {dataset.name}'s "
                         f"{dataset.graph.num_nodes} nodes")
     model = CompiledModel(args.model, backend="mpi", threads=threads, seed=args.seed,
-                          sparsity_threshold=args.sparsity_threshold)
+                          sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist)
     log(f"morphgen: compiling {args.model} for mpi ...")
     model.build(dataset)
     program = model.program
@@ -109,6 +109,7 @@ def train_distributed(args) -> int:
             "json_out": args.json_out and str(Path(args.json_out).resolve()), "quiet": args.quiet,
             "report": {"model": str(args.model), "backend": "mpi", "dataset": dataset.name, "seed": args.seed,
                        "feature_path": path, "compile_seconds": model.compile_seconds,
+                       "hoisted_aggregations": len(program.invariant),
                        "parts_dir": str(parts_dir), "partitioner": args.partitioner},
         }
         spec_path = Path(run_dir) / "run.json"

@@ -372,19 +372,24 @@ class OpenMPEmitter:
             name = f"inv{op.output.id}"
             if x.id != self.features_id:     # an aggregation of an aggregation (S^K x): its own buffer
                 self.members.append(f"mg::Buffer {name};")
-                self.prepare += [f"m.{name}.allocate({self.numel(op.output)}, m.allocated_bytes)",
+                self.prepare += [f"m.{name}.allocate({self.storage_numel(op.output)}, m.allocated_bytes)",
                                  f"mg::op::aggregate(m.g, {self._agg_spec(op)}, {self.views[x.id]}, "
                                  f"{self.width(x)}, m.{name}.data, nullptr)"]
                 self.views[op.output.id] = f"m.{name}.data"
-                continue
-            self.needs_dense_features = True
-            # Overwriting the donated features is safe only when this is their one reader.
-            sole_reader = len(self.readers.get(x.id, [])) == 1
-            self.members += [f"mg::Buffer {name};", f"const float *{name}_data = nullptr;"]
-            self.prepare.append(f"m.{name}_data = mg::op::aggregate_features_once(m.g, {self._agg_spec(op)}, "
-                                f"m.features, {'m.features_donated' if sole_reader else 'false'}, m.{name}, "
-                                f"m.allocated_bytes)")
-            self.views[op.output.id] = f"m.{name}_data"
+            else:
+                self.needs_dense_features = True
+                # Overwriting the donated features is safe only when this is their one reader.
+                sole_reader = len(self.readers.get(x.id, [])) == 1
+                self.members += [f"mg::Buffer {name};", f"const float *{name}_data = nullptr;"]
+                self.prepare.append(f"m.{name}_data = mg::op::aggregate_features_once(m.g, {self._agg_spec(op)}, "
+                                    f"m.features, {'m.features_donated' if sole_reader else 'false'}, m.{name}, "
+                                    f"m.allocated_bytes)")
+                self.views[op.output.id] = f"m.{name}_data"
+            self.prepare += self.invariant_computed(op.output)
+
+    def invariant_computed(self, v: Value) -> list:
+        """Prepare-time lines that must follow the computation of invariant ``v`` (none here)."""
+        return []
 
     def plan_feature_views(self) -> None:
         """Decide which dropouts of the input features stay in the features' own format.

@@ -62,3 +62,15 @@ def test_real_datasets_match_one_process(tmp_path, model, dataset):
     run = train(tmp_path, model, data, backend="mpi", ranks=2, epochs=3)
     assert run["feature_path"] == reference["feature_path"]
     assert_same_run(reference, run, RTOL, f"{model} on {dataset}, 2 ranks")
+
+
+def test_aggregations_hoisted_out_of_the_epoch_match_one_process(tmp_path):
+    """SGC's two propagations of the features are computed once, at load time, on every backend.
+    The second reads the first at edge sources, so the first's ghost rows are exchanged then."""
+    data = SYNTHETIC.replace("features=24,classes=4", "features=3,classes=6")   # F <= C: nothing reordered
+    reference = train(tmp_path, "sgc", data)
+    assert reference["hoisted_aggregations"] == 2
+    for ranks in (2, 4):
+        run = train(tmp_path, "sgc", data, backend="mpi", ranks=ranks)
+        assert run["hoisted_aggregations"] == 2
+        assert_same_run(reference, run, RTOL, f"sgc, hoisted, on {ranks} ranks")
