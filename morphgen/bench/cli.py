@@ -106,8 +106,11 @@ def run_single(args) -> dict:
     machine = measure_limits(threads, args.quick_machine)
     with harness.scratch_dir(out) as tmp:
         work = Path(tmp)
+        # featureless data: the R-GCN peers take node ids; peers that cannot run need no features
         data = harness.prepare_dataset(args.dataset, args.data_dir, work, keep=args.parity,
-                                       feature_normalization=shape.feature_normalization)
+                                       feature_normalization=shape.feature_normalization,
+                                       featureless_ok=shape.conv == "rgcn" or shape.unsupported is not None
+                                       or not parse_peers(args.peers))
         report = bench_one(args, data, shape, work, machine)
         if args.parity:
             peers = parse_peers(args.peers)
@@ -140,6 +143,10 @@ def print_summary(report: dict, out: Path) -> None:
             print(f"{s['system']:<9} median epoch {s['epoch_time_s'] * 1e3:9.2f} ms  peak RSS "
                   f"{s['peak_rss_bytes'] / rep.MiB:8.1f} MiB{device}  final loss {s['final_loss']:.4f}  "
                   f"test acc {s['test_acc']:.3f}{extra}")
+        for a in s.get("alternatives") or []:
+            timed = (f"{a['epoch_time_s'] * 1e3:.2f} ms" if a.get("epoch_time_s") is not None
+                     else f"failed: {a.get('error')}")
+            print(f"{'':<9} ({s.get('configuration')}; also timed as {a['configuration']}: {timed})")
     par = report.get("parity")
     if par and "peers" in par:
         for name, row in par["peers"].items():

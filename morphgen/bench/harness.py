@@ -38,7 +38,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 
-from .peers.spec import BenchSpec, parse_spec
+from .peers.spec import PYG_RGCN_CONVS, BenchSpec, parse_spec
 from .program_shape import BenchError, PeerModel, program_shape, without_dropout  # noqa: F401 (also harness API)
 
 PARITY_TOLERANCE = 1e-4
@@ -60,11 +60,16 @@ class PreparedData:
     feature_sparsity: float
     feature_nnz: int
     dataset: object = None     # the loaded morphgen.data.Dataset (kept for the parity check)
+    num_relations: int = 1     # edge types (1: untyped)
+    featureless: bool = False  # no stored features: the identity input, num_features = num_nodes
 
     def describe(self) -> dict:
-        return {"name": self.name, "nodes": self.num_nodes, "edges": self.num_edges,
-                "features": self.num_features, "classes": self.num_classes,
-                "feature_sparsity": self.feature_sparsity, "feature_nnz": self.feature_nnz}
+        out = {"name": self.name, "nodes": self.num_nodes, "edges": self.num_edges,
+               "features": self.num_features, "classes": self.num_classes,
+               "feature_sparsity": self.feature_sparsity, "feature_nnz": self.feature_nnz}
+        if self.num_relations > 1 or self.featureless:      # a homogeneous report keeps its keys
+            out.update(edge_types=self.num_relations, featureless=self.featureless)
+        return out
 
 
 def dataset_label(spec: str) -> str:
@@ -74,17 +79,20 @@ def dataset_label(spec: str) -> str:
 
 
 def prepare_dataset(spec: str, data_dir, out_dir, keep: bool = False,
-                    feature_normalization: Optional[str] = None) -> PreparedData:
+                    feature_normalization: Optional[str] = None, featureless_ok: bool = False) -> PreparedData:
     """Write the dataset once for morphgen and, when the program normalises its input features
     (gnn.normalizeFeatures), once more with morphgen's own normalisation applied for the peers,
-    so both sides train on identical numbers without the peers re-implementing it."""
+    so both sides train on identical numbers without the peers re-implementing it.
+    featureless_ok: a featureless dataset (identity input) is accepted: the R-GCN peers take it
+    as node ids, and a run without comparable peers needs no features from them."""
     from morphgen.data import DataError, load_dataset, save_npz
     try:
         ds = load_dataset(spec, data_dir=data_dir)
     except DataError as exc:
         raise BenchError(f"--dataset {spec}: {exc}") from None
-    if ds.features is None:
-        raise BenchError(f"--dataset {spec}: featureless datasets cannot be given to the peers")
+    if ds.features is None and not featureless_ok:
+        raise BenchError(f"--dataset {spec}: featureless datasets cannot be given to the peers of this model "
+                         f"(only the R-GCN peers take node ids as input)")
     unlabelled = ds.labels < 0
     in_split = ds.train_mask | ds.val_mask | ds.test_mask
     if np.any(unlabelled & in_split):
@@ -108,7 +116,9 @@ def prepare_dataset(spec: str, data_dir, out_dir, keep: bool = False,
     return PreparedData(path=path, peer_path=peer_path, name=dataset_label(spec), num_nodes=ds.num_nodes, num_edges=ds.num_edges,
                         num_features=ds.num_features, num_classes=ds.num_classes,
                         feature_sparsity=float(ds.feature_sparsity), feature_nnz=int(ds.feature_nnz),
-                        dataset=ds if keep else None)
+                        dataset=ds if keep else None,
+                        num_relations=int(ds.graph.num_etypes) if ds.graph.etype is not None else 1,
+                        featureless=ds.features is None)
 
 
 # ----------------------------------------------------------------------------- child processes
@@ -290,6 +300,10 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
     if shape.conv == "gat":
         spec.update(heads=list(shape.heads), negative_slope=shape.negative_slope,
                     attention_dropout=shape.attention_dropout if dropout is None else dropout)
+    if shape.conv == "rgcn":
+        spec["num_relations"] = data.num_relations
+        if shape.num_bases:
+            spec["num_bases"] = shape.num_bases
     if init_weights is not None:
         spec["init_weights"] = str(init_weights)
     if device != "cpu":                   # a CPU spec stays exactly what it was
@@ -300,6 +314,38 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
 def device_name(backend: str, device: Optional[int]) -> str:
     """The torch device of the peers, "cuda:N" or "cpu": the GPU morphgen trains on, if any."""
     return f"cuda:{device if device is not None else 0}" if backend == "cuda" else "cpu"
+
+
+def peer_variants(system: str, shape: PeerModel) -> tuple:
+    """The configurations a peer is timed in, as spec overrides with a label: PyG has two R-GCN
+    convolutions (RGCNConv, FastRGCNConv), every other case one configuration."""
+    if system == "pyg" and shape.conv == "rgcn":
+        return tuple((conv, {"pyg_conv": conv}) for conv in PYG_RGCN_CONVS)
+    return ((None, {}),)
+
+
+def run_peer_fastest(system: str, data_path, spec: dict, work_dir, variants: tuple, *,
+                     cap_gib: Optional[float], timeout_s: Optional[float]) -> dict:
+    """run_peer_capped in each configuration of `variants` (peer_variants), one process each; the
+    fastest that succeeded is the peer's entry, and "alternatives" lists the others (their time,
+    peak RSS and error). With one configuration, just run_peer_capped."""
+    if len(variants) == 1:
+        label, over = variants[0]
+        return run_peer_capped(system, data_path, {**spec, **over}, work_dir, cap_gib=cap_gib, timeout_s=timeout_s)
+    runs = [(label, run_peer_capped(system, data_path, {**spec, **over}, work_dir, cap_gib=cap_gib,
+                                    timeout_s=timeout_s, tag=f"{system}_{label}"))
+            for label, over in variants]
+    ok = [(label, e) for label, e in runs if e.get("error") is None and e.get("epoch_time_s") is not None]
+    if ok:
+        best_label, best = min(ok, key=lambda item: item[1]["epoch_time_s"])
+    else:
+        best_label, best = runs[0]
+        best["error"] = "; ".join(f"{label}: {e['error']}" for label, e in runs)
+    best["configuration"] = best_label
+    best["alternatives"] = [{"configuration": label, "epoch_time_s": e.get("epoch_time_s"),
+                             "peak_rss_bytes": e.get("peak_rss_bytes"), "error": e.get("error")}
+                            for label, e in runs if label != best_label]
+    return best
 
 
 def run_peer_capped(system: str, data_path, spec: dict, work_dir, *, cap_gib: Optional[float],
@@ -366,18 +412,22 @@ def _cuda_device_env(device: Optional[int]):
             os.environ[CUDA_DEVICE_ENV] = old
 
 
-def write_init_weights(params: dict, spec: BenchSpec) -> Path:
+def write_init_weights(params: dict, spec: BenchSpec, names: Sequence[dict] = ()) -> Path:
     """morphgen's flat initial parameters, reshaped, as the peers' layer{i}.<name> arrays at
-    spec.init_weights (spec.parameters names them and gives their shapes)."""
+    spec.init_weights (spec.parameters names them and gives their shapes). `names`: per layer,
+    the program's name of each (PeerModel.parameter_names, for programs that declare their own
+    weights); without it morphgen's are layer{i}.<name>. morphgen stores every array row-major
+    in the shape the program declares, which is the peers' shape: W[etypes][in][out] is [R, in, out]."""
     arrays = {}
     for i in range(spec.num_layers):
         for name, want in spec.parameters(i).items():
             key = f"layer{i}.{name}"
-            a = params.get(key)
+            source = names[i].get(name) if i < len(names) else key
+            a = params.get(source) if source else None
             if a is None:
-                raise BenchError(f"parity: morphgen has no parameter '{key}' (has {sorted(params)})")
+                raise BenchError(f"parity: morphgen has no parameter '{source or key}' (has {sorted(params)})")
             if a.size != int(np.prod(want)):
-                raise BenchError(f"parity: '{key}' has {a.size} values, expected {'x'.join(map(str, want))}")
+                raise BenchError(f"parity: '{source}' has {a.size} values, expected {'x'.join(map(str, want))}")
             arrays[key] = a.reshape(want)
     np.savez(spec.init_weights, **arrays)
     return Path(spec.init_weights)
@@ -399,19 +449,22 @@ def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequen
     # One spec for every peer: one epoch, no dropout, morphgen's initial weights.
     spec = peer_spec(shape, data, epochs=1, warmup=0, threads=threads, sparse_features=sparse_features,
                      dropout=0.0, init_weights=work / "parity_init.npz", device=device_name(backend, device))
-    write_init_weights(params, parse_spec(spec))
+    write_init_weights(params, parse_spec(spec), shape.parameter_names)
     report = {"tolerance": PARITY_TOLERANCE, "morphgen_first_epoch_loss": m_loss,
               "program": str(plain), "peers": {}}
     for system in peers:
-        r = run_peer_capped(system, data.peer_path, spec, work, cap_gib=cap_gib, timeout_s=timeout_s,
-                            tag=f"parity_{system}")
-        row = {"first_epoch_loss": r.get("first_epoch_loss"), "error": r.get("error")}
-        if r.get("error") is None and r.get("first_epoch_loss") is not None:
-            diff = abs(float(r["first_epoch_loss"]) - m_loss)
-            row.update(abs_diff=diff, passed=diff <= PARITY_TOLERANCE)
-        else:
-            row.update(abs_diff=None, passed=None)
-        report["peers"][system] = row
+        # every configuration that is timed is checked: "pyg (FastRGCNConv)" beside "pyg (RGCNConv)"
+        for label, over in peer_variants(system, shape):
+            row_name = system if label is None else f"{system} ({label})"
+            r = run_peer_capped(system, data.peer_path, {**spec, **over}, work, cap_gib=cap_gib,
+                                timeout_s=timeout_s, tag=f"parity_{system}" + (f"_{label}" if label else ""))
+            row = {"first_epoch_loss": r.get("first_epoch_loss"), "error": r.get("error")}
+            if r.get("error") is None and r.get("first_epoch_loss") is not None:
+                diff = abs(float(r["first_epoch_loss"]) - m_loss)
+                row.update(abs_diff=diff, passed=diff <= PARITY_TOLERANCE)
+            else:
+                row.update(abs_diff=None, passed=None)
+            report["peers"][row_name] = row
     return report
 
 

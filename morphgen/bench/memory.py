@@ -1,4 +1,5 @@
-"""Memory accounting for benchmarks: the process's resident set, and the analytic minimum of a GCN.
+"""Memory accounting for benchmarks: the process's resident set, and the analytic minimum of a GCN
+(or of an R-GCN).
 
 Measured side: `peak_rss_bytes` (the kernel's high-water mark of the resident set, VmHWM),
 `vm_hwm_bytes` / `current_rss_bytes` (read from /proc/self/status), and
@@ -101,7 +102,8 @@ def _positive(name: str, v) -> int:
 
 def analytic_minimum_breakdown(N: int, E: int, F: int, widths: Sequence[int], classes: int,
                                sparse_nnz: Optional[int] = None, *, adam: bool = True,
-                               dropout: bool = True) -> dict[str, int]:
+                               dropout: bool = True, relations: int = 0, bases: Optional[int] = None,
+                               identity_input: bool = False) -> dict[str, int]:
     """Bytes per term of the minimum footprint of one full-batch GCN training epoch.
 
     N nodes, E edges (count self loops in E if the model adds them), F input features, `widths`
@@ -125,6 +127,16 @@ def analytic_minimum_breakdown(N: int, E: int, F: int, widths: Sequence[int], cl
       workspace   = 2 * N*4 * max(widths + [classes])
                                             the transient product H*W and one gradient buffer,
                                             reused by every layer
+
+    relations > 0: an R-GCN (relations edge types, no self loops in E) instead of a GCN:
+      graph       = (N+1)*8 + E*4 + E*4 + E*4
+                                            the CSR, one int32 edge type and one fp32 1/c_{i,r}
+                                            per edge
+      parameters  = P = sum_l R*d_l*d_{l+1} + d_l*d_{l+1} + d_{l+1}
+                                            one matrix per relation and the self-loop weight, or
+                                            with `bases` B: B*d_l*d_{l+1} + R*B instead of R*d_l*d_{l+1}
+    identity_input: a featureless graph (F = N): the identity input is not stored (features = 0),
+      the first layer looks its weights up.
     """
     N, E, F, classes = (_positive(n, v) for n, v in (("N", N), ("E", E), ("F", F), ("classes", classes)))
     widths = list(widths)
@@ -133,15 +145,27 @@ def analytic_minimum_breakdown(N: int, E: int, F: int, widths: Sequence[int], cl
     if sparse_nnz is not None and (isinstance(sparse_nnz, bool) or not isinstance(sparse_nnz, int)
                                    or not 0 <= sparse_nnz <= N * F):
         raise MemoryModelError(f"analytic_minimum_bytes: 'sparse_nnz' must be an integer in [0, N*F], got {sparse_nnz!r}")
+    for name, v in (("relations", relations), ("bases", bases or 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise MemoryModelError(f"analytic_minimum_bytes: '{name}' must be a non-negative integer, got {v!r}")
     dims = [F, *widths, classes]
-    params = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1))
+    if relations:
+        typed = [(bases * dims[i] * dims[i + 1] + relations * bases) if bases else relations * dims[i] * dims[i + 1]
+                 for i in range(len(dims) - 1)]
+        params = sum(t + dims[i] * dims[i + 1] + dims[i + 1] for i, t in enumerate(typed))
+        graph = (N + 1) * INDEX64 + E * INDEX32 + E * INDEX32 + E * FP32
+    else:
+        params = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1))
+        graph = (N + 1) * INDEX64 + E * INDEX32 + N * FP32
     hidden = sum(widths)
-    if sparse_nnz is None:
+    if identity_input:
+        features = 0
+    elif sparse_nnz is None:
         features = N * F * FP32
     else:
         features = (N + 1) * INDEX64 + sparse_nnz * (INDEX32 + FP32)
     return {
-        "graph": (N + 1) * INDEX64 + E * INDEX32 + N * FP32,
+        "graph": graph,
         "features": features,
         "labels": N * INDEX32 + N,
         "parameters": params * FP32 * (4 if adam else 2),
@@ -153,7 +177,9 @@ def analytic_minimum_breakdown(N: int, E: int, F: int, widths: Sequence[int], cl
 
 def analytic_minimum_bytes(N: int, E: int, F: int, widths: Sequence[int], classes: int,
                            sparse_nnz: Optional[int] = None, *, adam: bool = True,
-                           dropout: bool = True) -> int:
+                           dropout: bool = True, relations: int = 0, bases: Optional[int] = None,
+                           identity_input: bool = False) -> int:
     """Sum of `analytic_minimum_breakdown` (see there for the formula)."""
-    return sum(analytic_minimum_breakdown(N, E, F, widths, classes, sparse_nnz,
-                                          adam=adam, dropout=dropout).values())
+    return sum(analytic_minimum_breakdown(N, E, F, widths, classes, sparse_nnz, adam=adam, dropout=dropout,
+                                          relations=relations, bases=bases,
+                                          identity_input=identity_input).values())

@@ -9,10 +9,14 @@ recognises the stacks PyG and DGL can rebuild with one library convolution per l
           [dropout (attention)], gather (source), head_mul | mul, scatter(sum)
     GIN   aggregate(sum), add (the node itself, eps 0), then the MLP linear NORM relu linear NORM
           with NORM = batch_standardize mul bias_add (batch norm) or bias_add
+    R-GCN gather (source), [basis_combine(A, V)], typed_linear (by edge type), [graph_scalar
+          rel_degree], div (by rel_degree: 1/c_{i,r}), scatter(sum, destination), linear (the
+          node itself: the self-loop weight), add
 
 each after an optional dropout on the layer's input and followed by [bias_add] [relu | elu]; the
 last layer has no activation and feeds cross_entropy. Anything else is not approximated:
-`PeerModel.unsupported` says why, and the peers are reported as such.
+`PeerModel.unsupported` says why, and the peers are reported as such. Relational attention
+(RGAT, HGT: typed weights and an edge softmax) is refused by name: its peers are not built.
 """
 from __future__ import annotations
 
@@ -45,6 +49,10 @@ class PeerModel:
     attention_dropout: float = 0.0  # dropout on the attention coefficients (gat)
     negative_slope: float = 0.2     # leaky_relu of the attention scores (gat)
     norms: list = field(default_factory=list)   # batch norm in each layer's MLP (gin)
+    num_bases: Optional[int] = None # basis decomposition of the relation weights (rgcn)
+    # Per layer, the peers' parameter name -> the program's (rgcn, whose weights the program
+    # declares and names itself); empty: morphgen names them layer{i}.<name>.
+    parameter_names: list = field(default_factory=list)
     self_loops: bool = True         # a loop at every node: GCN's A + I, gnn.addSelfLoops for GAT
     feature_normalization: Optional[str] = None   # gnn.normalizeFeatures kind, applied for the peers
     unsupported: Optional[str] = None   # why the peers cannot run this program, or None
@@ -78,6 +86,8 @@ class _Layer:
     attention_dropout: float = 0.0
     negative_slope: float = 0.2
     norm: bool = False
+    bases: Optional[int] = None     # rgcn: number of bases, or None
+    params: Optional[dict] = None   # rgcn: peer parameter name -> program parameter name
 
 
 def _width(dim):
@@ -176,8 +186,87 @@ def _gin_layer(ops, i, problems, n) -> Optional[_Layer]:
     return _Layer(j, "gin", "sum", norm=norm1)
 
 
+def _producer(ops, value):
+    return next((op for op in ops if op.output is value), None)
+
+
+def _param_name(value, what: str, problems, n) -> Optional[str]:
+    if getattr(value, "assoc", None) != "param" or not value.name:
+        problems.append(f"layer {n}: the {what} is not a declared weight")
+        return None
+    return value.name
+
+
+def _rgcn_layer(ops, i, problems, n) -> Optional[_Layer]:
+    gather = ops[i]
+    h = gather.inputs[0]
+    if gather.attrs.get("end") != "src":
+        problems.append(f"layer {n}: the messages gather the {gather.attrs.get('end')} end, not the source")
+        return None
+    j, basis = i + 1, None
+    if _opcodes(ops, j, 1) == ["basis_combine"]:
+        basis, j = ops[j], j + 1
+    if _opcodes(ops, j, 1) != ["typed_linear"] or ops[j].inputs[0] is not gather.output:
+        problems.append(f"layer {n}: ops {_opcodes(ops, i, 3)} are not an R-GCN layer "
+                        "(gather, typed_linear by edge type, div by rel_degree, scatter, linear, add)")
+        return None
+    typed, j = ops[j], j + 1
+    weight = typed.inputs[1]
+    if weight.domain != "etype":
+        problems.append(f"layer {n}: the typed weights are indexed by {weight.domain}, not by the edge type")
+    params = {}
+    if basis is not None:
+        coeff, bases_value = basis.inputs
+        if weight is not basis.output or coeff.domain != "etype" or len(bases_value.shape) != 3:
+            problems.append(f"layer {n}: the basis decomposition is not (A[etypes][B] * V[B][in][out])[e.etype]")
+            return None
+        params["A"] = _param_name(coeff, "basis coefficient matrix", problems, n)
+        params["V"] = _param_name(bases_value, "basis matrix", problems, n)
+        bases = bases_value.shape[0]
+    else:
+        params["W"] = _param_name(weight, "relation weight", problems, n)
+        bases = None
+    if _opcodes(ops, j, 1) == ["graph_scalar"]:
+        j += 1
+    div = None
+    if _opcodes(ops, j, 1) == ["div"]:
+        div, j = ops[j], j + 1
+    if _opcodes(ops, j, 3) != ["scatter", "linear", "add"]:
+        problems.append(f"layer {n}: ops {_opcodes(ops, j, 3)} after the typed product are not R-GCN's "
+                        "[div by rel_degree], scatter (sum), linear (self loop), add")
+        return None
+    scatter, lin, add = ops[j:j + 3]
+    norm = _producer(ops[:j], div.inputs[1]) if div is not None and div.inputs[0] is typed.output else None
+    if norm is None or norm.opcode != "graph_scalar" or norm.attrs.get("kind") != "rel_degree":
+        problems.append(f"layer {n}: the messages are not divided by e.rel_degree (R-GCN's 1/c_(i,r), "
+                        "what the peers' mean per relation computes)")
+    if scatter.inputs[0] is not (div.output if div is not None else typed.output) \
+            or scatter.attrs.get("reduce") != "sum" or scatter.attrs.get("end") != "dst":
+        problems.append(f"layer {n}: the messages are not summed at their destination")
+    if lin.inputs[0] is not h:
+        problems.append(f"layer {n}: the self-loop product does not read the layer's input")
+    params["S"] = _param_name(lin.inputs[1], "self-loop weight", problems, n)
+    if {id(v) for v in add.inputs} != {id(scatter.output), id(lin.output)}:
+        problems.append(f"layer {n}: the layer does not add the self-loop product to the relation messages")
+    if not isinstance(bases, (int, type(None))):
+        problems.append(f"layer {n}: the number of bases '{bases}' is not a constant")
+    return _Layer(j + 3, "rgcn", "mean", bases=bases, params=params)
+
+
+def _relational_attention(ops) -> Optional[str]:
+    """Typed weights with an edge softmax: the relational attention models, by name."""
+    kinds = {op.opcode for op in ops}
+    if not kinds & {"typed_linear", "typed_param"} or "edge_softmax" not in kinds:
+        return None
+    name = "RGAT" if "leaky_relu" in kinds else "HGT"
+    return (f"relational attention ({name}: typed weights and an edge softmax); the peers are derived for "
+            f"GCN, SAGE, GIN, GAT and R-GCN only, and no {name} peer is built")
+
+
 def _match_layer(ops, i, problems, n) -> Optional[_Layer]:
     """The layer at ops[i]: its first two ops decide."""
+    if i < len(ops) and ops[i].opcode == "gather":
+        return _rgcn_layer(ops, i, problems, n)
     if i < len(ops) and ops[i].opcode == "aggregate":
         if i + 1 < len(ops) and ops[i + 1].opcode == "add":
             return _gin_layer(ops, i, problems, n)
@@ -207,6 +296,10 @@ def program_shape(model_path) -> PeerModel:
     features = program.inputs.get("features")
     if features is not None:
         layers.append(_width(features.width))
+    attention = _relational_attention(ops)
+    if attention:
+        problems.append(attention)
+        i = len(ops)                      # no layer matching: its complaints would only blur the reason
     while i < len(ops) and ops[i].opcode != "cross_entropy":
         p = 0.0
         if ops[i].opcode == "dropout":
@@ -221,6 +314,8 @@ def program_shape(model_path) -> PeerModel:
         dropouts.append(p)
         has_bias = i < len(ops) and ops[i].opcode == "bias_add"
         biases.append(has_bias)
+        if has_bias and layer.params is not None:
+            layer.params["b"] = _param_name(ops[i].inputs[1], "bias", problems, len(dropouts) - 1)
         i += has_bias
         n = len(dropouts) - 1
         if i < len(ops) and ops[i].opcode in _ACTIVATIONS:
@@ -233,8 +328,8 @@ def program_shape(model_path) -> PeerModel:
         elif i < len(ops) and ops[i].opcode != "cross_entropy":
             problems.append(f"layer {n}: activation '{ops[i].opcode}' (the peers use relu or elu)")
             break
-    if not found:
-        problems.append("no GCN, SAGE, GIN or GAT layers found")
+    if not found and not attention:
+        problems.append("no GCN, SAGE, GIN, GAT or R-GCN layers found")
     kinds = sorted({(layer.kind, layer.aggr) for layer in found})
     if len(kinds) > 1:
         problems.append(f"the layers differ in kind or reduction ({kinds}); the peers stack one")
@@ -249,6 +344,12 @@ def program_shape(model_path) -> PeerModel:
     conv, aggr = (found[0].kind, found[0].aggr) if found else ("gcn", "sum")
     if conv == "gat" and not program.self_loops:
         problems.append("a GAT without gnn.addSelfLoops (the peers' GATConv attends to the node itself)")
+    if conv == "rgcn" and program.self_loops:
+        problems.append("an R-GCN with gnn.addSelfLoops (a self relation on top of the self-loop weight; "
+                        "the peers' graphs have no loop edges)")
+    if conv == "rgcn" and len({layer.bases for layer in found}) > 1:
+        problems.append(f"the layers differ in their basis decomposition ({[layer.bases for layer in found]}); "
+                        "the peers use one")
     opt = program.optimizer
     if opt.kind != "adam":
         problems.append(f"optimizer '{opt.kind}' (the peers run torch Adam with L2 weight decay)")
@@ -268,6 +369,8 @@ def program_shape(model_path) -> PeerModel:
         optimizer=opt.kind, lr=float(opt.lr), weight_decay=float(opt.weight_decay), epochs=int(program.epochs),
         activation=activations[0] if activations else "relu", heads=[layer.heads for layer in found],
         norms=[layer.norm for layer in found] if conv == "gin" else [],
+        num_bases=found[0].bases if conv == "rgcn" else None,
+        parameter_names=[dict(layer.params) for layer in found] if conv == "rgcn" else [],
         attention_dropout=found[0].attention_dropout if found else 0.0,
         negative_slope=found[0].negative_slope if found else 0.2,
         self_loops=conv == "gcn" or (conv == "gat" and program.self_loops),

@@ -150,8 +150,10 @@ def markdown(report: dict) -> str:
     out = [f"# morphgen bench: {Path(report['model']).name} on {d['name']}", "",
            f"Command: `{report['command']}`", ""]
     out += backend_line(report)
-    out += [f"Graph: {d['nodes']:,} nodes, {d['edges']:,} edges, {d['features']} features "
-            f"(sparsity {d['feature_sparsity']:.4f}), {d['classes']} classes. "
+    typed = f" of {d['edge_types']} types" if d.get("edge_types", 1) > 1 else ""
+    features = (f"{d['features']} features (featureless: identity input, node ids for the peers)"
+                if d.get("featureless") else f"{d['features']} features (sparsity {d['feature_sparsity']:.4f})")
+    out += [f"Graph: {d['nodes']:,} nodes, {d['edges']:,} edges{typed}, {features}, {d['classes']} classes. "
             f"{report['threads']} threads, {report['epochs']} epochs, median over epochs after "
             f"{report['warmup']} warm-up epochs; compile time excluded and reported apart. "
             f"{cap_text(report['memory_cap_gib'])}", ""]
@@ -161,6 +163,11 @@ def markdown(report: dict) -> str:
     for s in report["systems"]:
         cfg = "; ".join(f"{k}: {v}" for k, v in (s.get("config") or {}).items() if v is not None)
         out.append(f"- {s['system']}: {cfg or 'not reported'}")
+        for a in s.get("alternatives") or []:
+            result = (f"median epoch {a['epoch_time_s'] * 1e3:.2f} ms, peak RSS {_fmt(a.get('peak_rss_bytes'), '.1f', 1 / MiB)} MiB"
+                      if a.get("epoch_time_s") is not None else f"failed: {a.get('error')}")
+            out.append(f"  - also timed as {a['configuration']}: {result} (the row above is the faster, "
+                       f"{s.get('configuration')})")
     out += ["", f"Analytic minimum memory (morphgen.bench.memory): "
                 f"{_fmt(report.get('analytic_minimum_bytes'), '.1f', 1 / MiB)} MiB.", ""]
     if m.get("error"):

@@ -122,14 +122,21 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
     for system in peers if not shape.unsupported else ():
         spec = harness.peer_spec(shape, data, epochs=args.epochs, warmup=args.warmup, threads=threads,
                                  sparse_features=sparse, device=harness.device_name(backend, device))
-        systems.append(harness.run_peer_capped(system, data.peer_path, spec, work, cap_gib=cap, timeout_s=args.timeout))
+        systems.append(harness.run_peer_fastest(system, data.peer_path, spec, work,
+                                                harness.peer_variants(system, shape), cap_gib=cap,
+                                                timeout_s=args.timeout))
     rep.add_ratios(systems)
     widths = shape.resolved_layers(data.num_features, data.num_classes)
     morphgen_sparse = (systems[0].get("config") or {}).get("feature_path") == "sparse"
-    analytic = analytic_minimum_bytes(data.num_nodes, data.num_edges + data.num_nodes, data.num_features,
-                                      widths[1:-1], data.num_classes,
+    relational = shape.conv == "rgcn" and not shape.unsupported
+    # GCN-shaped models count one self loop per node; R-GCN has its self-loop weight instead
+    analytic = analytic_minimum_bytes(data.num_nodes, data.num_edges + (0 if relational else data.num_nodes),
+                                      data.num_features, widths[1:-1], data.num_classes,
                                       sparse_nnz=data.feature_nnz if morphgen_sparse else None,
-                                      dropout=any(p > 0 for p in shape.dropouts))
+                                      dropout=any(p > 0 for p in shape.dropouts),
+                                      relations=data.num_relations if relational else 0,
+                                      bases=shape.num_bases if relational else None,
+                                      identity_input=data.featureless)
     report = {
         "model": str(args.model), "command": command_line(args), "dataset": data.describe(),
         "threads": threads, "epochs": args.epochs, "warmup": args.warmup, "seed": args.seed,

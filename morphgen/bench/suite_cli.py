@@ -11,6 +11,10 @@ markers BEGIN_MARK and END_MARK (everything outside them is left untouched).
 `--backend cuda` runs the same graphs with morphgen's CUDA backend and the peers on the same GPU.
 Its table has the peak device memory beside the peak RSS, and goes between its own markers
 (GPU_MARKS) with its own plot files, so a GPU run never overwrites the CPU suite's results.
+
+The relational graphs (RELATIONAL: aifb, mutag, featureless with typed edges) are for R-GCN
+programs: `--only aifb,mutag` selects them, and they are the default when every --model program
+is an R-GCN. A run on them alone has its own docs section (RELATIONAL_MARKS) and plot files.
 """
 from __future__ import annotations
 
@@ -33,13 +37,17 @@ GPU_MARKS = ("<!-- bench-suite-cuda:begin -->", "<!-- bench-suite-cuda:end -->")
 
 
 MODELS_MARKS = ("<!-- bench-suite-models:begin -->", "<!-- bench-suite-models:end -->")
+RELATIONAL_MARKS = ("<!-- bench-suite-relational:begin -->", "<!-- bench-suite-relational:end -->")
 
 
-def marks(backend: str, several_models: bool = False) -> tuple:
-    """The docs section a suite run refreshes: the GPU suite, the model x graph table (several
-    --model programs, CPU), or the CPU suite."""
+def marks(backend: str, several_models: bool = False, relational: bool = False) -> tuple:
+    """The docs section a suite run refreshes: the GPU suite, the relational table (only
+    relational graphs, CPU), the model x graph table (several --model programs, CPU), or the CPU
+    suite."""
     if backend == "cuda":
         return GPU_MARKS
+    if relational:
+        return RELATIONAL_MARKS
     return MODELS_MARKS if several_models else (BEGIN_MARK, END_MARK)
 
 
@@ -74,6 +82,14 @@ SUITE = (
 )
 
 
+# R-GCN's entity-classification graphs (Schlichtkrull et al. 2018): typed edges with their
+# inverses, no features (identity input); not in the default suite, whose models need features.
+RELATIONAL = (
+    SuiteGraph("aifb", "aifb", "AIFB (real): 90 edge types, featureless"),
+    SuiteGraph("mutag", "mutag", "MUTAG (real): 46 edge types, featureless"),
+)
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench-suite", help="the benchmark suite (CPU, or --backend cuda); refreshes docs/benchmarks.md",
                               description=__doc__.split("\n")[0])
@@ -82,7 +98,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data-dir", default="../shared/datasets", help="where cora/citeseer are (default ../shared/datasets)")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
     p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to refresh (default docs/benchmarks.md)")
-    p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(g.name for g in SUITE)}")
+    p.add_argument("--only", default=None,
+                   help=f"comma-separated subset of: {', '.join(g.name for g in SUITE)}; or of the relational "
+                        f"graphs {', '.join(g.name for g in RELATIONAL)} (the default for R-GCN programs)")
     p.add_argument("--peers", default="pyg,dgl", help="peers (default pyg,dgl; none for morphgen only)")
     p.add_argument("--epochs", type=int, default=50, help="epochs per system (default 50)")
     p.add_argument("--warmup", type=int, default=3)
@@ -93,11 +111,13 @@ def add_parser(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def select(only: Optional[str]) -> list:
+def select(only: Optional[str], relational: bool = False) -> list:
+    """The --only graphs; without it the suite, or the relational graphs when `relational` (every
+    program is an R-GCN)."""
     if not only:
-        return list(SUITE)
+        return list(RELATIONAL if relational else SUITE)
     names = [n.strip() for n in only.split(",") if n.strip()]
-    known = {g.name: g for g in SUITE}
+    known = {g.name: g for g in SUITE + RELATIONAL}
     for n in names:
         if n not in known:
             raise harness.BenchError(f"--only: unknown graph '{n}' (known: {', '.join(known)})")
@@ -113,6 +133,11 @@ def models(args) -> list:
         if not Path(m).is_file():
             raise harness.BenchError(f"--model: {m}: no such file")
     return paths
+
+
+def all_relational(programs: list) -> bool:
+    """Every program is an R-GCN the peers can rebuild (front end only)."""
+    return all(s.conv == "rgcn" and not s.unsupported for s in map(harness.program_shape, programs))
 
 
 def bench_args(args, graph: SuiteGraph, out: Path, model: str) -> argparse.Namespace:
@@ -165,7 +190,8 @@ def _cell_mib(s, key: str = "peak_rss_bytes") -> str:
 
 
 def suite_table(rows: list, peers: tuple, device: bool = False) -> list:
-    """device: also the peak device memory of every system (GPU runs)."""
+    """device: also the peak device memory of every system (GPU runs). A relational row (typed
+    edges) names its edge type count in the "edges" cell, and a featureless one its input."""
     head = ["graph", "model", "stands for", "nodes", "edges", "F", "sparsity", "morphgen ms"]
     head += [f"{p} ms" for p in peers] + [f"{p}/morphgen" for p in peers]
     head += ["morphgen MiB"] + [f"{p} MiB" for p in peers]
@@ -179,7 +205,9 @@ def suite_table(rows: list, peers: tuple, device: bool = False) -> list:
             lines.append(f"| {graph.name} | {model} | {graph.shape_of} | failed: {r['error']} |" + " |" * (len(head) - 4))
             continue
         d = r["dataset"]
-        cells = [graph.name, model, graph.shape_of, f"{d['nodes']:,}", f"{d['edges']:,}", str(d["features"]),
+        edges = f"{d['edges']:,}" + (f" ({d['edge_types']} types)" if d.get("edge_types", 1) > 1 else "")
+        features = f"{d['features']} (identity)" if d.get("featureless") else str(d["features"])
+        cells = [graph.name, model, graph.shape_of, f"{d['nodes']:,}", edges, features,
                  f"{d['feature_sparsity']:.3f}", _cell_ms(_system(r, "morphgen"))]
         cells += [_cell_ms(_system(r, p)) for p in peers]
         cells += [(f"{s['time_ratio_vs_morphgen']:.2f}" if s and s.get("time_ratio_vs_morphgen") else "–")
@@ -202,6 +230,25 @@ GPU_PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_cuda_ep
              ("peak_device_bytes", 1 / rep.MiB, "peak device memory (MiB, log)", "suite_cuda_peak_device_memory.png"))
 MODELS_PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_models_epoch_time.png"),
                 ("peak_rss_bytes", 1 / rep.MiB, "peak RSS (MiB, log)", "suite_models_peak_memory.png"))
+RELATIONAL_PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_relational_epoch_time.png"),
+                    ("peak_rss_bytes", 1 / rep.MiB, "peak RSS (MiB, log)", "suite_relational_peak_memory.png"))
+
+
+def alternatives_lines(rows: list) -> list:
+    """The other configurations a peer was timed in (PyG's two R-GCN convolutions): its figure in
+    the table is the fastest."""
+    lines = []
+    for graph, r in rows:
+        for s in r.get("systems", []):
+            if not s.get("alternatives") or s.get("error"):
+                continue
+            others = ", ".join(f"{a['configuration']} " + (f"{a['epoch_time_s'] * 1e3:.1f} ms" if a.get("epoch_time_s")
+                                                             else f"failed: {a.get('error')}")
+                               for a in s["alternatives"])
+            lines.append(f"- {graph.name} ({r.get('suite_model')}): {s['system']} {s['configuration']} "
+                         f"{s['epoch_time_s'] * 1e3:.1f} ms (the table's figure); also timed: {others}")
+    return ["Peers timed in more than one configuration (the faster is the table's figure):", ""] + lines + [""] \
+        if lines else []
 
 
 def suite_plots(rows: list, peers: tuple, out: Path, plots: tuple = PLOTS) -> list:
@@ -268,6 +315,7 @@ def docs_section(args, programs: list, rows, peers, machine: dict, plot_links: l
         reports = [r for _, r in rows if not r.get("error")]
         lines += gpu_lines(reports[0] if reports else None)
     lines += suite_table(rows, peers, device=gpu) + [""]
+    lines += alternatives_lines(rows)
     means = geometric_mean_ratios(rows, peers)
     if means:
         lines += ["Geometric mean of peer/morphgen time: " + ", ".join(
@@ -299,9 +347,10 @@ def gpu_lines(report) -> list:
 def run(args) -> int:
     bench_cli.check_common(args)
     bench_cli.check_device(args)
-    graphs = select(args.only)
-    peers = runs.parse_peers(args.peers)
     programs = models(args)
+    graphs = select(args.only, relational=not args.only and all_relational(programs))
+    relational = all(g in RELATIONAL for g in graphs)
+    peers = runs.parse_peers(args.peers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -333,7 +382,8 @@ def run(args) -> int:
                                                             "report": r} for g, r in rows],
                                                 "geometric_mean_ratios": geometric_mean_ratios(rows, peers)},
                                                indent=2, default=str) + "\n")
-    plots = suite_plots(rows, peers, out, GPU_PLOTS if gpu else MODELS_PLOTS if len(programs) > 1 else PLOTS)
+    plots = suite_plots(rows, peers, out, GPU_PLOTS if gpu else RELATIONAL_PLOTS if relational
+                        else MODELS_PLOTS if len(programs) > 1 else PLOTS)
     docs = Path(args.docs)
     links = []
     if docs:
@@ -344,7 +394,7 @@ def run(args) -> int:
             links.append(f"benchmarks/{p.name}")
         text = docs.read_text() if docs.exists() else "# Benchmarks\n\n"
         docs.write_text(replace_between_markers(text, docs_section(args, programs, rows, peers, machine, links, command),
-                                                marks(args.backend, len(programs) > 1)))
+                                                marks(args.backend, len(programs) > 1, relational)))
     (out / "suite.md").write_text("\n".join(suite_table(rows, peers, device=gpu)) + "\n")
     print(f"wrote {out / 'suite.json'}, {out / 'suite.md'}, plots, and refreshed {docs}")
     morphgen_failed = any(r.get("error") or (_system(r, "morphgen") or {}).get("error") for _, r in rows)

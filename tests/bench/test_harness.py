@@ -151,6 +151,64 @@ def test_a_program_the_peers_cannot_build_is_named():
     assert s.unsupported and "layer 0" in s.unsupported
 
 
+def test_program_shape_of_rgcn_and_its_basis_decomposition():
+    s = harness.program_shape(ROOT / "examples" / "rgcn.mp")
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.aggr, s.layers, s.bias, s.num_bases, s.self_loops) == ("rgcn", "mean", ["F", 16, "C"], True,
+                                                                             None, False)
+    assert s.parameter_names == [{"W": "W1", "S": "S1", "b": "b1"}, {"W": "W2", "S": "S2", "b": "b2"}]
+    s = harness.program_shape(ROOT / "examples" / "rgcn_bases.mp")
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.layers, s.num_bases) == ("rgcn", ["F", 16, "C"], 30)
+    assert s.parameter_names[1] == {"A": "A2", "V": "V2", "S": "S2", "b": "b2"}
+
+
+@pytest.mark.parametrize("program,name", [("rgat.mp", "RGAT"), ("hgt.mp", "HGT")])
+def test_relational_attention_is_refused_by_name(program, name):
+    s = harness.program_shape(ROOT / "examples" / program)
+    assert s.unsupported.startswith(f"relational attention ({name}") and f"no {name} peer" in s.unsupported
+
+
+@pytest.mark.parametrize("edit,new,reason", [(" / e.rel_degree", "", "not divided by e.rel_degree"),
+                                             ("e.src.x * W1", "e.dst.x * W1", "gather the dst end"),
+                                             (" + v.x * S1", "", "are not R-GCN's")])
+def test_an_rgcn_the_peers_cannot_build_is_named(tmp_path, edit, new, reason):
+    """No 1/c_(i,r), messages from the destination, no self-loop weight: refused, never approximated."""
+    prog = tmp_path / "rgcn_edit.mp"
+    text = (ROOT / "examples" / "rgcn.mp").read_text()
+    assert edit in text
+    prog.write_text(text.replace(edit, new, 1))
+    s = harness.program_shape(prog)
+    assert s.unsupported and f"layer 0: " in s.unsupported and reason in s.unsupported, s.unsupported
+
+
+def test_rgcn_initial_weights_reach_the_peers_under_their_names(tmp_path):
+    s = harness.program_shape(ROOT / "examples" / "rgcn_bases.mp")
+    data = harness.PreparedData(path=tmp_path / "d.npz", peer_path=tmp_path / "d.npz", name="d", num_nodes=5,
+                                num_edges=9, num_features=5, num_classes=3, feature_sparsity=0.8, feature_nnz=5,
+                                num_relations=4, featureless=True)
+    spec = harness.peer_spec(s, data, epochs=1, warmup=0, threads=1, sparse_features=False, dropout=0.0,
+                             init_weights=tmp_path / "w.npz")
+    assert (spec["model"], spec["layers"], spec["num_relations"], spec["num_bases"]) == ("rgcn", [5, 16, 3], 4, 30)
+    shapes = {"A1": (4, 30), "V1": (30, 5, 16), "S1": (5, 16), "b1": (16,),
+              "A2": (4, 30), "V2": (30, 16, 3), "S2": (16, 3), "b2": (3,)}
+    params = {k: np.arange(np.prod(v), dtype=np.float32) for k, v in shapes.items()}   # flat, as get_params
+    from morphgen.bench.peers.spec import parse_spec
+    harness.write_init_weights(params, parse_spec(spec), s.parameter_names)
+    with np.load(tmp_path / "w.npz") as w:
+        assert w["layer0.V"].shape == (30, 5, 16) and w["layer0.V"][1, 0, 0] == 5 * 16   # row-major
+        assert np.array_equal(w["layer1.A"], params["A2"].reshape(4, 30)) and w["layer1.b"].shape == (3,)
+    with pytest.raises(harness.BenchError, match="'V2' has"):
+        harness.write_init_weights({**params, "V2": params["V2"][:-1]}, parse_spec(spec), s.parameter_names)
+
+
+def test_peer_variants_time_both_pyg_rgcn_convolutions():
+    rgcn = harness.program_shape(ROOT / "examples" / "rgcn.mp")
+    assert [label for label, _ in harness.peer_variants("pyg", rgcn)] == ["RGCNConv", "FastRGCNConv"]
+    assert harness.peer_variants("dgl", rgcn) == ((None, {}),)
+    assert harness.peer_variants("pyg", harness.program_shape(GCN)) == ((None, {}),)
+
+
 def test_without_dropout_rewrites_only_dropout(tmp_path):
     p = harness.without_dropout(GCN, tmp_path)
     text = p.read_text()
@@ -234,3 +292,13 @@ def test_suite_shapes_match_the_paper():
     assert "nodes=29120,edges=14326986" in by["reddit-1/8"].dataset
     with pytest.raises(harness.BenchError, match="unknown graph 'reddit'"):
         suite_cli.select("reddit")
+
+
+def test_suite_relational_graphs_are_selected_apart():
+    assert [g.name for g in suite_cli.select("aifb,mutag")] == ["aifb", "mutag"]
+    assert suite_cli.select(None, relational=True) == list(suite_cli.RELATIONAL)
+    assert not set(suite_cli.RELATIONAL) & set(suite_cli.select(None))      # not in the default suite
+    assert suite_cli.all_relational([ROOT / "examples" / "rgcn.mp", ROOT / "examples" / "rgcn_bases.mp"])
+    assert not suite_cli.all_relational([ROOT / "examples" / "rgcn.mp", GCN])
+    assert suite_cli.marks("openmp", True, relational=True) == suite_cli.RELATIONAL_MARKS
+    assert suite_cli.marks("openmp", True) == suite_cli.MODELS_MARKS

@@ -222,6 +222,71 @@ def reference_first_loss_gin(data_path: Path, weights_path: Path) -> float:
     return _train_nll(h, z)
 
 
+# A small typed graph: 3 relations, the edges not sorted by type, parallel edges of different
+# types (1->0, 4->2), a node without in-edges (11); the first layer reads either features or, on
+# the featureless file, node ids (identity input, F = N).
+RG_N, RG_R, RG_BASES = 12, 3, 2
+RG_EDGES = np.array([[1, 2, 3, 1, 4, 5, 6, 7, 8, 9, 10, 0, 4, 2, 3, 5, 6, 9, 1, 7],
+                     [0, 0, 0, 0, 2, 2, 3, 3, 4, 5, 6, 7, 2, 8, 9, 10, 1, 4, 5, 8]], dtype=np.int64)
+RG_TYPES = np.array([2, 0, 0, 1, 1, 0, 2, 2, 1, 0, 1, 2, 2, 0, 1, 2, 0, 1, 1, 0], dtype=np.int64)
+
+
+def _rgcn_dataset(path: Path, featureless: bool) -> Path:
+    rng = np.random.default_rng(23)
+    y = np.arange(RG_N, dtype=np.int64) % C
+    train = np.zeros(RG_N, bool); train[[0, 1, 2, 3, 4, 5, 8, 11]] = True
+    val = np.zeros(RG_N, bool); val[[6, 9]] = True
+    test = np.zeros(RG_N, bool); test[[7, 10]] = True
+    arrays = dict(edge_index=RG_EDGES, edge_type=RG_TYPES, num_edge_types=np.int64(RG_R), y=y,
+                  train_mask=train, val_mask=val, test_mask=test)
+    if not featureless:
+        arrays["x"] = rng.standard_normal((RG_N, F)).astype(np.float32)
+    np.savez(path, **arrays)
+    return path
+
+
+def _rgcn_init_weights(path: Path, fan_in: int) -> Path:
+    """Both parameterisations in one file: W per relation, and bases V with coefficients A."""
+    rng = np.random.default_rng(29)
+    dims = [fan_in, HIDDEN, C]
+    arrays = {}
+    for i in range(2):
+        a, b = dims[i], dims[i + 1]
+        arrays[f"layer{i}.W"] = (rng.standard_normal((RG_R, a, b)) * 0.7).astype(np.float32)
+        arrays[f"layer{i}.V"] = (rng.standard_normal((RG_BASES, a, b)) * 0.7).astype(np.float32)
+        arrays[f"layer{i}.A"] = rng.standard_normal((RG_R, RG_BASES)).astype(np.float32)
+        arrays[f"layer{i}.S"] = (rng.standard_normal((a, b)) * 0.7).astype(np.float32)
+        arrays[f"layer{i}.b"] = (rng.standard_normal(b) * 0.1).astype(np.float32)
+    np.savez(path, **arrays)
+    return path
+
+
+def reference_first_loss_rgcn(data_path: Path, weights_path: Path, bases: bool, norm: str = "relation") -> float:
+    """R-GCN from its definition in float64 (Schlichtkrull et al., eq. 2): h_i' = sum_r sum_{j in
+    N_i^r} W_r h_j / c_{i,r} + S h_i + b, c_{i,r} the in-edges of i of relation r (norm "in_degree":
+    all in-edges of i, to show the graph tells them apart), W_r = sum_b A[r, b] V_b with bases,
+    the identity as input when the file has no features, relu between the layers."""
+    z = np.load(data_path)
+    x = z["x"].astype(np.float64) if "x" in z.files else np.eye(RG_N)
+    src, dst = z["edge_index"]
+    et = z["edge_type"]
+    key = dst * RG_R + et if norm == "relation" else dst
+    _, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    c = counts[inverse].astype(np.float64)
+    w = np.load(weights_path)
+    h = x
+    for i in range(2):
+        W = (np.einsum("rb,bio->rio", w[f"layer{i}.A"], w[f"layer{i}.V"].astype(np.float64)) if bases
+             else w[f"layer{i}.W"].astype(np.float64))
+        msg = np.einsum("ei,eio->eo", h[src], W[et]) / c[:, None]
+        agg = np.zeros((RG_N, W.shape[2]))
+        np.add.at(agg, dst, msg)
+        h = agg + h @ w[f"layer{i}.S"] + w[f"layer{i}.b"]
+        if i == 0:
+            h = np.maximum(h, 0.0)
+    return _train_nll(h, z)
+
+
 def _spec(**over) -> dict:
     spec = {"model": "gcn", "layers": LAYERS, "dropout": 0.0, "lr": 0.01, "weight_decay": 5e-4,
             "epochs": 4, "warmup": 1, "threads": 1, "bias": True, "self_loops": True,
@@ -237,6 +302,10 @@ def files(tmp_path_factory):
             "sparse": _tiny_dataset(d / "sparse.npz", sparse=True),
             "weights": _init_weights(d / "w.npz"), "sage_weights": _sage_init_weights(d / "sage_w.npz"),
             "gat_weights": _gat_init_weights(d / "gat_w.npz"), "gin_weights": _gin_init_weights(d / "gin_w.npz"),
+            "rgcn_x": _rgcn_dataset(d / "rgcn_x.npz", featureless=False),
+            "rgcn_ids": _rgcn_dataset(d / "rgcn_ids.npz", featureless=True),
+            "rgcn_x_weights": _rgcn_init_weights(d / "rgcn_x_w.npz", F),
+            "rgcn_ids_weights": _rgcn_init_weights(d / "rgcn_ids_w.npz", RG_N),
             "dir": d}
 
 
@@ -249,7 +318,17 @@ def runs(files):
                init_weights=str(files["gat_weights"]))
     gin = dict(model="gin", layers=GIN_LAYERS, norms=GIN_NORMS, self_loops=False, bias=False,
                init_weights=str(files["gin_weights"]))
+    rgcn = {data: dict(model="rgcn", layers=[F if data == "rgcn_x" else RG_N, HIDDEN, C], num_relations=RG_R,
+                       self_loops=False, init_weights=str(files[f"{data}_weights"]), epochs=2)
+            for data in ("rgcn_x", "rgcn_ids")}
     jobs = {
+        # R-GCN: each PyG convolution on node ids (first layer, as on aifb) and floats (second
+        # layer), one with bases; DGL on node ids and on features, one with bases.
+        "pyg_rgcn_ids": ("pyg", "rgcn_ids", _spec(**rgcn["rgcn_ids"])),
+        "pyg_fast_rgcn_ids_bases": ("pyg", "rgcn_ids", _spec(**rgcn["rgcn_ids"], num_bases=RG_BASES,
+                                                             pyg_conv="FastRGCNConv")),
+        "dgl_rgcn_ids": ("dgl", "rgcn_ids", _spec(**rgcn["rgcn_ids"])),
+        "dgl_rgcn_x_bases": ("dgl", "rgcn_x", _spec(**rgcn["rgcn_x"], num_bases=RG_BASES)),
         "pyg_gin": ("pyg", "dense", _spec(**gin)),
         "dgl_gin": ("dgl", "dense", _spec(**gin)),
         "pyg_gat": ("pyg", "dense", _spec(**gat)),
@@ -311,6 +390,30 @@ def test_gin_parity_first_epoch_loss(runs, files, name):
     r = runs[name]
     assert_first_loss(r, reference_first_loss_gin(files["dense"], files["gin_weights"]))
     assert r["config"]["model"].startswith("GIN-0")
+
+
+@pytest.mark.parametrize("name,data,bases", [("pyg_rgcn_ids", "rgcn_ids", False),
+                                             ("pyg_fast_rgcn_ids_bases", "rgcn_ids", True),
+                                             ("dgl_rgcn_ids", "rgcn_ids", False),
+                                             ("dgl_rgcn_x_bases", "rgcn_x", True)])
+def test_rgcn_parity_first_epoch_loss(runs, files, name, data, bases):
+    r = runs[name]
+    assert_first_loss(r, reference_first_loss_rgcn(files[data], files[f"{data}_weights"], bases))
+    assert r["config"]["model"].startswith(f"R-GCN ({RG_R} relations") and ("bases" in r["config"]["model"]) == bases
+    assert ("FastRGCNConv" in r["config"]["conv"]) == ("fast" in name)
+
+
+def test_rgcn_test_graph_tells_the_relation_norm_apart(files):
+    for data in ("rgcn_x", "rgcn_ids"):
+        per_relation, per_node = (reference_first_loss_rgcn(files[data], files[f"{data}_weights"], False, norm)
+                                  for norm in ("relation", "in_degree"))
+        assert abs(per_relation - per_node) > 1e-2
+    assert (np.diff(RG_TYPES) < 0).any(), "edges out of type order: DGL's presorted layers need the sort"
+
+
+def test_non_relational_peer_refuses_a_featureless_dataset(files):
+    r = run_peer("pyg", files["rgcn_ids"], _spec(layers=[RG_N, HIDDEN, C]), timeout_s=300)
+    assert "featureless" in r["error"] and r["epoch_time_s"] is None
 
 
 def test_sage_mean_and_max_differ_on_the_test_graph(files):
@@ -421,12 +524,29 @@ def test_unknown_peer():
 
 
 @pytest.mark.parametrize("field,value", [("dropout", 1.5), ("epochs", 0), ("layers", [4]), ("threads", "2"),
-                                         ("model", "rgcn"), ("aggr", "max"), ("heads", [2, 1, 1]),
+                                         ("model", "rgat"), ("aggr", "max"), ("heads", [2, 1, 1]),
                                          ("norms", [True, False, False]), ("bias", 1), ("warmup", 4),
-                                         ("colour", 1)])
+                                         ("colour", 1), ("num_relations", 3), ("num_bases", 2),
+                                         ("pyg_conv", "RGCNConv")])
 def test_bad_spec_names_the_field(field, value):
     with pytest.raises(SpecError, match=f"'{field}'"):
         parse_spec(_spec(**{field: value}))
+
+
+@pytest.mark.parametrize("over,field", [({}, "num_relations"), ({"num_relations": 0}, "num_relations"),
+                                        ({"num_relations": 3, "num_bases": 0}, "num_bases"),
+                                        ({"num_relations": 3, "pyg_conv": "RGATConv"}, "pyg_conv"),
+                                        ({"num_relations": 3, "aggr": "sum"}, "aggr")])
+def test_bad_rgcn_spec_names_the_field(over, field):
+    with pytest.raises(SpecError, match=f"'{field}'"):
+        parse_spec(_spec(model="rgcn", **over))
+
+
+def test_rgcn_parameters_are_named_and_shaped():
+    spec = parse_spec(_spec(model="rgcn", layers=[7, 5, 3], num_relations=4, num_bases=2))
+    assert spec.parameters(0) == {"V": (2, 7, 5), "A": (4, 2), "S": (7, 5), "b": (5,)}
+    spec = parse_spec(_spec(model="rgcn", layers=[7, 5, 3], num_relations=4, bias=False))
+    assert spec.parameters(1) == {"W": (4, 5, 3), "S": (5, 3)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,6 +577,19 @@ def test_analytic_minimum_by_hand():
     assert sparse["features"] == 11 * 8 + 12 * 8
     no_adam = memory.analytic_minimum_breakdown(10, 30, 8, [4], 3, adam=False, dropout=False)
     assert no_adam["parameters"] == 51 * 4 * 2 and no_adam["dropout"] == 0
+
+
+def test_analytic_minimum_of_an_rgcn_by_hand():
+    # N=10, E=30, R=4 relations, F=N featureless (no input stored), hidden [4], C=3
+    parts = memory.analytic_minimum_breakdown(10, 30, 10, [4], 3, relations=4, identity_input=True)
+    assert parts["graph"] == 11 * 8 + 30 * 4 + 30 * 4 + 30 * 4      # CSR, edge type, 1/c_(i,r)
+    assert parts["features"] == 0
+    assert parts["parameters"] == ((4 * 10 * 4 + 10 * 4 + 4) + (4 * 4 * 3 + 4 * 3 + 3)) * 4 * 4
+    bases = memory.analytic_minimum_breakdown(10, 30, 10, [4], 3, relations=4, bases=2, identity_input=True)
+    assert bases["parameters"] == ((2 * 10 * 4 + 4 * 2 + 10 * 4 + 4) + (2 * 4 * 3 + 4 * 2 + 4 * 3 + 3)) * 4 * 4
+    assert {k: v for k, v in parts.items() if k not in ("graph", "features", "parameters")} == \
+        {k: v for k, v in memory.analytic_minimum_breakdown(10, 30, 10, [4], 3).items()
+         if k not in ("graph", "features", "parameters")}
 
 
 @pytest.mark.parametrize("args,name", [((0, 1, 1, [2], 2), "N"), ((3, 1, 1, [0], 2), r"widths\[0\]"),

@@ -1,9 +1,12 @@
-"""Load a homogeneous node-classification graph in the canonical npz format (numpy only).
+"""Load a node-classification graph in the canonical npz format (numpy only).
 
 Keys (see the datasets README): `edge_index` int [2, E] (row 0 source, row 1 destination),
 features either dense `x` [N, F] or CSR `x_indptr`/`x_indices`/`x_data`/`x_shape`, `y` int [N],
-`train_mask`/`val_mask`/`test_mask` bool [N]. Every array is checked here so a peer runner fails
-with the name of the offending key instead of a shape error deep inside torch.
+`train_mask`/`val_mask`/`test_mask` bool [N]. A relational graph adds `edge_type` int [E] and
+`num_edge_types`. A file without feature keys is featureless: its input is the identity (one
+learned row per node, F = N), which only the R-GCN peers take (as node ids, never as an N x N
+matrix). Every array is checked here so a peer runner fails with the name of the offending key
+instead of a shape error deep inside torch.
 """
 from __future__ import annotations
 
@@ -32,6 +35,17 @@ class NodeClassificationData:
     train_mask: np.ndarray             # bool [N]
     val_mask: np.ndarray
     test_mask: np.ndarray
+    etype: Optional[np.ndarray] = None  # int64 [E] edge types, or None (one relation)
+    num_etypes: int = 1
+
+    @property
+    def featureless(self) -> bool:
+        """No stored features: the input is the identity, F = N."""
+        return self.x_dense is None and self.x_csr is None
+
+    def edge_types(self) -> np.ndarray:
+        """int64 [E]: the edge types (all 0 for an untyped graph)."""
+        return self.etype if self.etype is not None else np.zeros(self.num_edges, np.int64)
 
     @property
     def num_edges(self) -> int:
@@ -43,12 +57,17 @@ class NodeClassificationData:
 
     @property
     def feature_nnz(self) -> int:
+        if self.featureless:
+            return self.num_nodes
         if self.x_csr is not None:
             return int(self.x_csr[2].shape[0])
         return int(np.count_nonzero(self.x_dense))
 
     def dense_features(self) -> np.ndarray:
         """Features as a dense float32 [N, F] array (densified from CSR when needed)."""
+        if self.featureless:
+            raise DatasetError(f"the dataset is featureless (identity input, {self.num_nodes} x {self.num_nodes}); "
+                               "only the rgcn peers take it, as node ids")
         if self.x_dense is not None:
             return self.x_dense
         indptr, indices, data = self.x_csr
@@ -59,6 +78,8 @@ class NodeClassificationData:
 
     def csr_features(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Features as CSR (indptr, indices, data) (built from the dense array when needed)."""
+        if self.featureless:
+            self.dense_features()             # raises, naming the case
         if self.x_csr is not None:
             return self.x_csr
         rows, cols = np.nonzero(self.x_dense)
@@ -118,13 +139,29 @@ def load_node_classification(path: str | Path) -> NodeClassificationData:
                 raise DatasetError(f"{path}: keys 'x_indices'/'x_data' disagree in length or hold columns outside [0, {f})")
             x_csr = (indptr, indices, data)
         else:
-            raise DatasetError(f"{path}: no node features (expected key 'x' or keys 'x_indptr', 'x_indices', 'x_data', 'x_shape')")
+            f = n                             # featureless: the identity input
+        etype, num_etypes = _edge_types(z, ei.shape[1], path)
         return NodeClassificationData(
             num_nodes=n, src=ei[0].astype(np.int64), dst=ei[1].astype(np.int64), num_features=f,
             x_dense=x_dense, x_csr=x_csr, y=y.astype(np.int64),
             train_mask=_mask(z, "train_mask", n, path), val_mask=_mask(z, "val_mask", n, path),
-            test_mask=_mask(z, "test_mask", n, path),
+            test_mask=_mask(z, "test_mask", n, path), etype=etype, num_etypes=num_etypes,
         )
+
+
+def _edge_types(z, num_edges: int, path: Path) -> tuple[Optional[np.ndarray], int]:
+    """`edge_type` [E] and `num_edge_types` (default: the largest type + 1), or (None, 1)."""
+    if "edge_type" not in z.files:
+        return None, 1
+    et = z["edge_type"]
+    if et.shape != (num_edges,) or not np.issubdtype(et.dtype, np.integer):
+        raise DatasetError(f"{path}: key 'edge_type' must be an integer array of shape ({num_edges},), "
+                           f"got {et.dtype} {et.shape}")
+    largest = int(et.max()) + 1 if et.size else 1
+    count = int(z["num_edge_types"]) if "num_edge_types" in z.files else largest
+    if (et.size and et.min() < 0) or count < largest:
+        raise DatasetError(f"{path}: key 'edge_type' has types outside [0, {count}) (num_edge_types)")
+    return et.astype(np.int64), count
 
 
 def load_init_weights(spec) -> list[dict[str, np.ndarray]]:

@@ -1,4 +1,4 @@
-"""DGL peer: full-batch GCN with dgl.nn.GraphConv(norm='both'), GraphSAGE with dgl.nn.SAGEConv.
+"""DGL peer: full-batch GCN (GraphConv(norm='both')), GraphSAGE (SAGEConv), GAT, GIN, R-GCN (RelGraphConv).
 
     python -m morphgen.bench.peers.dgl --data D.npz --spec SPEC.json --out OUT.json
 
@@ -14,6 +14,13 @@ Configuration and DGL conventions (see DEVELOPERS.md, "Benchmark peers"):
 - GAT: GATConv(out / heads, heads) on the graph with one loop per node, its [N, heads, out]
   output flattened (concatenated heads); attention dropout and slope from the spec.
 - GIN: GINConv(gin_mlp, 'sum', init_eps 0, learn_eps False), no self loops.
+- R-GCN: RelGraphConv(num_rels, regularizer None or 'basis' with num_bases, self_loop=True, bias),
+  the edge norm 1/c_{i,r} (c_{i,r}: in-edges of node i of relation r) passed as `norm`; the edges
+  are sorted by type once before training (a stable sort) and the layers called with
+  presorted=True (TypedLinear's segment_mm instead of gather_mm). A featureless dataset's first
+  layer takes node ids: RelGraphConv with its message reading row (etype, source id) of the
+  relation weights and the self-loop weight's row of the node, the lookup an identity input
+  amounts to (RelGraphConv itself would gather an N-wide feature row per edge).
 - features: always dense. GraphConv rejects sparse input features, so spec.sparse_features is
   recorded in the config as not honoured rather than silently ignored.
 - device: with spec.device "cuda:N" the graph (after its self loops are fixed), features and model
@@ -74,6 +81,67 @@ def build_graph(dgl, torch, data: NodeClassificationData, self_loops: bool, devi
     return g
 
 
+def node_id_rel_graph_conv(dgl):
+    """RelGraphConv whose input is node ids (a featureless graph's identity input): the message of
+    edge e is row src(e) of relation etype(e)'s weight matrix, scaled by the edge norm, and the
+    self loop adds row v of loop_weight. The same parameters and message passing as RelGraphConv."""
+    from dgl import function as fn
+    from dgl.nn.pytorch import RelGraphConv
+
+    class NodeIdRelGraphConv(RelGraphConv):
+        def message(self, edges):
+            w = self.linear_r.get_weight()                     # [R, N, out]
+            rows = edges.data["etype"] * w.shape[1] + edges.src["id"]
+            m = w.reshape(-1, w.shape[2])[rows]
+            if "norm" in edges.data:
+                m = m * edges.data["norm"]
+            return {"m": m}
+
+        def forward(self, g, ids, etypes, norm=None, *, presorted=False):
+            self.presorted = presorted
+            with g.local_scope():
+                g.srcdata["id"] = ids
+                if norm is not None:
+                    g.edata["norm"] = norm
+                g.edata["etype"] = etypes
+                g.update_all(self.message, fn.sum("m", "h"))
+                h = g.dstdata["h"]
+                if self.bias:
+                    h = h + self.h_bias
+                if self.self_loop:
+                    h = h + self.loop_weight[ids[: g.num_dst_nodes()]]
+                return self.dropout(h)
+
+    return NodeIdRelGraphConv
+
+
+def _rgcn_convs(dgl, spec: BenchSpec, featureless: bool) -> list:
+    from dgl.nn.pytorch import RelGraphConv
+    dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    regularizer = "basis" if spec.num_bases else None
+    return [(node_id_rel_graph_conv(dgl) if featureless and k == 0 else RelGraphConv)(
+                i, o, spec.num_relations, regularizer=regularizer, num_bases=spec.num_bases, bias=spec.bias,
+                self_loop=True)
+            for k, (i, o) in enumerate(dims)]
+
+
+def relational_graph(dgl, torch, data: NodeClassificationData, device=None):
+    """The typed graph with its edges sorted by type (stable), the types and R-GCN's edge norm
+    1/c_{i,r} in that order."""
+    import numpy as np
+    etype = data.edge_types()
+    order = np.argsort(etype, kind="stable")
+    src, dst, etype = data.src[order], data.dst[order], etype[order]
+    _, inverse, counts = np.unique(dst * max(data.num_etypes, 1) + etype, return_inverse=True, return_counts=True)
+    norm = (1.0 / counts[inverse]).astype(np.float32)[:, None]
+    g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=data.num_nodes)
+    etypes, norm = torch.from_numpy(etype), torch.from_numpy(norm)
+    if device is not None:
+        g, etypes, norm = g.to(device), etypes.to(device), norm.to(device)
+    g.create_formats_()
+    return g, etypes, norm
+
+
 def _convs(torch, spec: BenchSpec) -> list:
     from dgl.nn.pytorch import GATConv, GINConv, GraphConv, SAGEConv
     dims = list(zip(spec.layers[:-1], spec.layers[1:]))
@@ -100,6 +168,9 @@ _TARGETS = {
     "gcn": (("weight", "W", False), ("bias", "b", False)),
     "sage": (("fc_neigh.weight", "W_neigh", True), ("fc_self.weight", "W_self", True), ("fc_self.bias", "b", False)),
     "gat": (("fc.weight", "W", True), ("attn_l", "a_src", False), ("attn_r", "a_dst", False), ("bias", "b", False)),
+    # TypedLinear: W [R, in, out] per relation, or the bases [B, in, out] with coeff [R, B]
+    "rgcn": (("linear_r.W", "W", False), ("linear_r.W", "V", False), ("linear_r.coeff", "A", False),
+             ("loop_weight", "S", False), ("h_bias", "b", False)),
 }
 
 
@@ -114,6 +185,7 @@ _NORMALISATION = {
     "sage": "none (SAGEConv: fc_self(h) + fc_neigh(mean over in-edges))",
     "gat": "edge softmax of leaky_relu(attn_l . Wh[src] + attn_r . Wh[dst]) over in-edges",
     "gin": "none (GINConv: apply_func(x + sum over in-edges))",
+    "rgcn": "edge norm 1/c_{i,r} (in-edges of node i of relation r) passed as RelGraphConv's norm",
 }
 
 
@@ -122,6 +194,8 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     device = torch_device(torch, spec)
     dgl = import_dgl()
     require_cuda(dgl, device)
+    if spec.model == "rgcn":
+        return _train_rgcn(dgl, torch, spec, data, device)
     g = build_graph(dgl, torch, data, spec.self_loops, device)
     x = torch.from_numpy(data.dense_features()).to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
@@ -143,6 +217,40 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         "normalisation": _NORMALISATION[spec.model],
         "self_loops": "existing removed, one per node added" if spec.self_loops else "none added",
         "init": "given init_weights" if spec.init_weights else f"{conv_name} default (xavier), seed 0",
+        "threads": spec.threads,
+        "versions": {"torch": torch.__version__, "dgl": dgl.__version__},
+        **device_config(torch, device),
+    }
+    return result
+
+
+def _train_rgcn(dgl, torch, spec: BenchSpec, data: NodeClassificationData, device) -> dict:
+    g, etypes, norm = relational_graph(dgl, torch, data, device)
+    if data.featureless:
+        x, feat_desc = torch.arange(data.num_nodes, device=device), "none: node ids (first layer looks its weights up)"
+    else:
+        x, feat_desc = torch.from_numpy(data.dense_features()).to(device), "dense float32"
+    baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
+    convs = _rgcn_convs(dgl, spec, data.featureless)
+    if spec.init_weights is not None:
+        with torch.no_grad():
+            for conv, weights in zip(convs, load_init_weights(spec)):
+                load_weights(torch, conv, weights, _TARGETS["rgcn"])
+    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(g, h, etypes, norm, presorted=True),
+                        spec.activation)
+    result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
+    result["baseline_rss_bytes"] = baseline
+    regularizer = f"regularizer='basis', num_bases={spec.num_bases}" if spec.num_bases else "regularizer=None"
+    result["config"] = {
+        **model_config(spec),
+        "conv": f"RelGraphConv({regularizer}, self_loop=True, bias={spec.bias}), presorted=True"
+                + ("; first layer on node ids" if data.featureless else ""),
+        "adjacency": "DGLGraph, edges sorted by type (formats created before training)",
+        "features": feat_desc + (" (sparse_features requested: RelGraphConv takes dense input)"
+                                 if spec.sparse_features else ""),
+        "normalisation": _NORMALISATION["rgcn"],
+        "self_loops": "none (loop_weight is the self connection)",
+        "init": "given init_weights" if spec.init_weights else "RelGraphConv default, seed 0",
         "threads": spec.threads,
         "versions": {"torch": torch.__version__, "dgl": dgl.__version__},
         **device_config(torch, device),

@@ -1,4 +1,4 @@
-"""PyTorch Geometric peer: full-batch GCN with GCNConv, GraphSAGE with SAGEConv.
+"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, R-GCN (RGCNConv).
 
     python -m morphgen.bench.peers.pyg --data D.npz --spec SPEC.json --out OUT.json
 
@@ -21,6 +21,13 @@ Configuration (the fastest PyG offers on this machine without its optional compi
   (GCNConv's linear layer multiplies it with sparse @ dense), otherwise dense float32. SAGEConv
   and GINConv aggregate their raw input first, which torch cannot do with sparse features: dense
   for them.
+- R-GCN: RGCNConv or FastRGCNConv (spec.pyg_conv) with aggr "mean" (the mean over each relation's
+  in-edges is R-GCN's 1/c_{i,r}), root_weight (the self-loop weight), bias, num_bases for the
+  basis decomposition; edge_index [2, E] and edge_type [E] as stored (no loops added or removed).
+  RGCNConv loops over the relations (a masked edge_index and one propagate each); FastRGCNConv
+  gathers one weight matrix per edge. A featureless dataset is given as x=None (in_channels = N:
+  the first layer's input is the node index, an embedding lookup of the weights, never an N x N
+  identity matrix); features are dense.
 - device: with spec.device "cuda:N" the adjacency, features and model are moved to that GPU before
   the baseline is taken (torch's CUDA CSR SpMM then does the aggregation).
 """
@@ -49,8 +56,12 @@ def _import_pyg():
 
 
 def _convs(torch, spec: BenchSpec) -> list:
-    from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
+    from torch_geometric.nn import FastRGCNConv, GATConv, GCNConv, GINConv, RGCNConv, SAGEConv
     dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    if spec.model == "rgcn":
+        conv = {"RGCNConv": RGCNConv, "FastRGCNConv": FastRGCNConv}[spec.pyg_conv]
+        return [conv(i, o, spec.num_relations, num_bases=spec.num_bases, aggr="mean", root_weight=True,
+                     bias=spec.bias) for i, o in dims]
     if spec.model == "gin":
         return [GINConv(gin_mlp(torch, i, o, norm), eps=0.0, train_eps=False)
                 for (i, o), norm in zip(dims, spec.norms)]
@@ -70,6 +81,9 @@ _TARGETS = {
     "sage": (("lin_l.weight", "W_neigh", True), ("lin_r.weight", "W_self", True), ("lin_l.bias", "b", False)),
     "gat": (("lin.weight", "W", True), ("att_src", "a_src", False), ("att_dst", "a_dst", False),
             ("bias", "b", False)),
+    # weight: [R, in, out] per relation, or the bases [B, in, out] with comp [R, B]; root [in, out]
+    "rgcn": (("weight", "W", False), ("weight", "V", False), ("comp", "A", False), ("root", "S", False),
+             ("bias", "b", False)),
 }
 
 
@@ -82,6 +96,7 @@ _NORMALISATION = {
     "sage": "none (SAGEConv: lin_l(aggr over in-edges) + lin_r(x))",
     "gat": "softmax of leaky_relu(a_src . Wh[src] + a_dst . Wh[dst]) over each node's in-edges",
     "gin": "none (GINConv: mlp(x + sum over in-edges))",
+    "rgcn": "aggr mean per relation: 1/c_{i,r}, c_{i,r} = in-edges of node i of relation r",
 }
 
 
@@ -127,12 +142,23 @@ def _features(torch, spec: BenchSpec, data: NodeClassificationData):
     return torch.from_numpy(data.dense_features()), "dense float32"
 
 
+def _relational_inputs(torch, data: NodeClassificationData):
+    """edge_index [2, E] and edge_type [E] as stored; x None for a featureless dataset (node ids)."""
+    edge_index = torch.from_numpy(np.stack([data.src, data.dst]))
+    edge_type = torch.from_numpy(data.edge_types())
+    if data.featureless:
+        return (edge_index, edge_type), None, "none: x=None, in_channels = N (node ids, an embedding lookup)"
+    return (edge_index, edge_type), torch.from_numpy(data.dense_features()), "dense float32"
+
+
 def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     torch = setup_torch(spec)
     torch_geometric = _import_pyg()
     import warnings
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's "beta"/invariant notices
     device = torch_device(torch, spec)
+    if spec.model == "rgcn":
+        return _train_rgcn(torch, torch_geometric, spec, data, device)
     if spec.model == "gat":
         adj_t, adj_desc = _edge_index(torch, data, spec.self_loops)
     else:
@@ -157,6 +183,35 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         "normalisation": _NORMALISATION[spec.model],
         "self_loops": "existing removed, one per node added" if spec.self_loops else "none added",
         "init": "given init_weights" if spec.init_weights else f"{default_init}, seed 0",
+        "threads": spec.threads,
+        "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
+        **device_config(torch, device),
+    }
+    return result
+
+
+def _train_rgcn(torch, torch_geometric, spec: BenchSpec, data: NodeClassificationData, device) -> dict:
+    (edge_index, edge_type), x, feat_desc = _relational_inputs(torch, data)
+    edge_index, edge_type = edge_index.to(device), edge_type.to(device)
+    x = x.to(device) if x is not None else None
+    baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
+    convs = _convs(torch, spec)
+    if spec.init_weights is not None:
+        with torch.no_grad():
+            for conv, weights in zip(convs, load_init_weights(spec)):
+                load_weights(torch, conv, weights, _TARGETS["rgcn"])
+    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, edge_index, edge_type), spec.activation)
+    result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
+    result["baseline_rss_bytes"] = baseline
+    result["config"] = {
+        **model_config(spec),
+        "conv": f"{spec.pyg_conv}(aggr='mean', root_weight=True, bias={spec.bias}, num_bases={spec.num_bases})",
+        "adjacency": "edge_index [2, E] + edge_type [E] (as stored)",
+        "features": feat_desc + (" (sparse_features requested: the R-GCN convolutions take dense input)"
+                                 if spec.sparse_features else ""),
+        "normalisation": _NORMALISATION["rgcn"],
+        "self_loops": "none (root_weight is the self connection)",
+        "init": "given init_weights" if spec.init_weights else f"{spec.pyg_conv} default (glorot), seed 0",
         "threads": spec.threads,
         "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
         **device_config(torch, device),

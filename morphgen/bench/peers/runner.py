@@ -66,6 +66,12 @@ def check_data_matches_spec(spec: BenchSpec, data: NodeClassificationData) -> No
     if spec.layers[-1] < data.num_classes:
         raise UserError(f"spec field 'layers': last width {spec.layers[-1]} < number of classes "
                         f"{data.num_classes} in the dataset")
+    if spec.model == "rgcn" and spec.num_relations != data.num_etypes:
+        raise UserError(f"spec field 'num_relations': {spec.num_relations} != number of edge types "
+                        f"{data.num_etypes} in the dataset")
+    if spec.model != "rgcn" and data.featureless:
+        raise UserError(f"spec field 'model': {spec.model} needs input features, and the dataset is featureless "
+                        f"(only the rgcn peers take node ids)")
 
 
 def _finite_or_none(v):

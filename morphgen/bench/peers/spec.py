@@ -19,17 +19,28 @@ class SpecError(UserError, ValueError):
     """A malformed benchmark spec; the message names the field."""
 
 
-SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin")
-# The neighbourhood reductions each model can be given.
-_AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",), "gin": ("sum",)}
+SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn")
+# The neighbourhood reductions each model can be given (rgcn: the mean over each relation's
+# in-edges, R-GCN's 1/c_{i,r}).
+_AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",), "gin": ("sum",), "rgcn": ("mean",)}
 ACTIVATIONS = ("relu", "elu")
+# PyG's two R-GCN convolutions: RGCNConv loops over the relations, FastRGCNConv gathers one
+# weight matrix per edge. Same model and parameters; the benchmark times both.
+PYG_RGCN_CONVS = ("RGCNConv", "FastRGCNConv")
 
 
 def layer_parameters(model: str, fan_in: int, fan_out: int, bias: bool = True,
-                     norm: bool = False) -> dict[str, tuple[int, ...]]:
+                     norm: bool = False, relations: int = 1,
+                     bases: Optional[int] = None) -> dict[str, tuple[int, ...]]:
     """The trainable parameters of one layer as morphgen names them (layer{i}.<name>), with their
     shapes: what the parity check hands from morphgen to the peers. Matrices are [in, out].
-    GIN's two-layer MLP has batch norms instead of biases when `norm`."""
+    GIN's two-layer MLP has batch norms instead of biases when `norm`. R-GCN: one matrix per
+    relation W [relations, in, out], or with `bases` the bases V [bases, in, out] and their
+    coefficients A [relations, bases] (W_r = sum_b A[r, b] V[b]); the self-loop weight S and b."""
+    if model == "rgcn":
+        typed = ({"V": (bases, fan_in, fan_out), "A": (relations, bases)} if bases
+                 else {"W": (relations, fan_in, fan_out)})
+        return {**typed, "S": (fan_in, fan_out), **({"b": (fan_out,)} if bias else {})}
     if model == "gin":
         mlp = {"W1": (fan_in, fan_out), "W2": (fan_out, fan_out)}
         if norm:
@@ -65,11 +76,15 @@ class BenchSpec:
     attention_dropout: float = 0.0   # gat: dropout on the attention coefficients
     negative_slope: float = 0.2      # gat: leaky_relu slope of the attention scores
     norms: tuple[bool, ...] = ()     # gin: batch norm in each layer (after both MLP products and the layer)
+    num_relations: int = 1           # rgcn: edge types (the data's edge_type values lie below it)
+    num_bases: Optional[int] = None  # rgcn: basis decomposition with this many bases, or none
+    pyg_conv: str = "RGCNConv"       # rgcn, PyG only: PYG_RGCN_CONVS
 
     def parameters(self, i: int) -> dict[str, tuple[int, ...]]:
         """layer_parameters of layer i."""
         return layer_parameters(self.model, self.layers[i], self.layers[i + 1], self.bias,
-                                bool(self.norms[i]) if self.norms else False)
+                                bool(self.norms[i]) if self.norms else False,
+                                self.num_relations, self.num_bases)
 
     @property
     def num_layers(self) -> int:
@@ -85,6 +100,7 @@ _DEFAULTS = {
     "warmup": 3, "threads": 1, "bias": True, "self_loops": True, "init_weights": None,
     "sparse_features": False, "device": "cpu", "activation": "relu", "heads": None,
     "attention_dropout": 0.0, "negative_slope": 0.2, "norms": None,
+    "num_relations": None, "num_bases": None, "pyg_conv": None,
 }
 # "cuda" alone is accepted and means GPU 0; the index is always written out after parsing, so a
 # result names the GPU it ran on.
@@ -140,6 +156,20 @@ def _norms(d: dict, layers: list) -> tuple[bool, ...]:
     return tuple(norms)
 
 
+def _relational(d: dict) -> dict:
+    """rgcn's relation count, bases and PyG convolution (checked against the model by the caller)."""
+    out = {}
+    if d["num_relations"] is not None:
+        out["num_relations"] = _integer(d, "num_relations", 1)
+    if d["num_bases"] is not None:
+        out["num_bases"] = _integer(d, "num_bases", 1)
+    if d["pyg_conv"] is not None:
+        if d["pyg_conv"] not in PYG_RGCN_CONVS:
+            raise SpecError(f"spec field 'pyg_conv': expected one of {', '.join(PYG_RGCN_CONVS)}, got {d['pyg_conv']!r}")
+        out["pyg_conv"] = d["pyg_conv"]
+    return out
+
+
 def parse_spec(raw: object) -> BenchSpec:
     """Validate a decoded JSON spec; missing optional fields take the defaults above."""
     if not isinstance(raw, dict):
@@ -173,6 +203,7 @@ def parse_spec(raw: object) -> BenchSpec:
         activation=d["activation"], heads=_heads(d, layers),
         attention_dropout=_number(d, "attention_dropout", 0.0, 0.999),
         negative_slope=_number(d, "negative_slope", 0.0, 10.0), norms=_norms(d, layers),
+        **_relational(d),
     )
     if spec.activation not in ACTIVATIONS:
         raise SpecError(f"spec field 'activation': expected one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}")
@@ -180,6 +211,11 @@ def parse_spec(raw: object) -> BenchSpec:
         raise SpecError(f"spec field 'heads': only a gat model has attention heads, not {spec.model}")
     if spec.model != "gin" and d["norms"] is not None:
         raise SpecError(f"spec field 'norms': only a gin model has batch norms in its layers, not {spec.model}")
+    if spec.model == "rgcn" and d["num_relations"] is None:
+        raise SpecError("spec field 'num_relations': missing (an rgcn model needs the number of edge types)")
+    for key in ("num_relations", "num_bases", "pyg_conv"):
+        if spec.model != "rgcn" and d[key] is not None:
+            raise SpecError(f"spec field '{key}': only an rgcn model has relations, not {spec.model}")
     if spec.warmup >= spec.epochs:
         raise SpecError(f"spec field 'warmup': {spec.warmup} leaves no timed epoch out of epochs={spec.epochs}")
     return spec

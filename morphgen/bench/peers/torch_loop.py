@@ -195,7 +195,7 @@ def gin_targets(mlp) -> tuple:
     return tuple(targets)
 
 
-_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0"}
+_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN"}
 
 
 def model_config(spec: BenchSpec) -> dict:
@@ -208,6 +208,9 @@ def model_config(spec: BenchSpec) -> dict:
     if spec.model == "gat":
         name += (f" (heads {list(spec.heads)}, attention dropout {spec.attention_dropout}, "
                  f"slope {spec.negative_slope})")
+    if spec.model == "rgcn":
+        name += (f" ({spec.num_relations} relations, mean over each relation's in-edges, self-loop weight"
+                 + (f", {spec.num_bases} bases" if spec.num_bases else "") + ")")
     described = MODEL_CONFIG["model"].replace("GCN", name, 1).replace("ReLU", spec.activation, 1)
     return {**MODEL_CONFIG, "model": described}
 
