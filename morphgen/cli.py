@@ -62,9 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parts-dir", default=None,
                    help="--backend mpi: where the per-rank part files are written once and reused "
                         "(default: in the build cache, keyed by the data and the rank count)")
-    p.add_argument("--partitioner", default="morphgen", choices=("morphgen", "metis", "random"),
-                   help="--backend mpi: who assigns nodes to ranks: morphgen's edge-load balanced "
-                        "partitioner (default), vertex-balanced METIS, or a random split")
+    p.add_argument("--partitioner", default="auto", choices=("auto", "morphgen", "metis", "random"),
+                   help="--backend mpi: who assigns nodes to ranks: the candidate with the fastest "
+                        "predicted epoch (auto, the default: morphgen's partitioner at edge-load bounds "
+                        "1.03-1.50 and vertex-balanced METIS), morphgen's edge-load balanced "
+                        "partitioner at its 1.03 bound, vertex-balanced METIS, or a random split")
     p.add_argument("--sparsity-threshold", type=float, default=None,
                    help="feature sparsity above which the sparse feature path is used "
                         "(default: tau = 1 - rho from this machine's calibration)")

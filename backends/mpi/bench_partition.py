@@ -1,11 +1,13 @@
-"""The partition judged by what it buys: MPI epoch time with each partitioner (issue 10 §4).
+"""The partition judged by what it buys: MPI epoch time with each partitioner.
 
     python -m morphgen.backends.mpi.bench_partition --data-dir ../shared/datasets --ranks 2 4
 
 For snap_facebook and an R-MAT graph (structure only: the features and labels are random, which
 changes nothing in an epoch's cost), trains examples/gcn.mp with --backend mpi on each
-partitioner (morphgen's edge-load balanced one, vertex-balanced METIS, a random split) and prints
-one markdown table: median epoch, slowest rank / mean rank, halo bytes per epoch, ghost rows.
+partitioner (morphgen's edge-load balanced one at its fixed 1.03 bound, vertex-balanced METIS, a
+random split, and auto: the candidate with the fastest predicted epoch, epoch_cost.py) and prints
+one markdown table: median epoch, slowest rank / mean rank, halo bytes per epoch, ghost rows, and
+for auto the candidate it chose with its predicted epoch.
 """
 from __future__ import annotations
 
@@ -46,13 +48,24 @@ def graphs(data_dir: Path):
 
 
 def run(dataset_path: Path, ranks: int, partitioner: str, out: Path, epochs: int) -> dict:
+    """The run's --json report, with the partition's manifest entry under "partition"."""
     report = out / f"{dataset_path.stem}-{ranks}-{partitioner}.json"
+    parts = out / f"parts-{dataset_path.stem}-{ranks}-{partitioner}"
     cmd = [sys.executable, "-m", "morphgen", "train", str(EXAMPLE), "--backend", "mpi", "--ranks", str(ranks),
            "--threads", "1", "--dataset", str(dataset_path), "--epochs", str(epochs), "--partitioner", partitioner,
-           "--parts-dir", str(out / f"parts-{dataset_path.stem}-{ranks}-{partitioner}"), "--json", str(report),
-           "--quiet"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return json.loads(report.read_text())
+           "--parts-dir", str(parts), "--json", str(report), "--quiet"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    result = json.loads(report.read_text())
+    result["partition"] = json.loads((parts / "manifest.json").read_text())["partition"]
+    return result
+
+
+def _choice(partition: dict) -> str:
+    """For auto: the chosen candidate and its predicted epoch; '-' for the fixed partitioners."""
+    if partition.get("partitioner") != "auto":
+        return "-"
+    chosen = next(p for p in partition["predictions"] if p["candidate"] == partition["chosen"])
+    return f"{chosen['candidate']} ({chosen['epoch_s'] * 1e3:.2f} ms predicted)"
 
 
 def main(argv=None) -> int:
@@ -62,21 +75,21 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=30)
     args = ap.parse_args(argv)
     print("| graph | ranks | partitioner | median epoch (ms) | slowest / mean rank | halo MB / epoch (all ranks) "
-          "| ghost rows (all ranks) |")
-    print("|---|---|---|---|---|---|---|")
+          "| ghost rows (all ranks) | auto's choice |")
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         for name, graph in graphs(Path(args.data_dir)):
             path = save_npz(_with_random_labels(graph, name), out / f"{name}.npz")
             for ranks in args.ranks:
-                for partitioner in ("morphgen", "metis", "random"):
+                for partitioner in ("morphgen", "metis", "random", "auto"):
                     r = run(path, ranks, partitioner, out, args.epochs)
                     per = r["per_rank"]
                     epoch = [p["median_epoch_s"] for p in per]
                     print(f"| {name} | {ranks} | {partitioner} | {statistics.median(r['epoch_times_s']) * 1e3:.2f} "
                           f"| {max(epoch) / statistics.mean(epoch):.2f} "
                           f"| {sum(p['halo_bytes_per_epoch'] for p in per) / 1e6:.2f} "
-                          f"| {sum(p['ghosts'] for p in per)} |", flush=True)
+                          f"| {sum(p['ghosts'] for p in per)} | {_choice(r['partition'])} |", flush=True)
     return 0
 
 

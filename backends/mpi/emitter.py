@@ -52,7 +52,7 @@ class MPIEmitter(OpenMPEmitter):
     def lower_program(self) -> tuple:
         self.backward_ids = {op.output.id for op in self.p.backward if op.output is not None}
         self.forward_ops = {id(op) for op in self.p.forward}
-        self.full_rows = self._ghost_complete_values()
+        self.full_rows = self.ghost_complete_values()
         # a dropout of the input features, dense or inside the sparse kernels, keys its mask by global row
         self.prepare.append("m.features.drop_row_ids = m.part.node_gid.data()")
         return super().lower_program()
@@ -81,7 +81,7 @@ class MPIEmitter(OpenMPEmitter):
         """An invariant aggregation is computed for owned rows (ghosts have no in-edges here).
         When a later aggregation reads it at edge sources (SGC's S^K x), one exchange at load
         time gives its ghost rows their owners' values, as the loaded features have."""
-        read_at_sources = any(self._source_read(op) is not None and self._source_read(op).id == v.id
+        read_at_sources = any(self.source_read(op) is not None and self.source_read(op).id == v.id
                               for op in self.p.invariant + self.p.forward)
         if not read_at_sources:
             return []
@@ -92,7 +92,7 @@ class MPIEmitter(OpenMPEmitter):
     # -- halo exchanges around the ops that cross the partition -----------------------------------
     def around(self, op, lines: list) -> list:
         before, after = [], []
-        source_read = self._source_read(op)
+        source_read = self.source_read(op)
         if source_read is not None and self._needs_exchange(source_read):
             before.append(self._halo("halo_forward", source_read))
             if source_read.id not in self.backward_ids:   # a gradient's ghost rows may be zeroed later
@@ -104,7 +104,7 @@ class MPIEmitter(OpenMPEmitter):
             after += self._start_gradient_reductions(op.output)
         return before + lines + after
 
-    def _ghost_complete_values(self) -> set:
+    def ghost_complete_values(self) -> set:
         """Forward values whose ghost rows hold their owners' rows when computed, so that no
         exchange is needed: the input features (loaded for ghosts), node constants of the global
         graph, and what row-local ops compute from complete values (dropout masks are keyed by
@@ -113,7 +113,7 @@ class MPIEmitter(OpenMPEmitter):
         complete_now = {self.features_id} if self.features_id is not None else set()
         at_definition = set(complete_now)
         for op in self.p.forward:
-            read = self._source_read(op)
+            read = self.source_read(op)
             if read is not None and read.assoc == "node":
                 complete_now.add(read.id)           # exchanged here unless complete already
             out = op.output
@@ -126,7 +126,7 @@ class MPIEmitter(OpenMPEmitter):
         return at_definition
 
     @staticmethod
-    def _source_read(op):
+    def source_read(op):
         """The node value this op reads at edge sources (ghost rows included), or None."""
         if op.opcode == "aggregate" and op.attrs.get("direction", "in") == "in":
             return op.inputs[0]

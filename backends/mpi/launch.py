@@ -41,11 +41,12 @@ def default_parts_dir(key: str, ranks: int) -> Path:
 
 
 def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
-                  partitioner: str = "morphgen") -> Path:
+                  partitioner: str = "morphgen", chooser=None) -> Path:
     """The directory of part files for this dataset, rank count and partitioner: reused when it
-    matches, written otherwise; one that belongs to other data is an error, never overwritten."""
+    matches, written otherwise; one that belongs to other data is an error, never overwritten.
+    ``chooser`` (epoch_cost.EpochCostModel) prices the candidates of --partitioner auto."""
     from .parts import dataset_key, read_manifest, write_parts
-    key = dataset_key(dataset, normalization, ranks, partitioner)
+    key = dataset_key(dataset, normalization, ranks, partitioner, chooser)
     directory = Path(parts_dir) if parts_dir else default_parts_dir(key, ranks)
     if (directory / "manifest.json").exists():
         read_manifest(directory, key, ranks)
@@ -56,7 +57,13 @@ def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
     if directory.exists():
         directory.rmdir()
     log(f"morphgen: partitioning {dataset.name} into {ranks} parts ({partitioner}) ...")
-    manifest = write_parts(dataset, ranks, directory, key, partitioner)
+    def report(p):
+        log(f"morphgen:   {p.candidate:>13}: predicted epoch {p.epoch_s * 1e3:.2f} ms (aggregations "
+            f"{p.aggregate_s * 1e3:.2f}, dense {p.dense_s * 1e3:.2f}, halo {p.halo_s * 1e3:.2f}), "
+            f"{p.ghosts} ghost rows, edge imbalance {p.edge_imbalance:.2f}")
+    manifest = write_parts(dataset, ranks, directory, key, partitioner, chooser=chooser, log=report)
+    if partitioner == "auto" and ranks > 1:
+        log(f"morphgen: chose the {manifest['partition']['chosen']} partition (fastest predicted epoch)")
     ghosts = sum(p["ghosts"] for p in manifest["parts"])
     log(f"morphgen: wrote {ranks} part files to {directory} ({ghosts} ghost rows in all)")
     return directory
@@ -89,8 +96,12 @@ def train_distributed(args) -> int:
     kind, payload = features_payload(normalised, path)
     if kind != "identity":
         normalised = dataclasses.replace(normalised, features=payload)
+    chooser = None
+    if args.partitioner == "auto" and ranks > 1:
+        from .epoch_cost import EpochCostModel, epoch_work
+        chooser = EpochCostModel.for_this_machine(epoch_work(program), threads)
     parts_dir = prepare_parts(normalised, ranks, program.feature_normalization, args.parts_dir, log,
-                              args.partitioner)
+                              args.partitioner, chooser)
     epochs = args.epochs if args.epochs is not None else program.epochs
     if epochs <= 0:
         raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")

@@ -26,17 +26,19 @@ import scipy.sparse as sp
 from morphgen.errors import UserError
 
 FORMAT = "morphgen-mpi-parts-1"
-# Who decides which rank owns each node: morphgen's edge-load balanced partitioner (the default),
-# METIS balancing vertex counts (what PyG and DGL use), or a uniform random split (the baseline).
-PARTITIONERS = ("morphgen", "metis", "random")
+# Who decides which rank owns each node: the candidate partition predicted to give the fastest
+# epoch (epoch_cost.py, the default), morphgen's edge-load balanced partitioner at its fixed 1.03
+# bound, METIS balancing vertex counts (what PyG and DGL use), or a uniform random split.
+PARTITIONERS = ("auto", "morphgen", "metis", "random")
 
 
 class PartFileError(UserError):
     """Part files that are missing, damaged, or belong to another dataset or rank count."""
 
 
-def dataset_key(dataset, normalization: Optional[str], num_parts: int, partitioner: str) -> str:
-    """What the part files depend on: the graph, features, labels, masks, preprocessing, ranks."""
+def dataset_key(dataset, normalization: Optional[str], num_parts: int, partitioner: str, chooser=None) -> str:
+    """What the part files depend on: the graph, features, labels, masks, preprocessing, ranks
+    (and, for --partitioner auto, what the choice weighed: the program's work, the machine)."""
     h = hashlib.sha256()
     g = dataset.graph
     for arr in (g.src, g.dst, g.etype, g.ntype, dataset.labels, dataset.train_mask, dataset.val_mask,
@@ -53,14 +55,20 @@ def dataset_key(dataset, normalization: Optional[str], num_parts: int, partition
         h.update(np.ascontiguousarray(x).tobytes())
     h.update(json.dumps([FORMAT, g.num_nodes, g.num_etypes, g.num_ntypes, dataset.num_classes,
                          normalization, num_parts, partitioner]).encode())
+    if partitioner == "auto" and chooser is not None:
+        h.update(json.dumps(chooser.key()).encode())
     return h.hexdigest()[:24]
 
 
-def assign_nodes(graph, num_parts: int, partitioner: str):
-    """(owner of every node, how it was decided) by one of PARTITIONERS."""
+def assign_nodes(graph, num_parts: int, partitioner: str, chooser=None, progress=None):
+    """(owner of every node, how it was decided) by one of PARTITIONERS; "auto" needs the
+    ``chooser`` (an epoch_cost.EpochCostModel) and reports each candidate to ``progress``."""
     from morphgen.partition import partition_graph, vertex_balanced_reference
     if num_parts == 1:
         return np.zeros(graph.num_nodes, np.int64), {"partitioner": partitioner}
+    if partitioner == "auto":
+        from .epoch_cost import choose_partition
+        return choose_partition(graph, num_parts, chooser, progress)
     if partitioner == "morphgen":
         result = partition_graph(graph, num_parts)
         return result.assignment, {"partitioner": partitioner, "phase": result.phase, "reason": result.reason}
@@ -73,13 +81,13 @@ def assign_nodes(graph, num_parts: int, partitioner: str):
 
 
 def write_parts(dataset, num_parts: int, directory: Path, key: str, partitioner: str = "morphgen",
-                progress=None) -> dict:
+                progress=None, chooser=None, log=None) -> dict:
     """Partition ``dataset`` into ``num_parts`` and write one file per rank into ``directory``
     (through a temporary directory renamed into place: an interrupted write leaves nothing)."""
     from morphgen.layout import GraphLayout
     from morphgen.partition import build_layouts
     g = dataset.graph
-    assignment, how = assign_nodes(g, num_parts, partitioner)
+    assignment, how = assign_nodes(g, num_parts, partitioner, chooser, log)
     layouts = build_layouts(g, assignment, num_parts)
     position = np.empty(g.num_edges, np.int64)        # original edge id -> destination-sorted position
     position[GraphLayout.from_graph(g).order] = np.arange(g.num_edges, dtype=np.int64)
