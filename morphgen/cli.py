@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parts-dir", default=None,
                    help="--backend mpi: where the per-rank part files are written once and reused "
                         "(default: in the build cache, keyed by the data and the rank count)")
-    p.add_argument("--partitioner", default="auto", choices=("auto", "morphgen", "metis", "random"),
+    p.add_argument("--partitioner", default=None, choices=("auto", "morphgen", "metis", "random"),
                    help="--backend mpi: who assigns nodes to ranks: the candidate with the fastest "
                         "predicted epoch (auto, the default: morphgen's partitioner at edge-load bounds "
                         "1.03-1.50 and vertex-balanced METIS), morphgen's edge-load balanced "

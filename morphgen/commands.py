@@ -122,7 +122,7 @@ def train_command(args) -> int:
         os.environ["MORPHGEN_CUDA_DEVICE"] = str(args.device)     # read by the library when it prepares
     if backend.capabilities.distributed:
         return _train_distributed(args)
-    if args.ranks is not None or args.parts_dir is not None or args.partitioner != "morphgen":
+    if args.ranks is not None or args.parts_dir is not None or args.partitioner is not None:
         raise UserError(f"morphgen: error: --ranks, --parts-dir and --partitioner need a distributed backend (--backend mpi), "
                         f"not {args.backend}")
     if args.sanitize:
@@ -209,6 +209,8 @@ def _train_distributed(args) -> int:
     require_backend(args.backend).check_program(lower(args.model))   # before starting any rank
     if args.ranks is None:
         args.ranks = int(os.environ.get("SLURM_NTASKS", "1"))
+    if args.partitioner is None:
+        args.partitioner = "auto"
     return train_distributed(args)
 
 
