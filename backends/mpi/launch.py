@@ -61,7 +61,7 @@ def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
         log(f"morphgen:   {p.candidate:>13}: predicted epoch {p.epoch_s * 1e3:.2f} ms (aggregations "
             f"{p.aggregate_s * 1e3:.2f}, dense {p.dense_s * 1e3:.2f}, halo {p.halo_s * 1e3:.2f}), "
             f"{p.ghosts} ghost rows, edge imbalance {p.edge_imbalance:.2f}")
-    manifest = write_parts(dataset, ranks, directory, key, partitioner, chooser=chooser, log=report)
+    manifest = write_parts(dataset, ranks, directory, key, partitioner, chooser=chooser, on_candidate=report)
     if partitioner == "auto" and ranks > 1:
         log(f"morphgen: chose the {manifest['partition']['chosen']} partition (fastest predicted epoch)")
     ghosts = sum(p["ghosts"] for p in manifest["parts"])

@@ -38,7 +38,7 @@ class PartFileError(UserError):
 
 def dataset_key(dataset, normalization: Optional[str], num_parts: int, partitioner: str, chooser=None) -> str:
     """What the part files depend on: the graph, features, labels, masks, preprocessing, ranks
-    (and, for --partitioner auto, what the choice weighed: the program's work, the machine)."""
+    (and, for --partitioner auto, what the choice weighed: the program's work, threads per rank)."""
     h = hashlib.sha256()
     g = dataset.graph
     for arr in (g.src, g.dst, g.etype, g.ntype, dataset.labels, dataset.train_mask, dataset.val_mask,
@@ -81,13 +81,13 @@ def assign_nodes(graph, num_parts: int, partitioner: str, chooser=None, progress
 
 
 def write_parts(dataset, num_parts: int, directory: Path, key: str, partitioner: str = "morphgen",
-                progress=None, chooser=None, log=None) -> dict:
+                progress=None, chooser=None, on_candidate=None) -> dict:
     """Partition ``dataset`` into ``num_parts`` and write one file per rank into ``directory``
     (through a temporary directory renamed into place: an interrupted write leaves nothing)."""
     from morphgen.layout import GraphLayout
     from morphgen.partition import build_layouts
     g = dataset.graph
-    assignment, how = assign_nodes(g, num_parts, partitioner, chooser, log)
+    assignment, how = assign_nodes(g, num_parts, partitioner, chooser, on_candidate)
     layouts = build_layouts(g, assignment, num_parts)
     position = np.empty(g.num_edges, np.int64)        # original edge id -> destination-sorted position
     position[GraphLayout.from_graph(g).order] = np.arange(g.num_edges, dtype=np.int64)
