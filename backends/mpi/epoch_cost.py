@@ -30,7 +30,7 @@ import numpy as np
 CANDIDATE_BOUNDS = (1.03, 1.10, 1.25, 1.50)
 RELAX = 0.07              # each bound's relaxation room, as the default 1.03 -> 1.10
 PROBE_COLUMNS = 16
-TIE = 0.02                # a looser candidate must be predicted this much faster to be taken
+TIE = 0.05                # a looser candidate must be predicted this much faster to be taken
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class EpochCostModel:
         y = np.empty((max(lay.num_owned, 1), PROBE_COLUMNS), np.float32)
         ptr = lambda a, t: ffi.cast(t, a.ctypes.data)  # noqa: E731
         seconds = lib.mg_spmm_seconds(8, lay.num_owned, ptr(indptr, "int64_t *"), ptr(col, "int64_t *"),
-                                      ptr(x, "float *"), PROBE_COLUMNS, ptr(y, "float *"), 3)
+                                      ptr(x, "float *"), PROBE_COLUMNS, ptr(y, "float *"), 5)
         return float(seconds) / PROBE_COLUMNS
 
     def predict(self, candidate: str, layouts) -> Prediction:
