@@ -9,6 +9,10 @@ aggregation of the raw features -- is the same number every epoch.  This pass mo
   forward ``linear(P, W)`` (``A (x W) = (A x) W``, as in ``reorder_linear_aggregate``)
 * ``aggregate(P)`` with ``P`` already invariant             ->  invariant too (SGC's ``S^K x``)
 
+The first and third forms take a max reduction as well (``max_u x_u`` is as constant as the sum;
+no gradient flows into the features, so no argmax is kept); the second needs a sum or mean, which
+commutes with the product.
+
 The second form is what a first GCN layer looks like after ``reorder_linear_aggregate`` put the
 aggregation on the narrow side.  Hoisted, the layer keeps its linear (same FLOPs) but loses one
 aggregation forward and one backward per epoch: the weight gradient becomes ``P^T G`` instead of
@@ -19,7 +23,7 @@ within the program's epochs (``F <= 2 M epochs``).
 Only for dense features: aggregating sparse features would fill them in (a 99%-sparse matrix
 times a graph is mostly dense).  Not when the features are featureless (the identity), when a
 dropout or any other per-epoch op sits between them and the aggregation (then it is not
-invariant), or for a max reduction or edge weights that are values of the program.
+invariant), or for edge weights that are values of the program.
 """
 from __future__ import annotations
 
@@ -41,10 +45,14 @@ def hoist_invariant_aggregation(program: Program) -> int:
     return count
 
 
-def _linear_in_its_input(op) -> bool:
-    """A forward sum/mean aggregation with no edge weights: A x, with A a constant of the graph."""
+HOISTABLE_REDUCTIONS = LINEAR_REDUCTIONS + ("max",)
+
+
+def _graph_constant(op) -> bool:
+    """A forward aggregation over in-edges with no edge weights: a function of its input and the
+    graph only."""
     return (op.opcode == "aggregate" and len(op.inputs) == 1
-            and op.attrs["reduce"] in LINEAR_REDUCTIONS and op.attrs.get("direction", "in") == "in")
+            and op.attrs["reduce"] in HOISTABLE_REDUCTIONS and op.attrs.get("direction", "in") == "in")
 
 
 def _repaid(program: Program, features, layer_width) -> bool:
@@ -57,7 +65,7 @@ def _hoist_one(program: Program, features) -> bool:
     uses, prod = forward_uses(program), producers(program)
     invariant = {op.output.id for op in program.invariant}
     for pos, op in enumerate(program.forward):
-        if not _linear_in_its_input(op):
+        if not _graph_constant(op):
             continue
         # A x, or A (A x) and so on: SGC's S^K x is K aggregations computed once.
         if op.inputs[0].id == features.id or op.inputs[0].id in invariant:
@@ -65,7 +73,8 @@ def _hoist_one(program: Program, features) -> bool:
             program.invariant.append(op)
             return True
         lin = prod.get(op.inputs[0].id)
-        if (lin is None or lin.opcode != "linear" or lin.inputs[0].id != features.id
+        if (op.attrs["reduce"] not in LINEAR_REDUCTIONS or lin is None or lin.opcode != "linear"
+                or lin.inputs[0].id != features.id
                 or uses.get(lin.output.id, 0) != 1 or not _repaid(program, features, lin.output.width)):
             continue
         x, w = lin.inputs

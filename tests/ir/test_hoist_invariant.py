@@ -103,3 +103,32 @@ def test_dump_shows_the_invariant_section():
     text = prog.dump()
     assert "invariant (computed once, when the data is bound):" in text
     assert text.index("invariant") < text.index("forward:")
+
+
+@pytest.mark.parametrize("reduce", ["mean", "max"])
+def test_sage_neighbourhood_of_the_features_is_computed_once(reduce):
+    """max_u x_u is as constant as the mean: hoisted too, with the loss and gradients unchanged."""
+    F = 7
+    before = _bound(models.sage(reduce=reduce, hidden=5), F)
+    after = _bound(models.sage(reduce=reduce, hidden=5), F)
+    run_default(before)
+    report = run_default(after, dense_features=True)
+    assert report["hoist_invariant_aggregation"] == 1
+    (hoisted,) = after.invariant
+    assert hoisted.attrs["reduce"] == reduce and hoisted.inputs == [after.inputs["features"]]
+    assert not any(op.opcode == "aggregate_max_grad" and op.output.shape == (F,) for op in after.backward)
+    params = perturbed_params(before)
+    loss0, grads0, _ = _run(before, params, F)
+    loss1, grads1, _ = _run(after, params, F)
+    assert loss1 == pytest.approx(loss0, rel=1e-12)
+    for name in grads0:
+        np.testing.assert_allclose(grads1[name], grads0[name], rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("reduce,hoisted", [("mean", 1), ("max", 0)])
+def test_only_sums_and_means_move_past_a_product(reduce, hoisted):
+    """mean_u (x_u W) = (mean_u x_u) W, but max_u (x_u W) is not (max_u x_u) W."""
+    m = models.ModelBuilder(f"linear_then_{reduce}")
+    w = m.param("W", (7, 4))
+    prog = _bound(m.finish(m.emit("aggregate", m.emit("linear", m.x, w), reduce=reduce)), 7, C=4)
+    assert hoist_invariant_aggregation(prog) == hoisted
