@@ -78,7 +78,9 @@ class CompiledModel:
         # features decide.  A program that reads the features outside a linear layer is lowered
         # again for the dense path.
         can_sparse = self._backend.capabilities.sparse_features
-        path = choose_feature_path(dataset, self.sparsity_threshold, can_sparse, self.threads)
+        hoisting = self.hoist_invariants and self._backend.capabilities.hoist_invariants
+        dense_program = (lambda: lower(self.path, sizes_of(dataset), False, True)) if hoisting else None
+        path = choose_feature_path(dataset, self.sparsity_threshold, can_sparse, self.threads, dense_program)
         sources = self._lower_and_emit(dataset, dense=path[0] == "dense")
         if path[0] == "sparse" and self._emitter.needs_dense_features:
             path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads)

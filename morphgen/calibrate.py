@@ -36,7 +36,10 @@ const char* mg_simd_isa(void);
 # hidden width of the benchmark models, large enough that sgemm runs at full speed, small enough
 # that the whole density sweep (11 densities, forward + weight gradient each) stays near a second.
 BENCH_ROWS, BENCH_K, BENCH_F, BENCH_REPS = 4096, 2048, 32, 3
-METHOD = "v2-layer-crossover"   # part of the cache key: a new method invalidates old entries
+METHOD = "v3-layer-crossover-spmm"   # part of the cache key: a new method invalidates old entries
+# The aggregation's speed (what hoisting saves the dense path): one SpMM, 32 columns, over a
+# random graph whose rows do not fit in the last-level cache.
+SPMM_NODES, SPMM_EDGES, SPMM_COLUMNS = 1 << 17, 1 << 21, 32
 TRIAD_FLOATS, TRIAD_REPS = 1 << 24, 5  # 3 x 64 MiB: far beyond the last-level cache
 
 
@@ -53,6 +56,7 @@ class Calibration:
     triad_gbs: float
     threads: int
     source: str  # "measured", "cache" or "override"
+    spmm_gbs: float = float("nan")   # the aggregation kernel, bytes as spmm_bytes counts them
 
 
 def kernel_isa() -> str:
@@ -108,7 +112,24 @@ def measure(threads: int | None = None) -> Calibration:
         raise CalibrationError(f"calibration produced rho={rho}, dense={dense} GFLOP/s")
     triad = float(lib.mg_stream_triad_gbs(TRIAD_FLOATS, TRIAD_REPS))
     return Calibration(rho=rho, tau=1.0 - rho, sparse_gflops=sparse, dense_gflops=dense,
-                       triad_gbs=triad, threads=nthreads, source="measured")
+                       triad_gbs=triad, threads=nthreads, source="measured", spmm_gbs=_spmm_gbs(ffi, lib))
+
+
+def _spmm_gbs(ffi, lib) -> float:
+    import numpy as np
+    rng = np.random.default_rng(0)
+    n, e, f = SPMM_NODES, SPMM_EDGES, SPMM_COLUMNS
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rng.integers(0, n, e), minlength=n), out=indptr[1:])
+    col = rng.integers(0, n, e).astype(np.int64)
+    x = rng.standard_normal((n, f)).astype(np.float32)
+    y = np.empty_like(x)
+    ptr = lambda a, t: ffi.cast(t, a.ctypes.data)  # noqa: E731
+    seconds = lib.mg_spmm_seconds(8, n, ptr(indptr, "int64_t *"), ptr(col, "int64_t *"), ptr(x, "float *"), f,
+                                  ptr(y, "float *"), 3)
+    if not seconds > 0:
+        raise CalibrationError(f"the SpMM calibration kernel failed (returned {seconds})")
+    return float(lib.mg_spmm_bytes(n, e, f)) / seconds / 1e9
 
 
 def calibrate(threads: int | None = None, force: bool = False) -> Calibration:
