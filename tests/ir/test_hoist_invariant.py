@@ -24,6 +24,15 @@ def _run(prog, params, F):
     return Interpreter(prog, g, x, labels, mask, dtype=np.float64, seed=3).run(params)
 
 
+def _assert_same_loss_and_gradients(before, after, F):
+    params = perturbed_params(before)
+    loss0, grads0, _ = _run(before, params, F)
+    loss1, grads1, _ = _run(after, params, F)
+    assert loss1 == pytest.approx(loss0, rel=1e-12)
+    for name in grads0:
+        np.testing.assert_allclose(grads1[name], grads0[name], rtol=1e-9, atol=1e-12, err_msg=name)
+
+
 def _aggregates(ops):
     return [op for op in ops if op.opcode == "aggregate"]
 
@@ -44,12 +53,7 @@ def test_first_layer_aggregation_is_computed_once_with_the_same_numerics(norm):
     assert len(_aggregates(after.forward)) == len(_aggregates(before.forward)) - 1
     assert len(_aggregates(after.backward)) == len(_aggregates(before.backward)) - 1
     assert not any(v.id == features.id for op in after.forward + after.backward for v in op.inputs)
-    params = perturbed_params(before)
-    loss0, grads0, _ = _run(before, params, F)
-    loss1, grads1, _ = _run(after, params, F)
-    assert loss1 == pytest.approx(loss0, rel=1e-12)
-    for name in grads0:
-        np.testing.assert_allclose(grads1[name], grads0[name], rtol=1e-9, atol=1e-12, err_msg=name)
+    _assert_same_loss_and_gradients(before, after, F)
 
 
 def test_hoisted_program_gradients_match_finite_differences():
@@ -117,12 +121,7 @@ def test_sage_neighbourhood_of_the_features_is_computed_once(reduce):
     (hoisted,) = after.invariant
     assert hoisted.attrs["reduce"] == reduce and hoisted.inputs == [after.inputs["features"]]
     assert not any(op.opcode == "aggregate_max_grad" and op.output.shape == (F,) for op in after.backward)
-    params = perturbed_params(before)
-    loss0, grads0, _ = _run(before, params, F)
-    loss1, grads1, _ = _run(after, params, F)
-    assert loss1 == pytest.approx(loss0, rel=1e-12)
-    for name in grads0:
-        np.testing.assert_allclose(grads1[name], grads0[name], rtol=1e-9, atol=1e-12, err_msg=name)
+    _assert_same_loss_and_gradients(before, after, F)
 
 
 @pytest.mark.parametrize("reduce,hoisted", [("mean", 1), ("max", 0)])
