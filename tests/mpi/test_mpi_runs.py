@@ -28,8 +28,8 @@ def test_halo_bytes_equal_the_partition_figure(tmp_path):
         expected = (figures["halo_rows_sent"] * classes + figures["ghosts"] * (16 + classes)) * 4
         assert figures["ghosts"] > 0, f"rank {rank} has no ghosts: the test graph is too easy"
         assert figures["halo_bytes_per_epoch"] == expected, f"rank {rank}: {figures}"
-        # the pipelined all-reduce, against a blocking one of the same gradients
-        assert figures["allreduce_s_per_epoch"] > 0 and 0 <= figures["allreduce_hidden"] <= 1, figures
+        assert figures["allreduce_s_per_epoch"] > 0, figures     # a blocking all-reduce of the same gradients
+    assert 0 <= run["allreduce_hidden"] <= 1
 
 
 def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):
