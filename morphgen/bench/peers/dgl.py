@@ -34,6 +34,7 @@ import os
 import sys
 import types
 
+import numpy as np
 
 from morphgen.bench.memory import start_training_peak
 from morphgen.errors import UserError
@@ -128,7 +129,6 @@ def _rgcn_convs(dgl, spec: BenchSpec, featureless: bool) -> list:
 def relational_graph(dgl, torch, data: NodeClassificationData, device=None):
     """The typed graph with its edges sorted by type (stable), the types and R-GCN's edge norm
     1/c_{i,r} in that order."""
-    import numpy as np
     etype = data.edge_types()
     order = np.argsort(etype, kind="stable")
     src, dst, etype = data.src[order], data.dst[order], etype[order]
