@@ -14,6 +14,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -153,13 +154,31 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
 
 // Weight gradients: each is handed to MPI_Iallreduce as soon as the backward has produced it,
 // the backward goes on while it travels, and the optimizer waits for it before its step.
+//
+// What the pipelining hides is measured, not assumed.  A wait is partly skew (a peer has not
+// yet posted its gradient: no communication could have run) and partly communication that no
+// computation covered.  Each reduction therefore carries its last poster's time (a MAX
+// reduction of the post times, on a clock every rank set to zero at the same barrier), and a
+// wait counts as exposed only the part after every rank had posted: exposed = end - max(begin,
+// last post).  The rank that posted last runs the critical path; its exposure is the
+// communication the epoch paid for.
 class GradientReduce {
   public:
-    void resize(int n) { reqs_.assign(size_t(n), MPI_REQUEST_NULL); }
+    void resize(Partition &p, int n) {
+        reqs_.assign(size_t(2 * n), MPI_REQUEST_NULL);
+        posted_.assign(size_t(n), 0.0);
+        last_post_.assign(size_t(n), 0.0);
+        if (p.size > 1) check_mpi(MPI_Barrier(p.comm), "clock barrier");
+        origin_ = MPI_Wtime();             // the same instant on every rank, to the barrier's skew
+    }
     void start(Partition &p, int i, float *g, int64_t n) {
         if (p.size == 1) return;
+        posted_[size_t(i)] = MPI_Wtime() - origin_;
         check_mpi(MPI_Iallreduce(MPI_IN_PLACE, g, message_count(n, "gradient all-reduce"), MPI_FLOAT, MPI_SUM,
-                                 p.comm, &reqs_[size_t(i)]),
+                                 p.comm, &reqs_[size_t(2 * i)]),
+                  "gradient all-reduce");
+        check_mpi(MPI_Iallreduce(&posted_[size_t(i)], &last_post_[size_t(i)], 1, MPI_DOUBLE, MPI_MAX, p.comm,
+                                 &reqs_[size_t(2 * i + 1)]),
                   "gradient all-reduce");
     }
     // Lets the library move the reductions in flight along (MPI progresses inside MPI calls).
@@ -168,13 +187,21 @@ class GradientReduce {
         for (auto &r : reqs_)
             if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
     }
-    void wait(int i) {
-        if (reqs_[size_t(i)] != MPI_REQUEST_NULL)
-            check_mpi(MPI_Wait(&reqs_[size_t(i)], MPI_STATUS_IGNORE), "gradient all-reduce");
+    // Waits for gradient i; the communication that was not hidden goes into `exposed`.
+    void wait(int i, Timer &exposed) {
+        MPI_Request *r = &reqs_[size_t(2 * i)];
+        if (r[0] == MPI_REQUEST_NULL && r[1] == MPI_REQUEST_NULL) return;
+        const double begin = MPI_Wtime() - origin_;
+        check_mpi(MPI_Waitall(2, r, MPI_STATUSES_IGNORE), "gradient all-reduce");
+        const double end = MPI_Wtime() - origin_;
+        exposed.seconds += std::max(0.0, end - std::max(begin, last_post_[size_t(i)]));
+        exposed.calls += 1;
     }
 
   private:
-    std::vector<MPI_Request> reqs_;
+    std::vector<MPI_Request> reqs_;        // per gradient: the sum, then its last post time
+    std::vector<double> posted_, last_post_;
+    double origin_ = 0;
 };
 
 inline double sum_all(Partition &p, double local) {

@@ -29,6 +29,8 @@ def test_halo_bytes_equal_the_partition_figure(tmp_path):
         assert figures["ghosts"] > 0, f"rank {rank} has no ghosts: the test graph is too easy"
         assert figures["halo_bytes_per_epoch"] == expected, f"rank {rank}: {figures}"
         assert figures["allreduce_s_per_epoch"] > 0, figures     # a blocking all-reduce of the same gradients
+        # the communication a wait exposes is the part of it after every rank had posted
+        assert 0 <= figures["allreduce_exposed_s_per_epoch"] <= figures["allreduce_wait_s_per_epoch"], figures
     assert 0 <= run["allreduce_hidden"] <= 1
 
 
