@@ -175,7 +175,7 @@ def train_command(args) -> int:
     print(f"final: {_final_metrics(final)} loss {result.history[-1]['loss']:.4f} "
           f"median epoch {np.median(times) * 1e3:.2f} ms")
     if args.profile:
-        _print_profile(model.session.timers())
+        print_profile(model.session.timers())
     if args.checkpoint:
         model.save_checkpoint(args.checkpoint)
         print(f"morphgen: checkpoint written to {args.checkpoint}", file=sys.stderr)
@@ -202,9 +202,8 @@ def train_command(args) -> int:
 
 def _train_distributed(args) -> int:
     from .backends.mpi.launch import train_distributed
-    for flag, value in (("--sanitize", args.sanitize), ("--profile", args.profile)):
-        if value:
-            raise UserError(f"morphgen: error: {flag} is not supported with --backend {args.backend} yet")
+    if args.sanitize:
+        raise UserError(f"morphgen: error: --sanitize is not supported with --backend {args.backend} yet")
     _check_outputs_writable(args)
     require_backend(args.backend).check_program(lower(args.model))   # before starting any rank
     if args.ranks is None:
@@ -259,7 +258,7 @@ def write_atomically(path: Path, text: str) -> None:
         raise UserError(f"morphgen: error: cannot write {path}: {err.strerror or err}") from err
 
 
-def _print_profile(rows):
+def print_profile(rows):
     print(f"{'kernel':<28}{'calls':>8}{'seconds':>10}{'GB/s':>9}{'GFLOP/s':>9}")
     for r in sorted(rows, key=lambda r: -r["seconds"]):
         if not r["calls"]:

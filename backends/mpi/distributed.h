@@ -189,13 +189,13 @@ class GradientReduce {
     }
     // Waits for gradient i; the communication that was not hidden goes into `exposed`.
     void wait(int i, Timer &exposed) {
+        exposed.calls += 1;
         MPI_Request *r = &reqs_[size_t(2 * i)];
-        if (r[0] == MPI_REQUEST_NULL && r[1] == MPI_REQUEST_NULL) return;
+        if (r[0] == MPI_REQUEST_NULL && r[1] == MPI_REQUEST_NULL) return;   // done behind the backward
         const double begin = MPI_Wtime() - origin_;
         check_mpi(MPI_Waitall(2, r, MPI_STATUSES_IGNORE), "gradient all-reduce");
         const double end = MPI_Wtime() - origin_;
         exposed.seconds += std::max(0.0, end - std::max(begin, last_post_[size_t(i)]));
-        exposed.calls += 1;
     }
 
   private:

@@ -118,6 +118,7 @@ def train_distributed(args) -> int:
             "resume": args.resume and str(Path(args.resume).resolve()),
             "checkpoint": args.checkpoint and str(Path(args.checkpoint).resolve()),
             "json_out": args.json_out and str(Path(args.json_out).resolve()), "quiet": args.quiet,
+            "profile": bool(getattr(args, "profile", False)),
             "report": {"model": str(args.model), "backend": "mpi", "dataset": dataset.name, "seed": args.seed,
                        "feature_path": path, "compile_seconds": model.compile_seconds,
                        "hoisted_aggregations": len(program.invariant),

@@ -81,7 +81,7 @@ def allreduce_hidden(per_rank: list) -> float:
 
 def run(spec: dict, comm) -> int:
     from morphgen.backends.mpi.parts import load_part
-    from morphgen.commands import Progress, write_atomically
+    from morphgen.commands import Progress, print_profile, write_atomically
     rank, size = comm.Get_rank(), comm.Get_size()
     if size != spec["ranks"]:
         raise RuntimeError(f"started with {size} ranks, the run was prepared for {spec['ranks']}")
@@ -111,6 +111,8 @@ def run(spec: dict, comm) -> int:
         progress(row, epochs)
     allreduce_s = _blocking_allreduce_seconds(session, comm) if size > 1 else 0.0
     figures = _rank_figures(session, part, epochs, times, train_halo_bytes, allreduce_s)
+    if spec.get("profile"):
+        figures["profile"] = session.timers()      # every rank's kernels; rank 0's are printed
     final = session.evaluate()
     if spec.get("checkpoint"):
         session.save_checkpoint(spec["checkpoint"])      # rank 0 writes, the others wait for it
@@ -120,6 +122,9 @@ def run(spec: dict, comm) -> int:
     print(f"final: train_acc {final['train_acc']:.4f} val_acc {final['val_acc']:.4f} "
           f"test_acc {final['test_acc']:.4f} loss {history[-1]['loss']:.4f} "
           f"median epoch {np.median(times) * 1e3:.2f} ms ({size} ranks x {spec['threads']} threads)")
+    if spec.get("profile"):
+        print("rank 0:")
+        print_profile(per_rank[0]["profile"])
     slowest = max(r["median_epoch_s"] for r in per_rank)
     mean = sum(r["median_epoch_s"] for r in per_rank) / size
     print(f"morphgen: per rank: halo {sum(r['halo_bytes_per_epoch'] for r in per_rank) / 1e6:.3f} MB/epoch in "
@@ -134,6 +139,8 @@ def run(spec: dict, comm) -> int:
                       train_acc=final["train_acc"], val_acc=final["val_acc"], test_acc=final["test_acc"],
                       final_loss=history[-1]["loss"], epoch_times_s=times, history=history, per_rank=per_rank,
                       allreduce_hidden=allreduce_hidden(per_rank))
+        if spec.get("profile"):
+            report["profile"] = per_rank[0]["profile"]
         write_atomically(Path(spec["json_out"]), json.dumps(report, indent=2) + "\n")
     return 0
 

@@ -397,9 +397,9 @@ inline void act_grad_loop(const float *G, const float *Y, idx_t n, float *dX, D 
 }
 // dX[i] = d(dropout_grad(G)[i], Y[i]), the mask regenerated from (base, thr) as dropout_bwd does.
 template <class D>
-inline void dropout_act_grad_loop(const float *G, const float *Y, idx_t n, float *dX, uint64_t base, uint64_t thr,
-                                  float s, D d) {
-    dropout_detail::for_keep_blocks(n, 0, base, thr, [&](int64_t i, const uint32_t *k, int64_t m) {
+inline void dropout_act_grad_loop(const float *G, const float *Y, idx_t rows, idx_t cols, const int64_t *row_ids,
+                                  float *dX, uint64_t base, uint64_t thr, float s, D d) {
+    dropout_detail::for_keep_rows(rows, cols, row_ids, base, thr, [&](int64_t i, const uint32_t *k, int64_t m) {
 #pragma omp simd
         for (int64_t j = 0; j < m; ++j) dX[i + j] = d(select_bits(k[j] != 0u, G[i + j] * s, 0.f), Y[i + j]);
     });}
@@ -424,14 +424,23 @@ inline void act_grad(ActKind act, float alpha, const float *G, const float *Y, i
     detail::with_act_derivative(act, alpha, [&](auto d) { detail::act_grad_loop(G, Y, n, dX, d); });
 }
 // The backward of `act -> dropout` in one pass: act_grad(dropout_grad(G), Y) without the
-// intermediate array (bit-identical: every derivative maps a dropped 0 to 0).
-inline void dropout_act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float p,
-                             uint64_t seed, uint64_t epoch, uint64_t site, float *dX) {
-    if (p <= 0.f) return act_grad(act, alpha, G, Y, n, dX);
+// intermediate array (bit-identical: every derivative maps a dropped 0 to 0).  A [rows, cols]
+// value whose row r is row row_ids[r] of a larger one keys its mask as that one does
+// (dropout_rows_fwd); row_ids == nullptr: rows * cols consecutive elements.
+inline void dropout_act_grad_rows(ActKind act, float alpha, const float *G, const float *Y, idx_t rows, idx_t cols,
+                                  const int64_t *row_ids, float p, uint64_t seed, uint64_t epoch, uint64_t site,
+                                  float *dX) {
+    if (p <= 0.f) return act_grad(act, alpha, G, Y, rows * cols, dX);
     const uint64_t base = dropout_detail::stream_base(DropoutKey{seed, epoch, site});
     const uint64_t thr = dropout_detail::drop_threshold(p);
     const float s = 1.0f / (1.0f - p);
-    detail::with_act_derivative(act, alpha, [&](auto d) { detail::dropout_act_grad_loop(G, Y, n, dX, base, thr, s, d); });
+    detail::with_act_derivative(act, alpha, [&](auto d) {
+        detail::dropout_act_grad_loop(G, Y, rows, cols, row_ids, dX, base, thr, s, d);
+    });
+}
+inline void dropout_act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float p,
+                             uint64_t seed, uint64_t epoch, uint64_t site, float *dX) {
+    dropout_act_grad_rows(act, alpha, G, Y, n, 1, nullptr, p, seed, epoch, site, dX);
 }
 // out[r] = sum over the features of row r (a width-1 operand's gradient).
 inline void feature_sum(const float *G, idx_t rows, idx_t F, float *out) {

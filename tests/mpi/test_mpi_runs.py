@@ -22,7 +22,7 @@ def test_halo_bytes_equal_the_partition_figure(tmp_path):
     (the first layer's product x·W is computed for ghost rows from their loaded features: no
     exchange); backward, the gradients of both aggregations' inputs (C and 16 wide) return to
     their owners.  So rows sent x C + ghost rows x (16 + C), times 4 bytes."""
-    run = train(tmp_path, "gcn", SYNTHETIC, backend="mpi", ranks=4)
+    run = train(tmp_path, "gcn", SYNTHETIC, "--profile", backend="mpi", ranks=4)
     classes = 4
     for rank, figures in enumerate(run["per_rank"]):
         expected = (figures["halo_rows_sent"] * classes + figures["ghosts"] * (16 + classes)) * 4
@@ -32,6 +32,13 @@ def test_halo_bytes_equal_the_partition_figure(tmp_path):
         # the communication a wait exposes is the part of it after every rank had posted
         assert 0 <= figures["allreduce_exposed_s_per_epoch"] <= figures["allreduce_wait_s_per_epoch"], figures
     assert 0 <= run["allreduce_hidden"] <= 1
+    # --profile: every rank's kernel timers, rank 0's in the report; the halo timer has counted
+    # the training exchanges (and the evaluations' forward ones)
+    for figures in run["per_rank"]:
+        kernels = {k["kernel"]: k for k in figures["profile"]}
+        assert kernels["halo"]["bytes"] >= figures["halo_bytes_per_epoch"] * 4, kernels["halo"]
+        assert kernels["allreduce_wait"]["calls"] == kernels["allreduce_exposed"]["calls"] > 0
+    assert run["profile"] == run["per_rank"][0]["profile"]
 
 
 def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):

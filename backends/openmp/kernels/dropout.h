@@ -79,6 +79,25 @@ inline void for_keep_blocks(int64_t n, uint64_t first, uint64_t base, uint64_t t
     }
 }
 
+// for_keep_blocks over a [rows, cols] matrix whose row r is row row_ids[r] of a larger one (a
+// rank's share of a distributed value): k[j] is the mask of index row_ids[r] * cols + c, and
+// body gets the local offset r * cols + c.  row_ids == nullptr: row r is row r.
+template <class Body>
+inline void for_keep_rows(int64_t rows, int64_t cols, const int64_t* row_ids, uint64_t base, uint64_t threshold,
+                          Body body) {
+    if (row_ids == nullptr) return for_keep_blocks(rows * cols, 0, base, threshold, body);
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint64_t first = static_cast<uint64_t>(row_ids[r] * cols);
+        for (int64_t c = 0; c < cols; c += kBlock) {
+            const int64_t m = cols - c < kBlock ? cols - c : kBlock;
+            alignas(64) uint32_t k[kBlock];
+            keep_masks(base, first + uint64_t(c), m, threshold, k);
+            body(r * cols + c, k, m);
+        }
+    }
+}
+
 }  // namespace dropout_detail
 
 // The keep decision of element i, exposed for tests and for fused kernels that apply dropout
@@ -108,26 +127,16 @@ inline void dropout_fwd(const float* x, float* y, int64_t n, float p, DropoutKey
 // row_ids == nullptr: row r is row r, and this is dropout_fwd.
 inline void dropout_rows_fwd(const float* x, float* y, int64_t rows, int64_t cols, const int64_t* row_ids,
                              float p, DropoutKey key) {
-    if (row_ids == nullptr) {
+    if (row_ids == nullptr || p <= 0.0f) {
         dropout_fwd(x, y, rows * cols, p, key);
         return;
     }
     using namespace dropout_detail;
-    const uint64_t base = stream_base(key), thr = p <= 0.0f ? 0 : drop_threshold(p);
-    const float s = p <= 0.0f ? 1.0f : 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
-        const uint64_t first = static_cast<uint64_t>(row_ids[r] * cols);
-        for (int64_t c = 0; c < cols; c += kBlock) {
-            const int64_t m = cols - c < kBlock ? cols - c : kBlock;
-            alignas(64) uint32_t k[kBlock];
-            keep_masks(base, first + uint64_t(c), m, thr, k);
-            const float* xr = x + r * cols + c;
-            float* yr = y + r * cols + c;
+    const float s = 1.0f / (1.0f - p);
+    for_keep_rows(rows, cols, row_ids, stream_base(key), drop_threshold(p), [&](int64_t i, const uint32_t* k, int64_t m) {
 #pragma omp simd
-            for (int64_t j = 0; j < m; ++j) yr[j] = select_bits(k[j] != 0u, xr[j] * s, 0.0f);
-        }
-    }
+        for (int64_t j = 0; j < m; ++j) y[i + j] = select_bits(k[j] != 0u, x[i + j] * s, 0.0f);
+    });
 }
 
 // gx = mask(gy) / (1 - p) with the mask regenerated from the same key.
