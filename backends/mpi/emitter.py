@@ -188,13 +188,12 @@ class MPIEmitter(OpenMPEmitter):
         reductions started: the gradient completed last (the first layer's) has every other
         step to travel behind.  Steps are independent per weight, so the order changes nothing
         in the numbers."""
-        pairs = []
+        pairs, exposed = [], self.timers.index("allreduce_exposed")
         for i, prm in enumerate(self.p.params):
             g = self.p.grads.get(prm.name)
             if g is None:
                 continue
             start = "" if i in self.grad_started else f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)}); "
-            exposed = self.timers.index("allreduce_exposed")
             pairs.append((i, self.timed("allreduce_wait", f"{start}m.grads.wait({i}, m.timers[{exposed}])")))
         steps = super().lower_optimizer()       # one step per parameter with a gradient, same order
         started = {i: k for k, i in enumerate(self.grad_started)}
