@@ -7,7 +7,8 @@ changes nothing in an epoch's cost), trains examples/gcn.mp with --backend mpi o
 partitioner (morphgen's edge-load balanced one at its fixed 1.03 bound, vertex-balanced METIS, a
 random split, and auto: the candidate with the fastest predicted epoch, epoch_cost.py) and prints
 one markdown table: median epoch, slowest rank / mean rank, halo bytes per epoch, ghost rows, and
-for auto the candidate it chose with its predicted epoch.
+for auto the candidate it chose with its predicted epoch.  With --repeat N each partitioner runs
+N times, the rounds interleaved, and the table gives the median with the fastest and slowest run.
 """
 from __future__ import annotations
 
@@ -47,9 +48,10 @@ def graphs(data_dir: Path):
     yield "rmat-65k", rmat(65536, 1_000_000, seed=0, symmetric=True, dedup=True)
 
 
-def run(dataset_path: Path, ranks: int, partitioner: str, out: Path, epochs: int) -> dict:
-    """The run's --json report, with the partition's manifest entry under "partition"."""
-    report = out / f"{dataset_path.stem}-{ranks}-{partitioner}.json"
+def run(dataset_path: Path, ranks: int, partitioner: str, out: Path, epochs: int, round_: int = 0) -> dict:
+    """The run's --json report, with the partition's manifest entry under "partition".  The part
+    files are written by the first round and reused by the later ones."""
+    report = out / f"{dataset_path.stem}-{ranks}-{partitioner}-{round_}.json"
     parts = out / f"parts-{dataset_path.stem}-{ranks}-{partitioner}"
     cmd = [sys.executable, "-m", "morphgen", "train", str(EXAMPLE), "--backend", "mpi", "--ranks", str(ranks),
            "--threads", "1", "--dataset", str(dataset_path), "--epochs", str(epochs), "--partitioner", partitioner,
@@ -73,7 +75,10 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default="../shared/datasets")
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per partitioner, the rounds interleaved; the median of their median epochs")
     args = ap.parse_args(argv)
+    partitioners = ("morphgen", "metis", "random", "auto")
     print("| graph | ranks | partitioner | median epoch (ms) | slowest / mean rank | halo MB / epoch (all ranks) "
           "| ghost rows (all ranks) | auto's choice |")
     print("|---|---|---|---|---|---|---|---|")
@@ -82,11 +87,17 @@ def main(argv=None) -> int:
         for name, graph in graphs(Path(args.data_dir)):
             path = save_npz(_with_random_labels(graph, name), out / f"{name}.npz")
             for ranks in args.ranks:
-                for partitioner in ("morphgen", "metis", "random", "auto"):
-                    r = run(path, ranks, partitioner, out, args.epochs)
+                runs = {p: [] for p in partitioners}
+                for round_ in range(args.repeat):      # interleaved: a slow spell hits every partitioner
+                    for partitioner in partitioners:
+                        runs[partitioner].append(run(path, ranks, partitioner, out, args.epochs, round_))
+                for partitioner in partitioners:
+                    ms = [statistics.median(r["epoch_times_s"]) * 1e3 for r in runs[partitioner]]
+                    r = runs[partitioner][-1]
                     per = r["per_rank"]
                     epoch = [p["median_epoch_s"] for p in per]
-                    print(f"| {name} | {ranks} | {partitioner} | {statistics.median(r['epoch_times_s']) * 1e3:.2f} "
+                    spread = f" ({min(ms):.2f}-{max(ms):.2f})" if len(ms) > 1 else ""
+                    print(f"| {name} | {ranks} | {partitioner} | {statistics.median(ms):.2f}{spread} "
                           f"| {max(epoch) / statistics.mean(epoch):.2f} "
                           f"| {sum(p['halo_bytes_per_epoch'] for p in per) / 1e6:.2f} "
                           f"| {sum(p['ghosts'] for p in per)} | {_choice(r['partition'])} |", flush=True)
