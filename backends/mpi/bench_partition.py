@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from morphgen.bench import harness
 from morphgen.data import Dataset
 from morphgen.data.npz import save_npz
 
@@ -53,9 +54,8 @@ def run(dataset_path: Path, ranks: int, partitioner: str, out: Path, epochs: int
     files are written by the first round and reused by the later ones."""
     report = out / f"{dataset_path.stem}-{ranks}-{partitioner}-{round_}.json"
     parts = out / f"parts-{dataset_path.stem}-{ranks}-{partitioner}"
-    cmd = [sys.executable, "-m", "morphgen", "train", str(EXAMPLE), "--backend", "mpi", "--ranks", str(ranks),
-           "--threads", "1", "--dataset", str(dataset_path), "--epochs", str(epochs), "--partitioner", partitioner,
-           "--parts-dir", str(parts), "--json", str(report), "--quiet"]
+    cmd = harness.morphgen_command(EXAMPLE, dataset_path, epochs, 0, 1, report, profile=False, backend="mpi")
+    cmd += ["--ranks", str(ranks), "--partitioner", partitioner, "--parts-dir", str(parts)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     result = json.loads(report.read_text())
     result["partition"] = json.loads((parts / "manifest.json").read_text())["partition"]

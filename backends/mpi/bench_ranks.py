@@ -33,16 +33,12 @@ def train(model: Path, data: Path, work: Path, tag: str, epochs: int, threads: i
           ranks: Optional[int] = None) -> dict:
     """One `morphgen train` run (MPI when `ranks` is given); its --json report."""
     out = work / f"{tag}.json"
-    cmd = [sys.executable, "-m", "morphgen", "train", str(model), "--dataset", str(data), "--epochs", str(epochs),
-           "--threads", str(threads), "--json", str(out), "--quiet"]
+    cmd = harness.morphgen_command(model, data, epochs, 0, threads, out, profile=False,
+                                   backend="openmp" if ranks is None else "mpi")
     if ranks is not None:
-        cmd += ["--backend", "mpi", "--ranks", str(ranks), "--parts-dir", str(work / f"parts-{ranks}")]
+        cmd += ["--ranks", str(ranks), "--parts-dir", str(work / f"parts-{ranks}")]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
-
-
-def _median(times: list, warmup: int) -> float:
-    return harness.median_after_warmup([float(t) for t in times], warmup)
 
 
 def _mpi_columns(r: dict) -> str:
@@ -113,7 +109,7 @@ def _compare(args, peers: list) -> int:
                     peer_ms[system].append(entry["epoch_time_s"] * 1e3)
 
     def ms_of(layout):
-        return [_median(r["epoch_times_s"], args.warmup) * 1e3 for r in reports[layout]]
+        return [harness.median_after_warmup(r["epoch_times_s"], args.warmup) * 1e3 for r in reports[layout]]
 
     base = statistics.median(ms_of(systems[0][1]))
     peer = {p: statistics.median(v) if v else None for p, v in peer_ms.items()}

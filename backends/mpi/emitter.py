@@ -18,8 +18,7 @@ adds, driven by the IR (docs/backends.md, "MPI"):
 """
 from __future__ import annotations
 
-from morphgen.backends.openmp.emitter import (_ACT_DEFAULT_ALPHA, _ACT_KIND, TIMERS, OpenMPEmitter,
-                                             UnsupportedInput, _float, _Identity)
+from morphgen.backends.openmp.emitter import TIMERS, OpenMPEmitter, UnsupportedInput, _float, _Identity
 from morphgen.ir import Value
 
 # Ops whose output row r depends on row r of their node inputs only (and on weights): run on a
@@ -236,19 +235,12 @@ class MPIEmitter(OpenMPEmitter):
     def op_dropout_grad(self, op, g):
         return self._dropout(op, g, "true", str(int(op.attrs["site"])), "true")
 
-    def op_act_grad(self, op, g, y):
-        """The fused dropout + activation backward (plan_dropout_act_grads) keys its mask by
-        global row, as the dropout it stands for does."""
-        drop = self.fused_dropout_grad.get(op.output.id)
-        if drop is None:
-            return super().op_act_grad(op, g, y)
-        act = op.attrs["act"]
-        alpha = _float(op.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act, 0.0)))
+    def dropout_act_grad_call(self, kind: str, alpha: str, drop, y: Value, out: Value) -> str:
+        """The fused backward keys its mask by global row, as the dropout it stands for does."""
         g = drop.inputs[0]
-        return self.timed("elementwise", f"mg::op::dropout_act_grad_rows(mg::op::ActKind::{_ACT_KIND[act]}, {alpha}f, "
-                          f"{self.ptr(g)}, {self.ptr(y)}, {self.rows(g)}, {self.width(g)}, {self._row_ids(g)}, "
-                          f"{_float(drop.attrs['p'])}f, m.seed, uint64_t(m.epoch), {int(drop.attrs['site'])}u, "
-                          f"{self.ptr(op.output)})", f"12.0 * {self.numel(g)}")
+        return (f"mg::op::dropout_act_grad_rows(mg::op::ActKind::{kind}, {alpha}f, {self.ptr(g)}, {self.ptr(y)}, "
+                f"{self.rows(g)}, {self.width(g)}, {self._row_ids(g)}, {_float(drop.attrs['p'])}f, m.seed, "
+                f"uint64_t(m.epoch), {int(drop.attrs['site'])}u, {self.ptr(out)})")
 
     def op_cross_entropy(self, op, logits, labels):
         return self.timed("loss", f"{self.ptr(op.output)}[0] = mg::mpi::cross_entropy({self.ptr(logits)}, m.labels, "

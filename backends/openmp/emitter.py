@@ -725,16 +725,21 @@ class OpenMPEmitter:
 
     op_relu = op_leaky_relu = op_elu = op_exp = op_sigmoid = op_tanh = op_neg = _unary
 
+    def dropout_act_grad_call(self, kind: str, alpha: str, drop, y: Value, out: Value) -> str:
+        """The backward of `activation -> dropout` in one pass (plan_dropout_act_grads); the mask
+        is the dropout's, keyed by the element's position in the value."""
+        g = drop.inputs[0]
+        return (f"mg::op::dropout_act_grad(mg::op::ActKind::{kind}, {alpha}f, {self.ptr(g)}, {self.ptr(y)}, "
+                f"{self.numel(g)}, {_float(drop.attrs['p'])}f, m.seed, uint64_t(m.epoch), {int(drop.attrs['site'])}u, "
+                f"{self.ptr(out)})")
+
     def op_act_grad(self, op, g, y):
         act = op.attrs["act"]
         alpha = _float(op.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act, 0.0)))
         drop = self.fused_dropout_grad.get(op.output.id)
         if drop is not None:
-            g = drop.inputs[0]
-            return self.timed("elementwise", f"mg::op::dropout_act_grad(mg::op::ActKind::{_ACT_KIND[act]}, {alpha}f, "
-                              f"{self.ptr(g)}, {self.ptr(y)}, {self.numel(g)}, {_float(drop.attrs['p'])}f, m.seed, "
-                              f"uint64_t(m.epoch), {int(drop.attrs['site'])}u, {self.ptr(op.output)})",
-                              f"12.0 * {self.numel(g)}")
+            return self.timed("elementwise", self.dropout_act_grad_call(_ACT_KIND[act], alpha, drop, y, op.output),
+                              f"12.0 * {self.numel(drop.inputs[0])}")
         return self.timed("elementwise", f"mg::op::act_grad(mg::op::ActKind::{_ACT_KIND[act]}, {alpha}f, {self.ptr(g)}, "
                           f"{self.ptr(y)}, {self.numel(g)}, {self.ptr(op.output)})", f"12.0 * {self.numel(g)}")
 
