@@ -18,9 +18,15 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "context.h"
@@ -44,6 +50,124 @@ inline int message_count(int64_t floats, const char *what) {
     return int(floats);
 }
 
+// MPICH moves a nonblocking transfer along only inside MPI calls made by the program: a
+// gradient all-reduce posted during the backward, or a halo posted before an aggregation,
+// would travel only once the rank waits for it, and nothing would overlap.  This thread makes
+// those calls while the rank computes:
+//  - requests handed to it with watch() are completed by it (MPI_Testall), and the rank waits
+//    for them with await(); the rank never touches them meanwhile, as MPI requires;
+//  - while an exchange that the rank completes itself is in flight (hold() .. release()), it
+//    runs MPI's progress engine (a probe for a tag nobody sends).
+// Between calls it sleeps `MORPHGEN_MPI_POLL_US` microseconds (default 50; 0: no thread), and
+// it sleeps on a condition variable when nothing is in flight, so an epoch without
+// communication pays nothing.  While the rank waits in await() it polls without sleeping.  It
+// needs MPI_THREAD_MULTIPLE (mpi4py's default); without it the rank completes everything in
+// its own waits, as it does with no thread.
+class ProgressThread {
+  public:
+    ~ProgressThread() { stop(); }
+    bool running() const { return thread_.joinable(); }
+    void start(MPI_Comm comm) {
+        int level = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&level);
+        const long us = poll_interval_us();
+        if (running() || level < MPI_THREAD_MULTIPLE || us <= 0) return;
+        comm_ = comm;
+        stop_ = false;
+        thread_ = std::thread([this, us] { loop(us); });
+    }
+    // Joins the thread once what it was completing is complete.
+    void stop() {
+        if (!running()) return;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop_ = true;
+        }
+        work_.notify_one();
+        thread_.join();
+    }
+    void hold() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            ++in_flight_;
+        }
+        work_.notify_one();
+    }
+    void release() {
+        std::lock_guard<std::mutex> lock(mu_);
+        in_flight_ = std::max(0, in_flight_ - 1);
+    }
+    // The thread completes reqs[0 .. count) and then sets *done.
+    void watch(MPI_Request *reqs, int count, bool *done) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            *done = false;
+            watched_.push_back({reqs, count, done});
+        }
+        work_.notify_one();
+    }
+    void await(const bool *done) {
+        std::unique_lock<std::mutex> lock(mu_);
+        ++waiting_;
+        work_.notify_one();
+        finished_.wait(lock, [done] { return *done; });
+        --waiting_;
+    }
+
+  private:
+    struct Watched {
+        MPI_Request *reqs;
+        int count;
+        bool *done;
+    };
+    static long poll_interval_us() {
+        const char *env = std::getenv("MORPHGEN_MPI_POLL_US");
+        return env && *env ? std::strtol(env, nullptr, 10) : 50;
+    }
+    void loop(long us) {
+        std::unique_lock<std::mutex> lock(mu_);
+        for (;;) {
+            work_.wait(lock, [this] { return stop_ || in_flight_ > 0 || !watched_.empty(); });
+            if (stop_ && watched_.empty()) return;
+            const std::vector<Watched> batch(watched_);
+            lock.unlock();
+            std::vector<bool *> completed;
+            for (const Watched &w : batch) {
+                int flag = 0;
+                if (MPI_Testall(w.count, w.reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+                    std::fprintf(stderr, "morphgen: a gradient all-reduce failed\n");
+                    MPI_Abort(MPI_COMM_WORLD, 3);   // the rank is stuck otherwise: end the job
+                }
+                if (flag) completed.push_back(w.done);
+            }
+            if (batch.empty()) {
+                int flag = 0;   // a probe for a tag nobody sends: it only runs MPI's progress engine
+                MPI_Iprobe(MPI_ANY_SOURCE, kProgressTag, comm_, &flag, MPI_STATUS_IGNORE);
+            }
+            lock.lock();
+            if (!completed.empty()) {
+                for (bool *d : completed) *d = true;
+                watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched &w) { return *w.done; }),
+                               watched_.end());
+                finished_.notify_all();
+            }
+            if (waiting_ == 0 && !stop_) {
+                lock.unlock();
+                std::this_thread::sleep_for(std::chrono::microseconds(us));
+                lock.lock();
+            }
+        }
+    }
+    static constexpr int kProgressTag = 32000;
+    std::thread thread_;
+    std::mutex mu_;
+    std::condition_variable work_, finished_;
+    std::vector<Watched> watched_;
+    int in_flight_ = 0, waiting_ = 0;
+    bool stop_ = false;
+    MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
 struct Partition {
     MPI_Comm comm = MPI_COMM_NULL;
     int rank = 0, size = 1;
@@ -56,6 +180,10 @@ struct Partition {
     std::vector<float> in_degree, out_degree;  // global degrees of the local nodes
     std::vector<int64_t> src_gid, dst_gid;     // global ids of each local edge's ends (featureless input)
     std::vector<float> pack;                   // staging for rows that are not contiguous
+    // Local CSR rows that read no ghost row (computed while a halo travels) and the others
+    // (owned rows with a remote in-neighbour, then the ghost rows), built by split_rows.
+    std::vector<int64_t> interior_rows, boundary_rows;
+    ProgressThread progress;                   // runs during mg_train_epoch / mg_evaluate (ProgressScope)
     // Measured per run (reported by the timers and mg_read_timer): bytes of halo payload sent.
     double halo_bytes = 0;
 
@@ -106,19 +234,49 @@ inline void pack_rows(Partition &p, const float *X, int64_t F) {
 
 constexpr int kTagForward = 101, kTagReverse = 102;
 
-// Ghost rows of X (owned + ghost rows, F wide) receive their owners' current rows.  The bytes
-// this rank sent are added to `sent` (the exchange's timer: measured, not estimated).
+// Ghost rows of X (owned + ghost rows, F wide) receive their owners' current rows: posted by
+// the constructor, complete after finish().  The bytes this rank sent are added to the
+// exchange's timer (measured, not estimated), with the time spent packing and waiting.
+class HaloForward {
+  public:
+    HaloForward(Partition &p, float *X, int64_t F) : p_(p), ex_(p), start_(std::chrono::steady_clock::now()) {
+        if (p.size == 1) return;
+        const double before = p.halo_bytes;
+        pack_rows(p, X, F);
+        for (int k = 0; k < p.num_peers(); ++k) {
+            ex_.recv(X + p.ghost_first(k) * F, p.ghost_rows(k) * F, p.peers[size_t(k)], kTagForward);
+            ex_.send(p.pack.data() + p.sent_first(k) * F, p.sent_rows(k) * F, p.peers[size_t(k)], kTagForward);
+        }
+        bytes_ = p.halo_bytes - before;
+        p.progress.hold();
+        posting_ = std::chrono::steady_clock::now() - start_;
+    }
+    void finish(Timer &t) {
+        const auto begin = std::chrono::steady_clock::now();
+        if (p_.size > 1) {
+            ex_.wait();
+            p_.progress.release();
+        }
+        t.seconds += std::chrono::duration<double>(posting_ + (std::chrono::steady_clock::now() - begin)).count();
+        t.bytes += bytes_;
+        t.calls += 1;
+    }
+
+  private:
+    Partition &p_;
+    Exchange ex_;
+    std::chrono::steady_clock::time_point start_;
+    std::chrono::steady_clock::duration posting_{};
+    double bytes_ = 0;
+};
+
+// The exchange with nothing to overlap: posted and completed at once (the caller times it).
 inline void halo_forward(Partition &p, float *X, int64_t F, Timer &sent) {
     if (p.size == 1) return;
-    const double before = p.halo_bytes;
-    pack_rows(p, X, F);
-    Exchange ex(p);
-    for (int k = 0; k < p.num_peers(); ++k) {
-        ex.recv(X + p.ghost_first(k) * F, p.ghost_rows(k) * F, p.peers[size_t(k)], kTagForward);
-        ex.send(p.pack.data() + p.sent_first(k) * F, p.sent_rows(k) * F, p.peers[size_t(k)], kTagForward);
-    }
-    ex.wait();
-    sent.bytes += p.halo_bytes - before;
+    HaloForward h(p, X, F);
+    Timer t;
+    h.finish(t);
+    sent.bytes += t.bytes;
 }
 
 inline void zero_ghost_rows(const Partition &p, float *X, int64_t F) {
@@ -165,6 +323,8 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
 class GradientReduce {
   public:
     void resize(Partition &p, int n) {
+        progress_ = &p.progress;
+        done_.reset(new bool[size_t(n)]());
         reqs_.assign(size_t(2 * n), MPI_REQUEST_NULL);
         posted_.assign(size_t(n), 0.0);
         last_post_.assign(size_t(n), 0.0);
@@ -180,9 +340,11 @@ class GradientReduce {
         check_mpi(MPI_Iallreduce(&posted_[size_t(i)], &last_post_[size_t(i)], 1, MPI_DOUBLE, MPI_MAX, p.comm,
                                  &reqs_[size_t(2 * i + 1)]),
                   "gradient all-reduce");
+        if (progress_->running()) progress_->watch(&reqs_[size_t(2 * i)], 2, &done_[size_t(i)]);
     }
     // Lets the library move the reductions in flight along (MPI progresses inside MPI calls).
     void progress() {
+        if (progress_->running()) return;   // the progress thread completes them
         int done = 0;
         for (auto &r : reqs_)
             if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
@@ -191,9 +353,11 @@ class GradientReduce {
     void wait(int i, Timer &exposed) {
         exposed.calls += 1;
         MPI_Request *r = &reqs_[size_t(2 * i)];
-        if (r[0] == MPI_REQUEST_NULL && r[1] == MPI_REQUEST_NULL) return;   // done behind the backward
         const double begin = MPI_Wtime() - origin_;
-        check_mpi(MPI_Waitall(2, r, MPI_STATUSES_IGNORE), "gradient all-reduce");
+        if (progress_->running())
+            progress_->await(&done_[size_t(i)]);
+        else if (r[0] != MPI_REQUEST_NULL || r[1] != MPI_REQUEST_NULL)   // else done behind the backward
+            check_mpi(MPI_Waitall(2, r, MPI_STATUSES_IGNORE), "gradient all-reduce");
         const double end = MPI_Wtime() - origin_;
         exposed.seconds += std::max(0.0, end - std::max(begin, last_post_[size_t(i)]));
     }
@@ -201,8 +365,57 @@ class GradientReduce {
   private:
     std::vector<MPI_Request> reqs_;        // per gradient: the sum, then its last post time
     std::vector<double> posted_, last_post_;
+    std::unique_ptr<bool[]> done_;         // per gradient: the progress thread has completed it
+    ProgressThread *progress_ = nullptr;
     double origin_ = 0;
 };
+
+// Runs the progress thread for one call of the library (a training epoch, an evaluation): it
+// is joined before the call returns, so it never outlives MPI.
+class ProgressScope {
+  public:
+    explicit ProgressScope(Partition &p) : p_(p) {
+        if (p.size > 1) p.progress.start(p.comm);
+    }
+    ~ProgressScope() { p_.progress.stop(); }
+
+  private:
+    Partition &p_;
+};
+
+// Splits the local CSR's rows into those whose in-neighbours are all owned here (interior:
+// they can be aggregated while the halo travels) and the rest (owned rows that read a ghost,
+// then the ghost rows, which have no in-edges here).
+inline void split_rows(Partition &p, const GraphView &g) {
+    p.interior_rows.clear();
+    p.boundary_rows.clear();
+    for (int64_t v = 0; v < g.num_nodes; ++v) {
+        bool reads_ghost = v >= p.num_owned;
+        for (int64_t e = g.indptr[v]; e < g.indptr[v + 1] && !reads_ghost; ++e) reads_ghost = g.col[e] >= p.num_owned;
+        (reads_ghost ? p.boundary_rows : p.interior_rows).push_back(v);
+    }
+}
+
+// An aggregation over in-edges whose input's ghost rows must first receive their owners' rows:
+// the interior rows are aggregated while the halo travels, the boundary rows once it has
+// arrived.  Each row's result is the one a single call gives (rows are independent).  The
+// exchange's time and bytes go to `halo`, the aggregation's to `agg` with its analytic counts.
+inline void aggregate_with_halo(Partition &p, const op::Graph &g, const AggSpec &s, float *X, int64_t F,
+                                float *Y, int64_t *argmax, Timer &agg, double bytes, double flops, Timer &halo,
+                                const Epilogue &epi = Epilogue{}) {
+    using clock = std::chrono::steady_clock;
+    HaloForward h(p, X, F);                     // pack and post: timed into `halo`
+    const auto t0 = clock::now();
+    op::aggregate_rows(g, s, X, F, Y, argmax, p.interior_rows.data(), int64_t(p.interior_rows.size()), epi);
+    const auto t1 = clock::now();
+    h.finish(halo);                             // the wait: timed into `halo`
+    const auto t2 = clock::now();
+    op::aggregate_rows(g, s, X, F, Y, argmax, p.boundary_rows.data(), int64_t(p.boundary_rows.size()), epi);
+    agg.seconds += std::chrono::duration<double>((t1 - t0) + (clock::now() - t2)).count();
+    agg.bytes += bytes;
+    agg.flops += flops;
+    agg.calls += 1;
+}
 
 inline double sum_all(Partition &p, double local) {
     if (p.size == 1) return local;

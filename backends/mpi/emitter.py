@@ -44,6 +44,7 @@ class MPIEmitter(OpenMPEmitter):
         self.grad_started: list = []        # parameter indices whose all-reduce is in flight, in start order
         self.forward_ops: set = set()
         self.reducing = False               # lowering a sum over rows: owned rows only
+        self.overlapped: set = set()        # ops whose call runs the halo exchange behind interior rows
 
     # -- what the OpenMP lowering keeps and what it gives up here -------------------------------
     def lower_program(self) -> tuple:
@@ -91,7 +92,8 @@ class MPIEmitter(OpenMPEmitter):
         before, after = [], []
         source_read = self.source_read(op)
         if source_read is not None and self._needs_exchange(source_read):
-            before.append(self._halo("halo_forward", source_read))
+            if id(op) not in self.overlapped:          # else the op's own call exchanges (op_aggregate)
+                before.append(self._halo("halo_forward", source_read))
             if source_read.id not in self.backward_ids:   # a gradient's ghost rows may be zeroed later
                 self.exchanged.add(source_read.id)
         if self._writes_sources(op):
@@ -130,6 +132,23 @@ class MPIEmitter(OpenMPEmitter):
         if op.opcode == "gather" and op.attrs["end"] == "src":
             return op.inputs[0]
         return None
+
+    def op_aggregate(self, op, x, *weights):
+        """An aggregation over in-edges whose input needs an exchange first aggregates the rows
+        that read no ghost while the halo travels, then the others (distributed.h,
+        aggregate_with_halo).  The call times itself: the exchange into `halo`, the rest into
+        `aggregate`."""
+        if (op.attrs.get("direction", "in") != "in" or self._identity_rows(x) is not None
+                or not self._needs_exchange(x)):
+            return super().op_aggregate(op, x, *weights)
+        self.overlapped.add(id(op))
+        bytes_, flops = self._agg_cost(x)
+        arg = self.argmax_for(op.output) if op.attrs["reduce"] == "max" else "nullptr"
+        epilogue, out = self._epilogue(op)
+        self.note_kernel("mg::mpi::aggregate_with_halo")
+        return (f"mg::mpi::aggregate_with_halo(m.part, m.g, {self._agg_spec(op)}, {self.ptr(x)}, {self.width(x)}, "
+                f"{self.ptr(out)}, {arg}, m.timers[{self.timers.index('aggregate')}], double({bytes_}), "
+                f"double({flops}), m.timers[{self.timers.index('halo')}]{epilogue})")
 
     def _writes_sources(self, op) -> bool:
         """Whether this op leaves partial sums in source rows (owned by other ranks when ghosts)."""

@@ -228,10 +228,14 @@ class OpenMPEmitter:
     def timed(self, timer: str, call: str, bytes_: str = "0", flops: str = "0", kernel: str = "") -> str:
         """A call inside its kernel family's timer; ``kernel`` names it when the call is not
         one function call (the plan table and backends' checks read the name)."""
-        if self.plan_rows and self.plan_rows[-1]["op"] is self.current_op:
-            self.plan_rows[-1]["kernels"].append(kernel or call.split("(", 1)[0])
+        self.note_kernel(kernel or call.split("(", 1)[0])
         return (f"{{ mg::ScopedTimer _t(m.timers[{self.timers.index(timer)}], double({bytes_}), double({flops})); "
                 f"{call}; }}")
+
+    def note_kernel(self, name: str) -> None:
+        """Records that the op being lowered runs kernel ``name`` (the plan table)."""
+        if self.plan_rows and self.plan_rows[-1]["op"] is self.current_op:
+            self.plan_rows[-1]["kernels"].append(name)
 
     def lower(self, ops: list) -> list:
         out = []

@@ -287,6 +287,12 @@ inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F,
     const GraphView &v = *g.view;
     check(spmm(v.num_nodes, v.indptr, v.col, X, F, F, Y, F, s, epi, argmax, F), "aggregate (spmm)");
 }
+// The aggregation of the listed rows only (the MPI backend's overlap with its halo exchange).
+inline void aggregate_rows(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,
+                           const idx_t *rows, idx_t count, const Epilogue &epi = Epilogue{}) {
+    const GraphView &v = *g.view;
+    check(spmm_rows(v.num_nodes, rows, count, v.indptr, v.col, X, F, F, Y, F, s, epi, argmax, F), "aggregate (spmm)");
+}
 inline void aggregate_transpose(const Graph &g, const AggSpec &s, const float *G, idx_t F, float *dX) {
     const GraphView &v = *g.view;
     check(spmm_transpose(v.num_nodes, v.indptr, v.t_indptr, v.t_col, v.t_eid, G, F, F, dX, F, s),

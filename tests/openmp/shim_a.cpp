@@ -47,6 +47,13 @@ int mgt_spmm(idx_t n, const idx_t* indptr, const idx_t* col, const float* X, idx
                                                      bias, act, alpha, argmax);
 }
 
+// The listed rows only (the MPI backend aggregates interior rows while its halo travels).
+int mgt_spmm_rows(idx_t n, const idx_t* rows, idx_t count, const idx_t* indptr, const idx_t* col, const float* X,
+                  idx_t F, float* Y, int reduce, const float* w, const float* scale, int self_loop, idx_t* argmax) {
+    return mg::spmm_rows(n, rows, count, indptr, col, X, F, F, Y, F, make_spec(reduce, w, scale, self_loop),
+                         mg::Epilogue{}, argmax, F);
+}
+
 // Other compile-time tile widths / lookaheads, for tests and for tuning the defaults.
 int mgt_spmm_variant(int tile, int lookahead, idx_t n, const idx_t* indptr, const idx_t* col,
                      const float* X, idx_t F, float* Y, int reduce, const float* w, const float* scale,

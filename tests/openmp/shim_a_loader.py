@@ -19,6 +19,9 @@ int mgt_simd_lanes(void);
 int mgt_spmm(int64_t n, const int64_t* indptr, const int64_t* col, const float* X, int64_t F, float* Y,
              int reduce, const float* w, const float* scale, int self_loop, const float* bias, int act,
              float alpha, int64_t* argmax);
+int mgt_spmm_rows(int64_t n, const int64_t* rows, int64_t count, const int64_t* indptr, const int64_t* col,
+                  const float* X, int64_t F, float* Y, int reduce, const float* w, const float* scale,
+                  int self_loop, int64_t* argmax);
 int mgt_spmm_variant(int tile, int lookahead, int64_t n, const int64_t* indptr, const int64_t* col,
                      const float* X, int64_t F, float* Y, int reduce, const float* w, const float* scale,
                      int self_loop, const float* bias, int act, float alpha, int64_t* argmax);

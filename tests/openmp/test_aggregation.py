@@ -179,6 +179,29 @@ def test_forward_matches_reference(graph, variant, F, reduce, weighted, gcn, sel
             assert (arg[empty] == -1).all()
 
 
+@pytest.mark.parametrize("reduce", [SUM, MEAN, MAX])
+def test_listed_rows_are_the_full_aggregation_s_rows(graph, reduce):
+    """spmm_rows computes exactly the listed rows (in any order), each as spmm does, and
+    leaves every other row of the output untouched."""
+    lib = sh.load("native")
+    rng = np.random.default_rng(5 + reduce)
+    g, F = graph, 37
+    X = rand(rng, g.n, F)
+    scale = gcn_scale(g, True)
+    full, full_arg = run_forward(lib, g, X, reduce, None, scale, True)
+    rows = rng.permutation(g.n)[: g.n // 3].astype(np.int64)
+    Y = np.full((g.n, F), np.nan, np.float32)
+    arg = np.full((g.n, F), -7, np.int64)
+    assert lib.mgt_spmm_rows(g.n, i64(rows), rows.shape[0], i64(g.indptr), i64(g.col), f32(X), F, f32(Y), reduce,
+                             f32(None), f32(scale), 1, i64(arg if reduce == MAX else None)) == 0
+    np.testing.assert_array_equal(Y[rows], full[rows])
+    others = np.setdiff1d(np.arange(g.n), rows)
+    assert np.isnan(Y[others]).all()
+    if reduce == MAX:
+        np.testing.assert_array_equal(arg[rows], full_arg[rows])
+        assert (arg[others] == -7).all()
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("act", [sh.ACT_NONE, sh.ACT_RELU, sh.ACT_LEAKY, sh.ACT_ELU])
 @pytest.mark.parametrize("reduce", [SUM, MEAN, MAX])

@@ -195,10 +195,11 @@ MG_INLINE void finish_tile(const float* MG_RESTRICT vals, int width, float rowf,
     }
 }
 
+// rows: the CSR rows to compute (count of them), or nullptr for rows 0 .. n_rows - 1.
 template <int TILE, int LA, bool HAS_W, bool HAS_S>
-void forward_impl(idx_t n_rows, const idx_t* indptr, const idx_t* col, const float* X, idx_t ldx,
-                  idx_t F, float* Y, idx_t ldy, const AggSpec& spec, const Epilogue& epi,
-                  idx_t* argmax, idx_t ld_arg) {
+void forward_impl(idx_t n_rows, const idx_t* rows, idx_t count, const idx_t* indptr, const idx_t* col,
+                  const float* X, idx_t ldx, idx_t F, float* Y, idx_t ldy, const AggSpec& spec,
+                  const Epilogue& epi, idx_t* argmax, idx_t ld_arg) {
     static_assert(TILE > 0 && TILE <= 256, "tile width must lie in (0, 256]");
     const float* w_all = spec.edge_weight;
     const float* s = spec.node_scale;
@@ -206,7 +207,8 @@ void forward_impl(idx_t n_rows, const idx_t* indptr, const idx_t* col, const flo
     const bool is_mean = spec.reduce == Reduce::Mean;
     const bool self = spec.self_loop;
 #pragma omp parallel for schedule(dynamic, 64)
-    for (idx_t v = 0; v < n_rows; ++v) {
+    for (idx_t i = 0; i < count; ++i) {
+        const idx_t v = rows ? rows[i] : i;
         const idx_t start = indptr[v];
         const idx_t deg = indptr[v + 1] - start;
         const idx_t avail = indptr[n_rows] - start;
@@ -301,21 +303,32 @@ void transpose_impl(idx_t n_src, const idx_t* indptr, const idx_t* t_indptr, con
 
 }  // namespace spmm_detail
 
+// The forward aggregation of the listed rows only (`rows`: `count` CSR row ids; nullptr: all
+// rows), each computed as spmm computes it.  The MPI backend aggregates the rows that read no
+// ghost while the halo travels, then the others.
+template <int TILE = MG_SPMM_TILE, int LOOKAHEAD = MG_SPMM_LOOKAHEAD>
+int spmm_rows(idx_t n_rows, const idx_t* rows, idx_t count, const idx_t* indptr, const idx_t* col, const float* X,
+              idx_t ldx, idx_t F, float* Y, idx_t ldy, const AggSpec& spec = AggSpec{},
+              const Epilogue& epi = Epilogue{}, idx_t* argmax = nullptr, idx_t ld_arg = -1) {
+    if (n_rows < 0 || count < 0 || F < 0 || ldx < F || ldy < F || !indptr) return kErrArgument;
+    if (ld_arg < 0) ld_arg = F;
+    using namespace spmm_detail;
+    const bool w = spec.edge_weight != nullptr, s = spec.node_scale != nullptr;
+    if (w && s) forward_impl<TILE, LOOKAHEAD, true, true>(n_rows, rows, count, indptr, col, X, ldx, F, Y, ldy, spec, epi, argmax, ld_arg);
+    else if (w) forward_impl<TILE, LOOKAHEAD, true, false>(n_rows, rows, count, indptr, col, X, ldx, F, Y, ldy, spec, epi, argmax, ld_arg);
+    else if (s) forward_impl<TILE, LOOKAHEAD, false, true>(n_rows, rows, count, indptr, col, X, ldx, F, Y, ldy, spec, epi, argmax, ld_arg);
+    else forward_impl<TILE, LOOKAHEAD, false, false>(n_rows, rows, count, indptr, col, X, ldx, F, Y, ldy, spec, epi, argmax, ld_arg);
+    return kOk;
+}
+
 // Forward aggregation (see the file comment). X has at least n_rows rows when self_loop is on.
 // argmax (max only, may be nullptr): [n_rows x F] with leading dimension ld_arg.
 template <int TILE = MG_SPMM_TILE, int LOOKAHEAD = MG_SPMM_LOOKAHEAD>
 int spmm(idx_t n_rows, const idx_t* indptr, const idx_t* col, const float* X, idx_t ldx, idx_t F,
          float* Y, idx_t ldy, const AggSpec& spec = AggSpec{}, const Epilogue& epi = Epilogue{},
          idx_t* argmax = nullptr, idx_t ld_arg = -1) {
-    if (n_rows < 0 || F < 0 || ldx < F || ldy < F || !indptr) return kErrArgument;
-    if (ld_arg < 0) ld_arg = F;
-    using namespace spmm_detail;
-    const bool w = spec.edge_weight != nullptr, s = spec.node_scale != nullptr;
-    if (w && s) forward_impl<TILE, LOOKAHEAD, true, true>(n_rows, indptr, col, X, ldx, F, Y, ldy, spec, epi, argmax, ld_arg);
-    else if (w) forward_impl<TILE, LOOKAHEAD, true, false>(n_rows, indptr, col, X, ldx, F, Y, ldy, spec, epi, argmax, ld_arg);
-    else if (s) forward_impl<TILE, LOOKAHEAD, false, true>(n_rows, indptr, col, X, ldx, F, Y, ldy, spec, epi, argmax, ld_arg);
-    else forward_impl<TILE, LOOKAHEAD, false, false>(n_rows, indptr, col, X, ldx, F, Y, ldy, spec, epi, argmax, ld_arg);
-    return kOk;
+    return spmm_rows<TILE, LOOKAHEAD>(n_rows, nullptr, n_rows, indptr, col, X, ldx, F, Y, ldy, spec, epi, argmax,
+                                      ld_arg);
 }
 
 // Backward of sum/mean (and GCN-normalised) aggregation with respect to X, without atomics:
