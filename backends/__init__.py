@@ -80,7 +80,7 @@ class Backend:
         from morphgen.pipeline import include_dirs
         from morphgen.toolchain import compile_shared
         return compile_shared(sources, name=f"mg_{self.name}", sanitize=sanitize, include_dirs=include_dirs(self),
-                              cxx=self.compiler)
+                              cxx=self.compiler, precompiled_header=self.emitter_class().ops_header)
 
     def emitter_class(self):
         module, cls = self.emitter.split(":")

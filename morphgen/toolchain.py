@@ -211,6 +211,7 @@ def compile_shared(
     base_flags: Iterable[str] | None = None,
     link_flags: Iterable[str] | None = None,
     kernel_headers: bool = True,
+    precompiled_header: str | None = None,
 ) -> Path:
     """Build `sources` into lib<name>.so and return its path (cached; safe under concurrency).
 
@@ -222,6 +223,10 @@ def compile_shared(
     base_flags / link_flags replace the host compiler's flags / the BLAS link line (a driver
     with other options, e.g. nvcc); both are part of the cache key.  kernel_headers=False leaves
     the OpenMP kernel folder off the include path (a backend with kernels of its own).
+    precompiled_header names a header on the include path that every compiled source includes
+    (a backend's op layer): it is parsed once per compiler and flags, and builds read it
+    precompiled (`_precompiled_header_flags`).  It changes how long a build takes, not what it
+    builds, so it is not part of the cache key.
     """
     _validate(sources, name)
     cxx = cxx or compiler()
@@ -258,6 +263,9 @@ def compile_shared(
             return final_so
         _discard(root / digest)
         work = Path(tempfile.mkdtemp(prefix=f".tmp-{digest}-", dir=root))
+    if precompiled_header is not None:
+        user_flags = _precompiled_header_flags(precompiled_header, cxx, [*base, *opt, *user_flags], inc_dirs,
+                                               blas, root.parent / "pch") + user_flags
     try:
         _build(work, sources, so_name, name, cxx, base, opt, user_flags, inc_dirs, blas, root, digest)
     except BaseException:
@@ -304,6 +312,46 @@ def _build(work: Path, sources, so_name, name, cxx, base, opt, user_flags, inc_d
         )
     # Written last: an entry without a matching stamp is an incomplete build.
     (work / (so_name + CHECKSUM_SUFFIX)).write_text(_file_digest(work / so_name) + "\n")
+
+
+def _precompiled_header_flags(header: str, cxx: str, flags: list, inc_dirs: list, blas: list, root: Path) -> list:
+    """Flags that make a build read `header` precompiled, or [] when that cannot be had.
+
+    The precompiled header is built once per compiler, flags and header contents (everything it
+    includes from the include path) into root/<digest>/, next to a link to the header itself: a
+    source's own `#include "header"` then finds the real file, already included.  The compiler
+    checks that a precompiled header matches the build's options and reads the header as text
+    when it does not, so a stale or foreign one costs time, never correctness.  A header that does
+    not precompile is left alone: the build parses it as before.
+    """
+    path = next((Path(d) / header for d in inc_dirs if (Path(d) / header).is_file()), None)
+    if path is None or "nvcc" in Path(cxx).name:
+        return []
+    h = hashlib.sha256()
+    for part in (cxx, _compiler_identity(cxx), _cpu_identity(), str(path.resolve()), *flags, *blas):
+        h.update(part.encode() + b"\0")
+    _dependency_digest({"pch.cpp": f'#include "{header}"\n'}, inc_dirs, h)
+    entry = root / h.hexdigest()[:24]
+    use = [f"-I{entry}", "-include", header, "-Winvalid-pch"]
+    if (entry / f"{header}.gch").is_file():
+        return use
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".tmp-pch-", dir=root))
+    except OSError:
+        return []
+    cmd = [cxx, *flags, *(f"-I{d}" for d in inc_dirs), *[f for f in blas if f.startswith("-I")],
+           "-x", "c++-header", str(path.resolve()), "-o", str(work / f"{header}.gch")]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        return []
+    (work / header).symlink_to(path.resolve())
+    try:
+        os.rename(work, entry)
+    except OSError:
+        shutil.rmtree(work, ignore_errors=True)     # another build made the same entry first
+    return use if (entry / f"{header}.gch").is_file() else []
 
 
 def _file_digest(path: Path) -> str:

@@ -81,7 +81,7 @@ def build(sources: dict, name: str, nvcc: str, sanitize: bool = False, emulation
     if emulation:
         host_sources = {(k[:-3] + ".cpp" if k.endswith(".cu") else k): v for k, v in sources.items()}
         return compile_shared(host_sources, name=f"{name}_simt", include_dirs=dirs, flags=EMULATION_FLAGS,
-                              sanitize=sanitize, kernel_headers=False)
+                              sanitize=sanitize, kernel_headers=False, precompiled_header="ops.cuh")
     if sanitize:
         raise UserError("morphgen: error: --sanitize builds host code with AddressSanitizer; for CUDA kernels "
                         "run the library under compute-sanitizer instead")

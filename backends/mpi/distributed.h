@@ -58,9 +58,9 @@ inline int message_count(int64_t floats, const char *what) {
 //    for them with await(); the rank never touches them meanwhile, as MPI requires;
 //  - while an exchange that the rank completes itself is in flight (hold() .. release()), it
 //    runs MPI's progress engine (a probe for a tag nobody sends).
-// Between calls it sleeps `MORPHGEN_MPI_POLL_US` microseconds (default 50; 0: no thread), and
+// Between calls it pauses `MORPHGEN_MPI_POLL_US` microseconds (default 50; 0: no thread), and
 // it sleeps on a condition variable when nothing is in flight, so an epoch without
-// communication pays nothing.  While the rank waits in await() it polls without sleeping.  It
+// communication pays nothing.  While the rank waits in await() it polls without pausing.  It
 // needs MPI_THREAD_MULTIPLE (mpi4py's default); without it the rank completes everything in
 // its own waits, as it does with no thread.
 class ProgressThread {
@@ -151,11 +151,8 @@ class ProgressThread {
                                watched_.end());
                 finished_.notify_all();
             }
-            if (waiting_ == 0 && !stop_) {
-                lock.unlock();
-                std::this_thread::sleep_for(std::chrono::microseconds(us));
-                lock.lock();
-            }
+            // the pause ends early when the rank starts waiting, so its wait is not a pause long
+            work_.wait_for(lock, std::chrono::microseconds(us), [this] { return waiting_ > 0 || stop_; });
         }
     }
     static constexpr int kProgressTag = 32000;

@@ -84,7 +84,8 @@ def check(fp: FuzzProgram, variant: str, classes: int = 3, backend: str = "openm
     sources = emitter.emit()
     features = "csr" if variant == "sparse" and not emitter.needs_dense_features else "dense"
     if backend == "openmp":
-        lib = compile_shared(sources, name="fuzz", include_dirs=include_dirs(), flags=BUILD_FLAGS)
+        lib = compile_shared(sources, name="fuzz", include_dirs=include_dirs(), flags=BUILD_FLAGS,
+                             precompiled_header="ops.h")
     else:
         lib = chosen.build(sources)
     sess = session(lib, program, graph, x, labels, mask, features=features, seed=fp.seed)

@@ -140,3 +140,46 @@ function big(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
     wrapped = {n: t.replace("int64_t(70000)", "70000") for n, t in sources.items()}
     proc = syntax_check(wrapped)
     assert proc.returncode != 0 and "overflow" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# precompiled op-layer headers
+
+HEADER = "#pragma once\n#define MG_ANSWER 42\ninline int mg_twice(int x) { return 2 * x; }\n"
+USES_HEADER = {"unit.cpp": '#include "answer.h"\nextern "C" int mg_answer() { return mg_twice(MG_ANSWER) / 2; }\n'}
+
+
+def test_a_precompiled_header_is_built_once_and_read_precompiled(tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "answer.h").write_text(HEADER)
+    cache = tmp_path / "cache" / "build"
+    so = compile_shared(USES_HEADER, name="unit", include_dirs=[inc], cache_dir=cache, precompiled_header="answer.h")
+    assert _answer(so) == 42
+    (entry,) = (tmp_path / "cache" / "pch").iterdir()
+    assert (entry / "answer.h.gch").is_file() and (entry / "answer.h").resolve() == (inc / "answer.h").resolve()
+    log = (so.parent / "build.log").read_text()
+    assert f"-I{entry} -include answer.h" in log
+    # the compiler took the precompiled header (`-H` marks a used one with '!'), not the text
+    flags = log.splitlines()[0].split()[1:]
+    flags = [f for f in flags if f not in ("-shared", "-o", "libunit.so") and not f.startswith(("-L", "-l", "-Wl"))]
+    listing = subprocess.run(["g++", *flags, "-H", "-fsyntax-only", str(so.parent / "unit.cpp")],
+                             cwd=so.parent, capture_output=True, text=True)
+    assert listing.stderr.startswith(f"! {entry}/answer.h.gch"), listing.stderr[:300]
+    # the same sources build to the same cache entry with or without it, and a second build reuses it
+    assert compile_shared(USES_HEADER, name="unit", include_dirs=[inc], cache_dir=cache) == so
+    (so.parent / "libunit.so").unlink()
+    compile_shared(USES_HEADER, name="unit", include_dirs=[inc], cache_dir=cache, precompiled_header="answer.h")
+    assert len(list((tmp_path / "cache" / "pch").iterdir())) == 1
+
+
+def test_a_header_that_does_not_precompile_is_parsed_as_before(tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "answer.h").write_text(HEADER + "#ifndef MG_UNIT\n#error only inside unit.cpp\n#endif\n")
+    source = {"unit.cpp": "#define MG_UNIT 1\n" + USES_HEADER["unit.cpp"]}
+    so = compile_shared(source, name="unit", include_dirs=[inc], cache_dir=tmp_path / "build",
+                        precompiled_header="answer.h")
+    assert _answer(so) == 42
+    assert "-include" not in (so.parent / "build.log").read_text()
+    assert not (tmp_path / "pch").exists() or not any((tmp_path / "pch").iterdir())
