@@ -79,12 +79,28 @@ def allreduce_hidden(per_rank: list) -> float:
     return max(0.0, 1.0 - min(r["allreduce_exposed_s_per_epoch"] for r in per_rank) / blocking)
 
 
+def _progress_thread_setting(comm, threads: int) -> None:
+    """The progress thread (distributed.h) needs a core of its own to poll on: when this node's
+    ranks already take more cores than it has (oversubscribed), it only steals time from the
+    computation, so it is turned off unless $MORPHGEN_MPI_POLL_US says otherwise."""
+    import os
+    from mpi4py import MPI
+    if "MORPHGEN_MPI_POLL_US" in os.environ:
+        return
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks_here = node.Get_size()
+    node.Free()
+    if ranks_here * threads > len(os.sched_getaffinity(0)):
+        os.environ["MORPHGEN_MPI_POLL_US"] = "0"
+
+
 def run(spec: dict, comm) -> int:
     from morphgen.backends.mpi.parts import load_part
     from morphgen.commands import Progress, print_profile, write_atomically
     rank, size = comm.Get_rank(), comm.Get_size()
     if size != spec["ranks"]:
         raise RuntimeError(f"started with {size} ranks, the run was prepared for {spec['ranks']}")
+    _progress_thread_setting(comm, spec["threads"])
     part = load_part(Path(spec["parts_dir"]), rank, size)
     session = _session(spec, part, comm)
     if spec.get("resume"):
