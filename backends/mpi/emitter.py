@@ -5,7 +5,8 @@ nodes; morphgen.partition.layout).  Everything the OpenMP emitter decides stays;
 adds, driven by the IR (docs/backends.md, "MPI"):
 
 - a forward halo exchange before every op that reads a node value at edge sources
-  (`aggregate` over in-edges, `gather` of sources), so ghost rows hold their owners' rows;
+  (`aggregate` over in-edges, `gather` of sources), so ghost rows hold their owners' rows; an
+  aggregation runs its rows that read no ghost while its exchange travels;
 - a reverse exchange after every op that writes partial sums into source rows (transposed
   aggregations, scatters to sources, the max aggregation's backward): ghost rows go to their
   owners, who add them;
