@@ -325,7 +325,7 @@ def _precompiled_header_flags(header: str, cxx: str, flags: list, inc_dirs: list
     not precompile is left alone: the build parses it as before.
     """
     path = next((Path(d) / header for d in inc_dirs if (Path(d) / header).is_file()), None)
-    if path is None or "nvcc" in Path(cxx).name:
+    if path is None:
         return []
     h = hashlib.sha256()
     for part in (cxx, _compiler_identity(cxx), _cpu_identity(), str(path.resolve()), *flags, *blas):

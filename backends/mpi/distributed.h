@@ -397,8 +397,8 @@ inline void split_rows(Partition &p, const GraphView &g) {
 // the interior rows are aggregated while the halo travels, the boundary rows once it has
 // arrived.  Each row's result is the one a single call gives (rows are independent).  The
 // exchange's time and bytes go to `halo`, the aggregation's to `agg` with its analytic counts.
-inline void aggregate_with_halo(Partition &p, const op::Graph &g, const AggSpec &s, float *X, int64_t F,
-                                float *Y, int64_t *argmax, Timer &agg, double bytes, double flops, Timer &halo,
+inline void aggregate_with_halo(Partition &p, Timer &agg, double bytes, double flops, Timer &halo,
+                                const op::Graph &g, const AggSpec &s, float *X, int64_t F, float *Y, int64_t *argmax,
                                 const Epilogue &epi = Epilogue{}) {
     using clock = std::chrono::steady_clock;
     HaloForward h(p, X, F);                     // pack and post: timed into `halo`

@@ -144,12 +144,9 @@ class MPIEmitter(OpenMPEmitter):
             return super().op_aggregate(op, x, *weights)
         self.overlapped.add(id(op))
         bytes_, flops = self._agg_cost(x)
-        arg = self.argmax_for(op.output) if op.attrs["reduce"] == "max" else "nullptr"
-        epilogue, out = self._epilogue(op)
         self.note_kernel("mg::mpi::aggregate_with_halo")
-        return (f"mg::mpi::aggregate_with_halo(m.part, m.g, {self._agg_spec(op)}, {self.ptr(x)}, {self.width(x)}, "
-                f"{self.ptr(out)}, {arg}, m.timers[{self.timers.index('aggregate')}], double({bytes_}), "
-                f"double({flops}), m.timers[{self.timers.index('halo')}]{epilogue})")
+        return (f"mg::mpi::aggregate_with_halo(m.part, m.timers[{self.timers.index('aggregate')}], double({bytes_}), "
+                f"double({flops}), m.timers[{self.timers.index('halo')}], {self.aggregate_args(op, x)})")
 
     def _writes_sources(self, op) -> bool:
         """Whether this op leaves partial sums in source rows (owned by other ranks when ghosts)."""

@@ -686,16 +686,20 @@ class OpenMPEmitter:
         bytes_ = f"(4.0 * m.graph.num_edges * ({F} + 2) + 4.0 * m.graph.num_nodes * (2.0 * {F} + 4))"
         return bytes_, f"2.0 * m.graph.num_edges * {F}"
 
+    def aggregate_args(self, op, x: Value) -> str:
+        """The arguments of a forward aggregation over in-edges: graph, spec, input, width,
+        output, argmax (max only), then the fused bias/activation tail when there is one."""
+        arg = self.argmax_for(op.output) if op.attrs["reduce"] == "max" else "nullptr"
+        epilogue, out = self._epilogue(op)
+        return f"m.g, {self._agg_spec(op)}, {self.ptr(x)}, {self.width(x)}, {self.ptr(out)}, {arg}{epilogue}"
+
     def op_aggregate(self, op, x, *weights):
         out = op.output
         if self._identity_rows(x) is not None:
             raise self._featureless_read()      # an aggregation of identity rows is N wide
         bytes_, flops = self._agg_cost(x)
         if op.attrs.get("direction", "in") == "in":
-            arg = self.argmax_for(out) if op.attrs["reduce"] == "max" else "nullptr"
-            epilogue, out = self._epilogue(op)
-            return self.timed("aggregate", f"mg::op::aggregate(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "
-                              f"{self.width(x)}, {self.ptr(out)}, {arg}{epilogue})", bytes_, flops)
+            return self.timed("aggregate", f"mg::op::aggregate({self.aggregate_args(op, x)})", bytes_, flops)
         return self.timed("aggregate_backward", f"mg::op::aggregate_transpose(m.g, {self._agg_spec(op)}, {self.ptr(x)}, "
                           f"{self.width(x)}, {self.ptr(out)})", bytes_, flops)
 
