@@ -210,12 +210,14 @@ def test_dense_product_epilogue(variant, M, act, with_bias):
     np.testing.assert_allclose(Y, want, rtol=1e-5, atol=1e-4)
 
 
-# K crosses the 48-column tile (47, 48, 49, 130), M every register-block tail (1..8 and past 8),
-# rows cross the 128-row chunk and the split between threads.
+# K crosses the 6- and 8-column register blocks (every tail 1..7), M ends on a full or partial
+# vector of either width (1..8, 16, 17, 24, 33, 40, 64), rows cross the 16-row chunk, the
+# 1,024-row span summed apart and the split between threads.
 @pytest.mark.parametrize("variant", sh.VARIANTS)
 @pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
                                         (300, 48, 7), (129, 49, 5), (257, 500, 3), (100, 9, 64),
-                                        (3, 2, 2), (0, 4, 8)])
+                                        (3, 2, 2), (0, 4, 8), (4099, 13, 40), (2600, 31, 24),
+                                        (17, 15, 8)])
 def test_tall_skinny_weight_gradient_matches_numpy(variant, rows, K, M):
     lib = sh.load(variant)
     rng = np.random.default_rng(rows * 7 + K + M)
