@@ -418,7 +418,8 @@ class OpenMPEmitter:
         """
         for group in self.p.fusion:
             head = group.ops[0]
-            if group.keep or not (self._fusable_aggregate(group) or self._fusable_linear(group)):
+            if group.keep or not (self._fusable_aggregate(group) or self._fusable_linear(group)
+                                  or self._fusable_binary(group)):
                 continue
             bias = next((op.inputs[1] for op in group.ops[1:] if op.opcode == "bias_add"), None)
             act = next((op for op in group.ops[1:] if op.opcode in _EPILOGUE_ACT), None)
@@ -451,6 +452,11 @@ class OpenMPEmitter:
             return False        # other groups may start with an op that reads nothing (graph_scalar)
         x = group.ops[0].inputs[0]
         return x.assoc == "node" and x.id not in self.feature_like and self._identity_rows(x) is None
+
+    def _fusable_binary(self, group) -> bool:
+        """A node-wise arithmetic op over stored operands (identity rows are never stored)."""
+        return group.kind == "binary_epilogue" and all(
+            self._identity_rows(v) is None for v in group.ops[0].inputs)
 
     def _epilogue(self, op) -> tuple:
         """(`, mg::Epilogue{...}`, the value the kernel writes) for an op whose bias/activation
@@ -720,9 +726,10 @@ class OpenMPEmitter:
 
     def _binary(self, op, a, b):
         out = op.output
+        epilogue, final = self._epilogue(op)     # a fused bias/activation tail writes the chain's value
         return self.timed("elementwise", f"mg::binary_fwd({_BINOP[op.opcode]}, {self.ptr(a)}, {self._bcast(a, out)}, "
-                          f"{self.ptr(b)}, {self._bcast(b, out)}, {self.ptr(out)}, {self.rows(out)}, {self.width(out)})",
-                          f"12.0 * {self.numel(out)}", f"1.0 * {self.numel(out)}")
+                          f"{self.ptr(b)}, {self._bcast(b, out)}, {self.ptr(final)}, {self.rows(out)}, "
+                          f"{self.width(out)}{epilogue})", f"12.0 * {self.numel(out)}", f"1.0 * {self.numel(out)}")
 
     op_add = op_sub = op_mul = op_div = _binary
 

@@ -7,6 +7,8 @@ The IR stays unchanged; the groups go into the side table ``program.fusion`` as
   optional, at least one present): the epilogue runs on each output tile before its one write.
 * ``linear_epilogue``: the same tail after a ``linear`` (a first layer whose aggregation was
   hoisted out of the epoch ends this way).
+* ``binary_epilogue``: the same tail after a node-wise ``add``/``sub``/``mul``/``div`` (SAGE's
+  sum of its two products; a norm layer's scale before its shift and activation).
 * ``edge_chain``: edge-wise elementwise ops (gathers, arithmetic, dots, activations, graph
   scalars, typed_param rows) feeding a ``scatter`` or a weighted ``aggregate``: one traversal
   computes each edge's message and reduces it without materialising the edge tensors
@@ -23,13 +25,16 @@ from dataclasses import dataclass, field
 from ..ir import Program
 
 EPILOGUE_ACTIVATIONS = ("relu", "leaky_relu", "elu", "sigmoid", "tanh")
+EPILOGUE_HEADS = {"aggregate": "aggregate_epilogue", "scatter": "aggregate_epilogue", "linear": "linear_epilogue",
+                  "add": "binary_epilogue", "sub": "binary_epilogue", "mul": "binary_epilogue",
+                  "div": "binary_epilogue"}
 EDGE_ELEMENTWISE = ("gather", "add", "sub", "mul", "div", "scale", "neg", "dot", "graph_scalar",
                     "typed_param", "relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")
 
 
 @dataclass(eq=False)
 class FusionGroup:
-    kind: str                  # aggregate_epilogue | linear_epilogue | edge_chain
+    kind: str                  # aggregate_epilogue | linear_epilogue | binary_epilogue | edge_chain
     ops: list                  # the forward ops, in program order
     keep: list = field(default_factory=list)   # intermediates the backward still reads
 
@@ -56,7 +61,8 @@ def annotate_fusion(program: Program) -> list:
 
     groups = []
     for op in program.forward:
-        if op.opcode in ("aggregate", "scatter", "linear"):
+        binary = EPILOGUE_HEADS.get(op.opcode) == "binary_epilogue"
+        if op.opcode in EPILOGUE_HEADS and (not binary or op.output.assoc == "node"):
             chain = [op]
             nxt = only_reader(op.output)
             if nxt is not None and nxt.opcode == "bias_add" and nxt.inputs[0] is chain[-1].output:
@@ -65,8 +71,7 @@ def annotate_fusion(program: Program) -> list:
             if nxt is not None and nxt.opcode in EPILOGUE_ACTIVATIONS:
                 chain.append(nxt)
             if len(chain) > 1:
-                kind = "linear_epilogue" if op.opcode == "linear" else "aggregate_epilogue"
-                groups.append(_group(kind, chain, backward_reads))
+                groups.append(_group(EPILOGUE_HEADS[op.opcode], chain, backward_reads))
         message = (op.inputs[0] if op.opcode == "scatter" else
                    op.inputs[1] if op.opcode == "aggregate" and len(op.inputs) == 2 else None)
         if message is not None:

@@ -177,6 +177,30 @@ def test_hoisted_first_layer_ends_in_a_linear_epilogue():
     assert group.ops[0].inputs[0] is prog.invariant[0].output and group.keep == []
 
 
+def test_sage_sum_of_products_ends_in_a_binary_epilogue():
+    prog = _bound(models.sage)
+    differentiate(prog)
+    groups = annotate_fusion(prog)
+    chains = [[op.opcode for op in g.ops] for g in groups if g.kind == "binary_epilogue"]
+    assert chains == [["add", "bias_add", "relu"], ["add", "bias_add"]]
+    # the backward of add reads nothing and relu's reads its own output: nothing kept
+    assert all(g.keep == [] for g in groups if g.kind == "binary_epilogue")
+
+
+def test_binary_epilogue_needs_a_node_value_read_only_by_its_tail():
+    m = models.ModelBuilder("edge_add")
+    z = m.emit("linear", m.x, m.param("W", ("F", 4)))
+    e = m.emit("add", m.emit("gather", z, end="src"), m.emit("gather", z, end="dst"))
+    msg = m.emit("relu", e)                               # edge-wise: the edge chain's business
+    h = m.emit("scatter", msg, reduce="sum", end="dst")
+    s = m.emit("add", h, z)
+    t = m.emit("relu", s)
+    out = m.emit("add", t, s)                             # s has a second reader: no fusion
+    prog = _bound(lambda: m.finish(m.emit("linear", out, m.param("O", (4, "C")))))
+    differentiate(prog)
+    assert not [g for g in annotate_fusion(prog) if g.kind == "binary_epilogue"]
+
+
 def test_gat_edge_chain_feeds_scatter():
     prog = _bound(models.gat)
     differentiate(prog)

@@ -129,9 +129,10 @@ inline const float* row_ptr(const float* p, Bcast s, int64_t i, int64_t cols) {
 }
 inline bool varies_along_cols(Bcast s) { return s == Bcast::Full || s == Bcast::Row; }
 
+// epi: a fused bias/activation tail applied to each row right after it is written (or nullptr).
 template <BinOp op, bool a_vec, bool b_vec>
 void binary_rows(const float* a, Bcast sa, const float* b, Bcast sb, float* out, int64_t rows,
-                 int64_t cols) {
+                 int64_t cols, const Epilogue* epi) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
     for (int64_t i = 0; i < rows; ++i) {
         const float* ar = row_ptr(a, sa, i, cols);
@@ -153,17 +154,18 @@ void binary_rows(const float* a, Bcast sa, const float* b, Bcast sb, float* out,
 #pragma omp simd
             for (int64_t j = 0; j < cols; ++j) o[j] = v;
         }
+        if (epi) apply_epilogue(epi->act, epi->alpha, epi->bias, o, cols);
     }
 }
 
 template <BinOp op>
 void binary_dispatch(const float* a, Bcast sa, const float* b, Bcast sb, float* out, int64_t rows,
-                     int64_t cols) {
+                     int64_t cols, const Epilogue* epi = nullptr) {
     const bool av = varies_along_cols(sa), bv = varies_along_cols(sb);
-    if (av && bv) binary_rows<op, true, true>(a, sa, b, sb, out, rows, cols);
-    else if (av) binary_rows<op, true, false>(a, sa, b, sb, out, rows, cols);
-    else if (bv) binary_rows<op, false, true>(a, sa, b, sb, out, rows, cols);
-    else binary_rows<op, false, false>(a, sa, b, sb, out, rows, cols);
+    if (av && bv) binary_rows<op, true, true>(a, sa, b, sb, out, rows, cols, epi);
+    else if (av) binary_rows<op, true, false>(a, sa, b, sb, out, rows, cols, epi);
+    else if (bv) binary_rows<op, false, true>(a, sa, b, sb, out, rows, cols, epi);
+    else binary_rows<op, false, false>(a, sa, b, sb, out, rows, cols, epi);
 }
 
 // Writes into `out` (shaped by `shape`) the sum of f(i, j) over the broadcast dimensions.
@@ -230,14 +232,16 @@ inline float at(const float* p, Bcast s, int64_t i, int64_t j, int64_t cols) {
 
 }  // namespace ew_detail
 
-// out[rows, cols] = a op b with each operand broadcast according to its shape.
+// out[rows, cols] = epi(a op b) with each operand broadcast according to its shape; the
+// bias/activation epilogue (none by default) runs on each row while it is in cache.
 inline void binary_fwd(BinOp op, const float* a, Bcast sa, const float* b, Bcast sb, float* out,
-                       int64_t rows, int64_t cols) {
+                       int64_t rows, int64_t cols, const Epilogue& epilogue = Epilogue{}) {
+    const Epilogue* epi = epilogue.bias || epilogue.act != Act::None ? &epilogue : nullptr;
     switch (op) {
-        case BinOp::Add: ew_detail::binary_dispatch<BinOp::Add>(a, sa, b, sb, out, rows, cols); break;
-        case BinOp::Sub: ew_detail::binary_dispatch<BinOp::Sub>(a, sa, b, sb, out, rows, cols); break;
-        case BinOp::Mul: ew_detail::binary_dispatch<BinOp::Mul>(a, sa, b, sb, out, rows, cols); break;
-        case BinOp::Div: ew_detail::binary_dispatch<BinOp::Div>(a, sa, b, sb, out, rows, cols); break;
+        case BinOp::Add: ew_detail::binary_dispatch<BinOp::Add>(a, sa, b, sb, out, rows, cols, epi); break;
+        case BinOp::Sub: ew_detail::binary_dispatch<BinOp::Sub>(a, sa, b, sb, out, rows, cols, epi); break;
+        case BinOp::Mul: ew_detail::binary_dispatch<BinOp::Mul>(a, sa, b, sb, out, rows, cols, epi); break;
+        case BinOp::Div: ew_detail::binary_dispatch<BinOp::Div>(a, sa, b, sb, out, rows, cols, epi); break;
     }
 }
 
