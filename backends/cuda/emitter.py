@@ -38,6 +38,7 @@ class CUDAEmitter(OpenMPEmitter):
     ops_header = "ops.cuh"
     device_memory = True
     source_name = "model.cu"
+    fuses_edge_traversals = False    # ops.cuh has no in-place weighted scatter or edge dot yet
 
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""

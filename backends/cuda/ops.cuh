@@ -739,7 +739,7 @@ inline void concat_fwd(const float *const *parts, const int64_t *widths, int64_t
 inline void binary_fwd(BinOp op, const float *a, Bcast sa, const float *b, Bcast sb, float *out, int64_t rows,
                        int64_t cols, const Epilogue &epi = Epilogue{}) {
     cuda::map("binary op", rows * cols, cuda::BinaryOp{op, a, b, sa, sb, out, cols});
-    apply_epilogue("binary op epilogue", out, rows, cols, epi);
+    op::apply_epilogue("binary op epilogue", out, rows, cols, epi);
 }
 inline void bias_add(const float *x, const float *bias, float *y, int64_t rows, int64_t cols) {
     binary_fwd(BinOp::Add, x, Bcast::Full, bias, Bcast::Row, y, rows, cols);

@@ -82,6 +82,7 @@ class OpenMPEmitter:
     ops_header = "ops.h"             # the op layer the generated source calls (mg::op::*)
     device_memory = False            # buffers live on an accelerator: the ABI uploads inputs at prepare
     source_name = "model.cpp"        # the generated translation unit
+    fuses_edge_traversals = True     # weighted scatters and edge dots read gathered node rows in place
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -113,6 +114,9 @@ class OpenMPEmitter:
         self.fused_dropout_grad: dict = {}   # act_grad output id -> the dropout_grad it runs inside
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
+        self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
+        self.edge_dots: dict = {}        # id(dot | feature_sum) -> (a, a's end, b, b's end, heads)
+        self.extra_reads: list = []      # (value id, op): values a fused kernel reads at that op
         self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
 
     # -- shapes ------------------------------------------------------------------------------
@@ -280,6 +284,7 @@ class OpenMPEmitter:
         self.plan_feature_views()
         self.plan_epilogues()
         self.plan_dropout_act_grads()
+        self.plan_edge_traversals()
         self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
@@ -440,6 +445,79 @@ class OpenMPEmitter:
                 self.absorbed.add(id(op))
                 self.fused_into[id(op)] = readers[0][0]
 
+    def plan_edge_traversals(self) -> None:
+        """Keep gathered node rows out of memory where every reader can read them in place.
+
+        GAT's messages are ``scatter(head_mul(gather(x), alpha))`` and its attention gradient
+        ``dot(gather(g), gather(x))``: each gather is an E x F copy (64 floats per edge for 8 x 8
+        heads) written once and read once or twice.  A sum-scatter of a gathered value scaled by
+        edge weights becomes one traversal (weighted_gather_scatter) and a dot of two gathered
+        values one per-edge dot (edge_dot), both reading x at the edge's end; a gather whose
+        readers are all such kernels is never run.
+        """
+        if not self.fuses_edge_traversals:
+            return
+        external = {v.id for v in (self.p.loss, self.p.logits) if v is not None}
+
+        def sole_reader(v):
+            readers = self.readers.get(v.id, [])
+            return readers[0][0] if len(readers) == 1 and v.id not in external else None
+
+        def gathered(v):
+            """(node value, end) for a gather of a stored dense node value, else None."""
+            op = self.producer.get(v.id)
+            if op is None or op.opcode != "gather" or v.id in external:
+                return None
+            x = op.inputs[0]
+            if x.assoc != "node" or self._identity_rows(x) is not None or x.id in self.feature_like:
+                return None
+            return x, op.attrs["end"]
+
+        fused = set()          # id() of the ops that read a gather in place
+        for op in self.p.forward + self.p.backward:
+            if op.opcode == "scatter" and op.attrs["reduce"] == "sum":
+                msg = op.inputs[0]
+                scale = self.producer.get(msg.id)
+                if scale is None or sole_reader(msg) is not op or scale.opcode not in ("head_mul", "mul"):
+                    continue
+                if scale.opcode == "head_mul":
+                    (rows, w), heads = scale.inputs, scale.attrs["heads"]
+                else:          # one weight per edge: the [E, 1] operand of a broadcast product
+                    rows, w = scale.inputs if scale.inputs[1].width == 1 else scale.inputs[::-1]
+                    heads = 1
+                src = gathered(rows)
+                end = op.attrs.get("end", "dst")
+                if (src is None or w.assoc != "edge" or w.width != heads or rows.shape != msg.shape
+                        or src[1] == end):
+                    continue
+                self.edge_scatters[id(op)] = (src[0], src[1], w, heads)
+                self.absorbed.add(id(scale))
+                self.fused_into[id(scale)] = op
+                fused.add(id(scale))
+                self.extra_reads += [(src[0].id, op), (w.id, op)]
+            elif op.opcode in ("dot", "feature_sum"):
+                pair, heads = op.inputs, op.attrs.get("heads", 1)
+                if op.opcode == "feature_sum":      # the heads = 1 form: feature_sum(mul(a, b))
+                    prod = self.producer.get(op.inputs[0].id)
+                    if prod is None or prod.opcode != "mul" or sole_reader(prod.output) is not op:
+                        continue
+                    pair = prod.inputs
+                a, b = (gathered(v) for v in pair)
+                if a is None or b is None or pair[0].shape != pair[1].shape:
+                    continue
+                self.edge_dots[id(op)] = (a[0], a[1], b[0], b[1], heads)
+                if op.opcode == "feature_sum":
+                    self.absorbed.add(id(prod))
+                    self.fused_into[id(prod)] = op
+                    fused.add(id(prod))
+                fused.add(id(op))
+                self.extra_reads += [(a[0].id, op), (b[0].id, op)]
+        for op in self.p.forward + self.p.backward:
+            readers = self.readers.get(op.output.id, []) if op.opcode == "gather" else []
+            if readers and all(id(r) in fused for r, _ in readers) and gathered(op.output) is not None:
+                self.absorbed.add(id(op))
+                self.fused_into[id(op)] = readers[0][0]
+
     @staticmethod
     def _fusable_aggregate(group) -> bool:
         head = group.ops[0]
@@ -483,6 +561,7 @@ class OpenMPEmitter:
         defined_at = {final.id: step[head] for head, (_, _, final) in self.epilogues.items()}
         read_at = [(drop.inputs[0].id, step[id(self.producer[vid])])
                    for vid, drop in self.fused_dropout_grad.items()]
+        read_at += [(vid, step[id(op)]) for vid, op in self.extra_reads]
         live = lifetimes(self.p, order, defined_at, read_at)
         by_id = {b["id"]: b for b in self.buffers}
         pools: dict = {}                 # numel expression -> [(shared name, free from op index)]
@@ -670,6 +749,13 @@ class OpenMPEmitter:
 
     def op_scatter(self, op, msg):
         out = op.output
+        if id(op) in self.edge_scatters:
+            x, x_end, w, heads = self.edge_scatters[id(op)]
+            F = self.width(out)
+            return self.timed("edges", f"mg::op::weighted_gather_scatter(m.g, {'true' if x_end == 'src' else 'false'}, "
+                              f"{self.ptr(x)}, {self.ptr(w)}, {heads}, ({F}) / {heads}, {self.ptr(out)})",
+                              f"(4.0 * m.graph.num_edges * ({F} + {heads} + 2) + 4.0 * {self.numel(out)})",
+                              f"2.0 * m.graph.num_edges * {F}")
         reduce = op.attrs["reduce"]
         arg = self.argmax_for(out) if reduce == "max" else "nullptr"
         to_dst = "true" if op.attrs.get("end", "dst") == "dst" else "false"
@@ -796,10 +882,23 @@ class OpenMPEmitter:
                           f"{self.width(g)})", f"4.0 * {self.numel(g)}")
 
     def op_feature_sum(self, op, g):
+        if id(op) in self.edge_dots:
+            return self._edge_dot(op)
         return self.timed("elementwise", f"mg::op::feature_sum({self.ptr(g)}, {self.rows(g)}, {self.width(g)}, "
                           f"{self.ptr(op.output)})", f"4.0 * {self.numel(g)}")
 
+    def _edge_dot(self, op) -> str:
+        """A dot of two gathered node values, read at their edge ends (plan_edge_traversals)."""
+        a, a_end, b, b_end, heads = self.edge_dots[id(op)]
+        F = self.width(a)
+        return self.timed("edges", f"mg::op::edge_dot(m.g, {self.ptr(a)}, {'true' if a_end == 'src' else 'false'}, "
+                          f"{self.ptr(b)}, {'true' if b_end == 'src' else 'false'}, {heads}, ({F}) / {heads}, "
+                          f"{self.ptr(op.output)})", f"(8.0 * m.graph.num_edges * ({F} + 1))",
+                          f"2.0 * m.graph.num_edges * {F}")
+
     def op_dot(self, op, a, b):
+        if id(op) in self.edge_dots:
+            return self._edge_dot(op)
         is_row = "true" if b.assoc == "param" and a.assoc != "param" else "false"
         heads = op.attrs.get("heads", 1)
         return self.timed("elementwise", f"mg::rowwise_dot_fwd({self.ptr(a)}, {self.ptr(b)}, {is_row}, "

@@ -386,6 +386,20 @@ inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t
     if (to_dst) scatter_dst(r, m, v.indptr, v.num_nodes, F, out, argmax);
     else scatter_src(r, m, v.t_indptr, v.t_eid, v.num_nodes, F, out, argmax);
 }
+// scatter(sum) of gather(x) scaled by per-head edge weights w [E, H], the gather and the scatter at
+// opposite ends (to_dst: x read at sources, summed at destinations; else the transpose).
+inline void weighted_gather_scatter(const Graph &g, bool to_dst, const float *X, const float *w, idx_t H, idx_t D,
+                                    float *out) {
+    const GraphView &v = *g.view;
+    if (to_dst) mg::weighted_gather_scatter(true, X, w, v.indptr, v.col, nullptr, v.num_nodes, H, D, out);
+    else mg::weighted_gather_scatter(false, X, w, v.t_indptr, v.t_col, v.t_eid, v.num_nodes, H, D, out);
+}
+// Per-head dot of two node values read at an end of every edge (src when *_src).
+inline void edge_dot(const Graph &g, const float *A, bool a_src, const float *B, bool b_src, idx_t H, idx_t D,
+                     float *out) {
+    const GraphView &v = *g.view;
+    mg::edge_dot(A, a_src, B, b_src, v.indptr, v.col, v.num_nodes, H, D, out);
+}
 inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, const idx_t *argmax, float *gm) {
     const GraphView &v = *g.view;
     if (to_dst) scatter_dst_bwd(Reduce::Max, G, v.indptr, v.num_nodes, F, argmax, gm);
