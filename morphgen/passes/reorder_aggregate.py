@@ -7,6 +7,9 @@ aggregation sees ``min(K, M)`` columns:
 
 * ``aggregate(linear(x, W))`` with ``K < M``  ->  ``linear(aggregate(x), W)``
 * ``linear(aggregate(x), W)`` with ``M < K``  ->  ``aggregate(linear(x, W))``
+* ``linear(x + aggregate(x), W)`` with ``M < K``  ->  ``u + aggregate(u)``, ``u = linear(x, W)``
+  (GIN's first layer: one product either way, and the features are then read only through
+  it, so sparse features keep their sparse path)
 
 Only when the intermediate has no other reader (otherwise both would be computed), only
 with bound widths, and never so that an aggregation would run on the featureless identity.
@@ -56,6 +59,8 @@ def _rewrite_one(program: Program) -> bool:
             program.forward[pos:pos + 1] = [agg, linear]
             program.forward.remove(lin)
             return True
+        if op.opcode == "linear" and op.inputs[0].assoc == "node" and _self_plus_aggregate(program, op, uses, prod):
+            return True
         if op.opcode == "linear" and op.inputs[0].assoc == "node":
             agg = prod.get(op.inputs[0].id)
             if agg is None or agg.opcode != "aggregate" or agg.attrs["reduce"] not in LINEAR_REDUCTIONS:
@@ -73,3 +78,31 @@ def _rewrite_one(program: Program) -> bool:
             program.forward.remove(agg)
             return True
     return False
+
+
+def _self_plus_aggregate(program: Program, op, uses, prod) -> bool:
+    """``linear(x + aggregate(x), W)`` -> ``u + aggregate(u)`` with ``u = linear(x, W)``, when the
+    product is narrower than x and the sum and the aggregation have no other reader."""
+    total = prod.get(op.inputs[0].id)
+    if total is None or total.opcode != "add" or uses.get(total.output.id, 0) != 1:
+        return False
+    a, b = total.inputs
+    agg = prod.get(b.id) if prod.get(b.id) is not None and prod[b.id].opcode == "aggregate" else prod.get(a.id)
+    if (agg is None or agg.opcode != "aggregate" or agg.attrs["reduce"] not in LINEAR_REDUCTIONS
+            or uses.get(agg.output.id, 0) != 1):
+        return False
+    x = agg.inputs[0]
+    if {a.id, b.id} != {x.id, agg.output.id} or x.shape != agg.output.shape:
+        return False
+    k, m = _widths(x, op.output)
+    if not m < k or identity_derived(program, x, prod):
+        return False
+    linear = new_op(program, "linear", [x, op.inputs[1]], op.attrs, op.loc)
+    moved = new_op(program, "aggregate", [linear.output] + agg.inputs[1:], agg.attrs, agg.loc)
+    pair = [linear.output, moved.output] if a.id == x.id else [moved.output, linear.output]
+    added = new_op(program, "add", pair, total.attrs, total.loc, output=op.output)
+    pos = program.forward.index(op)
+    program.forward[pos:pos + 1] = [linear, moved, added]
+    program.forward.remove(total)
+    program.forward.remove(agg)
+    return True

@@ -49,3 +49,23 @@ def test_relational_models_match_interpreter(name):
     x, labels, mask = random_data(graph, None if featureless else 7, classes=3)
     program = models.rgcn(bases=2) if name == "rgcn_bases" else getattr(models, name)()
     _check(program, graph, x, labels, mask, classes=3)
+
+
+def test_gat_reads_gathered_rows_in_place():
+    """No E x (heads * width) copy: the messages, the transposed messages and the attention
+    gradient read the node rows at the edge ends (plan_edge_traversals); the parity tests above
+    check the numbers of the same lowering."""
+    from morphgen.backends.openmp.emitter import OpenMPEmitter
+    from morphgen.passes import run_default
+
+    program = models.gat_heads()
+    program.bind({"F": 5, "C": 3, "N": 12, "etypes": 1, "ntypes": 1})
+    run_default(program)
+    emitter = OpenMPEmitter(program)
+    emitter.emit()
+    ran = {row["op"].output.id: row["kernels"] for row in emitter.plan_rows if row["op"].output is not None}
+    wide = [op for op in program.forward + program.backward
+            if op.opcode == "gather" and op.inputs[0].shape == op.output.shape and op.output.shape[-1] not in (2, 3)]
+    assert wide and all(ran[op.output.id] == [] for op in wide)
+    kernels = {k for ks in ran.values() for k in ks}
+    assert {"mg::op::weighted_gather_scatter", "mg::op::edge_dot"} <= kernels

@@ -69,6 +69,23 @@ def test_sage_wide_input_moves_linear_before_mean():
     assert all(op.inputs[0].width < 40 for op in prog.forward if op.opcode == "aggregate")
 
 
+def test_gin_wide_input_multiplies_before_its_sum():
+    prog, n = _assert_same_numerics(models.gin, reorder_linear_aggregate, {"F": 40})
+    assert n == 2                                   # 40 -> 16 and 16 -> 3 both narrow
+    first = prog.forward[0]
+    assert first.opcode == "linear" and first.inputs[0] is prog.inputs["features"]
+    # the features are read by the product alone: a sparse feature path stays available
+    assert [op.opcode for op in prog.forward if prog.inputs["features"] in op.inputs] == ["linear"]
+    agg = next(op for op in prog.forward if op.opcode == "aggregate")
+    assert agg.inputs[0] is first.output
+
+
+def test_gin_narrow_input_keeps_its_sum_first():
+    prog, n = _assert_same_numerics(models.gin, reorder_linear_aggregate, {"F": 5})
+    assert n == 1                                   # only 16 -> 3 narrows; 5 -> 16 widens
+    assert prog.forward[0].opcode == "aggregate" and prog.forward[0].inputs[0] is prog.inputs["features"]
+
+
 def test_sage_max_is_never_reordered():
     _, n = _assert_same_numerics(lambda: models.sage("max"), reorder_linear_aggregate, {"F": 40})
     assert n == 0

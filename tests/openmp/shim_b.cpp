@@ -111,6 +111,15 @@ void mgb_scatter_src(int r, const float* m, const int64_t* t_indptr, const int64
                      float* out, int64_t* argmax) {
     mg::scatter_src(static_cast<mg::Reduce>(r), m, t_indptr, t_eid, N, F, out, argmax);
 }
+void mgb_weighted_gather_scatter(int to_dst, const float* x, const float* w, const int64_t* indptr,
+                                 const int64_t* other, const int64_t* eid, int64_t N, int64_t H, int64_t D,
+                                 float* out) {
+    mg::weighted_gather_scatter(to_dst != 0, x, w, indptr, other, eid, N, H, D, out);
+}
+void mgb_edge_dot(const float* a, int a_src, const float* b, int b_src, const int64_t* indptr, const int64_t* col,
+                  int64_t N, int64_t H, int64_t D, float* out) {
+    mg::edge_dot(a, a_src != 0, b, b_src != 0, indptr, col, N, H, D, out);
+}
 void mgb_scatter_src_bwd(int r, const float* g, const int64_t* col, const int64_t* t_indptr, int64_t E, int64_t F,
                          const int64_t* argmax, float* gm) {
     mg::scatter_src_bwd(static_cast<mg::Reduce>(r), g, col, t_indptr, E, F, argmax, gm);

@@ -54,6 +54,11 @@ void mgb_scatter_dst_bwd(int r, const float* g, const int64_t* indptr, int64_t N
                          const int64_t* argmax, float* gm);
 void mgb_scatter_src(int r, const float* m, const int64_t* t_indptr, const int64_t* t_eid, int64_t N, int64_t F,
                      float* out, int64_t* argmax);
+void mgb_weighted_gather_scatter(int to_dst, const float* x, const float* w, const int64_t* indptr,
+                                 const int64_t* other, const int64_t* eid, int64_t N, int64_t H, int64_t D,
+                                 float* out);
+void mgb_edge_dot(const float* a, int a_src, const float* b, int b_src, const int64_t* indptr, const int64_t* col,
+                  int64_t N, int64_t H, int64_t D, float* out);
 void mgb_scatter_src_bwd(int r, const float* g, const int64_t* col, const int64_t* t_indptr, int64_t E, int64_t F,
                          const int64_t* argmax, float* gm);
 void mgb_dropout_fwd(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t epoch, uint64_t op);
@@ -424,6 +429,34 @@ def test_gather_and_backward(lib, width):
     lib.mgb_gather_dst_bwd(F(g), I(G["indptr"]), n, width, F(gx))
     np.testing.assert_allclose(gx, np_scatter(g, G["dst"], n, SUM), rtol=1e-5, atol=1e-6)
     assert np.all(gx[[3, 7]] == 0)  # isolated nodes
+
+
+# The in-place traversals against gather -> scale per head -> scatter(sum), and against the
+# per-head dot of two gathered rows, in numpy; heads x head width as GAT uses them and odd ones.
+@pytest.mark.parametrize("heads, dim", [(1, 1), (1, 7), (8, 8), (3, 5), (2, 33)])
+@pytest.mark.parametrize("to_dst", [True, False])
+def test_weighted_gather_scatter_and_edge_dot(lib, heads, dim, to_dst):
+    rng = np.random.default_rng(heads * 100 + dim + to_dst)
+    G = make_graph(rng)
+    n, e, width = G["n"], G["e"], heads * dim
+    x, y = rand(rng, n, width), rand(rng, n, width)
+    w = rand(rng, e, heads)
+    read, seg = (G["col"], G["dst"]) if to_dst else (G["dst"], G["col"])
+    msg = (x[read].reshape(e, heads, dim) * w[:, :, None]).reshape(e, width)
+    out = np.full((n, width), 9.0, np.float32)
+    if to_dst:
+        lib.mgb_weighted_gather_scatter(1, F(x), F(w), I(G["indptr"]), I(G["col"]), ffi.NULL, n, heads, dim, F(out))
+    else:
+        lib.mgb_weighted_gather_scatter(0, F(x), F(w), I(G["t_indptr"]), I(G["t_col"]), I(G["t_eid"]), n, heads,
+                                        dim, F(out))
+    np.testing.assert_allclose(out, np_scatter(msg, seg, n, SUM), rtol=1e-5, atol=1e-5)
+    assert np.all(out[[3, 7]] == 0)  # isolated nodes: zero, not the old contents
+
+    got = np.full((e, heads), 9.0, np.float32)
+    lib.mgb_edge_dot(F(x), int(to_dst), F(y), int(not to_dst), I(G["indptr"]), I(G["col"]), n, heads, dim, F(got))
+    xa = x[G["col"] if to_dst else G["dst"]].reshape(e, heads, dim).astype(np.float64)
+    yb = y[G["dst"] if to_dst else G["col"]].reshape(e, heads, dim)
+    np.testing.assert_allclose(got, (xa * yb).sum(-1), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
