@@ -473,7 +473,7 @@ class OpenMPEmitter:
                 return None
             return x, op.attrs["end"]
 
-        fused = set()          # id() of the ops that read a gather in place
+        in_place = set()       # (id(op), input position): a gathered input that op reads in place
         for op in self.p.forward + self.p.backward:
             if op.opcode == "scatter" and op.attrs["reduce"] == "sum":
                 msg = op.inputs[0]
@@ -493,7 +493,7 @@ class OpenMPEmitter:
                 self.edge_scatters[id(op)] = (src[0], src[1], w, heads)
                 self.absorbed.add(id(scale))
                 self.fused_into[id(scale)] = op
-                fused.add(id(scale))
+                in_place.add((id(scale), scale.inputs.index(rows)))    # w itself is read as stored
                 self.extra_reads += [(src[0].id, op), (w.id, op)]
             elif op.opcode in ("dot", "feature_sum"):
                 pair, heads = op.inputs, op.attrs.get("heads", 1)
@@ -506,15 +506,16 @@ class OpenMPEmitter:
                 if a is None or b is None or pair[0].shape != pair[1].shape:
                     continue
                 self.edge_dots[id(op)] = (a[0], a[1], b[0], b[1], heads)
+                reader = op
                 if op.opcode == "feature_sum":
                     self.absorbed.add(id(prod))
                     self.fused_into[id(prod)] = op
-                    fused.add(id(prod))
-                fused.add(id(op))
+                    reader = prod
+                in_place.update({(id(reader), 0), (id(reader), 1)})
                 self.extra_reads += [(a[0].id, op), (b[0].id, op)]
         for op in self.p.forward + self.p.backward:
             readers = self.readers.get(op.output.id, []) if op.opcode == "gather" else []
-            if readers and all(id(r) in fused for r, _ in readers) and gathered(op.output) is not None:
+            if readers and all((id(r), k) in in_place for r, k in readers) and gathered(op.output) is not None:
                 self.absorbed.add(id(op))
                 self.fused_into[id(op)] = readers[0][0]
 

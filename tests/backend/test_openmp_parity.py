@@ -69,3 +69,18 @@ def test_gat_reads_gathered_rows_in_place():
     assert wide and all(ran[op.output.id] == [] for op in wide)
     kernels = {k for ks in ran.values() for k in ks}
     assert {"mg::op::weighted_gather_scatter", "mg::op::edge_dot"} <= kernels
+
+
+def test_an_edge_weight_that_is_itself_a_gather_is_stored():
+    """scatter(gather(a) * gather(b)) with one-wide rows: either gather could pass for the edge
+    weight; the one read as the weight must still be written (it has no in-place reader)."""
+    def program():
+        m = models.ModelBuilder("gathered_weight")
+        a = m.emit("linear", m.x, m.param("Wa", ("F", 1)))
+        b = m.emit("sigmoid", m.emit("linear", m.x, m.param("Wb", ("F", 1))))
+        msg = m.emit("mul", m.emit("gather", a, end="src"), m.emit("gather", b, end="dst"))
+        h = m.emit("scatter", msg, reduce="sum", end="dst")
+        return m.finish(m.emit("linear", h, m.param("O", (1, "C"))))
+    graph = random_graph(n=12, e=30, seed=5)
+    x, labels, mask = random_data(graph, 6, classes=3)
+    _check(program(), graph, x, labels, mask, classes=3)
