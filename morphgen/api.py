@@ -87,7 +87,8 @@ class CompiledModel:
             sources = self._lower_and_emit(dataset, dense=True)
         # Dropped sparse features stay in the features' own format: no buffer of the plan holds them.
         kept_sparse = set(self._emitter.feature_like) if path[0] == "sparse" else set()
-        check_run_fits(self.program, dataset, path[0], kept_sparse)      # before minutes of compiling
+        unstored = kept_sparse | self._emitter.unstored_values()
+        check_run_fits(self.program, dataset, path[0], unstored)      # before minutes of compiling
         self.library_path = build_library(sources, self._backend, sanitize=self.sanitize)
         load(str(self.library_path), self.backend)
         self.compile_seconds = time.perf_counter() - t0

@@ -356,6 +356,16 @@ class OpenMPEmitter:
         lines.append(f"optimizer {o.kind} step on {len(self.p.params)} parameters, one vectorised kernel call each")
         return "\n".join(lines)
 
+    def unstored_values(self) -> set:
+        """Ids of the values no buffer holds: computed inside another op's kernel and never
+        written (fused tails up to their last value, in-place gathers, fused dropout backwards).
+        The memory estimate leaves them out."""
+        finals = {final.id for (_, _, final) in self.epilogues.values()}
+        ops = self.p.forward + self.p.backward
+        ids = {op.output.id for op in ops if id(op) in self.absorbed and op.output is not None}
+        ids |= {op.output.id for op in ops if id(op) in self.epilogues}
+        return ids - finals
+
     def storage_of(self, v: Value) -> str:
         """Where a value lives: a parameter, a shared epoch buffer, a view of another buffer."""
         if v.id in self.param_index:
