@@ -10,6 +10,7 @@
 // Backward kernels overwrite their outputs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common.h"  // mg::Reduce
@@ -208,17 +209,95 @@ inline void scatter_src_bwd(Reduce r, const float* g, const int64_t* col, const 
 // Edge traversals that read node rows in place (no E x F gathered copy).
 // ---------------------------------------------------------------------------------------
 
+namespace edge_detail {
+
+inline constexpr int kTraversalLookahead = 8;  // edges ahead whose node row is prefetched (as spmm.h)
+
+#if MG_HAVE_SIMD
+// One tile of a weighted_gather_scatter output row: o[f0, f0 + NV vectors) = sum over the CSR
+// positions k in [k0, k1) of w[e(k), head] * x[other[k], f], accumulated in registers.  Each
+// vector lies within one head (H == 1, or D a multiple of the vector width), so its weight is
+// one broadcast.  Rows LA positions ahead (up to `avail`, possibly in the next output rows) are
+// prefetched.  MASKED: the tile is the row's narrower last one.
+template <int NV, bool MASKED>
+MG_INLINE void weighted_tile(const int64_t* MG_RESTRICT other, const int64_t* eid, int64_t k0, int64_t k1,
+                             int64_t avail, const float* MG_RESTRICT x, const float* MG_RESTRICT w, int64_t H,
+                             int64_t D, int64_t F, int64_t f0, float* MG_RESTRICT o) {
+    using namespace simd;
+    vf acc[NV];
+    mask m[NV];
+    int64_t head[NV];
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) {
+        acc[j] = zero();
+        m[j] = lanes(MASKED ? F - f0 - kLanes * j : kLanes);
+        head[j] = H == 1 ? 0 : std::min(H - 1, (f0 + kLanes * j) / D);
+    }
+    constexpr int LA = kTraversalLookahead;
+    for (int64_t k = k0; k < k1; ++k) {
+        if (k + LA < avail) prefetch_l1<NV * kLanes * 4>(x + other[k + LA] * F + f0);
+        const float* MG_RESTRICT s = x + other[k] * F + f0;
+        const float* we = w + (eid ? eid[k] : k) * H;
+#pragma GCC unroll 16
+        for (int j = 0; j < NV; ++j) {
+            const vf v = MASKED ? load(m[j], s + kLanes * j) : load(s + kLanes * j);
+            acc[j] = fmadd(set1(we[head[j]]), v, acc[j]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) {
+        if (MASKED) store(m[j], o + f0 + kLanes * j, acc[j]);
+        else store(o + f0 + kLanes * j, acc[j]);
+    }
+}
+
+// Every output row of weighted_gather_scatter in tiles of NV vectors.
+template <int NV>
+void weighted_rows(bool to_dst, const float* x, const float* w, const int64_t* indptr, const int64_t* other,
+                   const int64_t* eid, int64_t num_nodes, int64_t H, int64_t D, float* out) {
+    constexpr int64_t T = NV * simd::kLanes;
+    const int64_t F = H * D, E = indptr[num_nodes];
+    const int64_t* e = to_dst ? nullptr : eid;
+#pragma omp parallel for schedule(dynamic, 64) if (E * F > kParallelMin)
+    for (int64_t v = 0; v < num_nodes; ++v) {
+        int64_t f0 = 0;
+        for (; f0 + T <= F; f0 += T)
+            weighted_tile<NV, false>(other, e, indptr[v], indptr[v + 1], E, x, w, H, D, F, f0, out + v * F);
+        if (f0 < F) weighted_tile<NV, true>(other, e, indptr[v], indptr[v + 1], E, x, w, H, D, F, f0, out + v * F);
+    }
+}
+#endif
+
+}  // namespace edge_detail
+
 // out[v, h*D + d] = sum over the edges e whose `to` end is v of w[e, h] * x[other end of e, h*D + d]:
 // the fused scatter(sum) of a gathered node value scaled per head (GAT's attention-weighted sum,
 // H = 1 for one weight per edge).  to_dst: over the in-edges of each destination (CSR by
 // destination), reading x at sources; otherwise over the out-edges of each source (the transpose),
 // reading x at destinations.  Each output row is written by one thread; edges in the order of
 // their CSR, as scatter_dst / scatter_src sum them.
+//
+// With vectors (simd.h) and each vector inside one head, the row goes in tiles of 64 floats whose
+// accumulators stay in registers, with the rows of edges 8 positions ahead prefetched (as the
+// SpMM of spmm.h); other head widths take the portable loop.
 inline void weighted_gather_scatter(bool to_dst, const float* x, const float* w, const int64_t* indptr,
                                     const int64_t* other, const int64_t* eid, int64_t num_nodes, int64_t H,
                                     int64_t D, float* out) {
     const int64_t F = H * D;
-#pragma omp parallel for schedule(dynamic, 64) if (indptr[num_nodes] * F > edge_detail::kParallelMin)
+    const int64_t E = indptr[num_nodes];
+#if MG_HAVE_SIMD
+    using simd::kLanes;
+    if (H == 1 || D % kLanes == 0) {
+        // Tiles of up to 64 floats, no wider than the row needs (a 7-wide row is one vector).
+        const int64_t need = (std::min<int64_t>(F, 64) + kLanes - 1) / kLanes;
+        if (need <= 1) edge_detail::weighted_rows<1>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
+        else if (need <= 2) edge_detail::weighted_rows<2>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
+        else if (need <= 4) edge_detail::weighted_rows<4>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
+        else edge_detail::weighted_rows<64 / kLanes>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
+        return;
+    }
+#endif
+#pragma omp parallel for schedule(dynamic, 64) if (E * F > edge_detail::kParallelMin)
     for (int64_t v = 0; v < num_nodes; ++v) {
         float* MG_RESTRICT o = out + v * F;
         for (int64_t f = 0; f < F; ++f) o[f] = 0.f;
@@ -242,7 +321,31 @@ inline void weighted_gather_scatter(bool to_dst, const float* x, const float* w,
 inline void edge_dot(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
                      const int64_t* col, int64_t num_nodes, int64_t H, int64_t D, float* out) {
     const int64_t F = H * D;
-#pragma omp parallel for schedule(dynamic, 64) if (indptr[num_nodes] * F > edge_detail::kParallelMin)
+    const int64_t E = indptr[num_nodes];
+#if MG_HAVE_SIMD
+    using namespace simd;
+    if (D % kLanes == 0) {       // whole vectors per head: products summed in a register, one reduction
+        constexpr int LA = edge_detail::kTraversalLookahead;
+#pragma omp parallel for schedule(dynamic, 64) if (E * F > edge_detail::kParallelMin)
+        for (int64_t v = 0; v < num_nodes; ++v) {
+            for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+                if (e + LA < E) {
+                    if (a_src) prefetch_l1<64>(a + col[e + LA] * F);
+                    if (b_src) prefetch_l1<64>(b + col[e + LA] * F);
+                }
+                const float* MG_RESTRICT ra = a + (a_src ? col[e] : v) * F;
+                const float* MG_RESTRICT rb = b + (b_src ? col[e] : v) * F;
+                for (int64_t h = 0; h < H; ++h) {
+                    vf acc = zero();
+                    for (int64_t d = h * D; d < (h + 1) * D; d += kLanes) acc = fmadd(load(ra + d), load(rb + d), acc);
+                    out[e * H + h] = reduce_add(acc);
+                }
+            }
+        }
+        return;
+    }
+#endif
+#pragma omp parallel for schedule(dynamic, 64) if (E * F > edge_detail::kParallelMin)
     for (int64_t v = 0; v < num_nodes; ++v) {
         for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
             const float* MG_RESTRICT ra = a + (a_src ? col[e] : v) * F;

@@ -75,6 +75,7 @@ MG_INLINE void store_mask(std::int32_t* p, mask m) { store_i32(p, _mm512_maskz_s
 MG_INLINE vf add(vf a, vf b) { return _mm512_add_ps(a, b); }
 MG_INLINE vf mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 MG_INLINE vf fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+MG_INLINE float reduce_add(vf a) { return _mm512_reduce_add_ps(a); }  // the sum of the lanes
 // Lanes of m where a > b (ordered: a NaN on either side compares false).
 MG_INLINE mask greater(mask m, vf a, vf b) { return _mm512_mask_cmp_ps_mask(m, a, b, _CMP_GT_OQ); }
 MG_INLINE vf select(mask m, vf if_true, vf if_false) { return _mm512_mask_mov_ps(if_false, m, if_true); }
@@ -127,6 +128,11 @@ MG_INLINE void store_mask(std::int32_t* p, mask m) { store_i32(p, m); }  // ~0 o
 MG_INLINE vf add(vf a, vf b) { return _mm256_add_ps(a, b); }
 MG_INLINE vf mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 MG_INLINE vf fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+MG_INLINE float reduce_add(vf a) {  // the sum of the lanes
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
 MG_INLINE mask greater(mask m, vf a, vf b) {
     return _mm256_and_si256(m, _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)));
 }
