@@ -87,9 +87,8 @@ def _self_plus_aggregate(program: Program, op, uses, prod) -> bool:
     if total is None or total.opcode != "add" or uses.get(total.output.id, 0) != 1:
         return False
     a, b = total.inputs
-    agg = prod.get(b.id) if prod.get(b.id) is not None and prod[b.id].opcode == "aggregate" else prod.get(a.id)
-    if (agg is None or agg.opcode != "aggregate" or agg.attrs["reduce"] not in LINEAR_REDUCTIONS
-            or uses.get(agg.output.id, 0) != 1):
+    agg = next((p for p in (prod.get(b.id), prod.get(a.id)) if p is not None and p.opcode == "aggregate"), None)
+    if agg is None or agg.attrs["reduce"] not in LINEAR_REDUCTIONS or uses.get(agg.output.id, 0) != 1:
         return False
     x = agg.inputs[0]
     if {a.id, b.id} != {x.id, agg.output.id} or x.shape != agg.output.shape:
