@@ -22,6 +22,8 @@ import numpy as np
 
 from morphgen.errors import UserError
 
+from .worker import error_file
+
 
 def mpiexec() -> str:
     """pip's `mpich` installs mpiexec beside the Python it belongs to; else PATH's ($MORPHGEN_MPIEXEC wins)."""
@@ -130,9 +132,11 @@ def train_distributed(args) -> int:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "morphgen.backends.mpi.worker", str(spec_path)]
         code = subprocess.call(command, env=env)
+        messages = [error_file(Path(run_dir), r).read_text() for r in range(ranks)
+                    if error_file(Path(run_dir), r).is_file()]
     if code != 0:
-        raise RankFailure(f"morphgen: error: the {ranks}-rank MPI job failed (exit status {code}); "
-                          f"the failing rank's message is above", code)
+        why = "; ".join(messages) if messages else "no rank left a message: one was killed or crashed (see above)"
+        raise RankFailure(f"morphgen: error: the {ranks}-rank MPI job failed (exit status {code}): {why}", code)
     return 0
 
 

@@ -162,6 +162,19 @@ def run(spec: dict, comm) -> int:
     return 0
 
 
+def error_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank-{rank}.error"
+
+
+def _leave_message(argv: list, rank: int, text: str) -> None:
+    """The message also goes beside the run's spec, for the launcher: MPI_Abort can end mpiexec
+    before it has forwarded what the rank printed."""
+    try:
+        error_file(Path(argv[0]).parent, rank).write_text(text)
+    except (OSError, IndexError):
+        pass        # the printed message is all there is
+
+
 def main(argv=None) -> int:
     from mpi4py import MPI
     from morphgen.errors import UserError
@@ -172,8 +185,9 @@ def main(argv=None) -> int:
         code = run(spec, comm)
     except BaseException as err:       # noqa: BLE001 - every failure must end the whole job
         text = str(err) if isinstance(err, UserError) else f"internal error: {type(err).__name__}: {err}"
-        text = text.removeprefix("morphgen: ")
-        print(f"morphgen: rank {comm.Get_rank()}: {text}", file=sys.stderr, flush=True)
+        text = f"rank {comm.Get_rank()}: " + text.removeprefix("morphgen: ")
+        print(f"morphgen: {text}", file=sys.stderr, flush=True)
+        _leave_message(argv, comm.Get_rank(), text)
         comm.Abort(2 if isinstance(err, UserError) else 3)
         return 3
     sys.stdout.flush()
