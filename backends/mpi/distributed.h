@@ -331,6 +331,8 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
 // The gradient completed last (the first layer's) has no backward left to hide behind: it goes
 // out as up to kMaxPieces reductions of consecutive slices (DDP's buckets, cut after the fact),
 // and the optimizer steps each slice as soon as it has arrived while the later ones travel.
+// The others go out whole: they have the rest of the backward to travel behind, and every
+// slice costs a wait of its own.
 //
 // What the pipelining hides is measured, not assumed.  A wait is partly skew (a peer has not
 // yet posted its gradient: no communication could have run) and partly communication that no
@@ -358,11 +360,13 @@ class GradientReduce {
         if (p.size > 1) check_mpi(MPI_Barrier(p.comm), "clock barrier");
         origin_ = MPI_Wtime();             // the same instant on every rank, to the barrier's skew
     }
-    // Posts gradient i (n floats at g) as `pieces` reductions of consecutive slices.
-    void start(Partition &p, int i, float *g, int64_t n, int pieces = 1) {
+    // Gradient i is the one completed last: it travels in slices (pieces_for).
+    void slice(int i) { grads_[size_t(i)].sliced = true; }
+    // Posts gradient i (n floats at g): one reduction, or one per slice.
+    void start(Partition &p, int i, float *g, int64_t n) {
         if (p.size == 1) return;
         Gradient &d = grads_[size_t(i)];
-        d.count = std::max(1, std::min(pieces, kMaxPieces));
+        d.count = d.sliced ? pieces_for(n) : 1;
         d.posted = MPI_Wtime() - origin_;
         check_mpi(MPI_Iallreduce(&d.posted, &d.last_post, 1, MPI_DOUBLE, MPI_MAX, p.comm, &d.piece[0].reqs[1]),
                   "gradient all-reduce");
@@ -413,7 +417,8 @@ class GradientReduce {
     };
     struct Gradient {
         Piece piece[kMaxPieces];
-        int count = 1;
+        int count = 1;                       // the slices of the reduction in flight
+        bool sliced = false;
         double posted = 0, last_post = 0;
     };
     std::unique_ptr<Gradient[]> grads_;     // fixed addresses: the progress thread holds pointers into them

@@ -195,8 +195,7 @@ class MPIEmitter(OpenMPEmitter):
             g = self.p.grads.get(prm.name)
             if g is not None and g.id == value.id and i not in self.grad_started:
                 self.grad_started.append(i)
-                n = self.numel(prm.value)
-                lines.append(f"m.grads.start(m.part, {i}, {self.ptr(g)}, {n}, mg::mpi::GradientReduce::pieces_for({n}))")
+                lines.append(f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)})")
         if not lines and self.grad_started:
             lines.append("m.grads.progress()")     # MPI moves reductions along only inside its calls
         return lines
@@ -225,6 +224,7 @@ class MPIEmitter(OpenMPEmitter):
         return lines
 
     def _sliced_step(self, i: int, prm, g: Value, n: str, exposed: int) -> list:
+        self.prepare.append(f"m.grads.slice({i})")     # known only now: the last reduction started
         wait = self.timed("allreduce_wait", f"m.grads.wait({i}, k, m.timers[{exposed}])")
         step = self.optimizer_step(i, prm, g, begin="b", count="(e - b)")
         loop = [f"for (int k = 0, pieces = m.grads.pieces({i}); k < pieces; ++k) {{",

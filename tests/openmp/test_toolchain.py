@@ -11,6 +11,7 @@ import pytest
 
 from morphgen import pipeline, toolchain
 from morphgen.backends import require
+from morphgen.errors import UserError
 from morphgen.toolchain import CHECKSUM_SUFFIX, BuildError, compile_shared
 
 SOURCE = {"unit.cpp": 'extern "C" int mg_answer() { return 42; }\n'}
@@ -35,6 +36,16 @@ def test_a_complete_build_is_stamped_and_reused(tmp_path):
     assert _answer(so) == 42
     # Nothing but the entry itself is left in the cache.
     assert [p.name for p in tmp_path.iterdir()] == [so.parent.name]
+
+
+def test_the_optimisation_level_is_part_of_the_build_and_checked(tmp_path, monkeypatch):
+    default = _build(tmp_path)
+    monkeypatch.setenv(toolchain.OPT_LEVEL_ENV, "0")
+    quick = _build(tmp_path)
+    assert quick != default and _answer(quick) == 42        # its own cache entry
+    monkeypatch.setenv(toolchain.OPT_LEVEL_ENV, "fast")
+    with pytest.raises(UserError, match=r"MORPHGEN_OPT_LEVEL is 'fast'; it takes 0, 1, 2 or 3"):
+        _build(tmp_path)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "empty", "random", "missing", "other_library", "no_stamp"])
