@@ -328,101 +328,59 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
 // Weight gradients: each is handed to MPI_Iallreduce as soon as the backward has produced it,
 // the backward goes on while it travels, and the optimizer waits for it before its step.
 //
-// The gradient completed last (the first layer's) has no backward left to hide behind: it goes
-// out as up to kMaxPieces reductions of consecutive slices (DDP's buckets, cut after the fact),
-// and the optimizer steps each slice as soon as it has arrived while the later ones travel.
-// The others go out whole: they have the rest of the backward to travel behind, and every
-// slice costs a wait of its own.
-//
 // What the pipelining hides is measured, not assumed.  A wait is partly skew (a peer has not
 // yet posted its gradient: no communication could have run) and partly communication that no
-// computation covered.  Each gradient therefore carries its last poster's time (a MAX
+// computation covered.  Each reduction therefore carries its last poster's time (a MAX
 // reduction of the post times, on a clock every rank set to zero at the same barrier), and a
 // wait counts as exposed only the part after every rank had posted: exposed = end - max(begin,
 // last post).  The rank that posted last runs the critical path; its exposure is the
 // communication the epoch paid for.
 class GradientReduce {
   public:
-    static constexpr int kMaxPieces = 8;
-    static constexpr int64_t kPieceFloats = 32768;   // 128 KiB: smaller slices cost more in latency than they hide
-
-    // How many slices a gradient of n floats travels in when it is split.
-    static int pieces_for(int64_t n) { return int(std::max<int64_t>(1, std::min<int64_t>(kMaxPieces, n / kPieceFloats))); }
-    // Slice k of n floats in `pieces` slices begins here (multiples of 16 floats: whole cache lines).
-    static int64_t piece_begin(int64_t n, int pieces, int k) {
-        return k >= pieces ? n : std::min(n, (n * k / pieces) & ~int64_t(15));
-    }
-
     void resize(Partition &p, int n) {
         progress_ = &p.progress;
-        grads_.reset(new Gradient[size_t(n)]());
-        num_grads_ = n;
+        done_.reset(new bool[size_t(n)]());
+        reqs_.assign(size_t(2 * n), MPI_REQUEST_NULL);
+        posted_.assign(size_t(n), 0.0);
+        last_post_.assign(size_t(n), 0.0);
         if (p.size > 1) check_mpi(MPI_Barrier(p.comm), "clock barrier");
         origin_ = MPI_Wtime();             // the same instant on every rank, to the barrier's skew
     }
-    // Gradient i is the one completed last: it travels in slices (pieces_for).
-    void slice(int i) { grads_[size_t(i)].sliced = true; }
-    // Posts gradient i (n floats at g): one reduction, or one per slice.
     void start(Partition &p, int i, float *g, int64_t n) {
         if (p.size == 1) return;
-        Gradient &d = grads_[size_t(i)];
-        d.count = d.sliced ? pieces_for(n) : 1;
-        d.posted = MPI_Wtime() - origin_;
-        check_mpi(MPI_Iallreduce(&d.posted, &d.last_post, 1, MPI_DOUBLE, MPI_MAX, p.comm, &d.piece[0].reqs[1]),
+        posted_[size_t(i)] = MPI_Wtime() - origin_;
+        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, g, message_count(n, "gradient all-reduce"), MPI_FLOAT, MPI_SUM,
+                                 p.comm, &reqs_[size_t(2 * i)]),
                   "gradient all-reduce");
-        for (int k = 0; k < d.count; ++k) {
-            const int64_t b = piece_begin(n, d.count, k), e = piece_begin(n, d.count, k + 1);
-            Piece &s = d.piece[k];
-            check_mpi(MPI_Iallreduce(MPI_IN_PLACE, g + b, message_count(e - b, "gradient all-reduce"), MPI_FLOAT,
-                                     MPI_SUM, p.comm, &s.reqs[0]),
-                      "gradient all-reduce");
-            // piece 0 also completes the post-time reduction, which every piece's wait reads
-            if (progress_->running()) progress_->watch(s.reqs, k == 0 ? 2 : 1, &s.done);
-        }
+        check_mpi(MPI_Iallreduce(&posted_[size_t(i)], &last_post_[size_t(i)], 1, MPI_DOUBLE, MPI_MAX, p.comm,
+                                 &reqs_[size_t(2 * i + 1)]),
+                  "gradient all-reduce");
+        if (progress_->running()) progress_->watch(&reqs_[size_t(2 * i)], 2, &done_[size_t(i)]);
     }
     // Lets the library move the reductions in flight along (MPI progresses inside MPI calls).
     void progress() {
         if (progress_->running()) return;   // the progress thread completes them
         int done = 0;
-        for (int i = 0; i < num_grads_; ++i)
-            for (Piece &s : grads_[size_t(i)].piece)
-                for (MPI_Request &r : s.reqs)
-                    if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        for (auto &r : reqs_)
+            if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
     }
-    // Waits for slice k of gradient i (slices in order); the communication that was not hidden
-    // goes into `exposed`.
-    void wait(int i, int k, Timer &exposed) {
+    // Waits for gradient i; the communication that was not hidden goes into `exposed`.
+    void wait(int i, Timer &exposed) {
         exposed.calls += 1;
-        Gradient &d = grads_[size_t(i)];
-        Piece &s = d.piece[k];
+        MPI_Request *r = &reqs_[size_t(2 * i)];
         const double begin = MPI_Wtime() - origin_;
         if (progress_->running())
-            progress_->await(&s.done);
-        else if (s.reqs[0] != MPI_REQUEST_NULL || s.reqs[1] != MPI_REQUEST_NULL)   // else done behind the backward
-            check_mpi(MPI_Waitall(2, s.reqs, MPI_STATUSES_IGNORE), "gradient all-reduce");
+            progress_->await(&done_[size_t(i)]);
+        else if (r[0] != MPI_REQUEST_NULL || r[1] != MPI_REQUEST_NULL)   // else done behind the backward
+            check_mpi(MPI_Waitall(2, r, MPI_STATUSES_IGNORE), "gradient all-reduce");
         const double end = MPI_Wtime() - origin_;
-        exposed.seconds += std::max(0.0, end - std::max(begin, d.last_post));
+        exposed.seconds += std::max(0.0, end - std::max(begin, last_post_[size_t(i)]));
     }
-    // Waits for every slice of gradient i.
-    void wait(int i, Timer &exposed) {
-        for (int k = 0; k < pieces(i); ++k) wait(i, k, exposed);
-    }
-    // The slices gradient i travels in (1 until it has been started on more than one rank).
-    int pieces(int i) const { return grads_[size_t(i)].count; }
 
   private:
-    struct Piece {
-        MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};   // the slice's sum; piece 0: the post time
-        bool done = false;                   // the progress thread has completed it
-    };
-    struct Gradient {
-        Piece piece[kMaxPieces];
-        int count = 1;                       // the slices of the reduction in flight
-        bool sliced = false;
-        double posted = 0, last_post = 0;
-    };
-    std::unique_ptr<Gradient[]> grads_;     // fixed addresses: the progress thread holds pointers into them
-    int num_grads_ = 0;
+    std::vector<MPI_Request> reqs_;        // per gradient: the sum, then its last post time
+    std::vector<double> posted_, last_post_;
+    std::unique_ptr<bool[]> done_;         // per gradient: the progress thread has completed it
     ProgressThread *progress_ = nullptr;
     double origin_ = 0;
 };

@@ -203,35 +203,19 @@ class MPIEmitter(OpenMPEmitter):
     def lower_optimizer(self) -> list:
         """Each weight's step waits for its own reduction only, and the steps run in the order the
         reductions started: the gradient completed last (the first layer's) has every other
-        step to travel behind, and it travels in slices, each stepped as soon as it arrives
-        while the next ones travel (GradientReduce).  Steps are independent per element, so
-        neither the order nor the slicing changes the numbers."""
-        exposed = self.timers.index("allreduce_exposed")
-        with_grad = [(i, prm, self.p.grads[prm.name]) for i, prm in enumerate(self.p.params)
-                     if self.p.grads.get(prm.name) is not None]
-        started = {i: k for k, i in enumerate(self.grad_started)}
-        with_grad.sort(key=lambda t: started.get(t[0], len(started)))
-        sliced = self.grad_started[-1] if self.grad_started else None
-        lines = []
-        for i, prm, g in with_grad:
-            n = self.numel(prm.value)
-            if i == sliced:
-                lines += self._sliced_step(i, prm, g, n, exposed)
+        step to travel behind.  Steps are independent per weight, so the order changes nothing
+        in the numbers."""
+        pairs, exposed = [], self.timers.index("allreduce_exposed")
+        for i, prm in enumerate(self.p.params):
+            g = self.p.grads.get(prm.name)
+            if g is None:
                 continue
-            start = "" if i in started else f"m.grads.start(m.part, {i}, {self.ptr(g)}, {n}); "
-            lines.append(self.timed("allreduce_wait", f"{start}m.grads.wait({i}, m.timers[{exposed}])"))
-            lines.append(self.optimizer_step(i, prm, g))
-        return lines
-
-    def _sliced_step(self, i: int, prm, g: Value, n: str, exposed: int) -> list:
-        self.prepare.append(f"m.grads.slice({i})")     # known only now: the last reduction started
-        wait = self.timed("allreduce_wait", f"m.grads.wait({i}, k, m.timers[{exposed}])")
-        step = self.optimizer_step(i, prm, g, begin="b", count="(e - b)")
-        loop = [f"for (int k = 0, pieces = m.grads.pieces({i}); k < pieces; ++k) {{",
-                f"    const int64_t b = mg::mpi::GradientReduce::piece_begin({n}, pieces, k);",
-                f"    const int64_t e = mg::mpi::GradientReduce::piece_begin({n}, pieces, k + 1);",
-                f"    {wait};", f"    {step};", "}"]
-        return ["\n    ".join(loop)]       # one statement of the optimizer's body
+            start = "" if i in self.grad_started else f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)}); "
+            pairs.append((i, self.timed("allreduce_wait", f"{start}m.grads.wait({i}, m.timers[{exposed}])")))
+        steps = super().lower_optimizer()       # one step per parameter with a gradient, same order
+        started = {i: k for k, i in enumerate(self.grad_started)}
+        order = sorted(range(len(pairs)), key=lambda k: started.get(pairs[k][0], len(started)))
+        return [line for k in order for line in (pairs[k][1], steps[k])]
 
     # -- featureless input: one-hot rows of global node ids -------------------------------------
     def feature_identity(self) -> _Identity:

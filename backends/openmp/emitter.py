@@ -592,33 +592,26 @@ class OpenMPEmitter:
         return plan, shared
 
     def lower_optimizer(self) -> list:
+        o = self.p.optimizer
         out = []
         for i, prm in enumerate(self.p.params):
             g = self.p.grads.get(prm.name)
-            if g is not None:       # else a weight the loss does not depend on stays as initialised
-                out.append(self.optimizer_step(i, prm, g))
+            if g is None:
+                continue       # a weight the loss does not depend on stays as initialised
+            wd = _float(prm.decay(o))
+            n = self.numel(prm.value)
+            if o.kind in ("adam", "adamw"):
+                call = (f"mg::op::adam({'true' if o.kind == 'adamw' else 'false'}, m.p{i}.data, {self.ptr(g)}, "
+                        f"m.m{i}.data, m.s{i}.data, {n}, {_float(o.lr)}, {_float(o.beta1)}, {_float(o.beta2)}, "
+                        f"{_float(o.eps)}, {wd}, step)")
+            elif o.kind == "sgd":
+                buf = f"m.m{i}.data" if o.momentum else "nullptr"
+                call = (f"mg::op::sgd(m.p{i}.data, {self.ptr(g)}, {buf}, {n}, {_float(o.lr)}, "
+                        f"{_float(o.momentum)}, {wd}, step)")
+            else:
+                raise InternalError(f"unknown optimizer {o.kind}")
+            out.append(self.timed("optimizer", call, f"16.0 * {n}", f"10.0 * {n}"))
         return out
-
-    def optimizer_step(self, i: int, prm, g: Value, begin: str = "0", count: Optional[str] = None) -> str:
-        """The optimizer's update of parameter ``i``'s elements [begin, begin + count) (all of
-        them by default): every optimizer updates each element on its own."""
-        o = self.p.optimizer
-        wd = _float(prm.decay(o))
-        n = count or self.numel(prm.value)
-
-        def at(ptr: str) -> str:
-            return ptr if begin == "0" else f"({ptr}) + {begin}"
-        if o.kind in ("adam", "adamw"):
-            call = (f"mg::op::adam({'true' if o.kind == 'adamw' else 'false'}, {at(f'm.p{i}.data')}, {at(self.ptr(g))}, "
-                    f"{at(f'm.m{i}.data')}, {at(f'm.s{i}.data')}, {n}, {_float(o.lr)}, {_float(o.beta1)}, "
-                    f"{_float(o.beta2)}, {_float(o.eps)}, {wd}, step)")
-        elif o.kind == "sgd":
-            buf = at(f"m.m{i}.data") if o.momentum else "nullptr"
-            call = (f"mg::op::sgd({at(f'm.p{i}.data')}, {at(self.ptr(g))}, {buf}, {n}, {_float(o.lr)}, "
-                    f"{_float(o.momentum)}, {wd}, step)")
-        else:
-            raise InternalError(f"unknown optimizer {o.kind}")
-        return self.timed("optimizer", call, f"16.0 * {n}", f"10.0 * {n}")
 
     # ---- featureless input: rows of the one-hot identity, never materialised ---------------------
     def feature_identity(self) -> _Identity:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from morphgen.data.npz import save_npz
-from tests.e2e.support import datasets_dir, example, typed_dataset
+from tests.e2e.support import datasets_dir, typed_dataset
 from tests.mpi.support import RANKS, assert_same_run, train
 
 SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_class=12,val=60,test=100"
@@ -34,18 +34,6 @@ def test_outputs_wider_than_the_hidden_layer_match_one_process(tmp_path, model):
     for ranks in (2, 4):
         assert_same_run(reference, train(tmp_path, model, data, backend="mpi", ranks=ranks), RTOL,
                         f"{model}, 47 classes, on {ranks} ranks")
-
-
-def test_a_gradient_reduced_in_slices_matches_one_process(tmp_path):
-    """A first layer of 300 x 256 weights: its gradient, completed last, travels as two slices,
-    each stepped as soon as it arrives (distributed.h, GradientReduce)."""
-    program = tmp_path / "gcn_256.mp"
-    program.write_text(example("gcn3").read_text().replace("gnn.layer(F, 32)", "gnn.layer(F, 256)")
-                       .replace("gnn.layer(32, 32,", "gnn.layer(256, 32,"))
-    data = SYNTHETIC.replace("features=24", "features=300")
-    reference = train(tmp_path, program, data)
-    assert_same_run(reference, train(tmp_path, program, data, backend="mpi", ranks=2), RTOL,
-                    "gcn3 with a 300 x 256 first layer on 2 ranks")
 
 
 @pytest.mark.parametrize("model,featureless", [("rgcn", False), ("rgat", False), ("hgt", False),
