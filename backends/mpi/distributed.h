@@ -54,17 +54,15 @@ inline int message_count(int64_t floats, const char *what) {
 // gradient all-reduce posted during the backward, or a halo posted before an aggregation,
 // would travel only once the rank waits for it, and nothing would overlap.  This thread makes
 // those calls while the rank computes:
-//  - requests handed to it with watch() are completed by it (MPI_Testall) while the rank
-//    computes; the rank never touches them meanwhile, as MPI requires;
+//  - requests handed to it with watch() are completed by it (MPI_Testall), and the rank waits
+//    for them with await(); the rank never touches them meanwhile, as MPI requires;
 //  - while an exchange that the rank completes itself is in flight (hold() .. release()), it
 //    runs MPI's progress engine (a probe for a tag nobody sends).
-// When the rank needs a result (await()), the thread steps aside: the rank takes the requests
-// back and completes what is left itself.  Handing the completion back across threads instead
-// cost a wake-up of 30-100 us per wait, more than a small reduction takes.
 // Between calls it pauses `MORPHGEN_MPI_POLL_US` microseconds (default 50; 0: no thread), and
 // it sleeps on a condition variable when nothing is in flight, so an epoch without
-// communication pays nothing.  It needs MPI_THREAD_MULTIPLE (mpi4py's default); without it the
-// rank completes everything in its own waits, as it does with no thread.
+// communication pays nothing.  While the rank waits in await() it polls without pausing.  It
+// needs MPI_THREAD_MULTIPLE (mpi4py's default); without it the rank completes everything in
+// its own waits, as it does with no thread.
 class ProgressThread {
   public:
     ~ProgressThread() { stop(); }
@@ -108,23 +106,12 @@ class ProgressThread {
         }
         work_.notify_one();
     }
-    // Completes the watched requests that set *done, in the rank's own thread (see above).
-    void await(bool *done) {
+    void await(const bool *done) {
         std::unique_lock<std::mutex> lock(mu_);
-        ++waiting_;                                   // the thread takes no new batch from now on
-        idle_.wait(lock, [this] { return !testing_; });
-        auto w = std::find_if(watched_.begin(), watched_.end(), [done](const Watched &x) { return x.done == done; });
-        if (w != watched_.end()) {
-            const Watched mine = *w;
-            watched_.erase(w);
-            lock.unlock();
-            if (MPI_Waitall(mine.count, mine.reqs, MPI_STATUSES_IGNORE) != MPI_SUCCESS) fail();
-            lock.lock();
-            *done = true;
-        }
-        --waiting_;
-        lock.unlock();
+        ++waiting_;
         work_.notify_one();
+        finished_.wait(lock, [done] { return *done; });
+        --waiting_;
     }
 
   private:
@@ -137,23 +124,20 @@ class ProgressThread {
         const char *env = std::getenv("MORPHGEN_MPI_POLL_US");
         return env && *env ? std::strtol(env, nullptr, 10) : 50;
     }
-    [[noreturn]] static void fail() {
-        std::fprintf(stderr, "morphgen: a gradient all-reduce failed\n");
-        MPI_Abort(MPI_COMM_WORLD, 3);   // the rank is stuck otherwise: end the job
-        std::abort();
-    }
     void loop(long us) {
         std::unique_lock<std::mutex> lock(mu_);
         for (;;) {
-            work_.wait(lock, [this] { return waiting_ == 0 && (stop_ || in_flight_ > 0 || !watched_.empty()); });
+            work_.wait(lock, [this] { return stop_ || in_flight_ > 0 || !watched_.empty(); });
             if (stop_ && watched_.empty()) return;
             const std::vector<Watched> batch(watched_);
-            testing_ = true;
             lock.unlock();
             std::vector<bool *> completed;
             for (const Watched &w : batch) {
                 int flag = 0;
-                if (MPI_Testall(w.count, w.reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) fail();
+                if (MPI_Testall(w.count, w.reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+                    std::fprintf(stderr, "morphgen: a gradient all-reduce failed\n");
+                    MPI_Abort(MPI_COMM_WORLD, 3);   // the rank is stuck otherwise: end the job
+                }
                 if (flag) completed.push_back(w.done);
             }
             if (batch.empty()) {
@@ -161,25 +145,23 @@ class ProgressThread {
                 MPI_Iprobe(MPI_ANY_SOURCE, kProgressTag, comm_, &flag, MPI_STATUS_IGNORE);
             }
             lock.lock();
-            testing_ = false;
-            for (bool *d : completed) *d = true;
-            watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched &w) { return *w.done; }),
-                           watched_.end());
-            if (waiting_ > 0) {
-                idle_.notify_all();
-                continue;
+            if (!completed.empty()) {
+                for (bool *d : completed) *d = true;
+                watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched &w) { return *w.done; }),
+                               watched_.end());
+                finished_.notify_all();
             }
-            // the pause ends early when the rank starts waiting (it then takes the requests back)
+            // the pause ends early when the rank starts waiting, so its wait is not a pause long
             work_.wait_for(lock, std::chrono::microseconds(us), [this] { return waiting_ > 0 || stop_; });
         }
     }
     static constexpr int kProgressTag = 32000;
     std::thread thread_;
     std::mutex mu_;
-    std::condition_variable work_, idle_;   // idle_: the thread has finished a batch it was testing
+    std::condition_variable work_, finished_;
     std::vector<Watched> watched_;
     int in_flight_ = 0, waiting_ = 0;
-    bool stop_ = false, testing_ = false;     // testing_: a batch is out of the lock being tested
+    bool stop_ = false;
     MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
