@@ -38,6 +38,7 @@ class CUDAEmitter(OpenMPEmitter):
     ops_header = "ops.cuh"
     device_memory = True
     source_name = "model.cu"
+    row_gradients = False            # ops.cuh has no row-wise Adam yet
     fuses_edge_traversals = False    # ops.cuh has no in-place weighted scatter or edge dot yet
 
     def _refuse(self, what: str) -> UnsupportedInput:

@@ -36,6 +36,7 @@ class MPIEmitter(OpenMPEmitter):
     backend_headers = ("distributed.h",)
     distributed = True
     identity_nodes = "m.part.global_nodes"    # featureless rows are one-hots of global node ids
+    row_gradients = False            # its all-reduce sums whole gradients
     fuses_edge_traversals = False    # its gathers exchange halos first (op_gather)
 
     def __init__(self, program, buffer_plan=None):

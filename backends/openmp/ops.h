@@ -215,6 +215,11 @@ inline void embedding_rows(const float *W, const idx_t *type, const idx_t *idx, 
 inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t table_rows, idx_t M, float *dW) {
     embedding_lookup_bwd(G, plan.order.data(), plan.key_ptr.data(), plan.keys.data(), plan.unique, table_rows, M, dW);
 }
+// The same gradient with only the rows the lookups read written (plan.keys); the others are
+// left as they were, for an optimizer that reads those rows only (adam_rows).
+inline void embedding_rows_grad_rows(const EmbeddingPlan &plan, const float *G, idx_t M, float *dW) {
+    embedding_lookup_bwd_rows(G, plan.order.data(), plan.key_ptr.data(), plan.keys.data(), plan.unique, M, dW);
+}
 
 // ---- typed linear (Hector) -----------------------------------------------------------------------
 inline void typed_linear(const TypeGroups &tg, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
@@ -528,6 +533,12 @@ inline void adam(bool decoupled, float *p, const float *g, float *m, float *v, i
     AdamConfig c{lr, b1, b2, eps, wd};
     if (decoupled) adamw_step(p, g, m, v, n, c, step);
     else adam_step(p, g, m, v, n, c, step);
+}
+// Adam / AdamW on a [rows, M] table whose gradient holds only plan.keys' rows (embedding_rows_grad_rows).
+inline void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t rows, idx_t M,
+                      const EmbeddingPlan &plan, double lr, double b1, double b2, double eps, double wd, int64_t step) {
+    AdamConfig c{lr, b1, b2, eps, wd};
+    adam_rows_step(p, g, m, v, rows, M, plan.keys.data(), plan.unique, c, step, decoupled);
 }
 inline void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double momentum, double wd, int64_t step) {
     SgdConfig c;

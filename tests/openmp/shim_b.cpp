@@ -209,5 +209,15 @@ void mgb_embedding_bwd(const float* G, const int64_t* order, const int64_t* key_
                        int64_t num_keys, int64_t table_rows, int64_t M, float* dtable) {
     mg::embedding_lookup_bwd(G, order, key_ptr, keys, num_keys, table_rows, M, dtable);
 }
+void mgb_embedding_bwd_rows(const float* G, const int64_t* order, const int64_t* key_ptr, const int64_t* keys,
+                            int64_t num_keys, int64_t M, float* dtable) {
+    mg::embedding_lookup_bwd_rows(G, order, key_ptr, keys, num_keys, M, dtable);
+}
+void mgb_adam_rows_step(float* p, const float* g, float* m, float* v, int64_t rows, int64_t width,
+                        const int64_t* keys, int64_t num_keys, double lr, double b1, double b2, double eps, double wd,
+                        int64_t step, int decoupled) {
+    const mg::AdamConfig c{lr, b1, b2, eps, wd};
+    mg::adam_rows_step(p, g, m, v, rows, width, keys, num_keys, c, step, decoupled != 0);
+}
 
 }  // extern "C"

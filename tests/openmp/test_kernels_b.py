@@ -95,6 +95,11 @@ int64_t mgb_embedding_grad_plan(const int64_t* type, const int64_t* src_row, int
                                 int64_t rows_per_type, int64_t* order, int64_t* key_ptr, int64_t* keys);
 void mgb_embedding_bwd(const float* G, const int64_t* order, const int64_t* key_ptr, const int64_t* keys,
                        int64_t num_keys, int64_t table_rows, int64_t M, float* dtable);
+void mgb_embedding_bwd_rows(const float* G, const int64_t* order, const int64_t* key_ptr, const int64_t* keys,
+                            int64_t num_keys, int64_t M, float* dtable);
+void mgb_adam_rows_step(float* p, const float* g, float* m, float* v, int64_t rows, int64_t width,
+                        const int64_t* keys, int64_t num_keys, double lr, double b1, double b2, double eps, double wd,
+                        int64_t step, int decoupled);
 """
 
 ffi = FFI()
@@ -850,6 +855,37 @@ def test_adam_matches_torch_algorithm(lib, decoupled, wd, n):
     lib.mgb_adam_step(F(q), F(np.array([2.0, -3.0, 0.5], np.float32)), F(np.zeros(3, np.float32)),
                       F(np.zeros(3, np.float32)), 3, 0.1, 0.9, 0.999, 1e-8, 0.0, 1, decoupled)
     np.testing.assert_allclose(q, [-0.1, 0.1, -0.1], rtol=1e-5)
+
+
+@pytest.mark.parametrize("decoupled", [0, 1])
+@pytest.mark.parametrize("rows,width,lookups", [(9, 3, 4), (5000, 16, 700), (3000, 5, 9000)])
+def test_row_wise_adam_equals_the_step_on_the_zero_filled_gradient(lib, decoupled, rows, width, lookups):
+    """An embedding table's gradient written for the looked-up rows only, and Adam reading those
+    rows only: bit for bit the dense gradient (zeros elsewhere) and the dense step, over steps
+    whose lookups differ (rows with and without gradient, runs of both, table ends)."""
+    rng = np.random.default_rng(rows + width + decoupled)
+    p = rand(rng, rows, width)
+    dense = [p.copy(), np.zeros_like(p), np.zeros_like(p)]
+    sparse = [p.copy(), np.zeros_like(p), np.zeros_like(p)]
+    for step in range(1, 4):
+        src = rng.integers(0, rows, lookups).astype(np.int64)
+        src[:2] = [0, rows - 1]
+        G = rand(rng, lookups, width)
+        order, key_ptr, keys = (np.empty(lookups, np.int64), np.empty(lookups + 1, np.int64),
+                                np.empty(lookups, np.int64))
+        u = lib.mgb_embedding_grad_plan(ffi.NULL, I(src), lookups, 1, rows, I(order), I(key_ptr), I(keys))
+        g_dense = np.full_like(p, 7.0)
+        lib.mgb_embedding_bwd(F(G), I(order), I(key_ptr), I(keys), u, rows, width, F(g_dense))
+        g_rows = np.full_like(p, np.nan)           # rows without lookups must not be read
+        lib.mgb_embedding_bwd_rows(F(G), I(order), I(key_ptr), I(keys), u, width, F(g_rows))
+        np.testing.assert_array_equal(g_rows[keys[:u]], g_dense[keys[:u]])
+        lib.mgb_adam_step(*(F(a) for a in (dense[0], g_dense, dense[1], dense[2])), rows * width, 0.01, 0.9, 0.999,
+                          1e-8, 0.05, step, decoupled)
+        lib.mgb_adam_rows_step(F(sparse[0]), F(g_rows), F(sparse[1]), F(sparse[2]), rows, width, I(keys), u, 0.01,
+                               0.9, 0.999, 1e-8, 0.05, step, decoupled)
+        for a, b in zip(sparse, dense):
+            np.testing.assert_array_equal(a, b)
+        assert np.all(np.isfinite(sparse[0]))
 
 
 def test_adam_and_adamw_differ_with_weight_decay(lib):

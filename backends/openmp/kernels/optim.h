@@ -8,6 +8,7 @@
 // forming 1 - beta2 in float would already differ by 1e-5 relative.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -34,30 +35,52 @@ struct SgdConfig {
 namespace optim_detail {
 inline constexpr int64_t kParallelMin = 1 << 15;
 
+// The coefficients of one Adam step, each formed in double and rounded once (see above).
+struct AdamStep {
+    float step_size, bc2_sqrt, w1, b2, w2, eps, coupled_wd, decay;
+    AdamStep(const AdamConfig& c, int64_t step, bool decoupled) {
+        const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step));
+        const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
+        step_size = static_cast<float>(c.lr / bc1);
+        bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+        w1 = static_cast<float>(1.0 - c.beta1);  // lerp weight of exp_avg toward grad
+        b2 = static_cast<float>(c.beta2);
+        w2 = static_cast<float>(1.0 - c.beta2);
+        eps = static_cast<float>(c.eps);
+        coupled_wd = decoupled ? 0.0f : static_cast<float>(c.weight_decay);
+        decay = decoupled ? static_cast<float>(1.0 - c.lr * c.weight_decay) : 1.0f;
+    }
+};
+
+// Elements [0, n) of one step, in the calling thread.  ZERO_GRAD: the gradient is zero there
+// (rows an embedding lookup did not read) and `grad` is not read.
 // decoupled: AdamW's p *= 1 - lr*wd before the moment update; otherwise Adam's grad += wd*p.
-inline void adam_like(float* p, const float* grad, float* m, float* v, int64_t n, const AdamConfig& c,
-                      int64_t step, bool decoupled) {
-    const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step));
-    const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
-    const float step_size = static_cast<float>(c.lr / bc1);
-    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-    const float w1 = static_cast<float>(1.0 - c.beta1);  // lerp weight of exp_avg toward grad
-    const float b2 = static_cast<float>(c.beta2), w2 = static_cast<float>(1.0 - c.beta2);
-    const float eps = static_cast<float>(c.eps);
-    const float coupled_wd = decoupled ? 0.0f : static_cast<float>(c.weight_decay);
-    const float decay = decoupled ? static_cast<float>(1.0 - c.lr * c.weight_decay) : 1.0f;
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+template <bool ZERO_GRAD>
+MG_INLINE void adam_span(float* p, const float* grad, float* m, float* v, int64_t n, const AdamStep& k) {
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-        float pi = p[i] * decay;
-        const float g = grad[i] + coupled_wd * p[i];
+        float pi = p[i] * k.decay;
+        const float g = (ZERO_GRAD ? 0.0f : grad[i]) + k.coupled_wd * p[i];
         // torch.lerp with weight < 0.5: m + w * (g - m)
-        const float mi = m[i] + w1 * (g - m[i]);
-        const float vi = b2 * v[i] + w2 * g * g;
-        const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-        pi -= step_size * (mi / denom);  // addcdiv: p + value * (m / denom)
+        const float mi = m[i] + k.w1 * (g - m[i]);
+        const float vi = k.b2 * v[i] + k.w2 * g * g;
+        const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
+        pi -= k.step_size * (mi / denom);  // addcdiv: p + value * (m / denom)
         m[i] = mi;
         v[i] = vi;
         p[i] = pi;
+    }
+}
+
+inline void adam_like(float* p, const float* grad, float* m, float* v, int64_t n, const AdamConfig& c,
+                      int64_t step, bool decoupled) {
+    const AdamStep k(c, step, decoupled);
+    constexpr int64_t kChunk = 4096;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t c0 = 0; c0 < chunks; ++c0) {
+        const int64_t b = c0 * kChunk, e = std::min(n, b + kChunk);
+        adam_span<false>(p + b, grad + b, m + b, v + b, e - b, k);
     }
 }
 }  // namespace optim_detail
@@ -72,6 +95,36 @@ inline void adam_step(float* p, const float* grad, float* m, float* v, int64_t n
 inline void adamw_step(float* p, const float* grad, float* m, float* v, int64_t n, const AdamConfig& cfg,
                        int64_t step) {
     optim_detail::adam_like(p, grad, m, v, n, cfg, step, true);
+}
+
+// Adam / AdamW on a [rows, width] table whose gradient is zero except in rows keys[0 .. num_keys)
+// (increasing): those rows are read from `grad`, no other row of it is.  The same numbers as
+// adam_step on the gradient with every other row zeroed, without writing or reading the zeros
+// (an embedding table's gradient: R-GCN's per-relation weights on featureless input).
+inline void adam_rows_step(float* p, const float* grad, float* m, float* v, int64_t rows, int64_t width,
+                           const int64_t* keys, int64_t num_keys, const AdamConfig& cfg, int64_t step, bool decoupled) {
+    const optim_detail::AdamStep k(cfg, step, decoupled);
+#pragma omp parallel if (rows * width > optim_detail::kParallelMin)
+    {
+        const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+        const int64_t r0 = rows * id / nt, r1 = rows * (id + 1) / nt;
+        int64_t next = std::lower_bound(keys, keys + num_keys, r0) - keys;   // first key row at or after r0
+        for (int64_t r = r0; r < r1;) {
+            const int64_t key = next < num_keys ? std::min(keys[next], r1) : r1;
+            if (key > r) {                    // rows r .. key have no gradient
+                const int64_t b = r * width, n = (key - r) * width;
+                optim_detail::adam_span<true>(p + b, nullptr, m + b, v + b, n, k);
+                r = key;
+                continue;
+            }
+            int64_t e = r + 1;                 // a run of consecutive key rows
+            while (next + 1 < num_keys && keys[next + 1] == e && e < r1) ++next, ++e;
+            ++next;
+            const int64_t b = r * width, n = (e - r) * width;
+            optim_detail::adam_span<false>(p + b, grad + b, m + b, v + b, n, k);
+            r = e;
+        }
+    }
 }
 
 // torch.optim.SGD: d = grad + wd * p; with momentum, buf = d on the first step and

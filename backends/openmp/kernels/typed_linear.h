@@ -226,19 +226,28 @@ inline idx_t embedding_grad_plan(const idx_t* type, const idx_t* src_row, idx_t 
     return u;
 }
 
-// dtable [table_rows, M] = 0 except dtable[keys[k]] = sum of G[order[i]] for i in segment k.
-inline void embedding_lookup_bwd(const float* G, const idx_t* order, const idx_t* key_ptr, const idx_t* keys,
-                                 idx_t num_keys, idx_t table_rows, idx_t M, float* dtable) {
-    tl_detail::zero(dtable, table_rows * M);
+// dtable[keys[k]] = sum of G[order[i]] for i in segment k; no other row is written.
+inline void embedding_lookup_bwd_rows(const float* G, const idx_t* order, const idx_t* key_ptr, const idx_t* keys,
+                                      idx_t num_keys, idx_t M, float* dtable) {
 #pragma omp parallel for schedule(dynamic, 64) if (key_ptr[num_keys] * M > tl_detail::kParallelMin)
     for (idx_t k = 0; k < num_keys; ++k) {
         float* d = dtable + keys[k] * M;
-        for (idx_t i = key_ptr[k]; i < key_ptr[k + 1]; ++i) {
+        const float* first = G + order[key_ptr[k]] * M;
+#pragma omp simd
+        for (idx_t j = 0; j < M; ++j) d[j] = first[j];
+        for (idx_t i = key_ptr[k] + 1; i < key_ptr[k + 1]; ++i) {
             const float* s = G + order[i] * M;
 #pragma omp simd
             for (idx_t j = 0; j < M; ++j) d[j] += s[j];
         }
     }
+}
+
+// dtable [table_rows, M] = 0 except dtable[keys[k]] = sum of G[order[i]] for i in segment k.
+inline void embedding_lookup_bwd(const float* G, const idx_t* order, const idx_t* key_ptr, const idx_t* keys,
+                                 idx_t num_keys, idx_t table_rows, idx_t M, float* dtable) {
+    tl_detail::zero(dtable, table_rows * M);
+    embedding_lookup_bwd_rows(G, order, key_ptr, keys, num_keys, M, dtable);
 }
 
 }  // namespace mg
