@@ -22,7 +22,7 @@ import numpy as np
 
 from morphgen.errors import UserError
 
-from .worker import error_file
+from .worker import rank_messages
 
 
 def mpiexec() -> str:
@@ -132,11 +132,10 @@ def train_distributed(args) -> int:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "morphgen.backends.mpi.worker", str(spec_path)]
         code = subprocess.call(command, env=env)
-        messages = [error_file(Path(run_dir), r).read_text() for r in range(ranks)
-                    if error_file(Path(run_dir), r).is_file()]
-    if code != 0:
-        why = "; ".join(messages) if messages else "no rank left a message: one was killed or crashed (see above)"
-        raise RankFailure(f"morphgen: error: the {ranks}-rank MPI job failed (exit status {code}): {why}", code)
+        if code != 0:     # the ranks' messages are read before the run's folder goes
+            messages = rank_messages(Path(run_dir), ranks)
+            why = "; ".join(messages) if messages else "no rank left a message: one was killed or crashed (see above)"
+            raise RankFailure(f"morphgen: error: the {ranks}-rank MPI job failed (exit status {code}): {why}", code)
     return 0
 
 

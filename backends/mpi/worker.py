@@ -162,17 +162,22 @@ def run(spec: dict, comm) -> int:
     return 0
 
 
-def error_file(run_dir: Path, rank: int) -> Path:
+def _error_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank-{rank}.error"
 
 
-def _leave_message(argv: list, rank: int, text: str) -> None:
+def _leave_message(run_dir: Path, rank: int, text: str) -> None:
     """The message also goes beside the run's spec, for the launcher: MPI_Abort can end mpiexec
     before it has forwarded what the rank printed."""
     try:
-        error_file(Path(argv[0]).parent, rank).write_text(text)
-    except (OSError, IndexError):
+        _error_file(run_dir, rank).write_text(text)
+    except OSError:
         pass        # the printed message is all there is
+
+
+def rank_messages(run_dir: Path, ranks: int) -> list:
+    """The messages that failing ranks left in ``run_dir`` (_leave_message), in rank order."""
+    return [path.read_text() for path in (_error_file(run_dir, r) for r in range(ranks)) if path.is_file()]
 
 
 def main(argv=None) -> int:
@@ -187,7 +192,8 @@ def main(argv=None) -> int:
         text = str(err) if isinstance(err, UserError) else f"internal error: {type(err).__name__}: {err}"
         text = f"rank {comm.Get_rank()}: " + text.removeprefix("morphgen: ")
         print(f"morphgen: {text}", file=sys.stderr, flush=True)
-        _leave_message(argv, comm.Get_rank(), text)
+        if argv:
+            _leave_message(Path(argv[0]).parent, comm.Get_rank(), text)
         comm.Abort(2 if isinstance(err, UserError) else 3)
         return 3
     sys.stdout.flush()

@@ -110,19 +110,14 @@ inline void adam_rows_step(float* p, const float* grad, float* m, float* v, int6
         const int64_t r0 = rows * id / nt, r1 = rows * (id + 1) / nt;
         int64_t next = std::lower_bound(keys, keys + num_keys, r0) - keys;   // first key row at or after r0
         for (int64_t r = r0; r < r1;) {
-            const int64_t key = next < num_keys ? std::min(keys[next], r1) : r1;
-            if (key > r) {                    // rows r .. key have no gradient
-                const int64_t b = r * width, n = (key - r) * width;
-                optim_detail::adam_span<true>(p + b, nullptr, m + b, v + b, n, k);
-                r = key;
-                continue;
-            }
-            int64_t e = r + 1;                 // a run of consecutive key rows
-            while (next + 1 < num_keys && keys[next + 1] == e && e < r1) ++next, ++e;
-            ++next;
-            const int64_t b = r * width, n = (e - r) * width;
-            optim_detail::adam_span<false>(p + b, grad + b, m + b, v + b, n, k);
-            r = e;
+            // rows up to the next key row have no gradient; then a run of consecutive key rows
+            const int64_t gap_end = next < num_keys ? std::min(keys[next], r1) : r1;
+            optim_detail::adam_span<true>(p + r * width, nullptr, m + r * width, v + r * width, (gap_end - r) * width, k);
+            int64_t run_end = gap_end;
+            while (run_end < r1 && next < num_keys && keys[next] == run_end) ++next, ++run_end;
+            const int64_t b = gap_end * width;
+            optim_detail::adam_span<false>(p + b, grad + b, m + b, v + b, (run_end - gap_end) * width, k);
+            r = run_end;
         }
     }
 }
