@@ -15,6 +15,10 @@ Its table has the peak device memory beside the peak RSS, and goes between its o
 The relational graphs (RELATIONAL: aifb, mutag, featureless with typed edges) are for R-GCN
 programs: `--only aifb,mutag` selects them, and they are the default when every --model program
 is an R-GCN. A run on them alone has its own docs section (RELATIONAL_MARKS) and plot files.
+
+The model x graph and relational tables are kept per kernel ISA (`for_isa`): a run on an AVX2
+machine and one on an AVX-512 machine each refresh their own section and plots, so the docs hold
+both and neither overwrites the other.
 """
 from __future__ import annotations
 
@@ -38,17 +42,35 @@ GPU_MARKS = ("<!-- bench-suite-cuda:begin -->", "<!-- bench-suite-cuda:end -->")
 
 MODELS_MARKS = ("<!-- bench-suite-models:begin -->", "<!-- bench-suite-models:end -->")
 RELATIONAL_MARKS = ("<!-- bench-suite-relational:begin -->", "<!-- bench-suite-relational:end -->")
+KERNEL_ISAS = ("avx512", "avx2", "portable")     # morphgen.calibrate.kernel_isa's answers
 
 
-def marks(backend: str, several_models: bool = False, relational: bool = False) -> tuple:
+def marks(backend: str, several_models: bool = False, relational: bool = False, isa: Optional[str] = None) -> tuple:
     """The docs section a suite run refreshes: the GPU suite, the relational table (only
     relational graphs, CPU), the model x graph table (several --model programs, CPU), or the CPU
-    suite."""
+    suite. The relational and model x graph sections are per kernel ISA (`isa`, when known)."""
     if backend == "cuda":
         return GPU_MARKS
     if relational:
-        return RELATIONAL_MARKS
-    return MODELS_MARKS if several_models else (BEGIN_MARK, END_MARK)
+        return for_isa(RELATIONAL_MARKS, isa)
+    return for_isa(MODELS_MARKS, isa) if several_models else (BEGIN_MARK, END_MARK)
+
+
+def for_isa(names: tuple, isa: Optional[str]) -> tuple:
+    """Markers (or plots) of a section kept per kernel ISA: `bench-suite-models:begin` becomes
+    `bench-suite-models-avx512:begin`, `suite_models_epoch_time.png` becomes
+    `suite_models_avx512_epoch_time.png`. Unchanged when the ISA is not one of the known ones."""
+    if isa not in KERNEL_ISAS:
+        return names
+
+    def keyed(name):
+        if isinstance(name, tuple):                       # a plot: (key, scale, label, file name)
+            return name[:-1] + (keyed(name[-1]),)
+        if name.startswith("<!--"):
+            return name.replace(":", f"-{isa}:", 1)
+        suite, section, rest = name.split("_", 2)          # suite_models_epoch_time.png
+        return f"{suite}_{section}_{isa}_{rest}"
+    return tuple(keyed(n) for n in names)
 
 
 @dataclass(frozen=True)
@@ -382,8 +404,9 @@ def run(args) -> int:
                                                             "report": r} for g, r in rows],
                                                 "geometric_mean_ratios": geometric_mean_ratios(rows, peers)},
                                                indent=2, default=str) + "\n")
-    plots = suite_plots(rows, peers, out, GPU_PLOTS if gpu else RELATIONAL_PLOTS if relational
-                        else MODELS_PLOTS if len(programs) > 1 else PLOTS)
+    isa = machine.get("kernel_isa") if not gpu else None
+    plots = suite_plots(rows, peers, out, GPU_PLOTS if gpu else for_isa(RELATIONAL_PLOTS, isa) if relational
+                        else for_isa(MODELS_PLOTS, isa) if len(programs) > 1 else PLOTS)
     docs = Path(args.docs)
     links = []
     if docs:
@@ -394,7 +417,7 @@ def run(args) -> int:
             links.append(f"benchmarks/{p.name}")
         text = docs.read_text() if docs.exists() else "# Benchmarks\n\n"
         docs.write_text(replace_between_markers(text, docs_section(args, programs, rows, peers, machine, links, command),
-                                                marks(args.backend, len(programs) > 1, relational)))
+                                                marks(args.backend, len(programs) > 1, relational, isa)))
     (out / "suite.md").write_text("\n".join(suite_table(rows, peers, device=gpu)) + "\n")
     print(f"wrote {out / 'suite.json'}, {out / 'suite.md'}, plots, and refreshed {docs}")
     morphgen_failed = any(r.get("error") or (_system(r, "morphgen") or {}).get("error") for _, r in rows)

@@ -302,3 +302,20 @@ def test_suite_relational_graphs_are_selected_apart():
     assert not suite_cli.all_relational([ROOT / "examples" / "rgcn.mp", GCN])
     assert suite_cli.marks("openmp", True, relational=True) == suite_cli.RELATIONAL_MARKS
     assert suite_cli.marks("openmp", True) == suite_cli.MODELS_MARKS
+
+
+def test_suite_tables_are_kept_per_kernel_isa():
+    """An AVX-512 run and an AVX2 run refresh different sections and plots; the GPU suite and the
+    single-model CPU suite are not keyed."""
+    avx512 = suite_cli.marks("openmp", True, isa="avx512")
+    assert avx512 == ("<!-- bench-suite-models-avx512:begin -->", "<!-- bench-suite-models-avx512:end -->")
+    assert suite_cli.marks("openmp", True, relational=True, isa="avx2")[1] == "<!-- bench-suite-relational-avx2:end -->"
+    assert suite_cli.marks("openmp", False, isa="avx512") == (suite_cli.BEGIN_MARK, suite_cli.END_MARK)
+    assert suite_cli.marks("cuda", True, isa="avx512") == suite_cli.GPU_MARKS
+    assert suite_cli.marks("openmp", True, isa="unknown (no compiler)") == suite_cli.MODELS_MARKS
+    plots = suite_cli.for_isa(suite_cli.MODELS_PLOTS, "avx2")
+    assert [p[-1] for p in plots] == ["suite_models_avx2_epoch_time.png", "suite_models_avx2_peak_memory.png"]
+    assert [p[:-1] for p in plots] == [p[:-1] for p in suite_cli.MODELS_PLOTS]
+    docs = "# B\n\n<!-- bench-suite-models-avx2:begin -->\navx2 table\n<!-- bench-suite-models-avx2:end -->\n"
+    both = suite_cli.replace_between_markers(docs, "avx512 table", avx512)
+    assert "avx2 table" in both and "avx512 table" in both
