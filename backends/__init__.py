@@ -31,6 +31,7 @@ class Capabilities:
     distributed: bool = False    # splits the graph over ranks with halo exchange
     device_memory: bool = False  # buffers live on an accelerator, not in host memory
     link_prediction: bool = False  # has the kernels of gnn.linkLoss (triple scoring)
+    bases_per_lookup: bool = False  # reads featureless lookups of W_t = sum_b A[t,b] V_b from the bases
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ class Backend:
 REGISTRY = {
     "openmp": Backend(
         "openmp", "one multicore CPU: OpenMP, SIMD sparse kernels, BLAS",
-        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, link_prediction=True),
+        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, link_prediction=True,
+                     bases_per_lookup=True),
         "MORPHGEN_CXX", "g++", "morphgen.backends.openmp.emitter:OpenMPEmitter"),
     "cuda": Backend(
         "cuda", "one NVIDIA GPU: block-per-row SpMM, cuBLAS (MORPHGEN_CUDA_EMULATION=1: SIMT emulation on the CPU)",

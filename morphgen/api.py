@@ -98,7 +98,8 @@ class CompiledModel:
 
     def _lower_and_emit(self, dataset, dense: bool) -> dict:
         hoist = self.hoist_invariants and dense and self._backend.capabilities.hoist_invariants
-        self.program = lower(self.path, sizes_of(dataset), dataset.features is None, hoist)
+        self.program = lower(self.path, sizes_of(dataset), dataset.features is None, hoist,
+                             self._backend.capabilities.bases_per_lookup)
         self._backend.check_program(self.program)
         self._emitter = self._backend.emitter_class()(self.program)
         return self._emitter.emit()

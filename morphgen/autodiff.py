@@ -292,6 +292,16 @@ def _basis_combine(ctx, op, g):
         ctx.accumulate(v, ctx.emit("basis_grad", a, g))
 
 
+def _typed_linear_bases(ctx, op, g):
+    x, a, v = op.inputs
+    if ctx.needs(x):      # a rewrite only makes this op for featureless rows, which need none
+        ctx.accumulate(x, ctx.emit("typed_matmul_nt", g, ctx.emit("basis_combine", a, v)))
+    if ctx.needs(a):
+        ctx.accumulate(a, ctx.emit("typed_linear_bases_coef_grad", x, g, v, types=a.shape[0], domain=a.domain))
+    if ctx.needs(v):
+        ctx.accumulate(v, ctx.emit("typed_linear_bases_grad", x, a, g))
+
+
 def _standardize(ctx, op, g):
     x = op.inputs[0]
     ctx.accumulate(x, ctx.emit(op.opcode + "_grad", g, x, op.output, eps=op.attrs["eps"]))
@@ -342,6 +352,7 @@ GRADIENT_RULES = {
     "gather": _gather, "scatter": _scatter, "aggregate": _aggregate,
     "graph_scalar": _no_gradient, "add": _add, "sub": _sub, "mul": _mul, "div": _div,
     "scale": _scale, "neg": _neg, "bias_add": _bias_add, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean, "basis_combine": _basis_combine,
+    "typed_linear_bases": _typed_linear_bases,
     "layer_standardize": _standardize, "batch_standardize": _standardize,
     "edge_softmax": _edge_softmax, "concat": _concat, "dropout": _dropout,
     "matvec": _matvec, "param_slice": _param_slice,

@@ -241,6 +241,13 @@ class Interpreter:
         x = self._dense(x, op)
         return np.einsum("rk,rkm->rm", x, w[types]) if x.shape[0] else np.zeros((0, w.shape[2]), self.dtype)
 
+    def _op_typed_linear_bases(self, op, x, a, v):
+        """Row r through W_t = Σ_b A[t,b] V[b], t = type(r), without forming any W_t."""
+        coef = a[self._types(op.inputs[0].assoc)]                      # [R, B]
+        if isinstance(x, OneHotRows):
+            return np.einsum("rb,brm->rm", x.scale[:, None] * coef, v[:, x.index, :])
+        return np.einsum("rk,rb,bkm->rm", self._dense(x, op), coef, v)
+
     def _op_typed_param(self, op, w):
         return w[self._types(op.output.assoc)]
 
@@ -512,6 +519,22 @@ class Interpreter:
             sel = types == k
             out[k] = x[sel].T @ g[sel]
         return out
+
+    def _op_typed_linear_bases_coef_grad(self, op, x, g, v):
+        types = self._types(op.inputs[1].assoc)
+        if isinstance(x, OneHotRows):
+            per_row = x.scale[:, None] * np.einsum("brm,rm->rb", v[:, x.index, :], g)
+        else:
+            per_row = np.einsum("rk,bkm,rm->rb", self._dense(x, op), v, g)
+        return self._segment_sum(per_row, types, op.attrs["types"])
+
+    def _op_typed_linear_bases_grad(self, op, x, a, g):
+        coef = a[self._types(op.inputs[2].assoc)]                      # [R, B]
+        if isinstance(x, OneHotRows):
+            out = np.zeros((x.n, a.shape[1], g.shape[1]), self.dtype)  # [N, B, M]: rows first for add.at
+            np.add.at(out, x.index, (x.scale[:, None] * coef)[:, :, None] * g[:, None, :])
+            return out.transpose(1, 0, 2).copy()
+        return np.einsum("rb,rk,rm->bkm", coef, self._dense(x, op), g)
 
     def _op_typed_row_sum(self, op, g):
         return self._segment_sum(g, self._types(op.inputs[0].assoc), op.attrs["types"])

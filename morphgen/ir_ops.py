@@ -54,6 +54,8 @@ Ops introduced by passes (forward, on weights)
 param_slice(W, start, stop)  rows [start, stop) of a [K,M] weight: a view, not a copy
 matvec(W, a)                 [K,M]·[M] -> [K]; typed: [T,K,M]·[T,M] -> [T,K] per type
 linear(W, A) with W a param  [K,M]·[M,J] -> param [K,J] (weight-times-weight product)
+typed_linear_bases(x, A, V)  typed_linear(x, basis_combine(A, V)) without forming every W_t: on
+                             featureless rows, row r is Σ_b A[type(r),b] V[b][row(r)]
 
 Backward ops (emitted by morphgen.autodiff; docs/ir.md is the backend contract)
 --------------------------------------------------------------------------------
@@ -71,6 +73,10 @@ softmax_grad(g, y, log)      row softmax (log=False) or log-softmax (log=True) b
 head_repeat(g, heads, c)     [D] -> [H*D]: g copied to every head, times c (head_mean's gradient)
 basis_coef_grad(g, V)        dA[t,b] = <g[t], V[b]>   (basis_combine's coefficient gradient)
 basis_grad(A, g)             dV[b] = sum_t A[t,b] g[t] (basis_combine's bases gradient)
+typed_linear_bases_coef_grad(x, g, V)
+                             dA[t,b] = Σ_{type(r)=t} x[r] V[b] g[r]ᵀ (typed_linear_bases' coefficients)
+typed_linear_bases_grad(x, A, g)
+                             dV[b] = Σ_r A[type(r),b] x[r]ᵀ g[r] (typed_linear_bases' bases)
 layer_standardize_grad(g, x, y, eps)   (g - mean_f g - y mean_f(g y)) / sigma_row
 batch_standardize_grad(g, x, y, eps)   (g - mean_n g - y mean_n(g y)) / sigma_feature (training)
 edge_softmax_grad(g, y)      y ⊙ (g − Σ_{in-edges of dst} y ⊙ g)
@@ -603,6 +609,33 @@ def _outer(ins, attrs, loc):
     return "param", (g.shape[0], g.shape[1], a.shape[1]), "f32", g.domain
 
 
+def _typed_linear_bases(ins, attrs, loc):
+    x, a, v = ins
+    _basis_combine([a, v], attrs, loc)
+    want = "edge" if a.domain == "etype" else "node"
+    _need(x.assoc == want, f"coefficients by {a.domain} need {want} input, got {x.assoc}", loc)
+    _need(_same_width(x.width, v.shape[1]),
+          f"typed linear with bases: input width {x.width} does not match the bases' rows {v.shape[1]}", loc)
+    return x.assoc, (v.shape[2],), "f32"
+
+
+def _typed_linear_bases_coef_grad(ins, attrs, loc):
+    x, g, v = ins
+    dom, types = _typed_rows(g, attrs, loc, "typed_linear_bases_coef_grad")
+    _need(x.assoc == g.assoc and v.assoc == "param" and len(v.shape) == 3,
+          f"typed_linear_bases_coef_grad needs rows, their gradient and [B,K,M] bases, got {x.describe()}, "
+          f"{g.describe()} and {v.describe()}", loc)
+    return "param", (types, v.shape[0]), "f32", dom
+
+
+def _typed_linear_bases_grad(ins, attrs, loc):
+    x, a, g = ins
+    _need(x.assoc == g.assoc and a.assoc == "param" and len(a.shape) == 2 and a.domain is not None,
+          f"typed_linear_bases_grad needs rows, [T,B] coefficients and the rows' gradient, got {x.describe()}, "
+          f"{a.describe()} and {g.describe()}", loc)
+    return "param", (a.shape[1], x.width, g.width), "f32"
+
+
 def _matvec_t(ins, attrs, loc):
     w, g = ins
     _need(w.assoc == g.assoc == "param", "matvec_t multiplies two weights", loc)
@@ -611,13 +644,14 @@ def _matvec_t(ins, attrs, loc):
     return "param", (w.shape[0], w.shape[2]), "f32", w.domain
 
 
-PASS_OPCODES = ("param_slice", "matvec")
+PASS_OPCODES = ("param_slice", "matvec", "typed_linear_bases")
 BACKWARD_OPCODES = ("matmul_nt", "matmul_tn", "typed_matmul_nt", "typed_matmul_tn", "typed_row_sum",
                     "row_sum", "feature_sum", "head_repeat", "act_grad", "math_grad", "softmax_grad", "edge_softmax_grad",
                     "aggregate_max_grad", "scatter_max_grad", "dropout_grad",
                     "cross_entropy_grad", "slice", "row_concat", "outer", "matvec_t", "basis_coef_grad",
                     "basis_grad", "layer_standardize_grad", "batch_standardize_grad",
-                    "link_loss_grad", "link_loss_rel_grad")
+                    "link_loss_grad", "link_loss_rel_grad", "typed_linear_bases_coef_grad",
+                    "typed_linear_bases_grad")
 
 
 def register(opcode: str, rule) -> None:

@@ -12,11 +12,14 @@ import numpy as np
 from .errors import UserError
 
 
-def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_features: bool = False):
+def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_features: bool = False,
+          bases_per_lookup: bool = False):
     """Parse, check and lower a program; bind sizes when given; run the passes (backward included).
 
     ``dense_features``: the backend will hold the input features dense, so aggregations of them
-    may be computed once instead of every epoch (passes/hoist_invariant.py)."""
+    may be computed once instead of every epoch (passes/hoist_invariant.py).
+    ``bases_per_lookup``: the backend reads featureless lookups of basis-decomposed weights from
+    the bases (passes/basis_lookup.py)."""
     from . import passes
     from .frontend import compile_file
     from .ir_core import IRError, _canonical_symbol
@@ -26,7 +29,8 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
         if sizes is not None:
             program.featureless = featureless
             program.bind(sizes)
-        passes.run_default(program, dense_features=dense_features and sizes is not None and not featureless)
+        passes.run_default(program, dense_features=dense_features and sizes is not None and not featureless,
+                           bases_per_lookup=bases_per_lookup)
     except IRError as err:
         # Shapes that only the dataset's sizes reveal: the error still points into the program.
         raise located_error(err, path, {k: v for k, v in (sizes or {}).items() if k in used}) from None

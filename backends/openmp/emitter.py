@@ -756,6 +756,45 @@ class OpenMPEmitter:
         return self.timed("typed_linear", f"mg::op::embedding_rows_grad({plan}, {self.ptr(g)}, {table_rows}, {M}, "
                           f"{self.ptr(out)})", f"8.0 * {self.numel(g)}")
 
+    # ---- featureless lookups of basis-decomposed weights (passes/basis_lookup.py) ----------------
+    def basis_plan(self, x: Value, domain: str) -> str:
+        """The lookups' BasisLookupPlan, built once at load time (one per lookup set)."""
+        ident = self._identity_rows(x)
+        if ident is None:
+            raise InternalError("typed_linear_bases of stored rows: the pass makes it only for featureless rows")
+        types = self.groups(domain) + ".types"
+        key = ("bases", self.type_expr(domain), ident.idx or self.node_ids(), types, x.assoc)
+        if key not in self.plans:
+            name = f"plan{len(self.plans)}"
+            self.plans[key] = name
+            self.members.append(f"mg::op::BasisLookupPlan {name};")
+            self.prepare.append(f"m.{name}.build({key[1]}, {key[2]}, {self.rows(x)}, {types}, {self.identity_nodes})")
+        return f"m.{self.plans[key]}"
+
+    def op_typed_linear_bases(self, op, x, a, v):
+        out, plan = op.output, self.basis_plan(x, a.domain)
+        B, M = self.dim(v.shape[0]), self.width(out)
+        combined = f"{plan}.by_type.unique * {B} * {M}"
+        return self.timed("typed_linear", f"mg::op::basis_lookup({plan}, {self.ptr(a)}, {self.ptr(v)}, {B}, "
+                          f"{self.identity_nodes}, {M}, {self.ptr(out)})",
+                          f"4.0 * ({combined} + {self.numel(out)})", f"2.0 * {combined}")
+
+    def op_typed_linear_bases_coef_grad(self, op, x, g, v):
+        plan = self.basis_plan(x, op.attrs["domain"])
+        B, M = self.dim(v.shape[0]), self.width(g)
+        combined = f"{plan}.by_type.unique * {B} * {M}"
+        return self.timed("typed_linear", f"mg::op::basis_lookup_coef_grad({plan}, {self.ptr(v)}, {self.ptr(g)}, "
+                          f"{B}, {self.identity_nodes}, {M}, {self.ptr(op.output)})",
+                          f"4.0 * ({combined} + {self.numel(g)})", f"2.0 * {combined}")
+
+    def op_typed_linear_bases_grad(self, op, x, a, g):
+        out, plan = op.output, self.basis_plan(x, a.domain)
+        B, M = self.dim(a.shape[1]), self.width(g)
+        combined = f"{plan}.by_row.unique * {B} * {M}"
+        return self.timed("typed_linear", f"mg::op::basis_lookup_bases_grad({plan}, {self.ptr(a)}, {self.ptr(g)}, "
+                          f"{B}, {self.identity_nodes}, {M}, {self.ptr(out)})",
+                          f"4.0 * ({self.numel(out)} + {combined} + {self.numel(g)})", f"2.0 * {combined}")
+
     def op_typed_param(self, op, w):
         out = op.output
         return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, {self.type_expr(w.domain)}, nullptr, "

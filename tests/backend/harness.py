@@ -22,8 +22,9 @@ def sizes_for(graph, x, classes):
 def build(program, graph, x, classes, sanitize=False, backend="openmp"):
     program.featureless = x is None
     program.bind(sizes_for(graph, x, classes))
-    run_default(program)          # rewrites, backward and fusion exactly as `morphgen train` does
     chosen = require(backend)
+    # rewrites, backward and fusion exactly as `morphgen train` does for this backend
+    run_default(program, bases_per_lookup=chosen.capabilities.bases_per_lookup)
     sources = chosen.emitter_class()(program).emit()
     if backend == "openmp":     # the default build, under a name of its own (cached apart from `train`'s)
         return compile_shared(sources, name=f"test_model_{backend}", include_dirs=include_dirs(), sanitize=sanitize,

@@ -51,6 +51,15 @@ def test_relational_models_match_interpreter(name):
     _check(program, graph, x, labels, mask, classes=3)
 
 
+def test_bases_read_per_lookup_match_interpreter_on_threads():
+    """R-GCN with bases on featureless input reads the bases per (type, source) lookup
+    (passes/basis_lookup.py): a graph large enough for those kernels to run on the thread team,
+    with sources that many edges of one type share."""
+    graph = random_graph(n=300, e=4000, seed=5, etypes=7, ntypes=1)
+    _, labels, mask = random_data(graph, None, classes=3)
+    _check(models.rgcn(bases=3), graph, None, labels, mask, classes=3)
+
+
 def test_gat_reads_gathered_rows_in_place():
     """No E x (heads * width) copy: the messages, the transposed messages and the attention
     gradient read the node rows at the edge ends (plan_edge_traversals); the parity tests above

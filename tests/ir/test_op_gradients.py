@@ -93,6 +93,14 @@ def _basis_combine(domain):
     return build
 
 
+def _typed_linear_bases(domain):
+    def build(m, h, k):
+        types = "etypes" if domain == "etype" else "ntypes"
+        rows = m.emit("gather", h, end="src") if domain == "etype" else h
+        return m.emit("typed_linear_bases", rows, m.param("A", (types, 2), domain=domain), m.param("V", (2, k, 5)))
+    return build
+
+
 def _layer_norm(m, h, k):
     return m.emit("layer_standardize", m.emit("scale", h, c=3.0), eps=1e-5)
 
@@ -219,6 +227,8 @@ CASES = {
     "batch_norm": _batch_norm,
     "basis_combine_edge": _basis_combine("etype"),
     "basis_combine_node": _basis_combine("ntype"),
+    "typed_linear_bases_edge": _typed_linear_bases("etype"),
+    "typed_linear_bases_node": _typed_linear_bases("ntype"),
     "typed_param_edge": _typed_param("etype"),
     "typed_param_node": _typed_param("ntype"),
     "gather_src": lambda m, h, k: m.emit("gather", h, end="src"),
@@ -352,6 +362,24 @@ def test_link_loss_matches_a_direct_formula(data):
     p = 1 / (1 + np.exp(-s))
     bce = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
     assert loss == pytest.approx(bce + 0.1 * ((z ** 2).mean() + (params["R"] ** 2).mean()), rel=1e-12)
+
+
+@pytest.mark.parametrize("domain", ["etype", "ntype"])
+def test_featureless_typed_linear_bases_gradient_matches_finite_differences(domain, data):
+    """The lookup form (rows of the identity, never stored) of typed_linear_bases, with a type
+    that no row has and rows read by several lookups."""
+    g = data[0]
+    _, labels, mask = random_data(g, None, C)
+    m = ModelBuilder(f"case_bases_lookup_{domain}", featureless=True)
+    rows = m.emit("gather", m.x, end="src") if domain == "etype" else m.x
+    types = "etypes" if domain == "etype" else "ntypes"
+    h = m.emit("typed_linear_bases", rows, m.param("A", (types, 3), domain=domain), m.param("V", (3, "N", 4)))
+    if domain == "etype":
+        h = m.emit("scatter", m.emit("tanh", h), reduce="sum", end="dst")
+    prog = m.finish(m.emit("linear", m.emit("tanh", h), m.param("Wc", (4, "C"))))
+    prog.bind({"N": g.num_nodes, "C": C, "etypes": ETYPES + 1, "ntypes": NTYPES})
+    differentiate(prog)
+    finite_difference_check(prog, g, None, labels, mask, perturbed_params(prog), max_entries=20)
 
 
 def test_every_registered_opcode_is_exercised():

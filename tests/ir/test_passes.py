@@ -7,7 +7,7 @@ from morphgen.autodiff import differentiate
 from morphgen.interp import Interpreter
 from morphgen.ir import IRError, Param, Program
 from morphgen.ir_ops import Builder
-from morphgen.passes import (analyse_liveness, annotate_fusion, reorder_linear_aggregate,
+from morphgen.passes import (analyse_liveness, annotate_fusion, combine_bases_per_lookup, reorder_linear_aggregate,
                              reorder_linear_operators, run_default, split_concat_linear)
 
 from . import models
@@ -96,6 +96,32 @@ def test_featureless_identity_is_never_aggregated():
                                     reorder_linear_aggregate, {"N": 10})
     assert n == 0
     assert prog.forward[0].opcode == "linear"
+
+
+# -- featureless lookups of basis-decomposed weights ----------------------------------------
+def test_featureless_lookups_read_the_bases():
+    """Both R-GCN layers' lookups: the first (featureless rows) reads the bases directly and its
+    W_r is never formed; the second (stored rows) keeps the combination. Same loss, same gradients."""
+    prog, n = _assert_same_numerics(lambda: models.rgcn(bases=2), combine_bases_per_lookup)
+    assert n == 1
+    assert _opcodes(prog).count("basis_combine") == 1 and _opcodes(prog).count("typed_linear_bases") == 1
+    differentiate(prog)
+    backward = [op.opcode for op in prog.backward]
+    assert {"typed_linear_bases_coef_grad", "typed_linear_bases_grad"} <= set(backward)
+    assert backward.count("basis_coef_grad") == 1      # the second layer's only
+
+
+def test_bases_are_combined_when_the_input_has_features():
+    prog, n = _assert_same_numerics(lambda: models.rgcn(bases=2, featureless=False), combine_bases_per_lookup)
+    assert n == 0 and "typed_linear_bases" not in _opcodes(prog)
+
+
+def test_only_backends_with_the_kernels_get_the_rewrite():
+    without = _bound(lambda: models.rgcn(bases=2))
+    assert "combine_bases_per_lookup" not in run_default(without)
+    assert "typed_linear_bases" not in _opcodes(without)
+    with_kernels = _bound(lambda: models.rgcn(bases=2))
+    assert run_default(with_kernels, bases_per_lookup=True)["combine_bases_per_lookup"] == 1
 
 
 def test_reorder_needs_bound_sizes():

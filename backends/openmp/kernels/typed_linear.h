@@ -250,4 +250,102 @@ inline void embedding_lookup_bwd(const float* G, const idx_t* order, const idx_t
     embedding_lookup_bwd_rows(G, order, key_ptr, keys, num_keys, M, dtable);
 }
 
+// ---- featureless with bases: rows of W_t = sum_b A[t, b] V[b], W_t never formed -----------------
+// R-GCN's basis decomposition on featureless input (passes/basis_lookup.py). V is [B, P, M], A is
+// [T, B]; lookup r reads row row(r) of W_type(r). The lookups come grouped by embedding_grad_plan:
+// once keyed type * P + row (segments in type order), once keyed row * T + type (segments in row
+// order, row_start[i] the first segment of the i-th distinct row). A segment is one distinct
+// (type, row) pair, so each combined row is computed once however many edges read it.
+
+// Y[r] = sum_b A[type(r), b] V[b][row(r)]; plan keyed type * P + row.
+inline void basis_lookup_fwd(const float* A, const float* V, const idx_t* order, const idx_t* key_ptr,
+                             const idx_t* keys, idx_t num_keys, idx_t B, idx_t P, idx_t M, float* Y) {
+#pragma omp parallel for schedule(dynamic, 64) if (num_keys * B * M > tl_detail::kParallelMin)
+    for (idx_t k = 0; k < num_keys; ++k) {
+        const idx_t t = keys[k] / P, s = keys[k] % P;
+        float* first = Y + order[key_ptr[k]] * M;
+#pragma omp simd
+        for (idx_t j = 0; j < M; ++j) first[j] = 0.f;
+        for (idx_t b = 0; b < B; ++b) {
+            const float a = A[t * B + b];
+            const float* v = V + (b * P + s) * M;
+#pragma omp simd
+            for (idx_t j = 0; j < M; ++j) first[j] += a * v[j];
+        }
+        for (idx_t i = key_ptr[k] + 1; i < key_ptr[k + 1]; ++i) {
+            float* d = Y + order[i] * M;
+#pragma omp simd
+            for (idx_t j = 0; j < M; ++j) d[j] = first[j];
+        }
+    }
+}
+
+namespace tl_detail {
+// gsum = the sum of the G rows of one plan segment.
+inline void segment_sum(const float* G, const idx_t* order, idx_t begin, idx_t end, idx_t M, float* gsum) {
+    const float* first = G + order[begin] * M;
+#pragma omp simd
+    for (idx_t j = 0; j < M; ++j) gsum[j] = first[j];
+    for (idx_t i = begin + 1; i < end; ++i) {
+        const float* g = G + order[i] * M;
+#pragma omp simd
+        for (idx_t j = 0; j < M; ++j) gsum[j] += g[j];
+    }
+}
+}  // namespace tl_detail
+
+// dA[t, b] = sum over the lookups r of type t of <V[b][row(r)], G[r]>; plan keyed type * P + row.
+// One thread per type: every entry has one writer and the same sum order at any thread count.
+inline void basis_lookup_coef_bwd(const float* V, const float* G, const idx_t* order, const idx_t* key_ptr,
+                                  const idx_t* keys, idx_t num_keys, idx_t T, idx_t B, idx_t P, idx_t M,
+                                  float* dA) {
+#pragma omp parallel if (num_keys * B * M > tl_detail::kParallelMin)
+    {
+        std::vector<float> gsum(static_cast<size_t>(M)), acc(static_cast<size_t>(B));
+#pragma omp for schedule(dynamic, 1)
+        for (idx_t t = 0; t < T; ++t) {
+            const idx_t k0 = std::lower_bound(keys, keys + num_keys, t * P) - keys;
+            const idx_t k1 = std::lower_bound(keys + k0, keys + num_keys, (t + 1) * P) - keys;
+            std::fill(acc.begin(), acc.end(), 0.f);
+            for (idx_t k = k0; k < k1; ++k) {
+                tl_detail::segment_sum(G, order, key_ptr[k], key_ptr[k + 1], M, gsum.data());
+                const idx_t s = keys[k] - t * P;
+                for (idx_t b = 0; b < B; ++b) {
+                    const float* v = V + (b * P + s) * M;
+                    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+                    for (idx_t j = 0; j < M; ++j) dot += v[j] * gsum[j];
+                    acc[b] += dot;
+                }
+            }
+            for (idx_t b = 0; b < B; ++b) dA[t * B + b] = acc[b];
+        }
+    }
+}
+
+// dV[b][s] = sum over the lookups r of row s of A[type(r), b] G[r]; rows no lookup reads are zero.
+// Plan keyed row * T + type; one thread owns a row's B outputs (row_start: rows' first segments).
+inline void basis_lookup_bases_bwd(const float* A, const float* G, const idx_t* order, const idx_t* key_ptr,
+                                   const idx_t* keys, const idx_t* row_start, idx_t num_rows, idx_t T,
+                                   idx_t B, idx_t P, idx_t M, float* dV) {
+    tl_detail::zero(dV, B * P * M);
+#pragma omp parallel if (key_ptr[row_start[num_rows]] * B * M > tl_detail::kParallelMin)
+    {
+        std::vector<float> gsum(static_cast<size_t>(M));
+#pragma omp for schedule(dynamic, 64)
+        for (idx_t i = 0; i < num_rows; ++i) {
+            for (idx_t k = row_start[i]; k < row_start[i + 1]; ++k) {
+                const idx_t s = keys[k] / T, t = keys[k] % T;
+                tl_detail::segment_sum(G, order, key_ptr[k], key_ptr[k + 1], M, gsum.data());
+                for (idx_t b = 0; b < B; ++b) {
+                    const float a = A[t * B + b];
+                    float* d = dV + (b * P + s) * M;
+#pragma omp simd
+                    for (idx_t j = 0; j < M; ++j) d[j] += a * gsum[j];
+                }
+            }
+        }
+    }
+}
+
 }  // namespace mg
