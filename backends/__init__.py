@@ -106,7 +106,8 @@ REGISTRY = {
         "MORPHGEN_NVCC", "nvcc", "morphgen.backends.cuda.emitter:CUDAEmitter", "morphgen.backends.cuda.toolchain"),
     "mpi": Backend(
         "mpi", "a cluster of CPU nodes: partitioned graph, halo exchange",
-        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, distributed=True),
+        Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, distributed=True,
+                     bases_per_lookup=True),
         "MORPHGEN_MPICXX", "mpicxx", "morphgen.backends.mpi.emitter:MPIEmitter"),
 }
 

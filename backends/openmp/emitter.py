@@ -774,7 +774,7 @@ class OpenMPEmitter:
     def op_typed_linear_bases(self, op, x, a, v):
         out, plan = op.output, self.basis_plan(x, a.domain)
         B, M = self.dim(v.shape[0]), self.width(out)
-        combined = f"{plan}.by_type.unique * {B} * {M}"
+        combined = f"{plan}.by_row.unique * {B} * {M}"
         return self.timed("typed_linear", f"mg::op::basis_lookup({plan}, {self.ptr(a)}, {self.ptr(v)}, {B}, "
                           f"{self.identity_nodes}, {M}, {self.ptr(out)})",
                           f"4.0 * ({combined} + {self.numel(out)})", f"2.0 * {combined}")
@@ -782,7 +782,7 @@ class OpenMPEmitter:
     def op_typed_linear_bases_coef_grad(self, op, x, g, v):
         plan = self.basis_plan(x, op.attrs["domain"])
         B, M = self.dim(v.shape[0]), self.width(g)
-        combined = f"{plan}.by_type.unique * {B} * {M}"
+        combined = f"{plan}.by_row.unique * {B} * {M}"
         return self.timed("typed_linear", f"mg::op::basis_lookup_coef_grad({plan}, {self.ptr(v)}, {self.ptr(g)}, "
                           f"{B}, {self.identity_nodes}, {M}, {self.ptr(op.output)})",
                           f"4.0 * ({combined} + {self.numel(g)})", f"2.0 * {combined}")

@@ -221,15 +221,13 @@ inline void embedding_rows_grad_rows(const EmbeddingPlan &plan, const float *G, 
     embedding_lookup_bwd_rows(G, plan.order.data(), plan.key_ptr.data(), plan.keys.data(), plan.unique, M, dW);
 }
 
-// The lookups of a typed linear with bases on featureless input (typed_linear.h), grouped twice at
-// load time: by (type, row) for the forward and the coefficients' gradient, by (row, type) for the
-// bases' gradient, whose writers own whole rows (row_start: each distinct row's first segment).
+// The lookups of a typed linear with bases on featureless input (typed_linear.h), grouped at load
+// time by (row, type), in row order (row_start: each distinct row's first segment).
 struct BasisLookupPlan {
-    EmbeddingPlan by_type, by_row;
+    EmbeddingPlan by_row;
     std::vector<idx_t> row_start;
     idx_t types = 0;
     void build(const idx_t *type, const idx_t *rows, idx_t R, idx_t num_types, idx_t num_rows) {
-        by_type.build(type, rows, R, num_types, num_rows);
         by_row.build(rows, type, R, num_rows, num_types);
         types = num_types;
         row_start.clear();
@@ -242,13 +240,14 @@ struct BasisLookupPlan {
 };
 inline void basis_lookup(const BasisLookupPlan &plan, const float *A, const float *V, idx_t B, idx_t P, idx_t M,
                          float *Y) {
-    const EmbeddingPlan &p = plan.by_type;
-    basis_lookup_fwd(A, V, p.order.data(), p.key_ptr.data(), p.keys.data(), p.unique, B, P, M, Y);
+    const EmbeddingPlan &p = plan.by_row;
+    basis_lookup_fwd(A, V, p.order.data(), p.key_ptr.data(), p.keys.data(), p.unique, plan.types, B, P, M, Y);
 }
 inline void basis_lookup_coef_grad(const BasisLookupPlan &plan, const float *V, const float *G, idx_t B, idx_t P,
                                    idx_t M, float *dA) {
-    const EmbeddingPlan &p = plan.by_type;
-    basis_lookup_coef_bwd(V, G, p.order.data(), p.key_ptr.data(), p.keys.data(), p.unique, plan.types, B, P, M, dA);
+    const EmbeddingPlan &p = plan.by_row;
+    basis_lookup_coef_bwd(V, G, p.order.data(), p.key_ptr.data(), p.keys.data(), plan.row_start.data(),
+                          plan.distinct_rows(), plan.types, B, P, M, dA);
 }
 inline void basis_lookup_bases_grad(const BasisLookupPlan &plan, const float *A, const float *G, idx_t B, idx_t P,
                                     idx_t M, float *dV) {

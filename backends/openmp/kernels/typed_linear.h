@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -252,100 +253,151 @@ inline void embedding_lookup_bwd(const float* G, const idx_t* order, const idx_t
 
 // ---- featureless with bases: rows of W_t = sum_b A[t, b] V[b], W_t never formed -----------------
 // R-GCN's basis decomposition on featureless input (passes/basis_lookup.py). V is [B, P, M], A is
-// [T, B]; lookup r reads row row(r) of W_type(r). The lookups come grouped by embedding_grad_plan:
-// once keyed type * P + row (segments in type order), once keyed row * T + type (segments in row
-// order, row_start[i] the first segment of the i-th distinct row). A segment is one distinct
-// (type, row) pair, so each combined row is computed once however many edges read it.
-
-// Y[r] = sum_b A[type(r), b] V[b][row(r)]; plan keyed type * P + row.
-inline void basis_lookup_fwd(const float* A, const float* V, const idx_t* order, const idx_t* key_ptr,
-                             const idx_t* keys, idx_t num_keys, idx_t B, idx_t P, idx_t M, float* Y) {
-#pragma omp parallel for schedule(dynamic, 64) if (num_keys * B * M > tl_detail::kParallelMin)
-    for (idx_t k = 0; k < num_keys; ++k) {
-        const idx_t t = keys[k] / P, s = keys[k] % P;
-        float* first = Y + order[key_ptr[k]] * M;
-#pragma omp simd
-        for (idx_t j = 0; j < M; ++j) first[j] = 0.f;
-        for (idx_t b = 0; b < B; ++b) {
-            const float a = A[t * B + b];
-            const float* v = V + (b * P + s) * M;
-#pragma omp simd
-            for (idx_t j = 0; j < M; ++j) first[j] += a * v[j];
-        }
-        for (idx_t i = key_ptr[k] + 1; i < key_ptr[k + 1]; ++i) {
-            float* d = Y + order[i] * M;
-#pragma omp simd
-            for (idx_t j = 0; j < M; ++j) d[j] = first[j];
-        }
-    }
-}
+// [T, B]; lookup r reads row row(r) of W_type(r). The lookups come grouped by embedding_grad_plan
+// keyed row * T + type: one segment per distinct (row, type) pair, so each combined row is
+// computed once however many edges read it, and the segments in row order, row_start[i] the first
+// segment of the i-th distinct row. Walking rows in order makes the B reads V[b][row] B sequential
+// streams the prefetcher follows; in type order they were scattered over all of V (aifb: 16 MB,
+// beyond L2) and every read waited on L3.
 
 namespace tl_detail {
-// gsum = the sum of the G rows of one plan segment.
-inline void segment_sum(const float* G, const idx_t* order, idx_t begin, idx_t end, idx_t M, float* gsum) {
-    const float* first = G + order[begin] * M;
-#pragma omp simd
-    for (idx_t j = 0; j < M; ++j) gsum[j] = first[j];
-    for (idx_t i = begin + 1; i < end; ++i) {
-        const float* g = G + order[i] * M;
-#pragma omp simd
-        for (idx_t j = 0; j < M; ++j) gsum[j] += g[j];
+// Calls f with M as a compile-time constant for the usual hidden widths (0: any other width, read
+// at run time). A lookup touches B rows of M floats: at M = 16 the loop set-up for each row cost
+// more than its one vector of work, while a constant M keeps the row's sum in registers.
+template <class Fn>
+inline void with_width(idx_t M, Fn fn) {
+    switch (M) {
+        case 8: fn(std::integral_constant<int, 8>{}); break;
+        case 16: fn(std::integral_constant<int, 16>{}); break;
+        case 32: fn(std::integral_constant<int, 32>{}); break;
+        case 64: fn(std::integral_constant<int, 64>{}); break;
+        default: fn(std::integral_constant<int, 0>{}); break;
     }
 }
+
+// gsum = the sum of the G rows of one plan segment.
+template <int MC>
+inline void segment_sum(const float* G, const idx_t* order, idx_t begin, idx_t end, idx_t M, float* gsum) {
+    const idx_t m = MC ? MC : M;
+    const float* first = G + order[begin] * m;
+#pragma omp simd
+    for (idx_t j = 0; j < m; ++j) gsum[j] = first[j];
+    for (idx_t i = begin + 1; i < end; ++i) {
+        const float* g = G + order[i] * m;
+#pragma omp simd
+        for (idx_t j = 0; j < m; ++j) gsum[j] += g[j];
+    }
+}
+
+// The coefficients' gradient is summed per chunk of rows, then over the chunks in order: as many
+// chunks whatever the thread count (the same sums on any), few enough to keep the partials small.
+inline idx_t coef_chunks(idx_t num_rows) { return std::min<idx_t>(64, (num_rows + 255) / 256); }
 }  // namespace tl_detail
 
-// dA[t, b] = sum over the lookups r of type t of <V[b][row(r)], G[r]>; plan keyed type * P + row.
-// One thread per type: every entry has one writer and the same sum order at any thread count.
+// Y[r] = sum_b A[type(r), b] V[b][row(r)].
+inline void basis_lookup_fwd(const float* A, const float* V, const idx_t* order, const idx_t* key_ptr,
+                             const idx_t* keys, idx_t num_keys, idx_t T, idx_t B, idx_t P, idx_t M, float* Y) {
+    tl_detail::with_width(M, [&](auto width) {
+        constexpr int MC = decltype(width)::value;
+        const idx_t m = MC ? MC : M;
+#pragma omp parallel for schedule(dynamic, 64) if (num_keys * B * m > tl_detail::kParallelMin)
+        for (idx_t k = 0; k < num_keys; ++k) {
+            const idx_t s = keys[k] / T, t = keys[k] % T;
+            float* first = Y + order[key_ptr[k]] * m;
+            float acc[MC ? MC : 1];
+            float* sum = MC ? acc : first;         // a constant width sums in registers
+#pragma omp simd
+            for (idx_t j = 0; j < m; ++j) sum[j] = 0.f;
+            for (idx_t b = 0; b < B; ++b) {
+                const float a = A[t * B + b];
+                const float* v = V + (b * P + s) * m;
+#pragma omp simd
+                for (idx_t j = 0; j < m; ++j) sum[j] += a * v[j];
+            }
+            for (idx_t i = key_ptr[k]; i < key_ptr[k + 1]; ++i) {
+                float* d = Y + order[i] * m;
+                if (d == sum) continue;
+#pragma omp simd
+                for (idx_t j = 0; j < m; ++j) d[j] = sum[j];
+            }
+        }
+    });
+}
+
+// dA[t, b] = sum over the lookups r of type t of <V[b][row(r)], G[r]>.
 inline void basis_lookup_coef_bwd(const float* V, const float* G, const idx_t* order, const idx_t* key_ptr,
-                                  const idx_t* keys, idx_t num_keys, idx_t T, idx_t B, idx_t P, idx_t M,
-                                  float* dA) {
-#pragma omp parallel if (num_keys * B * M > tl_detail::kParallelMin)
-    {
-        std::vector<float> gsum(static_cast<size_t>(M)), acc(static_cast<size_t>(B));
+                                  const idx_t* keys, const idx_t* row_start, idx_t num_rows, idx_t T, idx_t B,
+                                  idx_t P, idx_t M, float* dA) {
+    const idx_t chunks = tl_detail::coef_chunks(num_rows), TB = T * B;
+    if (chunks == 0) {
+        tl_detail::zero(dA, TB);
+        return;
+    }
+    std::vector<float> partial(static_cast<size_t>(chunks * TB), 0.f);
+    tl_detail::with_width(M, [&](auto width) {
+        constexpr int MC = decltype(width)::value;
+        const idx_t m = MC ? MC : M;
+#pragma omp parallel if (key_ptr[row_start[num_rows]] * B * m > tl_detail::kParallelMin)
+        {
+            std::vector<float> gsum_buffer(MC ? 0 : static_cast<size_t>(m));
+            float gsum_fixed[MC ? MC : 1];
+            float* gsum = MC ? gsum_fixed : gsum_buffer.data();
 #pragma omp for schedule(dynamic, 1)
-        for (idx_t t = 0; t < T; ++t) {
-            const idx_t k0 = std::lower_bound(keys, keys + num_keys, t * P) - keys;
-            const idx_t k1 = std::lower_bound(keys + k0, keys + num_keys, (t + 1) * P) - keys;
-            std::fill(acc.begin(), acc.end(), 0.f);
-            for (idx_t k = k0; k < k1; ++k) {
-                tl_detail::segment_sum(G, order, key_ptr[k], key_ptr[k + 1], M, gsum.data());
-                const idx_t s = keys[k] - t * P;
-                for (idx_t b = 0; b < B; ++b) {
-                    const float* v = V + (b * P + s) * M;
-                    float dot = 0.f;
+            for (idx_t c = 0; c < chunks; ++c) {
+                float* acc = partial.data() + c * TB;
+                for (idx_t i = num_rows * c / chunks; i < num_rows * (c + 1) / chunks; ++i) {
+                    for (idx_t k = row_start[i]; k < row_start[i + 1]; ++k) {
+                        const idx_t s = keys[k] / T, t = keys[k] % T;
+                        tl_detail::segment_sum<MC>(G, order, key_ptr[k], key_ptr[k + 1], m, gsum);
+                        for (idx_t b = 0; b < B; ++b) {
+                            const float* v = V + (b * P + s) * m;
+                            float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-                    for (idx_t j = 0; j < M; ++j) dot += v[j] * gsum[j];
-                    acc[b] += dot;
+                            for (idx_t j = 0; j < m; ++j) dot += v[j] * gsum[j];
+                            acc[t * B + b] += dot;
+                        }
+                    }
                 }
             }
-            for (idx_t b = 0; b < B; ++b) dA[t * B + b] = acc[b];
+#pragma omp for schedule(static)
+            for (idx_t e = 0; e < TB; ++e) {
+                float total = 0.f;
+                for (idx_t c = 0; c < chunks; ++c) total += partial[static_cast<size_t>(c * TB + e)];
+                dA[e] = total;
+            }
         }
-    }
+    });
 }
 
 // dV[b][s] = sum over the lookups r of row s of A[type(r), b] G[r]; rows no lookup reads are zero.
-// Plan keyed row * T + type; one thread owns a row's B outputs (row_start: rows' first segments).
+// One thread owns a row's B outputs.
 inline void basis_lookup_bases_bwd(const float* A, const float* G, const idx_t* order, const idx_t* key_ptr,
                                    const idx_t* keys, const idx_t* row_start, idx_t num_rows, idx_t T,
                                    idx_t B, idx_t P, idx_t M, float* dV) {
     tl_detail::zero(dV, B * P * M);
-#pragma omp parallel if (key_ptr[row_start[num_rows]] * B * M > tl_detail::kParallelMin)
-    {
-        std::vector<float> gsum(static_cast<size_t>(M));
+    tl_detail::with_width(M, [&](auto width) {
+        constexpr int MC = decltype(width)::value;
+        const idx_t m = MC ? MC : M;
+#pragma omp parallel if (key_ptr[row_start[num_rows]] * B * m > tl_detail::kParallelMin)
+        {
+            std::vector<float> gsum_buffer(MC ? 0 : static_cast<size_t>(m));
+            float gsum_fixed[MC ? MC : 1];
+            float* gsum = MC ? gsum_fixed : gsum_buffer.data();
 #pragma omp for schedule(dynamic, 64)
-        for (idx_t i = 0; i < num_rows; ++i) {
-            for (idx_t k = row_start[i]; k < row_start[i + 1]; ++k) {
-                const idx_t s = keys[k] / T, t = keys[k] % T;
-                tl_detail::segment_sum(G, order, key_ptr[k], key_ptr[k + 1], M, gsum.data());
-                for (idx_t b = 0; b < B; ++b) {
-                    const float a = A[t * B + b];
-                    float* d = dV + (b * P + s) * M;
+            for (idx_t i = 0; i < num_rows; ++i) {
+                for (idx_t k = row_start[i]; k < row_start[i + 1]; ++k) {
+                    const idx_t s = keys[k] / T, t = keys[k] % T;
+                    tl_detail::segment_sum<MC>(G, order, key_ptr[k], key_ptr[k + 1], m, gsum);
+                    for (idx_t b = 0; b < B; ++b) {
+                        const float a = A[t * B + b];
+                        float* d = dV + (b * P + s) * m;
 #pragma omp simd
-                    for (idx_t j = 0; j < M; ++j) d[j] += a * gsum[j];
+                        for (idx_t j = 0; j < m; ++j) d[j] += a * gsum[j];
+                    }
                 }
             }
         }
-    }
+    });
 }
 
 }  // namespace mg
