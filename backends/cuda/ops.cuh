@@ -29,6 +29,7 @@
 #include "kernels/dense.cuh"
 #include "kernels/edges.cuh"
 #include "kernels/elementwise.cuh"
+#include "kernels/link.cuh"
 #include "kernels/loss.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/optim.cuh"
@@ -241,6 +242,7 @@ struct DeviceInputs {
     cuda::DeviceArray<int64_t> indptr, labels;
     cuda::DeviceArray<int32_t> indices;
     cuda::DeviceArray<uint8_t> masks[3];
+    cuda::DeviceArray<int64_t> triples;     // link prediction: the epoch's (head, relation, tail, target) rows
 
     void upload(ContextBase &m, const Graph &g) {
         FeatureView &f = m.features;
@@ -269,9 +271,18 @@ struct DeviceInputs {
         }
         m.graph = g.device_view();
     }
+    // The epoch's triples (checked by the caller) into device memory, reusing the array when it is
+    // large enough: a new set comes every epoch.
+    const int64_t *set_triples(const int64_t *host, int64_t count) {
+        if (triples.size() < 4 * count) triples.allocate(4 * count);
+        if (count > 0)
+            cuda::check(cudaMemcpy(triples.data(), host, sizeof(int64_t) * size_t(4 * count), cudaMemcpyHostToDevice),
+                        "uploading the triples");
+        return triples.data();
+    }
     int64_t bytes() const {
         return dense.bytes() + values.bytes() + indptr.bytes() + labels.bytes() + indices.bytes() + masks[0].bytes() +
-               masks[1].bytes() + masks[2].bytes();
+               masks[1].bytes() + masks[2].bytes() + triples.bytes();
     }
 };
 
@@ -576,6 +587,50 @@ inline double accuracy(const float *logits, const int64_t *labels, const uint8_t
     unsigned long long correct = 0;
     cuda::check(cudaMemcpy(&correct, counter.data(), sizeof correct, cudaMemcpyDeviceToHost), "accuracy");
     return n ? double(correct) / double(n) : 0.0;
+}
+
+// ---- link prediction: DistMult over the epoch's triples (kernels/link.cuh) ---------------------------
+inline void require_triples(const int64_t *triples, idx_t count) {
+    if (count > 0 && !triples) throw Error("no triples were set (mg_set_triples) for the link-prediction loss");
+}
+inline void link_loss(const float *z, idx_t rows, const float *R, idx_t rel_rows, idx_t H, const int64_t *triples,
+                      idx_t count, float reg, float *loss) {
+    require_triples(triples, count);
+    static cuda::DeviceArray<double> partials;     // bce, z^2 and R^2 partial sums, kReduceBlocks each
+    if (partials.size() < 3 * cuda::kReduceBlocks) partials.allocate(3 * cuda::kReduceBlocks);
+    double *bce = partials.data(), *zz = bce + cuda::kReduceBlocks, *rr = zz + cuda::kReduceBlocks;
+    const unsigned bce_blocks = std::min<unsigned>(cuda::kReduceBlocks, cuda::warp_blocks(count));
+    cuda::launch("link loss (distmult_bce_kernel)", cuda::distmult_bce_kernel, dim3(bce_blocks), dim3(cuda::kThreads),
+                 z, R, H, triples, count, bce);
+    unsigned square_blocks = 0;
+    if (reg > 0.f) {
+        square_blocks = std::min<unsigned>(cuda::kReduceBlocks, cuda::blocks_for(std::max(rows, rel_rows) * H));
+        cuda::launch("link loss (square_sum_kernel, embeddings)", cuda::square_sum_kernel, dim3(square_blocks),
+                     dim3(cuda::kThreads), z, rows * H, zz);
+        cuda::launch("link loss (square_sum_kernel, relations)", cuda::square_sum_kernel, dim3(square_blocks),
+                     dim3(cuda::kThreads), R, rel_rows * H, rr);
+    }
+    cuda::launch("link loss (link_loss_finish_kernel)", cuda::link_loss_finish_kernel, dim3(1), dim3(32),
+                 (const double *)bce, int(bce_blocks), (const double *)zz, (const double *)rr, int(square_blocks),
+                 count, rows * H, rel_rows * H, reg, loss);
+}
+// dX = 2 reg X / numel(X), then each triple's score gradient added into its rows (dz or dR).
+inline void link_grad(const char *name, const float *z, const float *R, idx_t H, const int64_t *triples, idx_t count,
+                      const float *X, idx_t numel, float reg, float *dz, float *dR) {
+    require_triples(triples, count);
+    cuda::launch(name, cuda::l2_grad_kernel, dim3(cuda::stride_blocks(numel)), dim3(cuda::kThreads), X, numel,
+                 numel ? 2.0 * double(reg) / double(numel) : 0.0, dz ? dz : dR);
+    // a warp per triple: as many blocks as a grid-stride loop over 32 threads per triple takes
+    cuda::launch(name, cuda::distmult_grad_kernel, dim3(cuda::stride_blocks(count * 32)), dim3(cuda::kThreads), z, R,
+                 H, triples, count, dz, dR);
+}
+inline void link_loss_grad(const float *z, idx_t rows, const float *R, idx_t H, const int64_t *triples, idx_t count,
+                           float reg, float *dz) {
+    link_grad("link loss backward (embeddings)", z, R, H, triples, count, z, rows * H, reg, dz, nullptr);
+}
+inline void link_loss_rel_grad(const float *z, const float *R, idx_t rel_rows, idx_t H, const int64_t *triples,
+                               idx_t count, float reg, float *dR) {
+    link_grad("link loss backward (relations)", z, R, H, triples, count, R, rel_rows * H, reg, nullptr, dR);
 }
 
 inline void slice(const float *X, idx_t rows, idx_t cols, idx_t start, idx_t stop, float *Y) {

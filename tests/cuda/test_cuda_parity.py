@@ -13,7 +13,7 @@ import pytest
 
 from tests.backend.harness import assert_matches_interpreter
 from morphgen.data.npz import save_npz
-from tests.e2e.support import datasets_dir, example, typed_dataset
+from tests.e2e.support import datasets_dir, example, typed_dataset, write_link_npz
 from tests.ir import models
 from tests.ir.helpers import random_data, random_graph
 from tests.mpi.support import assert_same_run, train
@@ -111,6 +111,20 @@ def test_relational_examples_train_as_on_openmp(tmp_path, model, featureless):
     data = save_npz(typed_dataset(features=None if featureless else 7, nodes=64, edges=320), tmp_path / "typed.npz")
     assert_same_run(train(tmp_path, model, data, epochs=3), train(tmp_path, model, data, backend="cuda", epochs=3), 1e-4,
                     f"{model} ({'featureless' if featureless else 'features'}) on cuda")
+
+
+def test_link_prediction_trains_as_on_openmp(tmp_path):
+    """DistMult's loss and gradients on the device (kernels/link.cuh), triples uploaded every epoch:
+    the losses of every epoch and the ranking of the held-out triples as with --backend openmp (the
+    gradients' atomics may change the last bits, not more)."""
+    data = write_link_npz(tmp_path / "kg.npz")
+    reference = train(tmp_path, "rgcn_link", data, epochs=3)
+    run = train(tmp_path, "rgcn_link", data, backend="cuda", epochs=3)
+    assert len(run["history"]) == len(reference["history"]) == 3
+    for a, b in zip(reference["history"], run["history"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), f"epoch {a['epoch']}"
+    for key in ("valid_mrr", "test_mrr", "test_hits@10"):
+        assert run[key] == pytest.approx(reference[key], rel=1e-3), key
 
 
 def test_an_op_the_cuda_op_layer_lacks_is_refused_with_its_location(monkeypatch):
