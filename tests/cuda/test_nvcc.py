@@ -1,6 +1,7 @@
 """Examples build with nvcc for the GPUs morphgen targets (sm_80, sm_90): the kernel sources that
 the SIMT emulation runs in the other tests are valid CUDA.  These four, with the extra-ops program
-below, instantiate every kernel of ops.cuh between them (`MORPHGEN_NVCC_ALL=1` builds every example)."""
+below, instantiate every kernel of ops.cuh between them, rgcn_link the link-prediction ones
+(`MORPHGEN_NVCC_ALL=1` builds every example)."""
 import os
 
 import pytest
@@ -10,8 +11,8 @@ from tests.backend.test_math_parity import SOURCE as MATH_SOURCE
 from tests.cuda.conftest import require_nvcc
 from tests.e2e.support import example, run_cli
 
-ALL = ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "rgcn", "rgcn_bases", "rgat", "hgt"]
-EXAMPLES = ALL if os.environ.get("MORPHGEN_NVCC_ALL") else ["gcn", "gat", "rgat", "hgt"]
+ALL = ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "rgcn", "rgcn_bases", "rgat", "hgt", "rgcn_link"]
+EXAMPLES = ALL if os.environ.get("MORPHGEN_NVCC_ALL") else ["gcn", "gat", "rgat", "hgt", "rgcn_link"]
 
 
 @pytest.mark.parametrize("model", EXAMPLES)

@@ -23,10 +23,11 @@ def train(tmp_path: Path, model: str, dataset: str, *extra, backend: str = "open
 
 
 def assert_same_run(reference: dict, run: dict, rtol: float, what: str) -> None:
-    """The same loss every epoch (to rtol) and the same accuracies."""
+    """The same loss every epoch (to rtol) and the same accuracies (a link-prediction run has none)."""
     assert len(reference["history"]) == len(run["history"]), what
     for a, b in zip(reference["history"], run["history"]):
         assert abs(a["loss"] - b["loss"]) <= rtol * abs(a["loss"]), \
             f"{what}: epoch {a['epoch']} loss {b['loss']!r} != {a['loss']!r}"
     for key in ("train_acc", "val_acc", "test_acc"):
-        assert run[key] == reference[key], f"{what}: {key} {run[key]} != {reference[key]}"
+        if key in reference:
+            assert run[key] == reference[key], f"{what}: {key} {run[key]} != {reference[key]}"
