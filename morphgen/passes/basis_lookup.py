@@ -13,7 +13,7 @@ small beside the rows' own product. Run only for backends with the kernels
 from __future__ import annotations
 
 from ..ir import Program
-from .rewrite import new_op, producers, remove_dead_forward, require_forward_only
+from .rewrite import gathered_identity, new_op, producers, remove_dead_forward, require_forward_only
 
 
 def combine_bases_per_lookup(program: Program) -> int:
@@ -22,7 +22,7 @@ def combine_bases_per_lookup(program: Program) -> int:
     prod = producers(program)
     count = 0
     for pos, op in enumerate(program.forward):
-        if op.opcode != "typed_linear" or not _identity_rows(program, op.inputs[0], prod):
+        if op.opcode != "typed_linear" or not gathered_identity(program, op.inputs[0], prod):
             continue
         combine = prod.get(op.inputs[1].id)
         if combine is None or combine.opcode != "basis_combine":
@@ -35,15 +35,3 @@ def combine_bases_per_lookup(program: Program) -> int:
         remove_dead_forward(program)      # the combination, when nothing else reads it
     return count
 
-
-def _identity_rows(program: Program, x, prod) -> bool:
-    """Whether ``x`` is the featureless identity or a gather of it (rows of I_N, never stored)."""
-    features = program.inputs.get("features")
-    if not program.featureless or features is None:
-        return False
-    while x.id != features.id:
-        op = prod.get(x.id)
-        if op is None or op.opcode != "gather":
-            return False
-        x = op.inputs[0]
-    return True

@@ -13,7 +13,8 @@ For ``linear(linear(x, W), A)`` with an otherwise unused ``x W`` it also needs `
 from __future__ import annotations
 
 from ..ir import Program
-from .rewrite import concrete, forward_uses, new_op, producers, remove_dead_forward, require_forward_only
+from .rewrite import (concrete, forward_uses, gathered_identity, new_op, producers, remove_dead_forward,
+                      require_forward_only)
 
 
 def reorder_linear_operators(program: Program) -> int:
@@ -54,7 +55,7 @@ def _dot_rewrite(program, op, uses, prod):
         if proj is None or proj.opcode not in ("linear", "typed_linear") or z.assoc == "param":
             continue
         x, w = proj.inputs
-        if x.assoc == "param" or _identity_rows(program, x, prod):
+        if x.assoc == "param" or gathered_identity(program, x, prod):   # a dot cannot take identity rows
             continue
         if not (uses.get(z.id, 0) == 1 or _narrower(x.width, z.width)):
             continue
@@ -71,16 +72,6 @@ def _dot_rewrite(program, op, uses, prod):
             dot = new_op(program, "dot", [x, mv.output], op.attrs, op.loc, output=op.output)
             return [mv, dot]
     return None
-
-
-def _identity_rows(program, x, prod) -> bool:
-    """Whether ``x`` is (a gather of) the input features of a featureless dataset: identity rows
-    exist only as the row index a weight is read at, so a dot product cannot take them."""
-    if not getattr(program, "featureless", False):
-        return False
-    while x.id in prod and prod[x.id].opcode == "gather":
-        x = prod[x.id].inputs[0]
-    return x is program.inputs.get("features")
 
 
 def _linear_rewrite(program, op, uses, prod):

@@ -47,6 +47,16 @@ def identity_derived(program: Program, v: Value, prod: dict) -> bool:
         v = op.inputs[0]
 
 
+def gathered_identity(program: Program, v: Value, prod: dict) -> bool:
+    """Whether ``v`` is the featureless identity or a gather of it: rows of I_N that exist only
+    as the row index a weight is read at (a dropout in between makes them scaled rows)."""
+    if not getattr(program, "featureless", False):
+        return False
+    while v.id in prod and prod[v.id].opcode == "gather":
+        v = prod[v.id].inputs[0]
+    return v is program.inputs.get("features")
+
+
 def new_op(program: Program, opcode: str, inputs: list, attrs: dict, loc=None,
            output: Value = None, name: str = "") -> Op:
     """An op with inferred result; ``output`` reuses an existing value (so its readers stay)."""
