@@ -155,11 +155,15 @@ def _typed_linear(ins, attrs, loc):
     x, w = ins
     _need(w.assoc == "param" and len(w.shape) == 3 and w.domain in ("etype", "ntype"),
           f"typed linear needs a [T,K,M] weight with a type dimension, got {w.describe()}", loc)
-    want = "edge" if w.domain == "etype" else "node"
-    _need(x.assoc == want, f"a weight sliced by {w.domain} needs {want} input, got {x.assoc}", loc)
-    _need(_same_width(x.width, w.shape[1]),
-          f"typed linear: input width {x.width} does not match weight rows {w.shape[1]}", loc)
+    _typed_input(x, w.domain, w.shape[1], loc)
     return x.assoc, (w.shape[2],), "f32"
+
+
+def _typed_input(x, domain: str, rows, loc) -> None:
+    """``x`` must be rows of the kind ``domain`` types (edges for etype), as wide as the weight's rows."""
+    want = "edge" if domain == "etype" else "node"
+    _need(x.assoc == want, f"a weight sliced by {domain} needs {want} input, got {x.assoc}", loc)
+    _need(_same_width(x.width, rows), f"typed linear: input width {x.width} does not match weight rows {rows}", loc)
 
 
 def _typed_param(ins, attrs, loc):
@@ -612,10 +616,7 @@ def _outer(ins, attrs, loc):
 def _typed_linear_bases(ins, attrs, loc):
     x, a, v = ins
     _basis_combine([a, v], attrs, loc)
-    want = "edge" if a.domain == "etype" else "node"
-    _need(x.assoc == want, f"coefficients by {a.domain} need {want} input, got {x.assoc}", loc)
-    _need(_same_width(x.width, v.shape[1]),
-          f"typed linear with bases: input width {x.width} does not match the bases' rows {v.shape[1]}", loc)
+    _typed_input(x, a.domain, v.shape[1], loc)
     return x.assoc, (v.shape[2],), "f32"
 
 

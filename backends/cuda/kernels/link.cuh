@@ -15,6 +15,7 @@
 
 #include "../device.cuh"
 #include "elementwise.cuh"
+#include "loss.cuh"
 
 namespace mg {
 namespace cuda {
@@ -31,7 +32,6 @@ __device__ __forceinline__ double distmult_score(const float *z, const float *R,
 // partial[block] = sum over the block's triples of max(s, 0) - y s + log(1 + e^-|s|).
 __global__ void distmult_bce_kernel(const float *z, const float *R, int64_t H, const int64_t *triples, int64_t count,
                                     double *partial) {
-    __shared__ double block_sum[kWarpsPerBlock];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     double mine = 0.0;
     for (int64_t i = int64_t(blockIdx.x) * kWarpsPerBlock + warp; i < count;
@@ -40,13 +40,7 @@ __global__ void distmult_bce_kernel(const float *z, const float *R, int64_t H, c
         const double s = distmult_score(z, R, t, H, lane);
         if (lane == 0) mine += fmax(s, 0.0) - double(t[3]) * s + log1p(exp(-fabs(s)));
     }
-    if (lane == 0) block_sum[warp] = mine;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0.0;
-        for (int w = 0; w < kWarpsPerBlock; ++w) total += block_sum[w];
-        partial[blockIdx.x] = total;
-    }
+    store_block_sum(mine, partial);
 }
 
 // partial[block] = sum of x^2 over the block's grid-stride elements (thread sums added in order).

@@ -14,11 +14,23 @@ namespace cuda {
 
 constexpr int kReduceBlocks = 256;   // partials of the two-pass reductions
 
+// partial[blockIdx.x] = the sum of every warp's lane-0 `mine`, added in warp order (the same bits
+// every run); every thread of the block must call it.
+__device__ __forceinline__ void store_block_sum(double mine, double *partial) {
+    __shared__ double block_sum[kWarpsPerBlock];
+    if (threadIdx.x % 32 == 0) block_sum[threadIdx.x / 32] = mine;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < kWarpsPerBlock; ++w) total += block_sum[w];
+        partial[blockIdx.x] = total;
+    }
+}
+
 // One warp per row: lse - z[y] into the row's partial; with dlogits, (softmax - onehot) * inv_n
 // (zero on rows outside the mask).  partial[block] = sum of the block's rows (double).
 __global__ void cross_entropy_kernel(const float *logits, const int64_t *labels, const uint8_t *mask,
                                      int64_t rows, int64_t C, float inv_n, float *dlogits, double *partial) {
-    __shared__ double block_sum[kWarpsPerBlock];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     double mine = 0.0;
     for (int64_t i = int64_t(blockIdx.x) * kWarpsPerBlock + warp; i < rows; i += int64_t(gridDim.x) * kWarpsPerBlock) {
@@ -42,13 +54,7 @@ __global__ void cross_entropy_kernel(const float *logits, const int64_t *labels,
             for (int64_t c = lane; c < C; c += 32) d[c] = expf(z[c] - zmax) * scale - (c == y ? inv_n : 0.f);
         }
     }
-    if (lane == 0) block_sum[warp] = mine;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0.0;
-        for (int w = 0; w < kWarpsPerBlock; ++w) total += block_sum[w];
-        partial[blockIdx.x] = total;
-    }
+    store_block_sum(mine, partial);
 }
 
 // out[0] = float(sum of partial[0..n) * scale), in order.

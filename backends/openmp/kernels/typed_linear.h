@@ -275,6 +275,17 @@ inline void with_width(idx_t M, Fn fn) {
     }
 }
 
+// A row of m floats: on the stack (in registers once inlined) for a constant width, else on the heap.
+template <int MC>
+struct RowBuffer {
+    std::vector<float> heap;
+    float fixed[MC ? MC : 1];
+    float* data;
+    explicit RowBuffer(idx_t m) : heap(MC ? 0 : static_cast<size_t>(m)), data(MC ? fixed : heap.data()) {}
+    RowBuffer(const RowBuffer&) = delete;
+    RowBuffer& operator=(const RowBuffer&) = delete;
+};
+
 // gsum = the sum of the G rows of one plan segment.
 template <int MC>
 inline void segment_sum(const float* G, const idx_t* order, idx_t begin, idx_t end, idx_t M, float* gsum) {
@@ -339,9 +350,8 @@ inline void basis_lookup_coef_bwd(const float* V, const float* G, const idx_t* o
         const idx_t m = MC ? MC : M;
 #pragma omp parallel if (key_ptr[row_start[num_rows]] * B * m > tl_detail::kParallelMin)
         {
-            std::vector<float> gsum_buffer(MC ? 0 : static_cast<size_t>(m));
-            float gsum_fixed[MC ? MC : 1];
-            float* gsum = MC ? gsum_fixed : gsum_buffer.data();
+            tl_detail::RowBuffer<MC> row(m);
+            float* gsum = row.data;
 #pragma omp for schedule(dynamic, 1)
             for (idx_t c = 0; c < chunks; ++c) {
                 float* acc = partial.data() + c * TB;
@@ -380,9 +390,8 @@ inline void basis_lookup_bases_bwd(const float* A, const float* G, const idx_t* 
         const idx_t m = MC ? MC : M;
 #pragma omp parallel if (key_ptr[row_start[num_rows]] * B * m > tl_detail::kParallelMin)
         {
-            std::vector<float> gsum_buffer(MC ? 0 : static_cast<size_t>(m));
-            float gsum_fixed[MC ? MC : 1];
-            float* gsum = MC ? gsum_fixed : gsum_buffer.data();
+            tl_detail::RowBuffer<MC> row(m);
+            float* gsum = row.data;
 #pragma omp for schedule(dynamic, 64)
             for (idx_t i = 0; i < num_rows; ++i) {
                 for (idx_t k = row_start[i]; k < row_start[i + 1]; ++k) {
