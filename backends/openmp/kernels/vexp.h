@@ -1,4 +1,5 @@
-// exp and expm1 for float in plain arithmetic, so that loops calling them vectorise.
+// exp and expm1 for float in plain arithmetic, so that loops calling them vectorise (given
+// -fno-trapping-math, morphgen/toolchain.py: g++ 12 keeps std::floor scalar without it).
 //
 // std::exp / std::expm1 are libm calls: GCC vectorises them only under -ffast-math (glibc
 // declares its vector variants for __FAST_MATH__ alone), so every ELU and softmax loop ran one
