@@ -28,6 +28,7 @@ SUPPORTED = frozenset({
     "mg::row_softmax_fwd", "mg::row_softmax_bwd", "mg::head_mul", "mg::head_sum", "mg::head_repeat",
     "mg::layer_standardize_fwd", "mg::layer_standardize_bwd", "mg::batch_standardize_fwd", "mg::batch_standardize_bwd",
     "mg::op::link_loss", "mg::op::link_loss_grad", "mg::op::link_loss_rel_grad",
+    "mg::op::basis_lookup", "mg::op::basis_lookup_coef_grad", "mg::op::basis_lookup_bases_grad",
 })
 # Load-time graph arrays (Graph::build_*) the CUDA op layer builds.
 SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids", "etypes", "ntypes"})

@@ -713,6 +713,48 @@ inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t
     cuda::map("embedding rows gradient", plan.unique * M,
               cuda::EmbeddingGradOp{G, plan.order_.data(), plan.key_ptr_.data(), plan.keys_.data(), M, dW});
 }
+// The lookups of a typed linear with bases on featureless input, grouped once at load time by
+// (row, type) in row order (the same plan as the OpenMP backend's); row_start: each distinct row's
+// first segment, so that one thread owns a row of the bases' gradient.
+struct BasisLookupPlan {
+    EmbeddingPlan by_row;
+    cuda::DeviceArray<idx_t> row_start_;
+    idx_t types = 0, rows = 0;
+    void build(const idx_t *type, const idx_t *row, idx_t R, idx_t num_types, idx_t num_rows) {
+        by_row.build(row, type, R, num_rows, num_types);
+        const std::vector<idx_t> keys = by_row.keys_.download();
+        std::vector<idx_t> starts;
+        for (size_t k = 0; k < keys.size(); ++k)
+            if (k == 0 || keys[k] / num_types != keys[k - 1] / num_types) starts.push_back(idx_t(k));
+        starts.push_back(idx_t(keys.size()));
+        row_start_.upload(starts, "uploading a basis lookup plan");
+        types = num_types;
+        rows = idx_t(starts.size()) - 1;
+    }
+    int64_t bytes() const { return by_row.bytes() + row_start_.bytes(); }
+};
+inline void basis_lookup(const BasisLookupPlan &plan, const float *A, const float *V, idx_t B, idx_t P, idx_t M,
+                         float *Y) {
+    const EmbeddingPlan &p = plan.by_row;
+    cuda::map("basis lookup", p.unique * M, cuda::BasisLookupOp{A, V, p.order_.data(), p.key_ptr_.data(),
+                                                                p.keys_.data(), plan.types, B, P, M, Y});
+}
+inline void basis_lookup_coef_grad(const BasisLookupPlan &plan, const float *V, const float *G, idx_t B, idx_t P,
+                                   idx_t M, float *dA) {
+    const EmbeddingPlan &p = plan.by_row;
+    cuda::check(cudaMemset(dA, 0, sizeof(float) * size_t(plan.types * B)), "basis lookup coefficient gradient");
+    cuda::map("basis lookup coefficient gradient", p.unique * B,
+              cuda::BasisCoefGradOp{V, G, p.order_.data(), p.key_ptr_.data(), p.keys_.data(), plan.types, B, P, M, dA});
+}
+inline void basis_lookup_bases_grad(const BasisLookupPlan &plan, const float *A, const float *G, idx_t B, idx_t P,
+                                    idx_t M, float *dV) {
+    const EmbeddingPlan &p = plan.by_row;
+    cuda::check(cudaMemset(dV, 0, sizeof(float) * size_t(B * P * M)), "basis lookup bases gradient");
+    cuda::map("basis lookup bases gradient", plan.rows * M,
+              cuda::BasisBasesGradOp{A, G, p.order_.data(), p.key_ptr_.data(), p.keys_.data(), plan.row_start_.data(),
+                                     plan.types, B, P, M, dV});
+}
+
 // R-GCN's c_{i,r}: for the edge e into v of type r, the number of v's in-edges of type r.
 inline void rel_degree(const Graph &g, float *out) {
     const GraphView &v = g.host;

@@ -106,7 +106,7 @@ def test_relational_models_match_the_interpreter(name):
 
 
 @pytest.mark.parametrize("model,featureless", [("rgcn", False), ("rgat", False), ("hgt", False),
-                                                ("rgcn", True), ("rgat", True)])
+                                                ("rgcn", True), ("rgat", True), ("rgcn_bases", True)])
 def test_relational_examples_train_as_on_openmp(tmp_path, model, featureless):
     data = save_npz(typed_dataset(features=None if featureless else 7, nodes=64, edges=320), tmp_path / "typed.npz")
     assert_same_run(train(tmp_path, model, data, epochs=3), train(tmp_path, model, data, backend="cuda", epochs=3), 1e-4,

@@ -1,6 +1,7 @@
 """Examples build with nvcc for the GPUs morphgen targets (sm_80, sm_90): the kernel sources that
 the SIMT emulation runs in the other tests are valid CUDA.  These four, with the extra-ops program
-below, instantiate every kernel of ops.cuh between them, rgcn_link the link-prediction ones
+below, instantiate every kernel of ops.cuh between them, rgcn_link the link-prediction ones and
+the featureless rgcn_bases at the end the basis lookups
 (`MORPHGEN_NVCC_ALL=1` builds every example)."""
 import os
 
@@ -47,3 +48,21 @@ def test_the_ops_no_example_uses_build_with_nvcc(tmp_path):
     for call in ("mg::row_softmax_fwd", "mg::math_fwd", "mg::concat_fwd", "mg::op::slice", "mg::layer_standardize_bwd",
                  "mg::batch_standardize_bwd", "mg::head_sum", "mg::head_repeat"):
         assert call in source, call
+
+
+def test_featureless_basis_lookups_build_with_nvcc(monkeypatch):
+    """`morphgen compile` knows no dataset, so rgcn_bases builds there with its bases combined into
+    W_r; the featureless lowering, whose lookups read the bases (passes/basis_lookup.py), is built
+    here, as `morphgen train` builds it for aifb."""
+    require_nvcc()
+    monkeypatch.setenv("MORPHGEN_CUDA_EMULATION", "")
+    from morphgen.backends import require
+    from morphgen.pipeline import lower
+    cuda = require("cuda")
+    program = lower(example("rgcn_bases"), {"F": 64, "C": 3, "N": 64, "etypes": 3, "ntypes": 1}, featureless=True,
+                    bases_per_lookup=cuda.capabilities.bases_per_lookup)
+    sources = cuda.emitter_class()(program).emit()
+    text = "".join(sources.values())
+    for call in ("mg::op::basis_lookup(", "mg::op::basis_lookup_coef_grad(", "mg::op::basis_lookup_bases_grad("):
+        assert call in text, call
+    assert load(str(cuda.build(sources)), "cuda") is not None

@@ -117,6 +117,53 @@ struct EmbeddingGradOp {
     }
 };
 
+// Featureless lookups of W_t = sum_b A[t, b] V[b] read from the bases (passes/basis_lookup.py),
+// with the lookups grouped by (row, type) in row order (ops.cuh: BasisLookupPlan): V [B, P, M],
+// A [T, B], segment u is one distinct pair, keys[u] = row * T + type.
+struct BasisLookupOp {      // the segment's rows of Y, column j: sum_b A[t, b] V[b][s][j]
+    const float *a, *v;
+    const int64_t *order, *key_ptr, *keys;
+    int64_t T, B, P, M;
+    float *y;
+    __device__ void operator()(int64_t k) const {
+        const int64_t u = k / M, j = k % M, s = keys[u] / T, t = keys[u] % T;
+        float acc = 0.f;
+        for (int64_t b = 0; b < B; ++b) acc += a[t * B + b] * v[(b * P + s) * M + j];
+        for (int64_t i = key_ptr[u]; i < key_ptr[u + 1]; ++i) y[order[i] * M + j] = acc;
+    }
+};
+struct BasisCoefGradOp {    // dA[t, b] += <V[b][s], the segment's G rows>: one (segment, basis) per thread
+    const float *v, *g;
+    const int64_t *order, *key_ptr, *keys;
+    int64_t T, B, P, M;
+    float *da;
+    __device__ void operator()(int64_t k) const {
+        const int64_t u = k / B, b = k % B, s = keys[u] / T, t = keys[u] % T;
+        const float *vr = v + (b * P + s) * M;
+        float dot = 0.f;
+        for (int64_t i = key_ptr[u]; i < key_ptr[u + 1]; ++i) {
+            const float *gr = g + order[i] * M;
+            for (int64_t j = 0; j < M; ++j) dot += vr[j] * gr[j];
+        }
+        atomicAdd(da + t * B + b, dot);
+    }
+};
+struct BasisBasesGradOp {   // dV[b][s][j] for one distinct row s and column j, every b: one writer, no atomics
+    const float *a, *g;
+    const int64_t *order, *key_ptr, *keys, *row_start;
+    int64_t T, B, P, M;
+    float *dv;
+    __device__ void operator()(int64_t k) const {
+        const int64_t r = k / M, j = k % M;
+        for (int64_t u = row_start[r]; u < row_start[r + 1]; ++u) {
+            const int64_t s = keys[u] / T, t = keys[u] % T;
+            float gs = 0.f;
+            for (int64_t i = key_ptr[u]; i < key_ptr[u + 1]; ++i) gs += g[order[i] * M + j];
+            for (int64_t b = 0; b < B; ++b) dv[(b * P + s) * M + j] += a[t * B + b] * gs;
+        }
+    }
+};
+
 // The weights' own algebra (passes fold a . x into (W a) . x): T matrices [K, M], tiny.
 struct MatvecOp {          // out[t, k] = sum_j W[t, k, j] a[t, j]
     const float *w, *a;
