@@ -1,8 +1,8 @@
 """Examples build with nvcc for the GPUs morphgen targets (sm_80, sm_90): the kernel sources that
-the SIMT emulation runs in the other tests are valid CUDA.  These four, with the extra-ops program
-below, instantiate every kernel of ops.cuh between them, rgcn_link the link-prediction ones and
-the featureless rgcn_bases at the end the basis lookups
-(`MORPHGEN_NVCC_ALL=1` builds every example)."""
+the SIMT emulation runs in the other tests are valid CUDA.  These examples (rgcn_link for the
+link-prediction kernels), the extra-ops program and the featureless rgcn_bases below (the basis
+lookups) instantiate every kernel of ops.cuh between them (`MORPHGEN_NVCC_ALL=1` builds every
+example)."""
 import os
 
 import pytest
