@@ -772,28 +772,25 @@ class OpenMPEmitter:
         return f"m.{self.plans[key]}"
 
     def op_typed_linear_bases(self, op, x, a, v):
-        out, plan = op.output, self.basis_plan(x, a.domain)
-        B, M = self.dim(v.shape[0]), self.width(out)
-        combined = f"{plan}.by_row.unique * {B} * {M}"
-        return self.timed("typed_linear", f"mg::op::basis_lookup({plan}, {self.ptr(a)}, {self.ptr(v)}, {B}, "
-                          f"{self.identity_nodes}, {M}, {self.ptr(out)})",
-                          f"4.0 * ({combined} + {self.numel(out)})", f"2.0 * {combined}")
+        return self._basis_lookup("basis_lookup", x, a.domain, f"{self.ptr(a)}, {self.ptr(v)}", v.shape[0],
+                                  op.output, op.output, self.numel(op.output))
 
     def op_typed_linear_bases_coef_grad(self, op, x, g, v):
-        plan = self.basis_plan(x, op.attrs["domain"])
-        B, M = self.dim(v.shape[0]), self.width(g)
-        combined = f"{plan}.by_row.unique * {B} * {M}"
-        return self.timed("typed_linear", f"mg::op::basis_lookup_coef_grad({plan}, {self.ptr(v)}, {self.ptr(g)}, "
-                          f"{B}, {self.identity_nodes}, {M}, {self.ptr(op.output)})",
-                          f"4.0 * ({combined} + {self.numel(g)})", f"2.0 * {combined}")
+        return self._basis_lookup("basis_lookup_coef_grad", x, op.attrs["domain"], f"{self.ptr(v)}, {self.ptr(g)}",
+                                  v.shape[0], g, op.output, self.numel(g))
 
     def op_typed_linear_bases_grad(self, op, x, a, g):
-        out, plan = op.output, self.basis_plan(x, a.domain)
-        B, M = self.dim(a.shape[1]), self.width(g)
+        return self._basis_lookup("basis_lookup_bases_grad", x, a.domain, f"{self.ptr(a)}, {self.ptr(g)}",
+                                  a.shape[1], g, op.output, f"{self.numel(op.output)} + {self.numel(g)}")
+
+    def _basis_lookup(self, kernel: str, x: Value, domain: str, operands: str, bases, rows: Value, out: Value,
+                      streamed: str) -> str:
+        """A call of one of the basis lookups' kernels: B x M multiply-adds per distinct (row, type)
+        pair of the plan, ``rows`` [.., M] the lookups' rows, ``streamed`` the other floats moved."""
+        plan, B, M = self.basis_plan(x, domain), self.dim(bases), self.width(rows)
         combined = f"{plan}.by_row.unique * {B} * {M}"
-        return self.timed("typed_linear", f"mg::op::basis_lookup_bases_grad({plan}, {self.ptr(a)}, {self.ptr(g)}, "
-                          f"{B}, {self.identity_nodes}, {M}, {self.ptr(out)})",
-                          f"4.0 * ({self.numel(out)} + {combined} + {self.numel(g)})", f"2.0 * {combined}")
+        return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {B}, {self.identity_nodes}, {M}, "
+                          f"{self.ptr(out)})", f"4.0 * ({combined} + {streamed})", f"2.0 * {combined}")
 
     def op_typed_param(self, op, w):
         out = op.output

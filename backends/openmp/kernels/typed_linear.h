@@ -300,6 +300,17 @@ inline void segment_sum(const float* G, const idx_t* order, idx_t begin, idx_t e
     }
 }
 
+// fn(s, t) for each (row s, type t) pair of the plan's distinct rows [first, last), in order, with
+// gsum holding the sum of the pair's G rows (the lookups that read it).
+template <int MC, class Fn>
+inline void for_each_pair(const float* G, const idx_t* order, const idx_t* key_ptr, const idx_t* keys,
+                          const idx_t* row_start, idx_t first, idx_t last, idx_t T, idx_t m, float* gsum, Fn fn) {
+    for (idx_t k = row_start[first]; k < row_start[last]; ++k) {
+        segment_sum<MC>(G, order, key_ptr[k], key_ptr[k + 1], m, gsum);
+        fn(keys[k] / T, keys[k] % T);
+    }
+}
+
 // The coefficients' gradient is summed per chunk of rows, then over the chunks in order: as many
 // chunks whatever the thread count (the same sums on any), few enough to keep the partials small.
 inline idx_t coef_chunks(idx_t num_rows) { return std::min<idx_t>(64, (num_rows + 255) / 256); }
@@ -355,19 +366,16 @@ inline void basis_lookup_coef_bwd(const float* V, const float* G, const idx_t* o
 #pragma omp for schedule(dynamic, 1)
             for (idx_t c = 0; c < chunks; ++c) {
                 float* acc = partial.data() + c * TB;
-                for (idx_t i = num_rows * c / chunks; i < num_rows * (c + 1) / chunks; ++i) {
-                    for (idx_t k = row_start[i]; k < row_start[i + 1]; ++k) {
-                        const idx_t s = keys[k] / T, t = keys[k] % T;
-                        tl_detail::segment_sum<MC>(G, order, key_ptr[k], key_ptr[k + 1], m, gsum);
-                        for (idx_t b = 0; b < B; ++b) {
-                            const float* v = V + (b * P + s) * m;
-                            float dot = 0.f;
+                tl_detail::for_each_pair<MC>(G, order, key_ptr, keys, row_start, num_rows * c / chunks,
+                                             num_rows * (c + 1) / chunks, T, m, gsum, [&](idx_t s, idx_t t) {
+                    for (idx_t b = 0; b < B; ++b) {
+                        const float* v = V + (b * P + s) * m;
+                        float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-                            for (idx_t j = 0; j < m; ++j) dot += v[j] * gsum[j];
-                            acc[t * B + b] += dot;
-                        }
+                        for (idx_t j = 0; j < m; ++j) dot += v[j] * gsum[j];
+                        acc[t * B + b] += dot;
                     }
-                }
+                });
             }
 #pragma omp for schedule(static)
             for (idx_t e = 0; e < TB; ++e) {
@@ -394,16 +402,15 @@ inline void basis_lookup_bases_bwd(const float* A, const float* G, const idx_t* 
             float* gsum = row.data;
 #pragma omp for schedule(dynamic, 64)
             for (idx_t i = 0; i < num_rows; ++i) {
-                for (idx_t k = row_start[i]; k < row_start[i + 1]; ++k) {
-                    const idx_t s = keys[k] / T, t = keys[k] % T;
-                    tl_detail::segment_sum<MC>(G, order, key_ptr[k], key_ptr[k + 1], m, gsum);
+                tl_detail::for_each_pair<MC>(G, order, key_ptr, keys, row_start, i, i + 1, T, m, gsum,
+                                             [&](idx_t s, idx_t t) {
                     for (idx_t b = 0; b < B; ++b) {
                         const float a = A[t * B + b];
                         float* d = dV + (b * P + s) * m;
 #pragma omp simd
                         for (idx_t j = 0; j < m; ++j) d[j] += a * gsum[j];
                     }
-                }
+                });
             }
         }
     });
