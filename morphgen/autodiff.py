@@ -153,6 +153,15 @@ def _typed_linear(ctx, op, g):
         ctx.accumulate(w, ctx.emit("typed_matmul_tn", x, g, types=w.shape[0], domain=w.domain))
 
 
+def _edge_typed_linear(ctx, op, g):
+    x, w = op.inputs
+    placement = {"end": op.attrs["end"], "layout": op.attrs.get("layout", "auto")}
+    if ctx.needs(x):
+        ctx.accumulate(x, ctx.emit("edge_typed_linear_input_grad", g, w, **placement))
+    if ctx.needs(w):
+        ctx.accumulate(w, ctx.emit("edge_typed_linear_weight_grad", x, g, types=w.shape[0], **placement))
+
+
 def _typed_param(ctx, op, g):
     (w,) = op.inputs
     ctx.accumulate(w, ctx.emit("typed_row_sum", g, types=w.shape[0], domain=w.domain))
@@ -352,7 +361,7 @@ GRADIENT_RULES = {
     "gather": _gather, "scatter": _scatter, "aggregate": _aggregate,
     "graph_scalar": _no_gradient, "add": _add, "sub": _sub, "mul": _mul, "div": _div,
     "scale": _scale, "neg": _neg, "bias_add": _bias_add, "dot": _dot, "head_mul": _head_mul, "head_mean": _head_mean, "basis_combine": _basis_combine,
-    "typed_linear_bases": _typed_linear_bases,
+    "typed_linear_bases": _typed_linear_bases, "edge_typed_linear": _edge_typed_linear,
     "layer_standardize": _standardize, "batch_standardize": _standardize,
     "edge_softmax": _edge_softmax, "concat": _concat, "dropout": _dropout,
     "matvec": _matvec, "param_slice": _param_slice,

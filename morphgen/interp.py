@@ -248,6 +248,10 @@ class Interpreter:
             return np.einsum("rb,brm->rm", x.scale[:, None] * coef, v[:, x.index, :])
         return np.einsum("rk,rb,bkm->rm", self._dense(x, op), coef, v)
 
+    def _op_edge_typed_linear(self, op, x, w):
+        rows = self._dense(x, op)[self._ends(op.attrs["end"])]
+        return np.einsum("rk,rkm->rm", rows, w[self._etype]) if rows.shape[0] else np.zeros((0, w.shape[2]), self.dtype)
+
     def _op_typed_param(self, op, w):
         return w[self._types(op.output.assoc)]
 
@@ -535,6 +539,16 @@ class Interpreter:
             np.add.at(out, x.index, (x.scale[:, None] * coef)[:, :, None] * g[:, None, :])
             return out.transpose(1, 0, 2).copy()
         return np.einsum("rb,rk,rm->bkm", coef, self._dense(x, op), g)
+
+    def _op_edge_typed_linear_input_grad(self, op, g, w):
+        per_edge = np.einsum("rm,rkm->rk", g, w[self._etype]) if g.shape[0] else np.zeros((0, w.shape[1]), self.dtype)
+        return self._segment_sum(per_edge, self._ends(op.attrs["end"]), self.graph.num_nodes)
+
+    def _op_edge_typed_linear_weight_grad(self, op, x, g):
+        rows = self._dense(x, op)[self._ends(op.attrs["end"])]
+        out = np.zeros((op.attrs["types"], rows.shape[1], g.shape[1]), self.dtype)
+        np.add.at(out, self._etype, rows[:, :, None] * g[:, None, :])
+        return out
 
     def _op_typed_row_sum(self, op, g):
         return self._segment_sum(g, self._types(op.inputs[0].assoc), op.attrs["types"])

@@ -56,6 +56,11 @@ matvec(W, a)                 [K,M]·[M] -> [K]; typed: [T,K,M]·[T,M] -> [T,K] p
 linear(W, A) with W a param  [K,M]·[M,J] -> param [K,J] (weight-times-weight product)
 typed_linear_bases(x, A, V)  typed_linear(x, basis_combine(A, V)) without forming every W_t: on
                              featureless rows, row r is Σ_b A[type(r),b] V[b][row(r)]
+edge_typed_linear(x, W, end, layout)
+                             typed_linear(gather(x, end), W) without per-edge copies of x: x node
+                             [K], W [T,K,M]@etype -> edge [M], row e is x[end(e)] · W[type(e)];
+                             layout compact|edge|auto (one product per distinct (node, type) pair,
+                             or per edge; the backend's cost model picks for auto)
 
 Backward ops (emitted by morphgen.autodiff; docs/ir.md is the backend contract)
 --------------------------------------------------------------------------------
@@ -77,6 +82,10 @@ typed_linear_bases_coef_grad(x, g, V)
                              dA[t,b] = Σ_{type(r)=t} x[r] V[b] g[r]ᵀ (typed_linear_bases' coefficients)
 typed_linear_bases_grad(x, A, g)
                              dV[b] = Σ_r A[type(r),b] x[r]ᵀ g[r] (typed_linear_bases' bases)
+edge_typed_linear_input_grad(g, W, end, layout)
+                             dx[n] = Σ_{end(e)=n} g[e] W[type(e)]ᵀ -> node [K]
+edge_typed_linear_weight_grad(x, g, end, types, layout)
+                             dW[t] = Σ_{type(e)=t} x[end(e)]ᵀ g[e] -> param [T,K,M]@etype
 layer_standardize_grad(g, x, y, eps)   (g - mean_f g - y mean_f(g y)) / sigma_row
 batch_standardize_grad(g, x, y, eps)   (g - mean_n g - y mean_n(g y)) / sigma_feature (training)
 edge_softmax_grad(g, y)      y ⊙ (g − Σ_{in-edges of dst} y ⊙ g)
@@ -645,14 +654,59 @@ def _matvec_t(ins, attrs, loc):
     return "param", (w.shape[0], w.shape[2]), "f32", w.domain
 
 
-PASS_OPCODES = ("param_slice", "matvec", "typed_linear_bases")
+EDGE_TYPED_LAYOUTS = ("auto", "compact", "edge")
+
+
+def _edge_typed_attrs(attrs, loc, what):
+    _need(attrs.get("end") in ("src", "dst"), f"{what}: end must be src or dst", loc)
+    _need(attrs.get("layout", "auto") in EDGE_TYPED_LAYOUTS,
+          f"{what}: layout must be one of {', '.join(EDGE_TYPED_LAYOUTS)}, got {attrs.get('layout')!r}", loc)
+
+
+def _edge_typed_weight(w, loc, what):
+    _need(w.assoc == "param" and len(w.shape) == 3 and w.domain == "etype",
+          f"{what} needs a [T,K,M] weight per edge type, got {w.describe()}", loc)
+
+
+def _edge_typed_linear(ins, attrs, loc):
+    x, w = ins
+    _edge_typed_attrs(attrs, loc, "edge_typed_linear")
+    _edge_typed_weight(w, loc, "edge_typed_linear")
+    _need(x.assoc == "node", f"edge_typed_linear reads node rows, got {x.describe()}", loc)
+    _need(_same_width(x.width, w.shape[1]),
+          f"edge_typed_linear: input width {x.width} does not match weight rows {w.shape[1]}", loc)
+    return "edge", (w.shape[2],), "f32"
+
+
+def _edge_typed_linear_input_grad(ins, attrs, loc):
+    g, w = ins
+    _edge_typed_attrs(attrs, loc, "edge_typed_linear_input_grad")
+    _edge_typed_weight(w, loc, "edge_typed_linear_input_grad")
+    _need(g.assoc == "edge" and _same_width(g.width, w.shape[2]),
+          f"edge_typed_linear_input_grad needs edge rows as wide as the weight's columns, got {g.describe()}", loc)
+    return "node", (w.shape[1],), "f32"
+
+
+def _edge_typed_linear_weight_grad(ins, attrs, loc):
+    x, g = ins
+    _edge_typed_attrs(attrs, loc, "edge_typed_linear_weight_grad")
+    _need(x.assoc == "node" and g.assoc == "edge",
+          f"edge_typed_linear_weight_grad needs node rows and edge gradients, got {x.describe()} and "
+          f"{g.describe()}", loc)
+    types = attrs.get("types")
+    _need(isinstance(types, (int, str)) and not isinstance(types, bool),
+          "edge_typed_linear_weight_grad needs a type count 'types'", loc)
+    return "param", (types, x.width, g.width), "f32", "etype"
+
+
+PASS_OPCODES = ("param_slice", "matvec", "typed_linear_bases", "edge_typed_linear")
 BACKWARD_OPCODES = ("matmul_nt", "matmul_tn", "typed_matmul_nt", "typed_matmul_tn", "typed_row_sum",
                     "row_sum", "feature_sum", "head_repeat", "act_grad", "math_grad", "softmax_grad", "edge_softmax_grad",
                     "aggregate_max_grad", "scatter_max_grad", "dropout_grad",
                     "cross_entropy_grad", "slice", "row_concat", "outer", "matvec_t", "basis_coef_grad",
                     "basis_grad", "layer_standardize_grad", "batch_standardize_grad",
                     "link_loss_grad", "link_loss_rel_grad", "typed_linear_bases_coef_grad",
-                    "typed_linear_bases_grad")
+                    "typed_linear_bases_grad", "edge_typed_linear_input_grad", "edge_typed_linear_weight_grad")
 
 
 def register(opcode: str, rule) -> None:

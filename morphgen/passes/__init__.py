@@ -2,8 +2,8 @@
 
 Forward rewrites (run before autodiff; each keeps numerics up to float rounding):
 ``fold_edge_aggregations``, ``reorder_linear_aggregate``, ``split_concat_linear``, ``reorder_linear_operators``,
-for backends with its kernels ``combine_bases_per_lookup`` and, for dense input features,
-``hoist_invariant_aggregation``.
+for backends with their kernels ``combine_bases_per_lookup`` and ``fuse_gathered_typed_linear``
+and, for dense input features, ``hoist_invariant_aggregation``.
 Analyses (after autodiff): ``annotate_fusion`` and ``analyse_liveness``.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from ..ir import Program
 from .basis_lookup import combine_bases_per_lookup
 from .concat_split import split_concat_linear
 from .edge_aggregate import fold_edge_aggregations
+from .edge_typed_linear import fuse_gathered_typed_linear
 from .fusion import FusionGroup, annotate_fusion
 from .hoist_invariant import hoist_invariant_aggregation
 from .linear_reorder import reorder_linear_operators
@@ -21,19 +22,23 @@ from .reorder_aggregate import reorder_linear_aggregate
 from .rewrite import remove_dead_forward
 
 __all__ = ["run_default", "fold_edge_aggregations", "reorder_linear_aggregate", "split_concat_linear",
-           "reorder_linear_operators", "combine_bases_per_lookup", "hoist_invariant_aggregation", "annotate_fusion",
+           "reorder_linear_operators", "combine_bases_per_lookup", "fuse_gathered_typed_linear",
+           "hoist_invariant_aggregation", "annotate_fusion",
            "analyse_liveness", "lifetimes", "FusionGroup", "Liveness", "remove_dead_forward"]
 
 
 def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
-                dense_features: bool = False, bases_per_lookup: bool = False) -> dict:
+                dense_features: bool = False, bases_per_lookup: bool = False,
+                edge_typed_layout: str = None) -> dict:
     """The default pipeline, in place: rewrites, autodiff, fusion annotation, liveness.
 
     An existing backward is discarded and regenerated after the rewrites.  The
     width-dependent passes run only when every size is bound; aggregations of the input
     features are hoisted out of the epoch only when the backend will hold them dense
     (``dense_features``); featureless lookups of basis-decomposed weights read the bases
-    directly when the backend has those kernels (``bases_per_lookup``).  Liveness runs when ``num_nodes`` and ``num_edges`` are given.
+    directly when the backend has those kernels (``bases_per_lookup``); typed linears of gathered
+    node rows read the rows in place, in the given layout, when ``edge_typed_layout`` is set.
+    Liveness runs when ``num_nodes`` and ``num_edges`` are given.
     Returns a report of what each pass did.
     """
     program.backward, program.grads = [], {}
@@ -45,6 +50,8 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
     report["reorder_linear_operators"] = reorder_linear_operators(program)
     if bases_per_lookup:
         report["combine_bases_per_lookup"] = combine_bases_per_lookup(program)
+    if edge_typed_layout is not None:
+        report["fuse_gathered_typed_linear"] = fuse_gathered_typed_linear(program, edge_typed_layout)
     report["dead_forward_ops"] = remove_dead_forward(program)
     if dense_features and not program.symbols():
         report["hoist_invariant_aggregation"] = hoist_invariant_aggregation(program)

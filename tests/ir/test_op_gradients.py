@@ -101,6 +101,13 @@ def _typed_linear_bases(domain):
     return build
 
 
+def _edge_typed_linear(end):
+    def build(m, h, k):
+        w = m.param("W", ("etypes", k, 5), domain="etype")
+        return m.emit("edge_typed_linear", h, w, end=end, layout="compact")
+    return build
+
+
 def _layer_norm(m, h, k):
     return m.emit("layer_standardize", m.emit("scale", h, c=3.0), eps=1e-5)
 
@@ -229,6 +236,8 @@ CASES = {
     "basis_combine_node": _basis_combine("ntype"),
     "typed_linear_bases_edge": _typed_linear_bases("etype"),
     "typed_linear_bases_node": _typed_linear_bases("ntype"),
+    "edge_typed_linear_src": _edge_typed_linear("src"),
+    "edge_typed_linear_dst": _edge_typed_linear("dst"),
     "typed_param_edge": _typed_param("etype"),
     "typed_param_node": _typed_param("ntype"),
     "gather_src": lambda m, h, k: m.emit("gather", h, end="src"),

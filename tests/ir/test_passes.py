@@ -7,8 +7,8 @@ from morphgen.autodiff import differentiate
 from morphgen.interp import Interpreter
 from morphgen.ir import IRError, Param, Program
 from morphgen.ir_ops import Builder
-from morphgen.passes import (analyse_liveness, annotate_fusion, combine_bases_per_lookup, reorder_linear_aggregate,
-                             reorder_linear_operators, run_default, split_concat_linear)
+from morphgen.passes import (analyse_liveness, annotate_fusion, combine_bases_per_lookup, fuse_gathered_typed_linear,
+                             reorder_linear_aggregate, reorder_linear_operators, run_default, split_concat_linear)
 
 from . import models
 from .helpers import perturbed_params, random_data, random_graph
@@ -122,6 +122,49 @@ def test_only_backends_with_the_kernels_get_the_rewrite():
     assert "typed_linear_bases" not in _opcodes(without)
     with_kernels = _bound(lambda: models.rgcn(bases=2))
     assert run_default(with_kernels, bases_per_lookup=True)["combine_bases_per_lookup"] == 1
+
+
+@pytest.mark.parametrize("layout", ["compact", "edge"])
+@pytest.mark.parametrize("model", ["rgat", "hgt"])
+def test_gathered_typed_linear_reads_node_rows_in_place(model, layout):
+    """R-GAT's two projections (source and destination rows) and HGT's key and message
+    transforms: no gather is left before a typed linear, loss and gradients unchanged."""
+    prog, n = _assert_same_numerics(models.ALL[model],
+                                    lambda p: fuse_gathered_typed_linear(p, layout))
+    assert n == 2
+    fused = [op for op in prog.forward if op.opcode == "edge_typed_linear"]
+    assert {op.attrs["layout"] for op in fused} == {layout}
+    producer = {op.output.id: op.opcode for op in prog.forward}
+    assert all(producer.get(op.inputs[0].id) != "gather" for op in prog.forward if op.opcode == "typed_linear")
+    differentiate(prog)
+    backward = {op.opcode for op in prog.backward}
+    # R-GAT's rows are the input features (no gradient); HGT's are its keys and values
+    expected = {"edge_typed_linear_weight_grad"} | ({"edge_typed_linear_input_grad"} if model == "hgt" else set())
+    assert expected <= backward
+
+
+def test_gathered_typed_linear_of_features_needs_no_input_gradient():
+    prog = _bound(models.rgat)
+    run_default(prog, edge_typed_layout="auto")
+    backward = {op.opcode for op in prog.backward}
+    assert "edge_typed_linear_weight_grad" in backward and "edge_typed_linear_input_grad" not in backward
+
+
+def test_featureless_lookups_are_not_fused():
+    prog, n = _assert_same_numerics(models.rgcn, fuse_gathered_typed_linear)
+    assert n == 1           # the second layer's hidden rows; the first reads rows of W_r already
+    assert _opcodes(prog).count("typed_linear") == 1
+
+
+def test_gathered_typed_linear_only_for_backends_with_the_kernels():
+    without = _bound(models.rgat)
+    assert "fuse_gathered_typed_linear" not in run_default(without)
+    assert "edge_typed_linear" not in _opcodes(without)
+
+
+def test_gathered_typed_linear_rejects_an_unknown_layout():
+    with pytest.raises(IRError, match="layout must be one of"):
+        fuse_gathered_typed_linear(_bound(models.rgat), "rows")
 
 
 def test_reorder_needs_bound_sizes():
