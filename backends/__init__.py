@@ -32,6 +32,7 @@ class Capabilities:
     device_memory: bool = False  # buffers live on an accelerator, not in host memory
     link_prediction: bool = False  # has the kernels of gnn.linkLoss (triple scoring)
     bases_per_lookup: bool = False  # reads featureless lookups of W_t = sum_b A[t,b] V_b from the bases
+    edge_typed_linear: bool = False  # reads gathered node rows of typed linears in place (compact or per edge)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ REGISTRY = {
     "openmp": Backend(
         "openmp", "one multicore CPU: OpenMP, SIMD sparse kernels, BLAS",
         Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, link_prediction=True,
-                     bases_per_lookup=True),
+                     bases_per_lookup=True, edge_typed_linear=True),
         "MORPHGEN_CXX", "g++", "morphgen.backends.openmp.emitter:OpenMPEmitter"),
     "cuda": Backend(
         "cuda", "one NVIDIA GPU: block-per-row SpMM, cuBLAS (MORPHGEN_CUDA_EMULATION=1: SIMT emulation on the CPU)",

@@ -35,9 +35,13 @@ class CompiledModel:
 
     def __init__(self, path, backend: str = "openmp", threads: Optional[int] = None, seed: int = 0,
                  sparsity_threshold: Optional[float] = None, sanitize: bool = False,
-                 hoist_invariants: bool = True):
+                 hoist_invariants: bool = True, edge_typed_layout: str = "auto"):
         """``hoist_invariants=False`` keeps aggregations of the input features inside the epoch
-        (passes/hoist_invariant.py), e.g. to measure what hoisting them saves."""
+        (passes/hoist_invariant.py), e.g. to measure what hoisting them saves.
+        ``edge_typed_layout``: how a typed linear of gathered node rows is computed on backends
+        with those kernels: auto (picked per op from the graph), compact (one product per
+        distinct (node, edge type) pair), edge (one per edge), gathered (per-edge copies of the
+        rows first, the unfused form); passes/edge_typed_linear.py."""
         self._backend = require_backend(backend)
         self.path = Path(path)
         self.backend = backend
@@ -46,6 +50,7 @@ class CompiledModel:
         self.sparsity_threshold = sparsity_threshold
         self.sanitize = sanitize
         self.hoist_invariants = hoist_invariants
+        self.edge_typed_layout = _checked_edge_typed_layout(edge_typed_layout)
         self.program = None
         self.session = None
         self.dataset = None             # what the session holds (features possibly normalised)
@@ -98,8 +103,10 @@ class CompiledModel:
 
     def _lower_and_emit(self, dataset, dense: bool) -> dict:
         hoist = self.hoist_invariants and dense and self._backend.capabilities.hoist_invariants
+        fused = self._backend.capabilities.edge_typed_linear and self.edge_typed_layout != "gathered"
         self.program = lower(self.path, sizes_of(dataset), dataset.features is None, hoist,
-                             self._backend.capabilities.bases_per_lookup)
+                             self._backend.capabilities.bases_per_lookup,
+                             self.edge_typed_layout if fused else None, dataset.graph)
         self._backend.check_program(self.program)
         self._emitter = self._backend.emitter_class()(self.program)
         return self._emitter.emit()
@@ -241,6 +248,16 @@ class CompiledModel:
 
     def load_checkpoint(self, path):
         self.session.load_checkpoint(path)
+
+
+EDGE_TYPED_LAYOUTS = ("auto", "compact", "edge", "gathered")
+
+
+def _checked_edge_typed_layout(layout: str) -> str:
+    if layout not in EDGE_TYPED_LAYOUTS:
+        raise UserError(f"morphgen: error: edge typed layout must be one of {', '.join(EDGE_TYPED_LAYOUTS)}, "
+                        f"not {layout!r}")
+    return layout
 
 
 class TrainingDiverged(UserError):

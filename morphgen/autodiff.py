@@ -155,7 +155,7 @@ def _typed_linear(ctx, op, g):
 
 def _edge_typed_linear(ctx, op, g):
     x, w = op.inputs
-    placement = {"end": op.attrs["end"], "layout": op.attrs.get("layout", "auto")}
+    placement = {"end": op.attrs["end"], "layout": op.attrs["layout"]}
     if ctx.needs(x):
         ctx.accumulate(x, ctx.emit("edge_typed_linear_input_grad", g, w, **placement))
     if ctx.needs(w):

@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-hoist", action="store_true",
                    help="recompute aggregations of the input features every epoch instead of once "
                         "(they are hoisted out of the training loop by default on the dense feature path)")
+    p.add_argument("--edge-typed-layout", default="auto", choices=("auto", "compact", "edge", "gathered"),
+                   help="how a typed linear of node rows read at edges (x_src * W[etype]) is computed: "
+                        "compact (one product per distinct (node, edge type) pair, copied to its edges), "
+                        "edge (one product per edge), gathered (per-edge copies of the rows first), or "
+                        "auto (the default: compact or edge, whichever the cost model predicts faster "
+                        "for the graph)")
     p.add_argument("--json", dest="json_out", default=None, help="write the run's metrics to this JSON file")
     p.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
     p.add_argument("--resume", default=None, help="start from this checkpoint")

@@ -59,8 +59,8 @@ typed_linear_bases(x, A, V)  typed_linear(x, basis_combine(A, V)) without formin
 edge_typed_linear(x, W, end, layout)
                              typed_linear(gather(x, end), W) without per-edge copies of x: x node
                              [K], W [T,K,M]@etype -> edge [M], row e is x[end(e)] · W[type(e)];
-                             layout compact|edge|auto (one product per distinct (node, type) pair,
-                             or per edge; the backend's cost model picks for auto)
+                             layout compact (one product per distinct (node, type) pair, copied to
+                             its edges) or edge (one per edge)
 
 Backward ops (emitted by morphgen.autodiff; docs/ir.md is the backend contract)
 --------------------------------------------------------------------------------
@@ -654,12 +654,12 @@ def _matvec_t(ins, attrs, loc):
     return "param", (w.shape[0], w.shape[2]), "f32", w.domain
 
 
-EDGE_TYPED_LAYOUTS = ("auto", "compact", "edge")
+EDGE_TYPED_LAYOUTS = ("compact", "edge")
 
 
 def _edge_typed_attrs(attrs, loc, what):
     _need(attrs.get("end") in ("src", "dst"), f"{what}: end must be src or dst", loc)
-    _need(attrs.get("layout", "auto") in EDGE_TYPED_LAYOUTS,
+    _need(attrs.get("layout") in EDGE_TYPED_LAYOUTS,
           f"{what}: layout must be one of {', '.join(EDGE_TYPED_LAYOUTS)}, got {attrs.get('layout')!r}", loc)
 
 

@@ -13,13 +13,16 @@ from .errors import UserError
 
 
 def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_features: bool = False,
-          bases_per_lookup: bool = False):
+          bases_per_lookup: bool = False, edge_typed_layout: Optional[str] = None, graph=None):
     """Parse, check and lower a program; bind sizes when given; run the passes (backward included).
 
     ``dense_features``: the backend will hold the input features dense, so aggregations of them
     may be computed once instead of every epoch (passes/hoist_invariant.py).
     ``bases_per_lookup``: the backend reads featureless lookups of basis-decomposed weights from
-    the bases (passes/basis_lookup.py)."""
+    the bases (passes/basis_lookup.py).
+    ``edge_typed_layout``: the backend reads gathered node rows of typed linears in place, in this
+    layout (auto: picked per op from ``graph``'s distinct (node, edge type) pairs,
+    passes/edge_typed_linear.py)."""
     from . import passes
     from .frontend import compile_file
     from .ir_core import IRError, _canonical_symbol
@@ -30,11 +33,22 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
             program.featureless = featureless
             program.bind(sizes)
         passes.run_default(program, dense_features=dense_features and sizes is not None and not featureless,
-                           bases_per_lookup=bases_per_lookup)
+                           bases_per_lookup=bases_per_lookup, edge_typed_layout=edge_typed_layout,
+                           edge_pairs=edge_type_pairs(graph) if graph is not None and edge_typed_layout else None)
     except IRError as err:
         # Shapes that only the dataset's sizes reveal: the error still points into the program.
         raise located_error(err, path, {k: v for k, v in (sizes or {}).items() if k in used}) from None
     return program
+
+
+def edge_type_pairs(graph) -> dict:
+    """Distinct (node, edge type) pairs at each end of the edges, and the edge count."""
+    types = graph.etype if graph.etype is not None else np.zeros(graph.num_edges, np.int64)
+    width = int(types.max()) + 1 if types.size else 1
+
+    def distinct(ends):
+        return int(np.unique(ends * width + types).size)
+    return {"src": distinct(graph.src), "dst": distinct(graph.dst), "edges": graph.num_edges}
 
 
 def located_error(err, path, sizes: Optional[dict] = None):

@@ -792,6 +792,43 @@ class OpenMPEmitter:
         return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {B}, {self.identity_nodes}, {M}, "
                           f"{self.ptr(out)})", f"4.0 * ({combined} + {streamed})", f"2.0 * {combined}")
 
+    # ---- typed linears of node rows read at edge ends (passes/edge_typed_linear.py) ---------------
+    def edge_typed_plan(self, end: str, layout: str) -> str:
+        """The product rows (one per distinct (node, edge type) pair at ``end``, or one per edge),
+        built once at load time; the ops of one end and layout share them and their scratch."""
+        key = ("edge_typed", end, layout)
+        if key not in self.plans:
+            name = f"plan{len(self.plans)}"
+            self.plans[key] = name
+            ends = "m.graph.col" if end == "src" else self.edge_dst()
+            self.members.append(f"mg::EdgeTypedRows {name};")
+            self.extra_bytes.append(f"m.{name}.bytes()")
+            self.prepare.append(f"mg::op::build_edge_typed_rows(m.{name}, {ends}, {self.type_expr('etype')}, "
+                                f"m.graph, {'true' if layout == 'compact' else 'false'})")
+        return f"m.{self.plans[key]}"
+
+    def _edge_typed_call(self, kernel: str, op, operands: str, K: str, M: str) -> str:
+        """One of the three kernels: 2KM flops per product row; the rows' K-wide reads or writes,
+        the edges' M-wide ones and the weights moved."""
+        plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"])
+        return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)})",
+                          f"4.0 * ({plan}.rows * {K} + m.graph.num_edges * {M} + m.graph.num_etypes * {K} * {M})",
+                          f"2.0 * {plan}.rows * {K} * {M}")
+
+    def op_edge_typed_linear(self, op, x, w):
+        K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        return self._edge_typed_call("edge_typed_linear", op, f"{self.ptr(x)}, {K}, {self.ptr(w)}, {M}", K, M)
+
+    def op_edge_typed_linear_input_grad(self, op, g, w):
+        K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        return self._edge_typed_call("edge_typed_linear_input_grad", op, f"{self.ptr(g)}, {M}, {self.ptr(w)}, {K}",
+                                     K, M)
+
+    def op_edge_typed_linear_weight_grad(self, op, x, g):
+        K, M = self.width(x), self.width(g)
+        return self._edge_typed_call("edge_typed_linear_weight_grad", op, f"{self.ptr(x)}, {K}, {self.ptr(g)}, {M}",
+                                     K, M)
+
     def op_typed_param(self, op, w):
         out = op.output
         return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, {self.type_expr(w.domain)}, nullptr, "

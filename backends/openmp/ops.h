@@ -28,6 +28,7 @@
 #include "kernels/optim.h"
 #include "kernels/sparse_features.h"
 #include "kernels/spmm.h"
+#include "kernels/edge_typed_linear.h"
 #include "kernels/typed_linear.h"
 
 namespace mg {
@@ -280,6 +281,25 @@ inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *
             for (idx_t k = 0; k < K; ++k) o[k] += g[k];
         }
     }
+}
+
+// ---- typed linear of node rows read at edge ends (kernels/edge_typed_linear.h) -------------------
+// end: the node each edge reads (the CSR's sources, or Graph::edge_dst).
+inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_t *type, const GraphView &g,
+                                  bool compact) {
+    check(p.build(end, type, g.num_edges, g.num_etypes, g.num_nodes, compact),
+          "edge typed linear rows (a node or edge type index is out of range)");
+}
+inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
+    check(edge_typed_linear_fwd(p, X, K, W, M, Y), "edge typed linear");
+}
+inline void edge_typed_linear_input_grad(EdgeTypedRows &p, const float *G, idx_t M, const float *W, idx_t K,
+                                         float *dX) {
+    check(edge_typed_linear_input_bwd(p, G, M, W, K, dX), "edge typed linear input gradient");
+}
+inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_t K, const float *G, idx_t M,
+                                          float *dW) {
+    check(edge_typed_linear_weight_bwd(p, X, K, G, M, dW), "edge typed linear weight gradient");
 }
 
 // ---- parameter algebra introduced by passes (tiny: weights only) ----------------------------------

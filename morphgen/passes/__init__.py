@@ -29,7 +29,7 @@ __all__ = ["run_default", "fold_edge_aggregations", "reorder_linear_aggregate", 
 
 def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
                 dense_features: bool = False, bases_per_lookup: bool = False,
-                edge_typed_layout: str = None) -> dict:
+                edge_typed_layout: str = None, edge_pairs: dict = None) -> dict:
     """The default pipeline, in place: rewrites, autodiff, fusion annotation, liveness.
 
     An existing backward is discarded and regenerated after the rewrites.  The
@@ -37,7 +37,8 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
     features are hoisted out of the epoch only when the backend will hold them dense
     (``dense_features``); featureless lookups of basis-decomposed weights read the bases
     directly when the backend has those kernels (``bases_per_lookup``); typed linears of gathered
-    node rows read the rows in place, in the given layout, when ``edge_typed_layout`` is set.
+    node rows read the rows in place when ``edge_typed_layout`` is set (auto: picked from the
+    graph's ``edge_pairs`` counts, passes/edge_typed_linear.py).
     Liveness runs when ``num_nodes`` and ``num_edges`` are given.
     Returns a report of what each pass did.
     """
@@ -51,7 +52,7 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
     if bases_per_lookup:
         report["combine_bases_per_lookup"] = combine_bases_per_lookup(program)
     if edge_typed_layout is not None:
-        report["fuse_gathered_typed_linear"] = fuse_gathered_typed_linear(program, edge_typed_layout)
+        report["fuse_gathered_typed_linear"] = fuse_gathered_typed_linear(program, edge_typed_layout, edge_pairs)
     report["dead_forward_ops"] = remove_dead_forward(program)
     if dense_features and not program.symbols():
         report["hoist_invariant_aggregation"] = hoist_invariant_aggregation(program)

@@ -4,25 +4,49 @@
 
 The gather writes an E x K copy of x that the product reads once and the weight gradient again
 (R-GAT on acm_heco: 34,852 edges x 3,864 features, 540 MB per end). The fused op reads x's rows
-where they are. Its ``layout`` says how many products it makes: ``edge``, one per edge; ``compact``,
-one per distinct (node, edge type) pair, copied to the pair's edges (acm_heco: 2.3x fewer rows
-than edges at the source end); ``auto``, the backend's cost model picks once the graph is known.
-Featureless rows are left alone: their typed linear is already a lookup of W's rows. Run only for
-backends with the kernels (``Capabilities.edge_typed_linear``); the numbers are the same up to
-float rounding.
+where they are, in one of two layouts: ``edge``, one product per edge; ``compact``, one per
+distinct (node, edge type) pair at that end, copied to the pair's edges (acm_heco's source ends:
+2.3x fewer rows than edges). ``auto`` picks per op with ``prefer_compact``'s cost model from the
+graph's pair counts. Featureless rows are left alone: their typed linear is already a lookup of
+W's rows. Run only for backends with the kernels (``Capabilities.edge_typed_linear``); the numbers
+are the same up to float rounding.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from ..ir import IRError, Program
 from ..ir_ops import EDGE_TYPED_LAYOUTS
-from .rewrite import gathered_identity, new_op, producers, remove_dead_forward, require_forward_only
+from .rewrite import concrete, gathered_identity, new_op, producers, remove_dead_forward, require_forward_only
+
+LAYOUT_CHOICES = ("auto",) + EDGE_TYPED_LAYOUTS
+
+# Rates the cost model weighs flops and bytes with: a product of gathered rows and the row
+# copies around it, as the OpenMP kernels reach them on a 2-core AVX-512 machine (--profile).
+# Only their ratio matters, and the pick only where the two costs are close.
+GFLOPS = 100.0
+GBYTES = 20.0
 
 
-def fuse_gathered_typed_linear(program: Program, layout: str = "auto") -> int:
-    """Rewrite in place; returns the number of typed linears rewritten."""
+def prefer_compact(pairs: int, edges: int, k: int, m: int) -> bool:
+    """Whether products of the ``pairs`` distinct (node, type) rows, copied to ``edges`` edges,
+    cost less than a product per edge: forward and both gradients move the same rows, so one
+    direction decides. Per product row: 2KM flops, K + M floats; per edge, compact adds the copy
+    of an M-wide row out (forward) and in (gradient)."""
+    per_row = 2.0 * k * m / GFLOPS + 4.0 * (k + m) / GBYTES
+    copies = 2 * 4.0 * 2 * m / GBYTES
+    return pairs * per_row + edges * copies < edges * per_row
+
+
+def fuse_gathered_typed_linear(program: Program, layout: str = "auto", pairs: Optional[dict] = None) -> int:
+    """Rewrite in place; returns the number of typed linears rewritten.
+
+    ``pairs``: {"src": distinct (source, type) pairs, "dst": the same at destinations, "edges": E}
+    of the graph, for ``layout="auto"``; without it (or with symbolic widths) auto is compact,
+    whose extra cost over per-edge products is two M-wide copies per edge at most."""
     require_forward_only(program, "fuse_gathered_typed_linear")
-    if layout not in EDGE_TYPED_LAYOUTS:
-        raise IRError(f"edge typed linear layout must be one of {', '.join(EDGE_TYPED_LAYOUTS)}, got {layout!r}")
+    if layout not in LAYOUT_CHOICES:
+        raise IRError(f"edge typed linear layout must be one of {', '.join(LAYOUT_CHOICES)}, got {layout!r}")
     prod = producers(program)
     count = 0
     for pos, op in enumerate(program.forward):
@@ -31,9 +55,20 @@ def fuse_gathered_typed_linear(program: Program, layout: str = "auto") -> int:
         if (gather is None or gather.opcode != "gather" or w.domain != "etype"
                 or gathered_identity(program, rows, prod)):
             continue
+        end = gather.attrs["end"]
         program.forward[pos] = new_op(program, "edge_typed_linear", [gather.inputs[0], w],
-                                      {"end": gather.attrs["end"], "layout": layout}, op.loc, output=op.output)
+                                      {"end": end, "layout": _resolve(layout, pairs, end, w)}, op.loc,
+                                      output=op.output)
         count += 1
     if count:
         remove_dead_forward(program)      # the gathers, when nothing else reads them
     return count
+
+
+def _resolve(layout: str, pairs: Optional[dict], end: str, w) -> str:
+    k, m = concrete(w.shape[1]), concrete(w.shape[2])
+    if layout != "auto":
+        return layout
+    if pairs is None or k is None or m is None:
+        return "compact"
+    return "compact" if prefer_compact(pairs[end], pairs["edges"], k, m) else "edge"

@@ -9,6 +9,7 @@ from morphgen.ir import IRError, Param, Program
 from morphgen.ir_ops import Builder
 from morphgen.passes import (analyse_liveness, annotate_fusion, combine_bases_per_lookup, fuse_gathered_typed_linear,
                              reorder_linear_aggregate, reorder_linear_operators, run_default, split_concat_linear)
+from morphgen.passes.edge_typed_linear import prefer_compact
 
 from . import models
 from .helpers import perturbed_params, random_data, random_graph
@@ -160,6 +161,21 @@ def test_gathered_typed_linear_only_for_backends_with_the_kernels():
     without = _bound(models.rgat)
     assert "fuse_gathered_typed_linear" not in run_default(without)
     assert "edge_typed_linear" not in _opcodes(without)
+
+
+def test_auto_layout_follows_the_pair_counts():
+    """Compact where few edges share no (node, type) pair with another, per edge where every
+    edge is its own pair (then compact only adds the copies); each end decides for itself."""
+    prog = _bound(models.rgat, F=64)
+    fuse_gathered_typed_linear(prog, "auto", {"src": 30, "dst": 100, "edges": 100})
+    layouts = {op.attrs["end"]: op.attrs["layout"] for op in prog.forward if op.opcode == "edge_typed_linear"}
+    assert layouts == {"src": "compact", "dst": "edge"}
+
+
+def test_prefer_compact_weighs_the_copies_against_the_rows_saved():
+    assert prefer_compact(50, 100, 64, 64) and not prefer_compact(100, 100, 64, 64)
+    assert not prefer_compact(95, 100, 4, 4)      # narrow rows: the saving is smaller than the copies
+    assert prefer_compact(95, 100, 3864, 16)      # wide input rows: 5% fewer products pay for them
 
 
 def test_gathered_typed_linear_rejects_an_unknown_layout():
