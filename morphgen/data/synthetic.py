@@ -142,8 +142,8 @@ def rmat(num_nodes: int, num_edges: int, a: float = 0.57, b: float = 0.19, c: fl
 # ----------------------------------------------------------------------------------------------
 DEFAULTS = dict(nodes=2000, edges=20000, features=64, sparsity=0.0, classes=7, seed=0,
                 train_per_class=20, val=500, test=1000, homophily=0.8, noise=3.0,
-                power_law=2.5, format="auto")
-_INT_KEYS = {"nodes", "edges", "features", "classes", "seed", "train_per_class", "val", "test"}
+                power_law=2.5, format="auto", etypes=1)
+_INT_KEYS = {"nodes", "edges", "features", "classes", "seed", "train_per_class", "val", "test", "etypes"}
 _FLOAT_KEYS = {"sparsity", "homophily", "noise", "power_law"}
 _FORMATS = ("auto", "dense", "csr")
 _TOPIC_BOOST = 4.0   # topic columns are kept up to this many times more often than average
@@ -178,6 +178,8 @@ def _check_params(p: dict) -> None:
         _spec_error("train_per_class", "must be >= 1 (an empty training set cannot train)")
     if p["test"] < 1:
         _spec_error("test", "must be >= 1")
+    if p["etypes"] < 1:
+        _spec_error("etypes", f"must be >= 1, got {p['etypes']}")
     smallest_class = p["nodes"] // p["classes"]
     if p["train_per_class"] > smallest_class:
         _spec_error("train_per_class", f"{p['train_per_class']} exceeds the smallest class "
@@ -323,16 +325,17 @@ def _split(rng, labels, classes, train_per_class, val, test):
 def synthetic_dataset(nodes: int = 2000, edges: int = 20000, features: int = 64, sparsity: float = 0.0,
                       classes: int = 7, seed: int = 0, train_per_class: int = 20, val: int = 500,
                       test: int = 1000, homophily: float = 0.8, noise: float = 3.0,
-                      power_law: float = 2.5, format: str = "auto") -> Dataset:
+                      power_law: float = 2.5, format: str = "auto", etypes: int = 1) -> Dataset:
     """A planted-community node-classification dataset (see the module docstring).
 
     ``edges`` counts directed edges of the symmetric graph (an odd count is rounded down).
     ``features=0`` gives a featureless dataset.  ``format``: ``auto`` = dense below sparsity 0.5,
-    CSR from 0.5 on; ``dense`` / ``csr`` force one.
+    CSR from 0.5 on; ``dense`` / ``csr`` force one.  ``etypes`` > 1 gives every directed edge a
+    type drawn uniformly (a typed graph for relational models); the graph itself is the same.
     """
     params = dict(nodes=nodes, edges=edges, features=features, sparsity=sparsity, classes=classes,
                   seed=seed, train_per_class=train_per_class, val=val, test=test, homophily=homophily,
-                  noise=noise, power_law=power_law, format=format)
+                  noise=noise, power_law=power_law, format=format, etypes=etypes)
     for key in _INT_KEYS:
         if not isinstance(params[key], (int, np.integer)) or isinstance(params[key], bool):
             _spec_error(key, f"expected an integer, got {params[key]!r}")
@@ -349,7 +352,12 @@ def synthetic_dataset(nodes: int = 2000, edges: int = 20000, features: int = 64,
     labels = np.random.default_rng(s_labels).permutation(np.arange(p["nodes"]) % p["classes"]).astype(np.int64)
     src, dst = _community_edges(np.random.default_rng(s_graph), labels, p["classes"], p["edges"],
                                 p["homophily"], p["power_law"])
-    graph = make_graph(p["nodes"], src, dst, "synthetic", meta={"generator": "planted communities"})
+    typed = {}
+    if p["etypes"] > 1:        # a fifth stream: the four above are the same with or without types
+        s_types = np.random.SeedSequence(p["seed"]).spawn(5)[4]
+        typed = {"etype": np.random.default_rng(s_types).integers(0, p["etypes"], src.size),
+                 "num_etypes": p["etypes"]}
+    graph = make_graph(p["nodes"], src, dst, "synthetic", meta={"generator": "planted communities"}, **typed)
     dense = p["format"] == "dense" or (p["format"] == "auto" and p["sparsity"] < 0.5)
     feats = None
     if p["features"] > 0:

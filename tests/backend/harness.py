@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from morphgen.pipeline import include_dirs
+from morphgen.pipeline import edge_type_pairs, include_dirs
 from morphgen.passes import run_default
 from morphgen.backends import require
 from morphgen.interp import Interpreter
@@ -19,12 +19,16 @@ def sizes_for(graph, x, classes):
             "etypes": graph.num_etypes, "ntypes": graph.num_ntypes}
 
 
-def build(program, graph, x, classes, sanitize=False, backend="openmp"):
+def build(program, graph, x, classes, sanitize=False, backend="openmp", edge_typed_layout="auto"):
+    """``edge_typed_layout``: as `morphgen train --edge-typed-layout` (gathered: not fused)."""
     program.featureless = x is None
     program.bind(sizes_for(graph, x, classes))
     chosen = require(backend)
     # rewrites, backward and fusion exactly as `morphgen train` does for this backend
-    run_default(program, bases_per_lookup=chosen.capabilities.bases_per_lookup)
+    fused = chosen.capabilities.edge_typed_linear and edge_typed_layout != "gathered"
+    run_default(program, bases_per_lookup=chosen.capabilities.bases_per_lookup,
+                edge_typed_layout=edge_typed_layout if fused else None,
+                edge_pairs=edge_type_pairs(graph) if fused else None)
     sources = chosen.emitter_class()(program).emit()
     if backend == "openmp":     # the default build, under a name of its own (cached apart from `train`'s)
         return compile_shared(sources, name=f"test_model_{backend}", include_dirs=include_dirs(), sanitize=sanitize,
@@ -65,11 +69,12 @@ def reference(program, graph, x, labels, mask, params):
     return loss, grads
 
 
-def assert_matches_interpreter(program, graph, x, labels, mask, classes, features="dense", backend="openmp"):
+def assert_matches_interpreter(program, graph, x, labels, mask, classes, features="dense", backend="openmp",
+                               edge_typed_layout="auto"):
     """The backend's first-epoch loss and every weight gradient (read back through one SGD step
     with learning rate 1) equal the float64 interpreter's, from the same perturbed weights."""
     import pytest
-    lib = build(use_sgd(program), graph, x, classes, backend=backend)
+    lib = build(use_sgd(program), graph, x, classes, backend=backend, edge_typed_layout=edge_typed_layout)
     params = {k: v.astype(np.float32) for k, v in perturbed_params(program).items()}
     ref_loss, ref_grads = reference(program, graph, x, labels, mask, params)
     sess = session(lib, program, graph, x, labels, mask, features=features)

@@ -22,8 +22,9 @@ CASES = {
 }
 
 
-def _check(program, graph, x, labels, mask, classes, features="dense"):
-    assert_matches_interpreter(program, graph, x, labels, mask, classes, features=features, backend="openmp")
+def _check(program, graph, x, labels, mask, classes, features="dense", edge_typed_layout="auto"):
+    assert_matches_interpreter(program, graph, x, labels, mask, classes, features=features, backend="openmp",
+                               edge_typed_layout=edge_typed_layout)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -58,6 +59,19 @@ def test_bases_read_per_lookup_match_interpreter_on_threads():
     graph = random_graph(n=300, e=4000, seed=5, etypes=7, ntypes=1)
     _, labels, mask = random_data(graph, None, classes=3)
     _check(models.rgcn(bases=3), graph, None, labels, mask, classes=3)
+
+
+@pytest.mark.parametrize("layout", ["compact", "edge", "gathered"])
+@pytest.mark.parametrize("name", ["rgat", "hgt"])
+def test_typed_linears_of_gathered_rows_match_interpreter_in_every_layout(name, layout):
+    """The products of node rows read at edge ends (passes/edge_typed_linear.py), one per
+    distinct (node, type) pair or per edge, against the interpreter, with the gathered form for
+    reference: a graph with more rows than one tile of the kernels, many edges per (source,
+    type) pair and an edge type that no edge has."""
+    graph = random_graph(n=300, e=4000, seed=9, etypes=5, ntypes=2)
+    graph.num_etypes = 6
+    x, labels, mask = random_data(graph, 37, classes=3)
+    _check(getattr(models, name)(), graph, x, labels, mask, classes=3, edge_typed_layout=layout)
 
 
 def test_gat_reads_gathered_rows_in_place():
