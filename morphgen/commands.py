@@ -161,6 +161,9 @@ def train_command(args) -> int:
     if model.program.invariant:
         print(f"morphgen: {len(model.program.invariant)} aggregation(s) of the input features computed once "
               f"instead of every epoch", file=sys.stderr)
+    typed_layouts = edge_typed_layouts(model.program)
+    if typed_layouts:
+        print(f"morphgen: typed linears of rows read at edge ends: {', '.join(typed_layouts)}", file=sys.stderr)
     if args.resume:
         model.load_checkpoint(args.resume)
     epochs = args.epochs if args.epochs is not None else model.program.epochs
@@ -193,6 +196,7 @@ def train_command(args) -> int:
             "final_loss": result.history[-1]["loss"], "epoch_times_s": times,
             "compile_seconds": model.compile_seconds, "prepare_seconds": model.session.prepare_seconds,
             "hoisted_aggregations": len(model.program.invariant), "feature_path": path,
+            "edge_typed_layouts": typed_layouts,
             "feature_sparsity": sparsity, "sparsity_threshold": tau,
             "peak_rss_bytes": peak, "baseline_rss_bytes": baseline_rss,
             "allocated_bytes": model.session.allocated_bytes(),
@@ -202,6 +206,12 @@ def train_command(args) -> int:
             report["profile"] = model.session.timers()
         write_atomically(Path(args.json_out), json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def edge_typed_layouts(program) -> list:
+    """Each typed linear of rows read at edge ends, as 'src 3864->16 compact' (passes/edge_typed_linear.py)."""
+    return [f"{op.attrs['end']} {op.inputs[0].width}->{op.output.width} {op.attrs['layout']}"
+            for op in program.forward if op.opcode == "edge_typed_linear"]
 
 
 def _train_distributed(args) -> int:

@@ -216,7 +216,8 @@ def _empty_system(system: str) -> dict:
 
 
 def morphgen_command(model, data_path, epochs, seed, threads, json_out, profile=True,
-                     sparsity_threshold=None, backend: str = "openmp", device: Optional[int] = None) -> list:
+                     sparsity_threshold=None, backend: str = "openmp", device: Optional[int] = None,
+                     edge_typed_layout: Optional[str] = None) -> list:
     cmd = [sys.executable, "-m", "morphgen", "train", str(model), "--dataset", str(data_path),
            "--epochs", str(epochs), "--seed", str(seed), "--threads", str(threads),
            "--json", str(json_out), "--quiet"]
@@ -228,18 +229,20 @@ def morphgen_command(model, data_path, epochs, seed, threads, json_out, profile=
         cmd.append("--profile")
     if sparsity_threshold is not None:
         cmd += ["--sparsity-threshold", repr(float(sparsity_threshold))]
+    if edge_typed_layout is not None:
+        cmd += ["--edge-typed-layout", edge_typed_layout]
     return cmd
 
 
 def run_morphgen(model, data_path, work_dir, *, epochs: int, warmup: int, seed: int, threads: int,
                  cap_gib: Optional[float], timeout_s: Optional[float], profile: bool = True,
                  sparsity_threshold: Optional[float] = None, tag: str = "morphgen", backend: str = "openmp",
-                 device: Optional[int] = None) -> dict:
+                 device: Optional[int] = None, edge_typed_layout: Optional[str] = None) -> dict:
     """`morphgen train` in its own process; returns a system entry (see SYSTEM_KEYS; a GPU run adds
     DEVICE_KEYS)."""
     out = Path(work_dir) / f"{tag}.json"
     cmd = morphgen_command(model, data_path, epochs, seed, threads, out, profile, sparsity_threshold,
-                           backend, device)
+                           backend, device, edge_typed_layout)
     run = run_child(cmd, out, cap_gib, timeout_s)
     entry = _empty_system("morphgen")
     if backend == "cuda":                 # named even when the run fails
@@ -255,7 +258,8 @@ def run_morphgen(model, data_path, work_dir, *, epochs: int, warmup: int, seed: 
                    "feature_sparsity": r.get("feature_sparsity"),
                    "sparsity_threshold": r.get("sparsity_threshold"), "threads": r.get("threads"),
                    "adjacency": "CSR (generated kernels)", "profiled": bool(profile),
-                   "hoisted_aggregations": r.get("hoisted_aggregations")},
+                   "hoisted_aggregations": r.get("hoisted_aggregations"),
+                   "edge_typed_layouts": r.get("edge_typed_layouts")},
         "epoch_times_s": times, "epoch_time_s": median_after_warmup(times, warmup),
         "compile_seconds": r.get("compile_seconds"), "setup_seconds": r.get("prepare_seconds"),
         "peak_rss_bytes": r.get("peak_rss_bytes"),

@@ -160,6 +160,11 @@ def _kernel_isa() -> str:
         return f"unknown ({exc})"
 
 
+def describe_cpu() -> str:
+    """The CPU model and the kernels' ISA, e.g. 'AMD EPYC, avx512 kernels'."""
+    return f"{cpu_model()}, {_kernel_isa()} kernels"
+
+
 def measure_machine(threads: Optional[int] = None, stream_elements: Optional[int] = None,
                     gemm_size: int = 2048, reps: int = 10) -> dict:
     """All limits with `threads` threads (default: every usable core)."""

@@ -1,0 +1,177 @@
+"""`morphgen bench-edge-layouts`: the edge typed layout the cost model picks against every fixed one.
+
+A typed linear of node rows read at edge ends (R-GAT's ``x_src * W[etype]``, HGT's keys and
+messages) has three layouts (passes/edge_typed_linear.py): ``gathered`` copies the rows to every
+edge first (the unfused form), ``edge`` makes one product per edge from the rows in place,
+``compact`` one per distinct (node, edge type) pair, copied to its edges (Hector's compact
+materialisation). For every model and graph, morphgen trains once per fixed layout and once with
+``auto``, each in its own process, in the manner of Hector's Table 5: the table shows each time,
+what auto picked and how far it is from the best fixed choice. The first-epoch losses of the four
+runs must agree (the layouts change the order of float sums only).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cli as bench_cli, harness
+from .runs import resolve_cap, resolve_threads
+from .suite_cli import replace_between_markers
+
+LAYOUTS = ("gathered", "edge", "compact", "auto")
+MARKS = ("<!-- bench-edge-layouts:begin -->", "<!-- bench-edge-layouts:end -->")
+DEFAULT_MODELS = "examples/rgat.mp,examples/hgt.mp"
+LOSS_TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class LayoutGraph:
+    name: str
+    dataset: str
+    shape_of: str
+
+
+def _typed(etypes: int) -> LayoutGraph:
+    return LayoutGraph(f"typed-{etypes}", f"synthetic:nodes=20000,edges=400000,features=128,classes=8,"
+                                         f"etypes={etypes},seed=0",
+                       f"synthetic: 20,000 nodes, 400,000 edges, 128 features, {etypes} edge types")
+
+
+GRAPHS = (
+    LayoutGraph("aifb", "aifb", "AIFB (real): 90 edge types, featureless"),
+    LayoutGraph("mutag", "mutag", "MUTAG (real): 46 edge types, featureless"),
+    LayoutGraph("acm_heco", "acm_heco", "ACM (real, HeCo): 4 edge types, 3,864 features"),
+    _typed(10), _typed(100), _typed(500),
+)
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench-edge-layouts",
+                              help="time every layout of typed linears at edge ends against the cost model's pick",
+                              description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=DEFAULT_MODELS, help=f"comma-separated programs (default {DEFAULT_MODELS})")
+    p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(g.name for g in GRAPHS)}")
+    p.add_argument("--data-dir", default="../shared/datasets", help="where the real graphs are (default ../shared/datasets)")
+    p.add_argument("--epochs", type=int, default=20, help="epochs per run (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="epochs left out of the median (default 3)")
+    p.add_argument("--out", default="bench-out/edge-layouts", help="output directory (default bench-out/edge-layouts)")
+    p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to refresh (default docs/benchmarks.md)")
+    bench_cli.add_run_options(p)
+    p.set_defaults(handler=run)
+
+
+def _graphs(only):
+    if only is None:
+        return list(GRAPHS)
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    known = {g.name: g for g in GRAPHS}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise harness.BenchError(f"--only: unknown graph(s) {', '.join(unknown) or '(none given)'}; "
+                                 f"choose from {', '.join(known)}")
+    return [known[n] for n in names]
+
+
+def _models(text: str) -> list:
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    missing = [m for m in models if not Path(m).is_file()]
+    if not models or missing:
+        raise harness.BenchError(f"--model: no such file: {', '.join(missing) or '(none given)'}")
+    return models
+
+
+def best_fixed(times: dict):
+    """(layout, seconds) of the fastest fixed layout that ran, or (None, None)."""
+    ran = {k: v for k, v in times.items() if k != "auto" and v is not None}
+    if not ran:
+        return None, None
+    layout = min(ran, key=ran.get)
+    return layout, ran[layout]
+
+
+def _picked(entry: dict) -> str:
+    layouts = (entry.get("config") or {}).get("edge_typed_layouts") or []
+    return ", ".join(text.rsplit(" ", 1)[-1] for text in layouts) or "-"
+
+
+def measure(args, model: str, graph: LayoutGraph, threads: int, out: Path) -> dict:
+    from morphgen.pipeline import edge_type_pairs
+    with harness.scratch_dir(out) as tmp:
+        data = harness.prepare_dataset(graph.dataset, args.data_dir, tmp, featureless_ok=True)
+        from morphgen.data import load_dataset
+        pairs = edge_type_pairs(load_dataset(str(data.path)).graph)
+        runs = {}
+        for layout in LAYOUTS:
+            runs[layout] = harness.run_morphgen(model, data.path, Path(tmp), epochs=args.epochs, warmup=args.warmup,
+                                                seed=args.seed, threads=threads, cap_gib=resolve_cap(args),
+                                                timeout_s=args.timeout, profile=False, tag=f"morphgen_{layout}",
+                                                edge_typed_layout=layout)
+            print(f"  {Path(model).stem} {graph.name} {layout:>8}: {_ms(runs[layout])}", flush=True)
+    losses = [r.get("first_epoch_loss") for r in runs.values() if r.get("first_epoch_loss") is not None]
+    return {"model": model, "graph": graph.name, "shape_of": graph.shape_of, "pairs": pairs,
+            "times": {k: r.get("epoch_time_s") for k, r in runs.items()},
+            "peak_rss_bytes": {k: r.get("peak_rss_bytes") for k, r in runs.items()},
+            "errors": {k: r.get("error") for k, r in runs.items() if r.get("error")},
+            "picked": _picked(runs["auto"]),
+            "loss_spread": max(losses) - min(losses) if len(losses) == len(LAYOUTS) else None}
+
+
+def _ms(entry: dict) -> str:
+    t = entry.get("epoch_time_s")
+    return f"{t * 1e3:.1f} ms" if t else f"failed ({entry.get('error')})"
+
+
+def markdown(rows: list, command: str, threads: int, machine: str) -> str:
+    lines = [f"Command: `{command}` ({threads} threads; median epoch after the warm-up, each run in its own "
+             f"process). Machine: {machine}.", "",
+             "| graph | model | edges | distinct (node, type) pairs, src / dst | gathered ms | edge ms | compact ms "
+             "| auto ms | auto picked | auto / best fixed | peak MiB gathered / auto | first-loss spread |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t, p, mem = r["times"], r["pairs"], r["peak_rss_bytes"]
+        layout, best = best_fixed(t)
+        ratio = f"{t['auto'] / best:.2f} ({layout})" if best and t.get("auto") else "-"
+        share = f"{p['src'] / p['edges']:.0%} / {p['dst'] / p['edges']:.0%}" if p["edges"] else "-"
+        cells = [_cell(t[k]) for k in LAYOUTS]
+        mib = " / ".join(f"{mem[k] / 2**20:.0f}" if mem.get(k) else "-" for k in ("gathered", "auto"))
+        spread = f"{r['loss_spread']:.1e}" if r["loss_spread"] is not None else "-"
+        lines.append(f"| {r['graph']} | {Path(r['model']).stem} | {p['edges']:,} | {share} | {' | '.join(cells)} "
+                     f"| {r['picked']} | {ratio} | {mib} | {spread} |")
+    failures = [(r, k, e) for r in rows for k, e in r["errors"].items()]
+    if failures:
+        lines += [""] + [f"- {Path(r['model']).stem} on {r['graph']}, {k}: {e}" for r, k, e in failures]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(t):
+    return f"{t * 1e3:.1f}" if t else "failed"
+
+
+def run(args) -> int:
+    bench_cli.check_common(args)
+    if args.epochs < 2 or not 0 <= args.warmup < args.epochs:
+        raise harness.BenchError(f"--epochs/--warmup: need epochs >= 2 and 0 <= warmup < epochs, "
+                                 f"got {args.epochs}/{args.warmup}")
+    models, graphs = _models(args.model), _graphs(args.only)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    threads = resolve_threads(args)
+    from .machine import describe_cpu
+    rows = []
+    for model in models:
+        for graph in graphs:
+            rows.append(measure(args, model, graph, threads, out))
+    command = shlex.join(["morphgen", "bench-edge-layouts", "--model", args.model, "--epochs", str(args.epochs)]
+                         + (["--only", args.only] if args.only else []))
+    text = markdown(rows, command, threads, describe_cpu())
+    (out / "edge_layouts.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / "edge_layouts.md").write_text(text)
+    docs = Path(args.docs)
+    if docs.is_file() and MARKS[0] in docs.read_text(encoding="utf-8"):
+        docs.write_text(replace_between_markers(docs.read_text(encoding="utf-8"), text, MARKS), encoding="utf-8")
+        print(f"refreshed {docs}")
+    print(text)
+    bad = [r for r in rows if r["errors"] or r["loss_spread"] is None or r["loss_spread"] > LOSS_TOLERANCE]
+    return 1 if bad else 0
