@@ -319,3 +319,39 @@ def test_suite_tables_are_kept_per_kernel_isa():
     docs = "# B\n\n<!-- bench-suite-models-avx2:begin -->\navx2 table\n<!-- bench-suite-models-avx2:end -->\n"
     both = suite_cli.replace_between_markers(docs, "avx512 table", avx512)
     assert "avx2 table" in both and "avx512 table" in both
+
+
+# ----------------------------------------------------------------------------- edge layouts
+def test_edge_layouts_table_names_the_pick_and_its_distance_to_the_best_fixed_layout():
+    from morphgen.bench import layouts_cli
+    row = {"model": "examples/rgat.mp", "graph": "typed-10", "shape_of": "", "loss_spread": 0.0,
+           "pairs": {"src": 30, "dst": 60, "edges": 100}, "errors": {}, "picked": "compact, edge",
+           "times": {"gathered": 0.4, "edge": 0.2, "compact": 0.1, "auto": 0.11},
+           "peak_rss_bytes": {"gathered": 300 * 2**20, "auto": 200 * 2**20}}
+    text = layouts_cli.markdown([row], "morphgen bench-edge-layouts", 2, "a CPU")
+    assert "| typed-10 | rgat | 100 | 30% / 60% | 400.0 | 200.0 | 100.0 | 110.0 | compact, edge | 1.10 (compact) " \
+           "| 300 / 200 | 0.0e+00 |" in text
+    assert layouts_cli.best_fixed({"gathered": None, "edge": 0.3, "compact": 0.2, "auto": 0.1}) == ("compact", 0.2)
+    assert layouts_cli.best_fixed({"gathered": None, "auto": 0.1}) == (None, None)
+
+
+def test_edge_layouts_smoke(tmp_path, monkeypatch):
+    """Four runs of R-GAT on a small typed graph: every layout trains, the losses agree."""
+    from morphgen.bench import layouts_cli
+    monkeypatch.setattr(layouts_cli, "GRAPHS", layouts_cli.GRAPHS + (layouts_cli.LayoutGraph(
+        "tiny-typed", "synthetic:nodes=240,edges=1600,features=12,classes=3,val=40,test=80,etypes=4,seed=1", ""),))
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text(f"# B\n\n{layouts_cli.MARKS[0]}\nold\n{layouts_cli.MARKS[1]}\n")
+    code = main(["bench-edge-layouts", "--model", str(ROOT / "examples" / "rgat.mp"), "--only", "tiny-typed",
+                 "--epochs", "3", "--warmup", "1", "--threads", "1", "--out", str(tmp_path / "out"),
+                 "--docs", str(docs)])
+    assert code == 0
+    [row] = json.loads((tmp_path / "out" / "edge_layouts.json").read_text())
+    assert all(row["times"][k] > 0 for k in layouts_cli.LAYOUTS) and not row["errors"]
+    assert row["loss_spread"] <= layouts_cli.LOSS_TOLERANCE
+    assert "| tiny-typed | rgat |" in docs.read_text() and "old" not in docs.read_text()
+
+
+def test_edge_layouts_refuses_an_unknown_graph(tmp_path):
+    code = main(["bench-edge-layouts", "--only", "nope", "--out", str(tmp_path)])
+    assert code != 0

@@ -104,6 +104,17 @@ def test_spec_string():
     assert ds.num_nodes == 500 and ds.num_edges == 2000 and ds.meta["params"]["seed"] == 3
 
 
+def test_typed_edges_leave_the_rest_of_the_dataset_unchanged():
+    plain = load_dataset("synthetic:nodes=500,edges=4000,val=100,test=200")
+    typed = load_dataset("synthetic:nodes=500,edges=4000,val=100,test=200,etypes=7")
+    assert plain.graph.etype is None and typed.graph.num_etypes == 7
+    assert set(np.unique(typed.graph.etype)) == set(range(7))
+    np.testing.assert_array_equal(plain.graph.src, typed.graph.src)
+    np.testing.assert_array_equal(plain.graph.dst, typed.graph.dst)
+    np.testing.assert_array_equal(plain.features, typed.features)
+    np.testing.assert_array_equal(plain.labels, typed.labels)
+
+
 def test_default_spec_is_small():
     ds = load_dataset("synthetic")
     assert (ds.num_nodes, ds.num_edges, ds.num_features, ds.num_classes) == (2000, 20000, 64, 7)
@@ -116,6 +127,7 @@ def test_default_spec_is_small():
     ("synthetic:sparsity=1.5", r"sparsity: must lie in \[0, 1\)"),
     ("synthetic:sparsity=nan", r"sparsity: expected a finite number"),
     ("synthetic:format=coo", r"format: must be one of auto, dense, csr"),
+    ("synthetic:etypes=0", r"etypes: must be >= 1, got 0"),
     ("synthetic:nodes=300", r"val: val \+ test = 1500 exceeds the 160 nodes left"),
     ("synthetic:nodes=100", r"train_per_class: 20 exceeds the smallest class \(14 nodes\)"),
     ("synthetic:nodes", r"'nodes': expected key=value"),

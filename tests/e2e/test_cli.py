@@ -335,3 +335,32 @@ def test_compile_emit_plan_shows_each_ops_kernel_fusion_and_buffer():
     assert "(in its kernel)" in by_value["%8"] and "%5 aggregate" in by_value["%8"]
     assert "buffer b" in by_value["%8"]
     assert rows[-1].startswith("optimizer adam step on 4 parameters")
+
+
+def test_train_reports_its_edge_typed_layouts_and_every_layout_trains_alike(tmp_path):
+    """R-GAT's projections of rows read at edge ends, in each layout: the same losses, the
+    chosen layouts said on stderr and in the JSON (gathered: the unfused form, none listed)."""
+    from morphgen.data import save_npz
+    data = save_npz(typed_dataset(features=7), tmp_path / "typed.npz")
+    runs = {}
+    for layout in ("gathered", "edge", "compact", "auto"):
+        out = tmp_path / f"{layout}.json"
+        proc = run_cli("train", example("rgat"), "--dataset", data, "--epochs", "3", "--threads", "2",
+                       "--edge-typed-layout", layout, "--json", out, "--quiet")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[layout] = (proc.stderr, json.loads(out.read_text()))
+    assert runs["gathered"][1]["edge_typed_layouts"] == []
+    assert "rows read at edge ends" not in runs["gathered"][0]
+    for layout in ("edge", "compact"):
+        err, report = runs[layout]
+        assert report["edge_typed_layouts"] and all(t.endswith(layout) for t in report["edge_typed_layouts"])
+        assert f"src 7->16 {layout}" in err
+    assert {t.rsplit(" ", 1)[1] for t in runs["auto"][1]["edge_typed_layouts"]} <= {"edge", "compact"}
+    reference = [r["loss"] for r in runs["gathered"][1]["history"]]
+    for layout in ("edge", "compact", "auto"):
+        np.testing.assert_allclose([r["loss"] for r in runs[layout][1]["history"]], reference, rtol=1e-5)
+
+
+def test_a_fixed_edge_typed_layout_needs_a_backend_with_the_kernels():
+    proc = run_cli("train", example("rgat"), "--backend", "mpi", "--edge-typed-layout", "compact", "--epochs", "1")
+    assert_clean_failure(proc, 1, "--edge-typed-layout compact needs the in-place typed edge kernels")
