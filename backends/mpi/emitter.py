@@ -5,10 +5,12 @@ nodes; morphgen.partition.layout).  Everything the OpenMP emitter decides stays;
 adds, driven by the IR (docs/backends.md, "MPI"):
 
 - a forward halo exchange before every op that reads a node value at edge sources
-  (`aggregate` over in-edges, `gather` of sources), so ghost rows hold their owners' rows; an
+  (`aggregate` over in-edges, `gather` of sources, typed linears of source rows and their weight
+  gradients), so ghost rows hold their owners' rows; an
   aggregation runs its rows that read no ghost while its exchange travels;
 - a reverse exchange after every op that writes partial sums into source rows (transposed
-  aggregations, scatters to sources, the max aggregation's backward): ghost rows go to their
+  aggregations, scatters to sources, the max aggregation's backward, the input gradient of a
+  typed linear of source rows): ghost rows go to their
   owners, who add them;
 - node-wise kernels on owned rows only (ghost rows come from exchanges, or are computed on every
   row for values each rank can compute itself), and sums over rows over owned rows only;
@@ -132,7 +134,7 @@ class MPIEmitter(OpenMPEmitter):
         """The node value this op reads at edge sources (ghost rows included), or None."""
         if op.opcode == "aggregate" and op.attrs.get("direction", "in") == "in":
             return op.inputs[0]
-        if op.opcode == "gather" and op.attrs["end"] == "src":
+        if op.opcode in ("gather", "edge_typed_linear", "edge_typed_linear_weight_grad") and op.attrs["end"] == "src":
             return op.inputs[0]
         return None
 
@@ -153,7 +155,8 @@ class MPIEmitter(OpenMPEmitter):
     def _writes_sources(self, op) -> bool:
         """Whether this op leaves partial sums in source rows (owned by other ranks when ghosts)."""
         out_aggregate = op.opcode == "aggregate" and op.attrs.get("direction", "in") == "out"
-        to_sources = op.opcode in ("scatter", "scatter_max_grad") and op.attrs.get("end", "dst") == "src"
+        to_sources = (op.opcode in ("scatter", "scatter_max_grad", "edge_typed_linear_input_grad")
+                      and op.attrs.get("end", "dst") == "src")
         if (out_aggregate or (op.opcode == "scatter" and to_sources)) and op.attrs.get("reduce") == "max":
             raise self._unsupported(op, "a max over out-neighbours")
         return out_aggregate or to_sources or op.opcode == "aggregate_max_grad"

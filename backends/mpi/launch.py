@@ -89,7 +89,8 @@ def train_distributed(args) -> int:
         raise UserError(f"morphgen: error: --ranks {ranks} is larger than {dataset.name}'s "
                         f"{dataset.graph.num_nodes} nodes")
     model = CompiledModel(args.model, backend="mpi", threads=threads, seed=args.seed,
-                          sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist)
+                          sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist,
+                          edge_typed_layout=args.edge_typed_layout)
     log(f"morphgen: compiling {args.model} for mpi ...")
     model.build(dataset)
     program = model.program

@@ -29,13 +29,16 @@ GBYTES = 20.0
 
 
 def prefer_compact(pairs: int, edges: int, k: int, m: int) -> bool:
-    """Whether products of the ``pairs`` distinct (node, type) rows, copied to ``edges`` edges,
-    cost less than a product per edge: forward and both gradients move the same rows, so one
-    direction decides. Per product row: 2KM flops, K + M floats; per edge, compact adds the copy
-    of an M-wide row out (forward) and in (gradient)."""
+    """Whether products of the ``pairs`` distinct (node, type) rows cost less than a product per
+    edge. Both layouts run the same kernels: rows gathered from x, one product per row, the
+    products copied to the edges and the edges' gradients summed back into rows. Compact saves
+    (edges - pairs) rows of 2KM flops and K + M floats; per edge it walks a list of the pair's
+    edges where the edge layout has one edge per row, weighed as one more M-wide row moved. The
+    weight is set from measurements (docs/benchmarks.md, `morphgen bench-edge-layouts`): HGT's
+    64 x 64 products gain from compact rows at 77% distinct pairs and lose about 5% at 92%."""
     per_row = 2.0 * k * m / GFLOPS + 4.0 * (k + m) / GBYTES
-    copies = 2 * 4.0 * 2 * m / GBYTES
-    return pairs * per_row + edges * copies < edges * per_row
+    per_edge = 4.0 * m / GBYTES
+    return (edges - pairs) * per_row > edges * per_edge
 
 
 def fuse_gathered_typed_linear(program: Program, layout: str = "auto", pairs: Optional[dict] = None) -> int:
@@ -43,7 +46,7 @@ def fuse_gathered_typed_linear(program: Program, layout: str = "auto", pairs: Op
 
     ``pairs``: {"src": distinct (source, type) pairs, "dst": the same at destinations, "edges": E}
     of the graph, for ``layout="auto"``; without it (or with symbolic widths) auto is compact,
-    whose extra cost over per-edge products is two M-wide copies per edge at most."""
+    whose extra cost over per-edge products is one M-wide row per edge at most."""
     require_forward_only(program, "fuse_gathered_typed_linear")
     if layout not in LAYOUT_CHOICES:
         raise IRError(f"edge typed linear layout must be one of {', '.join(LAYOUT_CHOICES)}, got {layout!r}")

@@ -78,7 +78,10 @@ def check(fp: FuzzProgram, variant: str, classes: int = 3, backend: str = "openm
         differentiate(program)
         program.fusion = []
     else:
-        run_default(program, dense_features=variant == "passes")
+        caps = require(backend).capabilities
+        # as `morphgen train` runs them for this backend, with the edge typed layout alternating by seed
+        run_default(program, dense_features=variant == "passes", bases_per_lookup=caps.bases_per_lookup,
+                    edge_typed_layout=("compact", "edge")[fp.seed % 2] if caps.edge_typed_linear else None)
     chosen = require(backend)
     emitter = chosen.emitter_class()(program)
     sources = emitter.emit()
