@@ -328,11 +328,12 @@ def test_edge_layouts_table_names_the_pick_and_its_distance_to_the_best_fixed_la
            "pairs": {"src": 30, "dst": 60, "edges": 100}, "errors": {}, "picked": "compact, edge",
            "times": {"gathered": 0.4, "edge": 0.2, "compact": 0.1, "auto": 0.11},
            "peak_rss_bytes": {"gathered": 300 * 2**20, "auto": 200 * 2**20}}
-    text = layouts_cli.markdown([row], "morphgen bench-edge-layouts", 2, "a CPU")
+    text = layouts_cli.markdown([row], "morphgen bench-edge-layouts", 2, "a CPU", rounds=2)
     assert "| typed-10 | rgat | 100 | 30% / 60% | 400.0 | 200.0 | 100.0 | 110.0 | compact, edge | 1.10 (compact) " \
            "| 300 / 200 | 0.0e+00 |" in text
     assert layouts_cli.best_fixed({"gathered": None, "edge": 0.3, "compact": 0.2, "auto": 0.1}) == ("compact", 0.2)
     assert layouts_cli.best_fixed({"gathered": None, "auto": 0.1}) == (None, None)
+    assert "the fastest of 2 interleaved runs" in text
 
 
 def test_edge_layouts_smoke(tmp_path, monkeypatch):
@@ -355,3 +356,10 @@ def test_edge_layouts_smoke(tmp_path, monkeypatch):
 def test_edge_layouts_refuses_an_unknown_graph(tmp_path):
     code = main(["bench-edge-layouts", "--only", "nope", "--out", str(tmp_path)])
     assert code != 0
+
+
+def test_edge_layouts_keeps_the_faster_run_of_a_layout_and_any_failure():
+    from morphgen.bench.layouts_cli import _faster
+    fast, slow, failed = {"epoch_time_s": 0.1}, {"epoch_time_s": 0.2}, {"epoch_time_s": None, "error": "x"}
+    assert _faster(None, slow) is slow and _faster(slow, fast) is fast and _faster(fast, slow) is fast
+    assert _faster(fast, failed) is failed and _faster(failed, fast) is failed
