@@ -104,7 +104,7 @@ REGISTRY = {
     "cuda": Backend(
         "cuda", "one NVIDIA GPU: block-per-row SpMM, cuBLAS (MORPHGEN_CUDA_EMULATION=1: SIMT emulation on the CPU)",
         Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, device_memory=True,
-                     link_prediction=True, bases_per_lookup=True),
+                     link_prediction=True, bases_per_lookup=True, edge_typed_linear=True),
         "MORPHGEN_NVCC", "nvcc", "morphgen.backends.cuda.emitter:CUDAEmitter", "morphgen.backends.cuda.toolchain"),
     "mpi": Backend(
         "mpi", "a cluster of CPU nodes: partitioned graph, halo exchange",

@@ -29,6 +29,7 @@ SUPPORTED = frozenset({
     "mg::layer_standardize_fwd", "mg::layer_standardize_bwd", "mg::batch_standardize_fwd", "mg::batch_standardize_bwd",
     "mg::op::link_loss", "mg::op::link_loss_grad", "mg::op::link_loss_rel_grad",
     "mg::op::basis_lookup", "mg::op::basis_lookup_coef_grad", "mg::op::basis_lookup_bases_grad",
+    "mg::op::edge_typed_linear", "mg::op::edge_typed_linear_input_grad", "mg::op::edge_typed_linear_weight_grad",
 })
 # Load-time graph arrays (Graph::build_*) the CUDA op layer builds.
 SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids", "etypes", "ntypes"})

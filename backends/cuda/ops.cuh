@@ -35,6 +35,7 @@
 #include "kernels/optim.cuh"
 #include "kernels/sparse_features.cuh"
 #include "kernels/typed_linear.cuh"
+#include "edge_rows.h"
 
 namespace mg {
 
@@ -645,11 +646,12 @@ inline void row_concat(const float *const *parts, const idx_t *rows, int n, idx_
 }
 
 // ---- typed linear (Hector's gather/scatter GEMM) and featureless rows --------------------------------
+// a_rows: a second gather list (C's row r reads A's row a_rows[r]), or nullptr.
 inline void typed_gemm(const char *name, const TypeGroups &tg, const float *A, idx_t K, cuda::TypedB B, idx_t N,
-                       float *C) {
+                       float *C, const idx_t *a_rows = nullptr) {
     constexpr int T = cuda::kTypedTile;
     cuda::launch(name, cuda::typed_gemm_kernel<T>, dim3(unsigned(tg.tiles), unsigned((N + T - 1) / T)), dim3(T, T), A,
-                 K, B, C, N, tg.perm, tg.ptr, tg.tile_type(), tg.tile_start());
+                 K, B, C, N, tg.perm, tg.ptr, tg.tile_type(), tg.tile_start(), a_rows);
 }
 inline void typed_linear(const TypeGroups &tg, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
     typed_gemm("typed linear (typed_gemm_kernel)", tg, X, K, cuda::TypedB{W, K * M, M, 1}, M, Y);
@@ -657,15 +659,83 @@ inline void typed_linear(const TypeGroups &tg, const float *X, idx_t K, const fl
 inline void typed_matmul_nt(const TypeGroups &tg, const float *G, idx_t M, const float *W, idx_t K, float *dX) {
     typed_gemm("typed linear input gradient (typed_gemm_kernel)", tg, G, M, cuda::TypedB{W, K * M, 1, M}, K, dX);
 }
-inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const float *G, idx_t M, float *dW) {
+// x_rows: X's row for G's row r is x_rows[r] (nullptr: r).
+inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const float *G, idx_t M, float *dW,
+                            const idx_t *x_rows = nullptr) {
     constexpr int T = cuda::kTypedTile;
     const idx_t k_tiles = (K + T - 1) / T;
     cuda::launch("typed linear weight gradient (typed_weight_grad_kernel)", cuda::typed_weight_grad_kernel<T>,
                  dim3(unsigned(tg.types * k_tiles), unsigned((M + T - 1) / T)), dim3(T, T), X, K, G, M, tg.perm,
-                 tg.ptr, k_tiles, dW);
+                 tg.ptr, k_tiles, dW, x_rows);
 }
 inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {
     cuda::map("typed row sum", tg.types * K, cuda::TypedRowSumOp{G, tg.perm, tg.ptr, K, out});
+}
+
+// ---- typed linear of node rows read at edge ends (runtime/edge_rows.h) --------------------------------
+// The layout built on the host from the graph's arrays, uploaded once; the products and the rows'
+// gradients live in scratch grown to the widest op that uses the layout.
+struct EdgeTypedRows {
+    TypeGroups groups;          // the product rows by type (type-major already: perm is the identity)
+    cuda::DeviceArray<idx_t> row_node_, edge_ptr_, edges_, node_ptr_, node_rows_;
+    cuda::DeviceArray<float> product_, row_grad_, row_dx_;
+    idx_t rows = 0, nodes = 0;
+    int64_t bytes() const {
+        return groups.bytes() + row_node_.bytes() + edge_ptr_.bytes() + edges_.bytes() + node_ptr_.bytes() +
+               node_rows_.bytes() + product_.bytes() + row_grad_.bytes() + row_dx_.bytes();
+    }
+    float *scratch(cuda::DeviceArray<float> &a, idx_t n) {
+        if (a.size() < n) a.allocate(n);
+        return a.data();
+    }
+};
+// end, type: the graph's arrays (device memory) of the node each edge reads and its type.
+inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_t *type, const GraphView &g,
+                                  bool compact) {
+    auto host = [&](const idx_t *d) {
+        std::vector<idx_t> h(static_cast<size_t>(g.num_edges));
+        if (g.num_edges)
+            cuda::check(cudaMemcpy(h.data(), d, sizeof(idx_t) * h.size(), cudaMemcpyDefault), "edge typed linear rows");
+        return h;
+    };
+    const std::vector<idx_t> e = host(end), t = host(type);
+    EdgeRowLayout layout;
+    if (!layout.build(e.data(), t.data(), g.num_edges, g.num_etypes, g.num_nodes, compact, cuda::kTypedTile))
+        throw Error("edge typed linear rows: a node or edge type index is out of range");
+    p.groups.build(layout.row_type.data(), layout.rows, layout.types);
+    p.row_node_.upload(layout.row_node, "uploading edge typed linear rows");
+    p.edge_ptr_.upload(layout.edge_ptr, "uploading edge typed linear rows");
+    p.edges_.upload(layout.edges, "uploading edge typed linear rows");
+    p.node_ptr_.upload(layout.node_ptr, "uploading edge typed linear rows");
+    p.node_rows_.upload(layout.node_rows, "uploading edge typed linear rows");
+    p.rows = layout.rows;
+    p.nodes = layout.node_count;
+}
+inline void edge_rows_collapse(EdgeTypedRows &p, const float *G, idx_t M, float *out) {
+    cuda::map("edge typed linear: sum of each row's edge gradients", p.rows * M,
+              cuda::EdgeRowsCollapseOp{G, p.edge_ptr_.data(), p.edges_.data(), M, out});
+}
+inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
+    float *product = p.scratch(p.product_, p.rows * M);
+    typed_gemm("edge typed linear (typed_gemm_kernel)", p.groups, X, K, cuda::TypedB{W, K * M, M, 1}, M, product,
+               p.row_node_.data());
+    cuda::map("edge typed linear: products to edges", p.rows * M,
+              cuda::EdgeRowsExpandOp{product, p.edge_ptr_.data(), p.edges_.data(), M, Y});
+}
+inline void edge_typed_linear_input_grad(EdgeTypedRows &p, const float *G, idx_t M, const float *W, idx_t K,
+                                         float *dX) {
+    float *grad = p.scratch(p.row_grad_, p.rows * M), *dx_rows = p.scratch(p.row_dx_, p.rows * K);
+    edge_rows_collapse(p, G, M, grad);
+    typed_gemm("edge typed linear input gradient (typed_gemm_kernel)", p.groups, grad, M, cuda::TypedB{W, K * M, 1, M},
+               K, dx_rows);
+    cuda::map("edge typed linear input gradient: rows to nodes", p.nodes * K,
+              cuda::NodeRowsSumOp{dx_rows, p.node_ptr_.data(), p.node_rows_.data(), K, dX});
+}
+inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_t K, const float *G, idx_t M,
+                                          float *dW) {
+    float *grad = p.scratch(p.row_grad_, p.rows * M);
+    edge_rows_collapse(p, G, M, grad);
+    typed_matmul_tn(p.groups, X, K, grad, M, dW, p.row_node_.data());
 }
 
 // The lookups of a featureless input grouped by the table row they read (on the host, once).

@@ -801,7 +801,7 @@ class OpenMPEmitter:
             name = f"plan{len(self.plans)}"
             self.plans[key] = name
             ends = "m.graph.col" if end == "src" else self.edge_dst()
-            self.members.append(f"mg::EdgeTypedRows {name};")
+            self.members.append(f"mg::op::EdgeTypedRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
             self.prepare.append(f"mg::op::build_edge_typed_rows(m.{name}, {ends}, {self.type_expr('etype')}, "
                                 f"m.graph, {'true' if layout == 'compact' else 'false'})")

@@ -284,6 +284,7 @@ inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *
 }
 
 // ---- typed linear of node rows read at edge ends (kernels/edge_typed_linear.h) -------------------
+using mg::EdgeTypedRows;
 // end: the node each edge reads (the CSR's sources, or Graph::edge_dst).
 inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_t *type, const GraphView &g,
                                   bool compact) {

@@ -105,6 +105,18 @@ def test_relational_models_match_the_interpreter(name):
     _check(program, graph, x, labels, mask, classes=3)
 
 
+@pytest.mark.parametrize("layout", ["compact", "edge"])
+@pytest.mark.parametrize("name", ["rgat", "hgt"])
+def test_typed_linears_of_gathered_rows_match_the_interpreter(name, layout):
+    """The products of rows read at edge ends (runtime/edge_rows.h) in both layouts: more rows
+    than one 16-row tile, many edges per (source, type) pair, an edge type no edge has."""
+    graph = random_graph(n=80, e=600, seed=9, etypes=5, ntypes=2)
+    graph.num_etypes = 6
+    x, labels, mask = random_data(graph, 37, classes=3)
+    assert_matches_interpreter(getattr(models, name)(), graph, x, labels, mask, 3, backend="cuda",
+                               edge_typed_layout=layout)
+
+
 @pytest.mark.parametrize("model,featureless", [("rgcn", False), ("rgat", False), ("hgt", False),
                                                 ("rgcn", True), ("rgat", True), ("rgcn_bases", True)])
 def test_relational_examples_train_as_on_openmp(tmp_path, model, featureless):

@@ -66,3 +66,21 @@ def test_featureless_basis_lookups_build_with_nvcc(monkeypatch):
     for call in ("mg::op::basis_lookup(", "mg::op::basis_lookup_coef_grad(", "mg::op::basis_lookup_bases_grad("):
         assert call in text, call
     assert load(str(cuda.build(sources)), "cuda") is not None
+
+
+def test_typed_linears_of_gathered_rows_build_with_nvcc(monkeypatch):
+    """`morphgen compile` knows no graph, so it gathers the rows of HGT's typed linears first; the
+    lowering `morphgen train` builds, which reads them in place (passes/edge_typed_linear.py), is
+    built here."""
+    require_nvcc()
+    monkeypatch.setenv("MORPHGEN_CUDA_EMULATION", "")
+    from morphgen.backends import require
+    from morphgen.pipeline import lower
+    cuda = require("cuda")
+    program = lower(example("hgt"), {"F": 64, "C": 3, "N": 64, "etypes": 3, "ntypes": 2}, edge_typed_layout="compact")
+    sources = cuda.emitter_class()(program).emit()
+    text = "".join(sources.values())
+    for call in ("mg::op::edge_typed_linear(", "mg::op::edge_typed_linear_input_grad(",
+                 "mg::op::edge_typed_linear_weight_grad("):
+        assert call in text, call
+    assert load(str(cuda.build(sources)), "cuda") is not None

@@ -26,11 +26,13 @@ struct TypedB {
     int64_t b_type, b_k, b_c;
 };
 
-// C[perm[i], c] = sum_k A[perm[i], k] B(t, k, c) for the rows i of tile blockIdx.x (type t).
+// C[perm[i], c] = sum_k A[a(perm[i]), k] B(t, k, c) for the rows i of tile blockIdx.x (type t),
+// a(r) = a_rows[r] (a second gather list: the node row a typed edge row reads) or r.
 template <int TILE>
 __global__ void __launch_bounds__(TILE *TILE) typed_gemm_kernel(const float *A, int64_t K, TypedB B, float *C,
                                                                  int64_t N, const int64_t *perm, const int64_t *ptr,
-                                                                 const int64_t *tile_type, const int64_t *tile_start) {
+                                                                 const int64_t *tile_type, const int64_t *tile_start,
+                                                                 const int64_t *a_rows) {
     __shared__ float As[TILE][TILE + 1];
     __shared__ float Bs[TILE][TILE + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -39,9 +41,10 @@ __global__ void __launch_bounds__(TILE *TILE) typed_gemm_kernel(const float *A, 
     const int64_t c = int64_t(blockIdx.y) * TILE + tx;
     const int64_t i = r0 + ty;
     const int64_t row = i < r_end ? perm[i] : -1;
+    const int64_t a_row = row >= 0 && a_rows ? a_rows[row] : row;
     float acc = 0.f;
     for (int64_t k0 = 0; k0 < K; k0 += TILE) {
-        As[ty][tx] = (row >= 0 && k0 + tx < K) ? A[row * K + k0 + tx] : 0.f;
+        As[ty][tx] = (row >= 0 && k0 + tx < K) ? A[a_row * K + k0 + tx] : 0.f;
         const int64_t kb = k0 + ty, cb = int64_t(blockIdx.y) * TILE + tx;
         Bs[ty][tx] = (kb < K && cb < N) ? B.w[t * B.b_type + kb * B.b_k + cb * B.b_c] : 0.f;
         __syncthreads();
@@ -52,12 +55,12 @@ __global__ void __launch_bounds__(TILE *TILE) typed_gemm_kernel(const float *A, 
     if (row >= 0 && c < N) C[row * N + c] = acc;
 }
 
-// dW[t, k, c] = sum over the rows r of type t of X[r, k] G[r, c].
+// dW[t, k, c] = sum over the rows r of type t of X[x(r), k] G[r, c], x(r) = x_rows[r] or r.
 template <int TILE>
 __global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const float *X, int64_t K, const float *G,
                                                                         int64_t M, const int64_t *perm,
                                                                         const int64_t *ptr, int64_t k_tiles,
-                                                                        float *dW) {
+                                                                        float *dW, const int64_t *x_rows) {
     __shared__ float Xs[TILE][TILE + 1];
     __shared__ float Gs[TILE][TILE + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -66,7 +69,8 @@ __global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const flo
     for (int64_t i0 = ptr[t]; i0 < ptr[t + 1]; i0 += TILE) {
         const int64_t i = i0 + ty;
         const int64_t row = i < ptr[t + 1] ? perm[i] : -1;
-        Xs[ty][tx] = (row >= 0 && k0 + tx < K) ? X[row * K + k0 + tx] : 0.f;
+        const int64_t x_row = row >= 0 && x_rows ? x_rows[row] : row;
+        Xs[ty][tx] = (row >= 0 && k0 + tx < K) ? X[x_row * K + k0 + tx] : 0.f;
         Gs[ty][tx] = (row >= 0 && c0 + tx < M) ? G[row * M + c0 + tx] : 0.f;
         __syncthreads();
 #pragma unroll
@@ -75,6 +79,46 @@ __global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const flo
     }
     if (k0 + ty < K && c0 + tx < M) dW[t * K * M + (k0 + ty) * M + c0 + tx] = acc;
 }
+
+// A typed linear of node rows read at edge ends (runtime/edge_rows.h): products are made per
+// row of the layout (a distinct (node, type) pair, or an edge) by typed_gemm_kernel with the
+// row's node as its gather list, then copied to the row's edges; the edges' gradients are summed
+// into rows first.  One thread per (row, column), one writer per output element: no atomics.
+struct EdgeRowsExpandOp {      // Y[edges[j], c] = P[r, c] for the edges j of row r
+    const float *product;
+    const int64_t *edge_ptr, *edges;
+    int64_t M;
+    float *y;
+    __device__ void operator()(int64_t k) const {
+        const int64_t r = k / M, c = k % M;
+        const float v = product[k];
+        for (int64_t j = edge_ptr[r]; j < edge_ptr[r + 1]; ++j) y[edges[j] * M + c] = v;
+    }
+};
+struct EdgeRowsCollapseOp {    // out[r, c] = sum of G[edges[j], c] over the edges j of row r
+    const float *g;
+    const int64_t *edge_ptr, *edges;
+    int64_t M;
+    float *out;
+    __device__ void operator()(int64_t k) const {
+        const int64_t r = k / M, c = k % M;
+        float acc = 0.f;
+        for (int64_t j = edge_ptr[r]; j < edge_ptr[r + 1]; ++j) acc += g[edges[j] * M + c];
+        out[k] = acc;
+    }
+};
+struct NodeRowsSumOp {         // dX[n, k] = sum of R[node_rows[i], k] over the rows i of node n; 0 for none
+    const float *rows;
+    const int64_t *node_ptr, *node_rows;
+    int64_t K;
+    float *dx;
+    __device__ void operator()(int64_t k) const {
+        const int64_t n = k / K, c = k % K;
+        float acc = 0.f;
+        for (int64_t i = node_ptr[n]; i < node_ptr[n + 1]; ++i) acc += rows[node_rows[i] * K + c];
+        dx[k] = acc;
+    }
+};
 
 // out[t, k] = sum of G[r, k] over the rows of type t (a typed parameter row's gradient).
 struct TypedRowSumOp {

@@ -1,0 +1,98 @@
+// The product rows of a typed linear of node rows read at one end of every edge (IR:
+// edge_typed_linear, passes/edge_typed_linear.py), laid out on the host once at load time; every
+// backend runs its kernels over this layout (OpenMP: kernels/edge_typed_linear.h, CUDA:
+// ops.cuh).  Two layouts (Hector's materialisation choices):
+//   * compact: one row per distinct (node, type) pair at that end;
+//   * edge: one row per edge.
+// Rows are type-major (type t owns rows [type_ptr[t], type_ptr[t+1])) and node-ordered inside a
+// type; tiles of at most `tile_rows` rows never cross a type.  Host-only C++.
+#ifndef MORPHGEN_EDGE_ROWS_H
+#define MORPHGEN_EDGE_ROWS_H
+
+#include <algorithm>
+#include <vector>
+
+#include "op_types.h"
+
+namespace mg {
+
+namespace edge_rows_detail {
+// Stable counting sort of `n` items by key[item] in [0, buckets): order[n], ptr[buckets + 1].
+// items == nullptr: the items are 0..n-1.
+inline void counting_sort(const idx_t *key, const idx_t *items, idx_t n, idx_t buckets, idx_t *order, idx_t *ptr) {
+    std::fill(ptr, ptr + buckets + 1, idx_t(0));
+    for (idx_t i = 0; i < n; ++i) ++ptr[key[items ? items[i] : i] + 1];
+    for (idx_t b = 0; b < buckets; ++b) ptr[b + 1] += ptr[b];
+    std::vector<idx_t> next(ptr, ptr + buckets);
+    for (idx_t i = 0; i < n; ++i) {
+        const idx_t item = items ? items[i] : i;
+        order[next[size_t(key[item])]++] = item;
+    }
+}
+}  // namespace edge_rows_detail
+
+struct EdgeRowLayout {
+    bool compact = false;
+    idx_t types = 0, rows = 0, edge_count = 0, node_count = 0;
+    std::vector<idx_t> type_ptr;               // [T + 1]: rows of each type
+    std::vector<idx_t> row_type, row_node;     // [R]: the type of row r and the node it reads
+    std::vector<idx_t> edge_ptr, edges;        // [R + 1], [E]: the edges of each row
+    std::vector<idx_t> node_ptr, node_rows;    // [N + 1], [R]: the rows of each node (input gradient)
+    std::vector<idx_t> tile_row, tile_type;    // [tiles + 1], [tiles]: tile starts, then the last end
+
+    // end[E]: the node at the read end of each edge; type[E] in [0, T).  False if an index is out
+    // of range.
+    bool build(const idx_t *end, const idx_t *type, idx_t E, idx_t T, idx_t N, bool compact_rows, idx_t tile_rows) {
+        using edge_rows_detail::counting_sort;
+        for (idx_t e = 0; e < E; ++e)
+            if (end[e] < 0 || end[e] >= N || type[e] < 0 || type[e] >= T) return false;
+        compact = compact_rows;
+        types = T, edge_count = E, node_count = N;
+        // Edges by (type, node): sorted by node, then stably by type.
+        std::vector<idx_t> by_node(static_cast<size_t>(E)), node_start(static_cast<size_t>(N + 1));
+        std::vector<idx_t> edge_type_ptr(static_cast<size_t>(T + 1));
+        edges.resize(size_t(E));
+        counting_sort(end, nullptr, E, N, by_node.data(), node_start.data());
+        counting_sort(type, by_node.data(), E, T, edges.data(), edge_type_ptr.data());
+        // Rows: one per edge, or one per run of edges with the same (type, node).
+        edge_ptr.clear();
+        row_node.clear();
+        row_type.clear();
+        type_ptr.assign(size_t(T + 1), 0);
+        for (idx_t t = 0; t < T; ++t) {
+            for (idx_t i = edge_type_ptr[size_t(t)]; i < edge_type_ptr[size_t(t + 1)]; ++i) {
+                const idx_t node = end[edges[size_t(i)]];
+                if (!compact || i == edge_type_ptr[size_t(t)] || node != end[edges[size_t(i - 1)]]) {
+                    edge_ptr.push_back(i);
+                    row_node.push_back(node);
+                    row_type.push_back(t);
+                }
+            }
+            type_ptr[size_t(t + 1)] = idx_t(row_node.size());
+        }
+        rows = idx_t(row_node.size());
+        edge_ptr.push_back(E);
+        node_ptr.resize(size_t(N + 1));
+        node_rows.resize(size_t(rows));
+        counting_sort(row_node.data(), nullptr, rows, N, node_rows.data(), node_ptr.data());
+        tile_row.clear();
+        tile_type.clear();
+        for (idx_t t = 0; t < T; ++t)
+            for (idx_t r = type_ptr[size_t(t)]; r < type_ptr[size_t(t + 1)]; r += tile_rows) {
+                tile_row.push_back(r);
+                tile_type.push_back(t);
+            }
+        tile_row.push_back(rows);      // tiles of a type are contiguous, so each ends where the next starts
+        return true;
+    }
+    idx_t tiles() const { return idx_t(tile_type.size()); }
+    int64_t bytes() const {
+        const size_t ints = type_ptr.size() + row_type.size() + row_node.size() + edge_ptr.size() + edges.size() +
+                            node_ptr.size() + node_rows.size() + tile_row.size() + tile_type.size();
+        return int64_t(ints * sizeof(idx_t));
+    }
+};
+
+}  // namespace mg
+
+#endif  // MORPHGEN_EDGE_ROWS_H
