@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-hoist", action="store_true",
                    help="recompute aggregations of the input features every epoch instead of once "
                         "(they are hoisted out of the training loop by default on the dense feature path)")
+    # the choices of morphgen.api.EDGE_TYPED_LAYOUTS, written out: the parser does not import the API
     p.add_argument("--edge-typed-layout", default="auto", choices=("auto", "compact", "edge", "gathered"),
                    help="how a typed linear of node rows read at edges (x_src * W[etype]) is computed: "
                         "compact (one product per distinct (node, edge type) pair, copied to its edges), "

@@ -100,13 +100,13 @@ def _picked(entry: dict) -> str:
 
 
 def measure(args, model: str, graph: LayoutGraph, threads: int, out: Path) -> dict:
+    from morphgen.data import load_dataset
     from morphgen.pipeline import edge_type_pairs
     with harness.scratch_dir(out) as tmp:
         data = harness.prepare_dataset(graph.dataset, args.data_dir, tmp, featureless_ok=True)
-        from morphgen.data import load_dataset
         pairs = edge_type_pairs(load_dataset(str(data.path)).graph)
         runs = {}
-        for round_ in range(args.rounds):       # interleaved, so that a slow spell of the machine hits every layout
+        for _ in range(args.rounds):       # interleaved, so that a slow spell of the machine hits every layout
             for layout in LAYOUTS:
                 entry = harness.run_morphgen(model, data.path, Path(tmp), epochs=args.epochs, warmup=args.warmup,
                                              seed=args.seed, threads=threads, cap_gib=resolve_cap(args),
