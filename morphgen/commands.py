@@ -120,10 +120,6 @@ def train_command(args) -> int:
         if args.device < 0:
             raise UserError(f"morphgen: error: --device must be 0 or more, not {args.device}")
         os.environ["MORPHGEN_CUDA_DEVICE"] = str(args.device)     # read by the library when it prepares
-    if args.edge_typed_layout not in ("auto", "gathered") and not backend.capabilities.edge_typed_linear:
-        raise UserError(f"morphgen: error: --edge-typed-layout {args.edge_typed_layout} needs the in-place typed "
-                        f"edge kernels, which the {args.backend} backend does not have yet (it gathers the "
-                        f"rows first); use --backend openmp")
     if backend.capabilities.distributed:
         return _train_distributed(args)
     if args.ranks is not None or args.parts_dir is not None or args.partitioner is not None:

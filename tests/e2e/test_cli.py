@@ -361,11 +361,6 @@ def test_train_reports_its_edge_typed_layouts_and_every_layout_trains_alike(tmp_
         np.testing.assert_allclose([r["loss"] for r in runs[layout][1]["history"]], reference, rtol=1e-5)
 
 
-def test_a_fixed_edge_typed_layout_needs_a_backend_with_the_kernels():
-    proc = run_cli("train", example("rgat"), "--backend", "mpi", "--edge-typed-layout", "compact", "--epochs", "1")
-    assert_clean_failure(proc, 1, "--edge-typed-layout compact needs the in-place typed edge kernels")
-
-
 def test_the_edge_typed_layout_choices_are_the_apis():
     from morphgen.api import EDGE_TYPED_LAYOUTS
     proc = run_cli("train", "--help")
