@@ -43,6 +43,7 @@ class CUDAEmitter(OpenMPEmitter):
     source_name = "model.cu"
     row_gradients = False            # ops.cuh has no row-wise Adam yet
     fuses_edge_traversals = False    # ops.cuh has no in-place weighted scatter or edge dot yet
+    edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
 
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""

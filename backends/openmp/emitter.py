@@ -83,6 +83,7 @@ class OpenMPEmitter:
     device_memory = False            # buffers live on an accelerator: the ABI uploads inputs at prepare
     source_name = "model.cpp"        # the generated translation unit
     fuses_edge_traversals = True     # weighted scatters and edge dots read gathered node rows in place
+    edge_typed_feature_views = True  # typed linears of feature rows at edge ends read dense or CSR features
     row_gradients = True             # an embedding table's gradient keeps the looked-up rows only (Adam)
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
@@ -807,16 +808,26 @@ class OpenMPEmitter:
                                 f"m.graph, {'true' if layout == 'compact' else 'false'})")
         return f"m.{self.plans[key]}"
 
-    def _edge_typed_call(self, kernel: str, op, operands: str, K: str, M: str) -> str:
-        """One of the three kernels: 2KM flops per product row; the rows' K-wide reads or writes,
-        the edges' M-wide ones and the weights moved."""
+    def _edge_typed_features(self, x: Value) -> bool:
+        """Whether x is the input features, read in their own format (dense or CSR: the sparse
+        feature path stays open) rather than as a dense buffer."""
+        return self.edge_typed_feature_views and x.id == self.features_id and x.id in self.feature_like
+
+    def _edge_typed_call(self, kernel: str, op, operands: str, K: str, M: str, x_values: bool = False) -> str:
+        """One of the kernels: 2KM flops per product row (2M per stored value of its x row when x
+        is the features, ``x_values``); the rows' reads or writes, the edges' M-wide ones and the
+        weights moved."""
         plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"])
+        row_values = f"(double(mg::op::feature_values(m.features)) / m.features.rows)" if x_values else K
         return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)})",
-                          f"4.0 * ({plan}.rows * {K} + m.graph.num_edges * {M} + m.graph.num_etypes * {K} * {M})",
-                          f"2.0 * {plan}.rows * {K} * {M}")
+                          f"4.0 * ({plan}.rows * {row_values} + m.graph.num_edges * {M} + m.graph.num_etypes * {K} * {M})",
+                          f"2.0 * {plan}.rows * {row_values} * {M}")
 
     def op_edge_typed_linear(self, op, x, w):
         K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        if self._edge_typed_features(x):
+            return self._edge_typed_call("edge_typed_linear_features", op, f"m.features, {self.ptr(w)}, {M}", K, M,
+                                         x_values=True)
         return self._edge_typed_call("edge_typed_linear", op, f"{self.ptr(x)}, {K}, {self.ptr(w)}, {M}", K, M)
 
     def op_edge_typed_linear_input_grad(self, op, g, w):
@@ -826,6 +837,9 @@ class OpenMPEmitter:
 
     def op_edge_typed_linear_weight_grad(self, op, x, g):
         K, M = self.width(x), self.width(g)
+        if self._edge_typed_features(x):
+            return self._edge_typed_call("edge_typed_linear_weight_grad_features", op, f"m.features, {self.ptr(g)}, {M}",
+                                         K, M, x_values=True)
         return self._edge_typed_call("edge_typed_linear_weight_grad", op, f"{self.ptr(x)}, {K}, {self.ptr(g)}, {M}",
                                      K, M)
 

@@ -303,6 +303,20 @@ inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_
     check(edge_typed_linear_weight_bwd(p, X, K, G, M, dW), "edge typed linear weight gradient");
 }
 
+// The same two products with x the input features, dense or CSR (never an N x F copy of CSR rows).
+inline void edge_typed_linear_features(EdgeTypedRows &p, const FeatureView &f, const float *W, idx_t M, float *Y) {
+    if (f.kind == FeatureKind::Dense) return edge_typed_linear(p, f.dense, f.cols, W, M, Y);
+    if (f.kind != FeatureKind::Csr || f.drop_p != 0.f) throw Error("edge typed linear: features must be stored rows");
+    check(edge_typed_linear_csr_fwd(p, f.indptr, f.indices, f.data, f.cols, W, M, Y), "edge typed linear (sparse features)");
+}
+inline void edge_typed_linear_weight_grad_features(EdgeTypedRows &p, const FeatureView &f, const float *G, idx_t M,
+                                                   float *dW) {
+    if (f.kind == FeatureKind::Dense) return edge_typed_linear_weight_grad(p, f.dense, f.cols, G, M, dW);
+    if (f.kind != FeatureKind::Csr || f.drop_p != 0.f) throw Error("edge typed linear: features must be stored rows");
+    check(edge_typed_linear_csr_weight_bwd(p, f.indptr, f.indices, f.data, f.cols, G, M, dW),
+          "edge typed linear weight gradient (sparse features)");
+}
+
 // ---- parameter algebra introduced by passes (tiny: weights only) ----------------------------------
 // out[t] = W[t] a[t] for T types of [K,M] weights (T = 1: untyped).
 inline void matvec(const float *W, const float *a, idx_t T, idx_t K, idx_t M, float *out) {

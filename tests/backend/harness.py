@@ -41,8 +41,14 @@ def session(lib, program, graph, x, labels, mask, features="dense", seed=0, thre
     layout = GraphLayout.from_graph(graph)
     if x is None:
         payload = ("identity", None)
-    elif features == "csr":
-        payload = ("csr", sp.csr_matrix(np.asarray(x, np.float32)))
+    elif features in ("csr", "csr_unsorted"):
+        matrix = sp.csr_matrix(np.asarray(x, np.float32))
+        if features == "csr_unsorted":     # each row's non-zeros in decreasing column order: valid CSR, not canonical
+            for v in range(matrix.shape[0]):
+                row = slice(matrix.indptr[v], matrix.indptr[v + 1])
+                matrix.indices[row], matrix.data[row] = matrix.indices[row][::-1].copy(), matrix.data[row][::-1].copy()
+            matrix.has_sorted_indices = False
+        payload = ("csr", matrix)
     else:
         payload = ("dense", np.asarray(x, np.float32))
     n = graph.num_nodes

@@ -74,6 +74,18 @@ def test_typed_linears_of_gathered_rows_match_interpreter_in_every_layout(name, 
     _check(getattr(models, name)(), graph, x, labels, mask, classes=3, edge_typed_layout=layout)
 
 
+@pytest.mark.parametrize("features", ["csr", "csr_unsorted"])
+@pytest.mark.parametrize("layout", ["compact", "edge"])
+def test_typed_linears_of_sparse_feature_rows_match_interpreter(layout, features):
+    """Projections of the input features at edge ends read CSR rows in place (the sparse feature
+    path), with sorted and unsorted column indices; widths past one column block of the weight
+    gradient's work units."""
+    graph = random_graph(n=300, e=4000, seed=9, etypes=5, ntypes=2)
+    x, labels, mask = random_data(graph, 600, classes=3)
+    x[np.random.default_rng(1).random(x.shape) < 0.95] = 0.0
+    _check(models.typed_attention(), graph, x, labels, mask, classes=3, features=features, edge_typed_layout=layout)
+
+
 def test_gat_reads_gathered_rows_in_place():
     """No E x (heads * width) copy: the messages, the transposed messages and the attention
     gradient read the node rows at the edge ends (plan_edge_traversals); the parity tests above

@@ -218,6 +218,19 @@ def rgat(hidden=8) -> Program:
     return m.finish(m.emit("bias_add", out, b))
 
 
+def typed_attention(hidden=8) -> Program:
+    """R-GAT-like with the input features read only through weights (x_src * W[etype] and x * S),
+    so that they may stay sparse: messages weighted by a softmax of their dot with a per-type
+    vector, summed, plus the node's own projection."""
+    m = ModelBuilder("typed_attention")
+    z = m.emit("typed_linear", m.emit("gather", m.x, end="src"), m.param("W", ("etypes", "F", hidden), domain="etype"))
+    score = m.emit("dot", z, m.emit("typed_param", m.param("a", ("etypes", hidden), domain="etype")))
+    agg = m.emit("scatter", m.emit("mul", z, m.emit("edge_softmax", m.emit("leaky_relu", score, alpha=0.2))),
+                 reduce="sum")
+    h = m.emit("add", m.emit("elu", agg, alpha=1.0), m.emit("linear", m.x, m.param("S", ("F", hidden))))
+    return m.finish(m.emit("linear", h, m.param("O", (hidden, "C"))))
+
+
 def hgt(hidden=8) -> Program:
     """HGT-like single head: per-ntype K/Q/V on nodes, per-etype attention and message
     transforms on edges, scaled dot attention, edge softmax, sum, per-ntype output."""

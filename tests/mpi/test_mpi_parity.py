@@ -87,3 +87,20 @@ def test_typed_linears_of_source_rows_match_one_process_in_every_layout(tmp_path
     for ranks in (2, 4):
         run = train(tmp_path, model, data, "--edge-typed-layout", layout, backend="mpi", ranks=ranks, tag=layout)
         assert_same_run(reference, run, RTOL, f"{model} ({layout}) on {ranks} ranks")
+
+
+def test_typed_linears_of_sparse_feature_rows_match_one_process(tmp_path):
+    """R-GAT on sparse features (the sparse feature path): each rank reads its own and its ghost
+    rows' CSR features in place; against one process with the rows gathered first."""
+    import dataclasses
+    import numpy as np
+    import scipy.sparse as sp
+    ds = typed_dataset(features=40, nodes=64, edges=320)
+    x = ds.features.copy()
+    x[np.random.default_rng(2).random(x.shape) < 0.95] = 0.0
+    data = save_npz(dataclasses.replace(ds, features=sp.csr_matrix(x)), tmp_path / "sparse.npz")
+    reference = train(tmp_path, "rgat", data, "--edge-typed-layout", "gathered")
+    assert reference["feature_path"] == "dense"        # the gathered rows need them dense
+    run = train(tmp_path, "rgat", data, backend="mpi", ranks=2)
+    assert run["feature_path"] == "sparse"
+    assert_same_run(reference, run, RTOL, "rgat (sparse features) on 2 ranks")
