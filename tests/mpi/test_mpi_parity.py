@@ -76,17 +76,15 @@ def test_aggregations_hoisted_out_of_the_epoch_match_one_process(tmp_path):
         assert_same_run(reference, run, RTOL, f"sgc, hoisted, on {ranks} ranks")
 
 
-@pytest.mark.parametrize("layout", ["compact", "edge"])
-@pytest.mark.parametrize("model", ["rgat", "hgt"])
-def test_typed_linears_of_source_rows_match_one_process_in_every_layout(tmp_path, model, layout):
+@pytest.mark.parametrize("model,layout,ranks", [("rgat", "compact", 2), ("hgt", "compact", 4), ("hgt", "edge", 2)])
+def test_typed_linears_of_source_rows_match_one_process_in_every_layout(tmp_path, model, layout, ranks):
     """The products of rows read at edge sources (passes/edge_typed_linear.py): ghost rows
     exchanged before them, and HGT's input gradients of its keys and values, which land in ghost
     rows too, sent back to their owners; against one process with the rows gathered first."""
     data = save_npz(typed_dataset(features=7, nodes=64, edges=320), tmp_path / "typed.npz")
     reference = train(tmp_path, model, data, "--edge-typed-layout", "gathered")
-    for ranks in (2, 4):
-        run = train(tmp_path, model, data, "--edge-typed-layout", layout, backend="mpi", ranks=ranks, tag=layout)
-        assert_same_run(reference, run, RTOL, f"{model} ({layout}) on {ranks} ranks")
+    run = train(tmp_path, model, data, "--edge-typed-layout", layout, backend="mpi", ranks=ranks, tag=layout)
+    assert_same_run(reference, run, RTOL, f"{model} ({layout}) on {ranks} ranks")
 
 
 def test_typed_linears_of_sparse_feature_rows_match_one_process(tmp_path):
