@@ -250,6 +250,7 @@ class CompiledModel:
         self.session.load_checkpoint(path)
 
 
+# the pass's choices, and the unfused form (passes/edge_typed_linear.py)
 EDGE_TYPED_LAYOUTS = ("auto", "compact", "edge", "gathered")
 
 

@@ -679,7 +679,8 @@ struct EdgeTypedRows {
     TypeGroups groups;          // the product rows by type (type-major already: perm is the identity)
     cuda::DeviceArray<idx_t> row_node_, edge_ptr_, edges_, node_ptr_, node_rows_;
     cuda::DeviceArray<float> product_, row_grad_, row_dx_;
-    idx_t rows = 0, nodes = 0;
+    idx_t product_rows = 0, nodes = 0;
+    idx_t rows() const { return product_rows; }
     int64_t bytes() const {
         return groups.bytes() + row_node_.bytes() + edge_ptr_.bytes() + edges_.bytes() + node_ptr_.bytes() +
                node_rows_.bytes() + product_.bytes() + row_grad_.bytes() + row_dx_.bytes();
@@ -708,32 +709,32 @@ inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_
     p.edges_.upload(layout.edges, "uploading edge typed linear rows");
     p.node_ptr_.upload(layout.node_ptr, "uploading edge typed linear rows");
     p.node_rows_.upload(layout.node_rows, "uploading edge typed linear rows");
-    p.rows = layout.rows;
+    p.product_rows = layout.rows;
     p.nodes = layout.node_count;
 }
 inline void edge_rows_collapse(EdgeTypedRows &p, const float *G, idx_t M, float *out) {
-    cuda::map("edge typed linear: sum of each row's edge gradients", p.rows * M,
-              cuda::EdgeRowsCollapseOp{G, p.edge_ptr_.data(), p.edges_.data(), M, out});
+    cuda::map("edge typed linear: sum of each row's edge gradients", p.rows() * M,
+              cuda::SegmentRowSumsOp{G, p.edge_ptr_.data(), p.edges_.data(), M, out});
 }
 inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
-    float *product = p.scratch(p.product_, p.rows * M);
+    float *product = p.scratch(p.product_, p.rows() * M);
     typed_gemm("edge typed linear (typed_gemm_kernel)", p.groups, X, K, cuda::TypedB{W, K * M, M, 1}, M, product,
                p.row_node_.data());
-    cuda::map("edge typed linear: products to edges", p.rows * M,
+    cuda::map("edge typed linear: products to edges", p.rows() * M,
               cuda::EdgeRowsExpandOp{product, p.edge_ptr_.data(), p.edges_.data(), M, Y});
 }
 inline void edge_typed_linear_input_grad(EdgeTypedRows &p, const float *G, idx_t M, const float *W, idx_t K,
                                          float *dX) {
-    float *grad = p.scratch(p.row_grad_, p.rows * M), *dx_rows = p.scratch(p.row_dx_, p.rows * K);
+    float *grad = p.scratch(p.row_grad_, p.rows() * M), *dx_rows = p.scratch(p.row_dx_, p.rows() * K);
     edge_rows_collapse(p, G, M, grad);
     typed_gemm("edge typed linear input gradient (typed_gemm_kernel)", p.groups, grad, M, cuda::TypedB{W, K * M, 1, M},
                K, dx_rows);
     cuda::map("edge typed linear input gradient: rows to nodes", p.nodes * K,
-              cuda::NodeRowsSumOp{dx_rows, p.node_ptr_.data(), p.node_rows_.data(), K, dX});
+              cuda::SegmentRowSumsOp{dx_rows, p.node_ptr_.data(), p.node_rows_.data(), K, dX});
 }
 inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_t K, const float *G, idx_t M,
                                           float *dW) {
-    float *grad = p.scratch(p.row_grad_, p.rows * M);
+    float *grad = p.scratch(p.row_grad_, p.rows() * M);
     edge_rows_collapse(p, G, M, grad);
     typed_matmul_tn(p.groups, X, K, grad, M, dW, p.row_node_.data());
 }

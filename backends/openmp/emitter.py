@@ -820,8 +820,8 @@ class OpenMPEmitter:
         plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"])
         row_values = f"(double(mg::op::feature_values(m.features)) / m.features.rows)" if x_values else K
         return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)})",
-                          f"4.0 * ({plan}.rows * {row_values} + m.graph.num_edges * {M} + m.graph.num_etypes * {K} * {M})",
-                          f"2.0 * {plan}.rows * {row_values} * {M}")
+                          f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {M} + m.graph.num_etypes * {K} * {M})",
+                          f"2.0 * {plan}.rows() * {row_values} * {M}")
 
     def op_edge_typed_linear(self, op, x, w):
         K, M = self.dim(w.shape[1]), self.dim(w.shape[2])

@@ -100,11 +100,10 @@ def _picked(entry: dict) -> str:
 
 
 def measure(args, model: str, graph: LayoutGraph, threads: int, out: Path) -> dict:
-    from morphgen.data import load_dataset
     from morphgen.pipeline import edge_type_pairs
     with harness.scratch_dir(out) as tmp:
-        data = harness.prepare_dataset(graph.dataset, args.data_dir, tmp, featureless_ok=True)
-        pairs = edge_type_pairs(load_dataset(str(data.path)).graph)
+        data = harness.prepare_dataset(graph.dataset, args.data_dir, tmp, keep=True, featureless_ok=True)
+        pairs = edge_type_pairs(data.dataset.graph)
         runs = {}
         for _ in range(args.rounds):       # interleaved, so that a slow spell of the machine hits every layout
             for layout in LAYOUTS:

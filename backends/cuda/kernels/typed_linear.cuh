@@ -95,28 +95,16 @@ struct EdgeRowsExpandOp {      // Y[edges[j], c] = P[r, c] for the edges j of ro
         for (int64_t j = edge_ptr[r]; j < edge_ptr[r + 1]; ++j) y[edges[j] * M + c] = v;
     }
 };
-struct EdgeRowsCollapseOp {    // out[r, c] = sum of G[edges[j], c] over the edges j of row r
-    const float *g;
-    const int64_t *edge_ptr, *edges;
-    int64_t M;
+struct SegmentRowSumsOp {      // out[s, c] = sum of src[idx[i], c] over i in [ptr[s], ptr[s+1]); 0 for none
+    const float *src;          // (the edges' gradients into their rows, the rows' into their nodes)
+    const int64_t *ptr, *idx;
+    int64_t width;
     float *out;
     __device__ void operator()(int64_t k) const {
-        const int64_t r = k / M, c = k % M;
+        const int64_t s = k / width, c = k % width;
         float acc = 0.f;
-        for (int64_t j = edge_ptr[r]; j < edge_ptr[r + 1]; ++j) acc += g[edges[j] * M + c];
+        for (int64_t i = ptr[s]; i < ptr[s + 1]; ++i) acc += src[idx[i] * width + c];
         out[k] = acc;
-    }
-};
-struct NodeRowsSumOp {         // dX[n, k] = sum of R[node_rows[i], k] over the rows i of node n; 0 for none
-    const float *rows;
-    const int64_t *node_ptr, *node_rows;
-    int64_t K;
-    float *dx;
-    __device__ void operator()(int64_t k) const {
-        const int64_t n = k / K, c = k % K;
-        float acc = 0.f;
-        for (int64_t i = node_ptr[n]; i < node_ptr[n + 1]; ++i) acc += rows[node_rows[i] * K + c];
-        dx[k] = acc;
     }
 };
 

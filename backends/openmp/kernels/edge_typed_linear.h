@@ -35,7 +35,6 @@ inline constexpr idx_t kSparseCols = 256;    // dW columns per work unit when x'
 // The layout (runtime/edge_rows.h) and the scratch its kernels reuse between calls.
 struct EdgeTypedRows {
     EdgeRowLayout layout;
-    idx_t rows = 0;                                // product rows (the layout's)
     std::vector<float> scratch, row_grad, row_dx;  // grown on first use, kept between calls
     const int32_t* sorted_checked = nullptr;       // CSR column indices last checked for order...
     bool indices_sorted = false;                   // ...and whether each row's were increasing
@@ -43,10 +42,9 @@ struct EdgeTypedRows {
     // end[E]: the node at the read end of each edge; type[E] in [0, T).  kErrArgument if an index
     // is out of range.
     int build(const idx_t* end, const idx_t* type, idx_t E, idx_t T, idx_t N, bool compact) {
-        if (!layout.build(end, type, E, T, N, compact, et_detail::kTileRows)) return kErrArgument;
-        rows = layout.rows;
-        return kOk;
+        return layout.build(end, type, E, T, N, compact, et_detail::kTileRows) ? kOk : kErrArgument;
     }
+    idx_t rows() const { return layout.rows; }    // product rows
     int64_t bytes() const {
         return layout.bytes() + int64_t((scratch.size() + row_grad.size() + row_dx.size()) * sizeof(float));
     }
@@ -59,24 +57,27 @@ inline void grow(std::vector<float>& v, idx_t n) {
 
 inline bool fits_blas(idx_t a, idx_t b) { return a <= INT_MAX && b <= INT_MAX; }
 
+// out[s] = the sum of src[idx[i]] over i in [ptr[s], ptr[s+1]), width floats each; 0 for an empty
+// segment.  The edges' gradients summed into their rows, and the rows' into their nodes.
+inline void segment_row_sums(const idx_t* ptr, const idx_t* idx, idx_t segments, const float* src, idx_t width,
+                             float* out) {
+#pragma omp parallel for schedule(dynamic, 256)
+    for (idx_t s = 0; s < segments; ++s) {
+        float* o = out + s * width;
+        std::fill(o, o + width, 0.f);
+        for (idx_t i = ptr[s]; i < ptr[s + 1]; ++i) {
+            const float* r = src + idx[i] * width;
+#pragma omp simd
+            for (idx_t j = 0; j < width; ++j) o[j] += r[j];
+        }
+    }
+}
+
 // row_grad[r] = sum of G[e] over the edges of row r (a permuted copy in the edge layout).
 inline void collapse(EdgeTypedRows& p, const float* G, idx_t M) {
     const EdgeRowLayout& L = p.layout;
     grow(p.row_grad, L.rows * M);
-    float* out = p.row_grad.data();
-#pragma omp parallel for schedule(dynamic, 256)
-    for (idx_t r = 0; r < L.rows; ++r) {
-        float* o = out + r * M;
-        const idx_t* e = L.edges.data();
-        const float* first = G + e[L.edge_ptr[size_t(r)]] * M;
-#pragma omp simd
-        for (idx_t j = 0; j < M; ++j) o[j] = first[j];
-        for (idx_t i = L.edge_ptr[size_t(r)] + 1; i < L.edge_ptr[size_t(r + 1)]; ++i) {
-            const float* g = G + e[i] * M;
-#pragma omp simd
-            for (idx_t j = 0; j < M; ++j) o[j] += g[j];
-        }
-    }
+    segment_row_sums(L.edge_ptr.data(), L.edges.data(), L.rows, G, M, p.row_grad.data());
 }
 }  // namespace et_detail
 
@@ -155,25 +156,13 @@ inline int edge_typed_linear_input_bwd(EdgeTypedRows& p, const float* G, idx_t M
     et_detail::grow(p.row_dx, L.rows * K);
     const float* grad = p.row_grad.data();
     float* dx_rows = p.row_dx.data();
-#pragma omp parallel
-    {
-#pragma omp for schedule(dynamic, 1)
-        for (idx_t i = 0; i < L.tiles(); ++i) {
-            const idx_t r0 = L.tile_row[size_t(i)], n = L.tile_row[size_t(i + 1)] - r0;
-            sgemm_block(false, true, n, K, M, grad + r0 * M, M, W + L.tile_type[size_t(i)] * K * M, M, 0.f,
-                        dx_rows + r0 * K, K);
-        }
-#pragma omp for schedule(dynamic, 256)
-        for (idx_t v = 0; v < L.node_count; ++v) {
-            float* d = dX + v * K;
-            std::fill(d, d + K, 0.f);
-            for (idx_t i = L.node_ptr[size_t(v)]; i < L.node_ptr[size_t(v + 1)]; ++i) {
-                const float* s = dx_rows + L.node_rows[size_t(i)] * K;
-#pragma omp simd
-                for (idx_t k = 0; k < K; ++k) d[k] += s[k];
-            }
-        }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (idx_t i = 0; i < L.tiles(); ++i) {
+        const idx_t r0 = L.tile_row[size_t(i)], n = L.tile_row[size_t(i + 1)] - r0;
+        sgemm_block(false, true, n, K, M, grad + r0 * M, M, W + L.tile_type[size_t(i)] * K * M, M, 0.f,
+                    dx_rows + r0 * K, K);
     }
+    et_detail::segment_row_sums(L.node_ptr.data(), L.node_rows.data(), L.node_count, dx_rows, K, dX);
     return kOk;
 }
 
