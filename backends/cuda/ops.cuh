@@ -714,7 +714,7 @@ inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_
 }
 inline void edge_rows_collapse(EdgeTypedRows &p, const float *G, idx_t M, float *out) {
     cuda::map("edge typed linear: sum of each row's edge gradients", p.rows() * M,
-              cuda::SegmentRowSumsOp{G, p.edge_ptr_.data(), p.edges_.data(), M, out});
+              cuda::TypedRowSumOp{G, p.edges_.data(), p.edge_ptr_.data(), M, out});
 }
 inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
     float *product = p.scratch(p.product_, p.rows() * M);
@@ -730,7 +730,7 @@ inline void edge_typed_linear_input_grad(EdgeTypedRows &p, const float *G, idx_t
     typed_gemm("edge typed linear input gradient (typed_gemm_kernel)", p.groups, grad, M, cuda::TypedB{W, K * M, 1, M},
                K, dx_rows);
     cuda::map("edge typed linear input gradient: rows to nodes", p.nodes * K,
-              cuda::SegmentRowSumsOp{dx_rows, p.node_ptr_.data(), p.node_rows_.data(), K, dX});
+              cuda::TypedRowSumOp{dx_rows, p.node_rows_.data(), p.node_ptr_.data(), K, dX});
 }
 inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_t K, const float *G, idx_t M,
                                           float *dW) {

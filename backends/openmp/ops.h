@@ -271,16 +271,7 @@ inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const
 }
 // out[t] = sum of the rows of type t (typed_param's gradient).
 inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (idx_t t = 0; t < tg.types; ++t) {
-        float *o = out + t * K;
-        for (idx_t k = 0; k < K; ++k) o[k] = 0.f;
-        for (idx_t i = tg.ptr[size_t(t)]; i < tg.ptr[size_t(t + 1)]; ++i) {
-            const float *g = G + tg.perm[size_t(i)] * K;
-#pragma omp simd
-            for (idx_t k = 0; k < K; ++k) o[k] += g[k];
-        }
-    }
+    segment_row_sums(tg.ptr.data(), tg.perm.data(), tg.types, G, K, out);
 }
 
 // ---- typed linear of node rows read at edge ends (kernels/edge_typed_linear.h) -------------------

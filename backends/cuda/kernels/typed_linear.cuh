@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const flo
 // A typed linear of node rows read at edge ends (runtime/edge_rows.h): products are made per
 // row of the layout (a distinct (node, type) pair, or an edge) by typed_gemm_kernel with the
 // row's node as its gather list, then copied to the row's edges; the edges' gradients are summed
-// into rows first.  One thread per (row, column), one writer per output element: no atomics.
+// into rows first (TypedRowSumOp).  One thread per (row, column), one writer per output element:
+// no atomics.
 struct EdgeRowsExpandOp {      // Y[edges[j], c] = P[r, c] for the edges j of row r
     const float *product;
     const int64_t *edge_ptr, *edges;
@@ -95,20 +96,10 @@ struct EdgeRowsExpandOp {      // Y[edges[j], c] = P[r, c] for the edges j of ro
         for (int64_t j = edge_ptr[r]; j < edge_ptr[r + 1]; ++j) y[edges[j] * M + c] = v;
     }
 };
-struct SegmentRowSumsOp {      // out[s, c] = sum of src[idx[i], c] over i in [ptr[s], ptr[s+1]); 0 for none
-    const float *src;          // (the edges' gradients into their rows, the rows' into their nodes)
-    const int64_t *ptr, *idx;
-    int64_t width;
-    float *out;
-    __device__ void operator()(int64_t k) const {
-        const int64_t s = k / width, c = k % width;
-        float acc = 0.f;
-        for (int64_t i = ptr[s]; i < ptr[s + 1]; ++i) acc += src[idx[i] * width + c];
-        out[k] = acc;
-    }
-};
 
-// out[t, k] = sum of G[r, k] over the rows of type t (a typed parameter row's gradient).
+// out[t, k] = sum of G[perm[i], k] over i in [ptr[t], ptr[t+1]); 0 for an empty segment: a typed
+// parameter row's gradient (segments = types), and the edge typed linear's sums of edge gradients
+// into rows and of rows into nodes (segments = rows, nodes).
 struct TypedRowSumOp {
     const float *g;
     const int64_t *perm, *ptr;

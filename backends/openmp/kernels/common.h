@@ -13,6 +13,7 @@
 //     row blocks inside one (mg::gemm_rows / gemm_tn_rows), see gemm.h.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <omp.h>
@@ -87,6 +88,23 @@ MG_INLINE void prefetch_l1(const void* p) {
     const char* c = static_cast<const char*>(p);
 #pragma GCC unroll 8
     for (int off = 0; off < BYTES; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+}
+
+// out[s] = the sum of src[idx[i]] over i in [ptr[s], ptr[s+1]), width floats each; 0 for an empty
+// segment, in index order (the same bits at any thread count).  Typed parameter rows' gradients
+// (ops.h typed_row_sum), the edge typed linear's edges-to-rows and rows-to-nodes sums.
+inline void segment_row_sums(const idx_t* ptr, const idx_t* idx, idx_t segments, const float* src, idx_t width,
+                             float* out) {
+#pragma omp parallel for schedule(guided)    // a few big segments (types) or many small ones (rows, nodes)
+    for (idx_t s = 0; s < segments; ++s) {
+        float* o = out + s * width;
+        std::fill(o, o + width, 0.f);
+        for (idx_t i = ptr[s]; i < ptr[s + 1]; ++i) {
+            const float* r = src + idx[i] * width;
+#pragma omp simd
+            for (idx_t j = 0; j < width; ++j) o[j] += r[j];
+        }
+    }
 }
 
 }  // namespace mg

@@ -57,22 +57,6 @@ inline void grow(std::vector<float>& v, idx_t n) {
 
 inline bool fits_blas(idx_t a, idx_t b) { return a <= INT_MAX && b <= INT_MAX; }
 
-// out[s] = the sum of src[idx[i]] over i in [ptr[s], ptr[s+1]), width floats each; 0 for an empty
-// segment.  The edges' gradients summed into their rows, and the rows' into their nodes.
-inline void segment_row_sums(const idx_t* ptr, const idx_t* idx, idx_t segments, const float* src, idx_t width,
-                             float* out) {
-#pragma omp parallel for schedule(dynamic, 256)
-    for (idx_t s = 0; s < segments; ++s) {
-        float* o = out + s * width;
-        std::fill(o, o + width, 0.f);
-        for (idx_t i = ptr[s]; i < ptr[s + 1]; ++i) {
-            const float* r = src + idx[i] * width;
-#pragma omp simd
-            for (idx_t j = 0; j < width; ++j) o[j] += r[j];
-        }
-    }
-}
-
 // row_grad[r] = sum of G[e] over the edges of row r (a permuted copy in the edge layout).
 inline void collapse(EdgeTypedRows& p, const float* G, idx_t M) {
     const EdgeRowLayout& L = p.layout;
@@ -162,7 +146,7 @@ inline int edge_typed_linear_input_bwd(EdgeTypedRows& p, const float* G, idx_t M
         sgemm_block(false, true, n, K, M, grad + r0 * M, M, W + L.tile_type[size_t(i)] * K * M, M, 0.f,
                     dx_rows + r0 * K, K);
     }
-    et_detail::segment_row_sums(L.node_ptr.data(), L.node_rows.data(), L.node_count, dx_rows, K, dX);
+    segment_row_sums(L.node_ptr.data(), L.node_rows.data(), L.node_count, dx_rows, K, dX);
     return kOk;
 }
 
