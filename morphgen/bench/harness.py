@@ -61,6 +61,7 @@ class PreparedData:
     feature_nnz: int
     dataset: object = None     # the loaded morphgen.data.Dataset (kept for the parity check)
     num_relations: int = 1     # edge types (1: untyped)
+    num_node_types: int = 1
     featureless: bool = False  # no stored features: the identity input, num_features = num_nodes
 
     def describe(self) -> dict:
@@ -83,7 +84,7 @@ def prepare_dataset(spec: str, data_dir, out_dir, keep: bool = False,
     """Write the dataset once for morphgen and, when the program normalises its input features
     (gnn.normalizeFeatures), once more with morphgen's own normalisation applied for the peers,
     so both sides train on identical numbers without the peers re-implementing it.
-    featureless_ok: a featureless dataset (identity input) is accepted: the R-GCN peers take it
+    featureless_ok: a featureless dataset (identity input) is accepted: the R-GCN and HGT peers take it
     as node ids, and a run without comparable peers needs no features from them."""
     from morphgen.data import DataError, load_dataset, save_npz
     try:
@@ -92,7 +93,7 @@ def prepare_dataset(spec: str, data_dir, out_dir, keep: bool = False,
         raise BenchError(f"--dataset {spec}: {exc}") from None
     if ds.features is None and not featureless_ok:
         raise BenchError(f"--dataset {spec}: featureless datasets cannot be given to the peers of this model "
-                         f"(only the R-GCN peers take node ids as input)")
+                         f"(only the R-GCN and HGT peers take node ids as input)")
     unlabelled = ds.labels < 0
     in_split = ds.train_mask | ds.val_mask | ds.test_mask
     if np.any(unlabelled & in_split):
@@ -118,6 +119,7 @@ def prepare_dataset(spec: str, data_dir, out_dir, keep: bool = False,
                         feature_sparsity=float(ds.feature_sparsity), feature_nnz=int(ds.feature_nnz),
                         dataset=ds if keep else None,
                         num_relations=int(ds.graph.num_etypes) if ds.graph.etype is not None else 1,
+                        num_node_types=int(ds.graph.num_ntypes) if ds.graph.ntype is not None else 1,
                         featureless=ds.features is None)
 
 
@@ -304,7 +306,9 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
     if shape.conv == "gat":
         spec.update(heads=list(shape.heads), negative_slope=shape.negative_slope,
                     attention_dropout=shape.attention_dropout if dropout is None else dropout)
-    if shape.conv == "rgcn":
+    if shape.conv == "hgt":
+        spec.update(heads=list(shape.heads), num_node_types=data.num_node_types)
+    if shape.conv in ("rgcn", "hgt"):
         spec["num_relations"] = data.num_relations
         if shape.num_bases:
             spec["num_bases"] = shape.num_bases
@@ -383,20 +387,34 @@ def run_peer_capped(system: str, data_path, spec: dict, work_dir, *, cap_gib: Op
 # ----------------------------------------------------------------------------- parity
 def morphgen_initial_weights(model_path, dataset, threads: int, seed: int,
                              sparsity_threshold: Optional[float] = None, backend: str = "openmp",
-                             device: Optional[int] = None):
+                             device: Optional[int] = None, block_diagonal: Optional[dict] = None):
     """Bind the program to the data and read its initial parameters and first-epoch loss.
 
     Returns (params: name -> flat float32 array, first_epoch_loss). Imported lazily: the backend
     is only needed here. With backend cuda the first epoch runs on GPU `device`, so the parity
-    check covers the kernels that were timed.
+    check covers the kernels that were timed. `block_diagonal` (name -> heads): those parameters,
+    [..., H, H] matrices, start with their off-diagonal head blocks zeroed (PeerModel.block_diagonal).
     """
     from morphgen.api import CompiledModel
     with _cuda_device_env(device):        # the library reads it when the data is bound
         model = CompiledModel(model_path, backend=backend, threads=threads, seed=seed,
                               sparsity_threshold=sparsity_threshold).bind(dataset)
     params = {k: np.array(v, dtype=np.float32, copy=True) for k, v in model.get_params().items()}
+    if block_diagonal:
+        shapes = {p.name: p.value.shape for p in model.program.params}
+        for name, heads in block_diagonal.items():
+            width = shapes[name][-1]
+            params[name] = zero_off_diagonal_blocks(params[name].reshape(-1, width, width), heads).reshape(-1)
+        model.set_params({name: params[name] for name in block_diagonal})
     loss = float(model.session.train_epoch())
     return params, loss
+
+
+def zero_off_diagonal_blocks(matrices: np.ndarray, heads: int) -> np.ndarray:
+    """[R, H, H] with everything outside the `heads` diagonal (H/heads)-square blocks set to 0."""
+    d = matrices.shape[-1] // heads
+    head_of = np.arange(matrices.shape[-1]) // d
+    return np.where(head_of[:, None] == head_of[None, :], matrices, 0).astype(np.float32)
 
 
 @contextlib.contextmanager
@@ -449,7 +467,7 @@ def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequen
     plain = without_dropout(model_path, work)
     # Same feature path as the timed run: the threshold it reported is passed on.
     params, m_loss = morphgen_initial_weights(plain, data.dataset, threads, seed, sparsity_threshold,
-                                              backend, device)
+                                              backend, device, shape.block_diagonal)
     # One spec for every peer: one epoch, no dropout, morphgen's initial weights.
     spec = peer_spec(shape, data, epochs=1, warmup=0, threads=threads, sparse_features=sparse_features,
                      dropout=0.0, init_weights=work / "parity_init.npz", device=device_name(backend, device))
@@ -457,6 +475,10 @@ def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequen
     report = {"tolerance": PARITY_TOLERANCE, "morphgen_first_epoch_loss": m_loss,
               "program": str(plain), "peers": {}}
     for system in peers:
+        if system in shape.peer_unsupported:
+            report["peers"][system] = {"first_epoch_loss": None, "abs_diff": None, "passed": None,
+                                       "error": f"not comparable: {shape.peer_unsupported[system]}"}
+            continue
         # every configuration that is timed is checked: "pyg (FastRGCNConv)" beside "pyg (RGCNConv)"
         for label, over in peer_variants(system, shape):
             row_name = system if label is None else f"{system} ({label})"

@@ -15,8 +15,11 @@ recognises the stacks PyG and DGL can rebuild with one library convolution per l
 
 each after an optional dropout on the layer's input and followed by [bias_add] [relu | elu]; the
 last layer has no activation and feeds cross_entropy. Anything else is not approximated:
-`PeerModel.unsupported` says why, and the peers are reported as such. Relational attention
-(RGAT, HGT: typed weights and an edge softmax) is refused by name: its peers are not built.
+`PeerModel.unsupported` says why, and the peers are reported as such.
+
+Relational attention (typed weights and an edge softmax) is one wide layer rather than a stack:
+an HGT is matched as a dataflow pattern (hgt_shape.py) and given PyG's HGTConv; an R-GAT is
+refused by name (its peers are not built).
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from typing import Optional
 
 from morphgen.errors import UserError
 
+from .hgt_shape import match_hgt
+
 
 class BenchError(UserError):
     """Bad input to a benchmark (model, dataset, option); the message names it."""
@@ -35,7 +40,7 @@ class BenchError(UserError):
 @dataclass
 class PeerModel:
     """What a peer needs to build the same model as a morphgen program."""
-    conv: str                       # "gcn" | "sage" | "gat" (spec.SUPPORTED_MODELS)
+    conv: str                       # "gcn" | "sage" | "gat" | ... (spec.SUPPORTED_MODELS)
     aggr: str                       # the neighbourhood reduction: "sum" (gcn, gat), "mean" | "max" (sage)
     layers: list                    # widths with symbols: ["F", 32, 32, "C"] (all heads together)
     dropouts: list                  # dropout on the input of each layer (morphgen's semantics)
@@ -57,6 +62,11 @@ class PeerModel:
     feature_normalization: Optional[str] = None   # gnn.normalizeFeatures kind, applied for the peers
     unsupported: Optional[str] = None   # why the peers cannot run this program, or None
     notes: list = field(default_factory=list)   # semantic differences a reader must know
+    # peer -> why that one peer cannot run the program (the others can)
+    peer_unsupported: dict = field(default_factory=dict)
+    # program parameter -> heads: the parity check starts it block diagonal (one block per head),
+    # which is all a peer that keeps only those blocks can load (hgt's relation matrices)
+    block_diagonal: dict = field(default_factory=dict)
 
     @property
     def hidden_dropout(self) -> float:
@@ -254,13 +264,65 @@ def _rgcn_layer(ops, i, problems, n) -> Optional[_Layer]:
 
 
 def _relational_attention(ops) -> Optional[str]:
-    """Typed weights with an edge softmax: the relational attention models, by name."""
+    """Typed weights with an edge softmax: the relational attention model's name, or None."""
     kinds = {op.opcode for op in ops}
     if not kinds & {"typed_linear", "typed_param"} or "edge_softmax" not in kinds:
         return None
-    name = "RGAT" if "leaky_relu" in kinds else "HGT"
-    return (f"relational attention ({name}: typed weights and an edge softmax); the peers are derived for "
-            f"GCN, SAGE, GIN, GAT and R-GCN only, and no {name} peer is built")
+    return "RGAT" if "leaky_relu" in kinds else "HGT"
+
+
+_HGT_CONV_PARAMETERS = ("K", "bK", "Q", "bQ", "V", "bV", "A", "bA", "Watt", "Wmsg", "mu", "skip")
+
+
+def _hgt_model(program, loss_op) -> PeerModel:
+    """The peers' HGT (input projection, PyG's HGTConv, classifier) for a program that computes it."""
+    shape, why = match_hgt(program)
+    problems = [why] if shape is None else []
+    if program.self_loops:
+        problems.append("an HGT with gnn.addSelfLoops (the peers' graphs have no loop edges)")
+    problems += _optimizer_problems(program)
+    w = shape.weights if shape else {}
+    heads = shape.heads if shape else 1
+    hidden = shape.hidden if shape else 0
+    names = [{"W": w.get("Win"), "b": w.get("bin")}, {k: w.get(k) for k in _HGT_CONV_PARAMETERS},
+             {"W": w.get("Wout"), "b": w.get("bout")}]
+    notes = _program_notes(program, [0.0])
+    if shape:
+        notes.insert(0, f"HGTConv's relation matrices are block diagonal (one {hidden // heads} x {hidden // heads} "
+                        f"block per head); morphgen's Watt and Wmsg are full {hidden} x {hidden} matrices, {heads}x "
+                        f"the relation FLOPs. The parity check starts them block diagonal")
+    return PeerModel(
+        conv="hgt", aggr="sum", layers=[_width(program.inputs["features"].width), hidden, hidden,
+                                        _width(loss_op.inputs[0].width)],
+        dropouts=[0.0, 0.0, 0.0], bias=True, optimizer=program.optimizer.kind, lr=float(program.optimizer.lr),
+        weight_decay=float(program.optimizer.weight_decay), epochs=int(program.epochs), heads=[1, heads, 1],
+        parameter_names=names, self_loops=False, feature_normalization=program.feature_normalization,
+        unsupported="; ".join(problems) or None, notes=notes,
+        peer_unsupported={"dgl": "DGL's HGTConv applies no gelu before its per-type output projection and its "
+                                 "typed linears have no biases; the program is PyG's HGTConv"},
+        block_diagonal={w["Watt"]: heads, w["Wmsg"]: heads} if shape else {})
+
+
+def _optimizer_problems(program) -> list:
+    if program.optimizer.kind != "adam":
+        return [f"optimizer '{program.optimizer.kind}' (the peers run torch Adam with L2 weight decay)"]
+    return []
+
+
+def _program_notes(program, dropouts: list) -> list:
+    """What a reader of the comparison must know about the program's preprocessing and loop."""
+    notes = []
+    if dropouts and dropouts[0] > 0:
+        notes.append(f"morphgen applies dropout {dropouts[0]} to the input features (as Kipf & Welling); "
+                     "the peers apply dropout only between layers, so morphgen does slightly more work "
+                     "per epoch and the parity check (dropout 0) is unaffected")
+    norm = program.feature_normalization
+    if norm is not None:
+        notes.append(f"the program normalises its input features ('{norm}'); the peers receive the features "
+                     "already normalised by morphgen's own function, outside their timed epochs")
+    if program.early_stopping is not None:
+        notes.append("the program stops early on validation accuracy; every system is timed per epoch")
+    return notes
 
 
 def _match_layer(ops, i, problems, n) -> Optional[_Layer]:
@@ -297,8 +359,12 @@ def program_shape(model_path) -> PeerModel:
     if features is not None:
         layers.append(_width(features.width))
     attention = _relational_attention(ops)
+    loss = [op for op in ops if op.opcode == "cross_entropy"]
+    if attention == "HGT" and features is not None and loss:
+        return _hgt_model(program, loss[0])
     if attention:
-        problems.append(attention)
+        problems.append(f"relational attention ({attention}: typed weights and an edge softmax); the peers are "
+                        f"derived for GCN, SAGE, GIN, GAT, R-GCN and HGT only, and no {attention} peer is built")
         i = len(ops)                      # no layer matching: its complaints would only blur the reason
     while i < len(ops) and ops[i].opcode != "cross_entropy":
         p = 0.0
@@ -351,19 +417,9 @@ def program_shape(model_path) -> PeerModel:
         problems.append(f"the layers differ in their basis decomposition ({[layer.bases for layer in found]}); "
                         "the peers use one")
     opt = program.optimizer
-    if opt.kind != "adam":
-        problems.append(f"optimizer '{opt.kind}' (the peers run torch Adam with L2 weight decay)")
-    notes = []
-    if dropouts and dropouts[0] > 0:
-        notes.append(f"morphgen applies dropout {dropouts[0]} to the input features (as Kipf & Welling); "
-                     "the peers apply dropout only between layers, so morphgen does slightly more work "
-                     "per epoch and the parity check (dropout 0) is unaffected")
+    problems += _optimizer_problems(program)
+    notes = _program_notes(program, dropouts)
     norm = program.feature_normalization
-    if norm is not None:
-        notes.append(f"the program normalises its input features ('{norm}'); the peers receive the features "
-                     "already normalised by morphgen's own function, outside their timed epochs")
-    if program.early_stopping is not None:
-        notes.append("the program stops early on validation accuracy; every system is timed per epoch")
     return PeerModel(
         conv=conv, aggr=aggr, layers=layers, dropouts=dropouts, bias=bool(biases and biases[0]),
         optimizer=opt.kind, lr=float(opt.lr), weight_decay=float(opt.weight_decay), epochs=int(program.epochs),

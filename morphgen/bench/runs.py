@@ -114,12 +114,13 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
                                     backend=backend, device=device)]
     sparse = peer_sparse_features(args.peer_features, systems[0], data.feature_sparsity)
     notes = list(shape.notes)
-    if peers and shape.unsupported:
-        for system in peers:
+    for system in peers:
+        why = shape.unsupported or shape.peer_unsupported.get(system)
+        if why:
             entry = harness._empty_system(system)
-            entry["error"] = f"not comparable: {shape.unsupported}"
+            entry["error"] = f"not comparable: {why}"
             systems.append(entry)
-    for system in peers if not shape.unsupported else ():
+            continue
         spec = harness.peer_spec(shape, data, epochs=args.epochs, warmup=args.warmup, threads=threads,
                                  sparse_features=sparse, device=harness.device_name(backend, device))
         systems.append(harness.run_peer_fastest(system, data.peer_path, spec, work,
@@ -129,14 +130,17 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
     widths = shape.resolved_layers(data.num_features, data.num_classes)
     morphgen_sparse = (systems[0].get("config") or {}).get("feature_path") == "sparse"
     relational = shape.conv == "rgcn" and not shape.unsupported
-    # GCN-shaped models count one self loop per node; R-GCN has its self-loop weight instead
-    analytic = analytic_minimum_bytes(data.num_nodes, data.num_edges + (0 if relational else data.num_nodes),
-                                      data.num_features, widths[1:-1], data.num_classes,
-                                      sparse_nnz=data.feature_nnz if morphgen_sparse else None,
-                                      dropout=any(p > 0 for p in shape.dropouts),
-                                      relations=data.num_relations if relational else 0,
-                                      bases=shape.num_bases if relational else None,
-                                      identity_input=data.featureless)
+    # GCN-shaped models count one self loop per node; R-GCN has its self-loop weight instead.
+    # An HGT's minimum (typed K/Q/V, per-edge scores and messages) is not modelled.
+    analytic = None
+    if shape.conv != "hgt":
+        analytic = analytic_minimum_bytes(data.num_nodes, data.num_edges + (0 if relational else data.num_nodes),
+                                          data.num_features, widths[1:-1], data.num_classes,
+                                          sparse_nnz=data.feature_nnz if morphgen_sparse else None,
+                                          dropout=any(p > 0 for p in shape.dropouts),
+                                          relations=data.num_relations if relational else 0,
+                                          bases=shape.num_bases if relational else None,
+                                          identity_input=data.featureless)
     report = {
         "model": str(args.model), "command": command_line(args), "dataset": data.describe(),
         "threads": threads, "epochs": args.epochs, "warmup": args.warmup, "seed": args.seed,

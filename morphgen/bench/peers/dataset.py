@@ -3,13 +3,16 @@
 Keys (see the datasets README): `edge_index` int [2, E] (row 0 source, row 1 destination),
 features either dense `x` [N, F] or CSR `x_indptr`/`x_indices`/`x_data`/`x_shape`, `y` int [N],
 `train_mask`/`val_mask`/`test_mask` bool [N]. A relational graph adds `edge_type` int [E] and
-`num_edge_types`. A file without feature keys is featureless: its input is the identity (one
+`num_edge_types`; a heterogeneous one `node_type` int [N] and `num_node_types`, and its `meta`
+JSON may place each node type's features in a block of columns (origin.feature_blocks, written by
+morphgen.data.save_npz). A file without feature keys is featureless: its input is the identity (one
 learned row per node, F = N), which only the R-GCN peers take (as node ids, never as an N x N
 matrix). Every array is checked here so a peer runner fails with the name of the offending key
 instead of a shape error deep inside torch.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -37,6 +40,24 @@ class NodeClassificationData:
     test_mask: np.ndarray
     etype: Optional[np.ndarray] = None  # int64 [E] edge types, or None (one relation)
     num_etypes: int = 1
+    ntype: Optional[np.ndarray] = None  # int64 [N] node types, or None (one type)
+    num_ntypes: int = 1
+    # per node type, its feature columns [lo, hi) in x, or None: the type is one-hot (an embedding)
+    feature_blocks: Optional[list] = None
+
+    def node_types(self) -> np.ndarray:
+        """int64 [N]: the node types (all 0 for a graph without them)."""
+        return self.ntype if self.ntype is not None else np.zeros(self.num_nodes, np.int64)
+
+    def type_columns(self) -> list:
+        """Per node type, the columns [lo, hi) of x that hold its features, or None where the type
+        has none of its own (a featureless graph, or a one-hot block: a learned row per node).
+        Without a stored block layout every type reads all of x."""
+        if self.featureless:
+            return [None] * self.num_ntypes
+        if self.feature_blocks is None:
+            return [(0, self.num_features)] * self.num_ntypes
+        return [None if b["input"] == "one-hot" else tuple(b["columns"]) for b in self.feature_blocks]
 
     @property
     def featureless(self) -> bool:
@@ -141,11 +162,14 @@ def load_node_classification(path: str | Path) -> NodeClassificationData:
         else:
             f = n                             # featureless: the identity input
         etype, num_etypes = _edge_types(z, ei.shape[1], path)
+        ntype, num_ntypes = _node_types(z, n, path)
+        blocks = _feature_blocks(z, num_ntypes, f, path) if ntype is not None else None
         return NodeClassificationData(
             num_nodes=n, src=ei[0].astype(np.int64), dst=ei[1].astype(np.int64), num_features=f,
             x_dense=x_dense, x_csr=x_csr, y=y.astype(np.int64),
             train_mask=_mask(z, "train_mask", n, path), val_mask=_mask(z, "val_mask", n, path),
             test_mask=_mask(z, "test_mask", n, path), etype=etype, num_etypes=num_etypes,
+            ntype=ntype, num_ntypes=num_ntypes, feature_blocks=blocks,
         )
 
 
@@ -162,6 +186,43 @@ def _edge_types(z, num_edges: int, path: Path) -> tuple[Optional[np.ndarray], in
     if (et.size and et.min() < 0) or count < largest:
         raise DatasetError(f"{path}: key 'edge_type' has types outside [0, {count}) (num_edge_types)")
     return et.astype(np.int64), count
+
+
+def _node_types(z, num_nodes: int, path: Path) -> tuple[Optional[np.ndarray], int]:
+    """`node_type` [N] and `num_node_types` (default: the largest type + 1), or (None, 1)."""
+    if "node_type" not in z.files:
+        return None, 1
+    nt = z["node_type"]
+    if nt.shape != (num_nodes,) or not np.issubdtype(nt.dtype, np.integer):
+        raise DatasetError(f"{path}: key 'node_type' must be an integer array of shape ({num_nodes},), "
+                           f"got {nt.dtype} {nt.shape}")
+    largest = int(nt.max()) + 1 if nt.size else 1
+    count = int(z["num_node_types"]) if "num_node_types" in z.files else largest
+    if (nt.size and nt.min() < 0) or count < largest:
+        raise DatasetError(f"{path}: key 'node_type' has types outside [0, {count}) (num_node_types)")
+    return nt.astype(np.int64), count
+
+
+def _feature_blocks(z, num_ntypes: int, num_features: int, path: Path) -> Optional[list]:
+    """meta's origin.feature_blocks (one {"columns": [lo, hi], "input"} per node type), checked
+    against the feature width; None when the file has no such layout."""
+    if "meta" not in z.files:
+        return None
+    try:
+        meta = json.loads(str(z["meta"]))
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise DatasetError(f"{path}: key 'meta': not valid JSON ({exc})") from exc
+    blocks = (meta.get("origin") or {}).get("feature_blocks") if isinstance(meta, dict) else None
+    if blocks is None:
+        return None
+    ok = isinstance(blocks, list) and len(blocks) == num_ntypes and all(
+        isinstance(b, dict) and isinstance(b.get("columns"), list) and len(b["columns"]) == 2
+        and all(isinstance(c, int) for c in b["columns"]) and 0 <= b["columns"][0] <= b["columns"][1] <= num_features
+        for b in blocks)
+    if not ok:
+        raise DatasetError(f"{path}: key 'meta': origin.feature_blocks must give {num_ntypes} column ranges "
+                           f"[lo, hi] within [0, {num_features}], one per node type")
+    return blocks
 
 
 def load_init_weights(spec) -> list[dict[str, np.ndarray]]:

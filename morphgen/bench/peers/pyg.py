@@ -1,4 +1,5 @@
-"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, R-GCN (RGCNConv).
+"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, R-GCN (RGCNConv),
+HGT (HGTConv, in pyg_hgt.py).
 
     python -m morphgen.bench.peers.pyg --data D.npz --spec SPEC.json --out OUT.json
 
@@ -40,6 +41,7 @@ import numpy as np
 from morphgen.bench.memory import start_training_peak
 
 from .dataset import NodeClassificationData, load_init_weights
+from .pyg_hgt import train_hgt
 from .runner import PeerUnavailable, run_main
 from .spec import BenchSpec
 from .torch_loop import (build_stack, device_config, gin_mlp, gin_targets, load_weights, model_config, setup_torch,
@@ -159,6 +161,8 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     device = torch_device(torch, spec)
     if spec.model == "rgcn":
         return _train_rgcn(torch, torch_geometric, spec, data, device)
+    if spec.model == "hgt":
+        return train_hgt(torch, torch_geometric, spec, data, device)
     if spec.model == "gat":
         adj_t, adj_desc = _edge_index(torch, data, spec.self_loops)
     else:

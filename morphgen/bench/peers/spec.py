@@ -19,10 +19,11 @@ class SpecError(UserError, ValueError):
     """A malformed benchmark spec; the message names the field."""
 
 
-SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn")
+SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn", "hgt")
 # The neighbourhood reductions each model can be given (rgcn: the mean over each relation's
 # in-edges, R-GCN's 1/c_{i,r}).
-_AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",), "gin": ("sum",), "rgcn": ("mean",)}
+_AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",), "gin": ("sum",), "rgcn": ("mean",),
+                 "hgt": ("sum",)}
 ACTIVATIONS = ("relu", "elu")
 # PyG's two R-GCN convolutions: RGCNConv loops over the relations, FastRGCNConv gathers one
 # weight matrix per edge. Same model and parameters; the benchmark times both.
@@ -55,6 +56,22 @@ def layer_parameters(model: str, fan_in: int, fan_out: int, bias: bool = True,
     return out
 
 
+def hgt_layer_parameters(i: int, fan_in: int, fan_out: int, relations: int, ntypes: int,
+                         heads: int) -> dict[str, tuple[int, ...]]:
+    """An HGT's three layers (layers [F, H, H, C], heads [1, heads, 1]): 0 the typed input
+    projection W [F, H] with a bias per node type; 1 HGTConv: K, Q, V and the output projection A
+    per node type [T, H, H] with their biases, the relation matrices Watt (keys) and Wmsg (messages)
+    per edge type [R, H, H], the prior mu [R, heads] and the skip gate [T, 1]; 2 the classifier."""
+    if i == 0:
+        return {"W": (fan_in, fan_out), "b": (ntypes, fan_out)}
+    if i == 2:
+        return {"W": (fan_in, fan_out), "b": (fan_out,)}
+    typed = {name: shape for m in ("K", "Q", "V", "A") for name, shape in
+             ((m, (ntypes, fan_in, fan_out)), (f"b{m}", (ntypes, fan_out)))}
+    return {**typed, "Watt": (relations, fan_in, fan_out), "Wmsg": (relations, fan_in, fan_out),
+            "mu": (relations, heads), "skip": (ntypes, 1)}
+
+
 @dataclass(frozen=True)
 class BenchSpec:
     model: str                       # SUPPORTED_MODELS
@@ -76,12 +93,16 @@ class BenchSpec:
     attention_dropout: float = 0.0   # gat: dropout on the attention coefficients
     negative_slope: float = 0.2      # gat: leaky_relu slope of the attention scores
     norms: tuple[bool, ...] = ()     # gin: batch norm in each layer (after both MLP products and the layer)
-    num_relations: int = 1           # rgcn: edge types (the data's edge_type values lie below it)
+    num_relations: int = 1           # rgcn, hgt: edge types (the data's edge_type values lie below it)
+    num_node_types: int = 1          # hgt: node types (the data's node_type values lie below it)
     num_bases: Optional[int] = None  # rgcn: basis decomposition with this many bases, or none
     pyg_conv: str = "RGCNConv"       # rgcn, PyG only: PYG_RGCN_CONVS
 
     def parameters(self, i: int) -> dict[str, tuple[int, ...]]:
-        """layer_parameters of layer i."""
+        """layer_parameters of layer i (hgt_layer_parameters for an hgt)."""
+        if self.model == "hgt":
+            return hgt_layer_parameters(i, self.layers[i], self.layers[i + 1], self.num_relations,
+                                        self.num_node_types, self.heads[i])
         return layer_parameters(self.model, self.layers[i], self.layers[i + 1], self.bias,
                                 bool(self.norms[i]) if self.norms else False,
                                 self.num_relations, self.num_bases)
@@ -100,7 +121,7 @@ _DEFAULTS = {
     "warmup": 3, "threads": 1, "bias": True, "self_loops": True, "init_weights": None,
     "sparse_features": False, "device": "cpu", "activation": "relu", "heads": None,
     "attention_dropout": 0.0, "negative_slope": 0.2, "norms": None,
-    "num_relations": None, "num_bases": None, "pyg_conv": None,
+    "num_relations": None, "num_bases": None, "pyg_conv": None, "num_node_types": None,
 }
 # "cuda" alone is accepted and means GPU 0; the index is always written out after parsing, so a
 # result names the GPU it ran on.
@@ -157,10 +178,13 @@ def _norms(d: dict, layers: list) -> tuple[bool, ...]:
 
 
 def _relational(d: dict) -> dict:
-    """rgcn's relation count, bases and PyG convolution (checked against the model by the caller)."""
+    """rgcn's and hgt's relation count, rgcn's bases and PyG convolution, hgt's node type count
+    (checked against the model by the caller)."""
     out = {}
     if d["num_relations"] is not None:
         out["num_relations"] = _integer(d, "num_relations", 1)
+    if d["num_node_types"] is not None:
+        out["num_node_types"] = _integer(d, "num_node_types", 1)
     if d["num_bases"] is not None:
         out["num_bases"] = _integer(d, "num_bases", 1)
     if d["pyg_conv"] is not None:
@@ -207,18 +231,34 @@ def parse_spec(raw: object) -> BenchSpec:
     )
     if spec.activation not in ACTIVATIONS:
         raise SpecError(f"spec field 'activation': expected one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}")
-    if spec.model != "gat" and d["heads"] is not None:
-        raise SpecError(f"spec field 'heads': only a gat model has attention heads, not {spec.model}")
+    if spec.model not in ("gat", "hgt") and d["heads"] is not None:
+        raise SpecError(f"spec field 'heads': only gat and hgt models have attention heads, not {spec.model}")
     if spec.model != "gin" and d["norms"] is not None:
         raise SpecError(f"spec field 'norms': only a gin model has batch norms in its layers, not {spec.model}")
-    if spec.model == "rgcn" and d["num_relations"] is None:
-        raise SpecError("spec field 'num_relations': missing (an rgcn model needs the number of edge types)")
-    for key in ("num_relations", "num_bases", "pyg_conv"):
-        if spec.model != "rgcn" and d[key] is not None:
-            raise SpecError(f"spec field '{key}': only an rgcn model has relations, not {spec.model}")
+    if spec.model in ("rgcn", "hgt") and d["num_relations"] is None:
+        raise SpecError(f"spec field 'num_relations': missing (an {spec.model} model needs the number of edge types)")
+    if spec.model == "hgt":
+        _check_hgt(spec, d)
+    owners = {"num_relations": ("rgcn", "hgt"), "num_bases": ("rgcn",), "pyg_conv": ("rgcn",),
+              "num_node_types": ("hgt",)}
+    for key, models in owners.items():
+        if spec.model not in models and d[key] is not None:
+            raise SpecError(f"spec field '{key}': only {' and '.join(models)} models have it, not {spec.model}")
     if spec.warmup >= spec.epochs:
         raise SpecError(f"spec field 'warmup': {spec.warmup} leaves no timed epoch out of epochs={spec.epochs}")
     return spec
+
+
+def _check_hgt(spec: BenchSpec, d: dict) -> None:
+    """An hgt's layers are [F, H, H, C] with heads [1, h, 1] (hgt_layer_parameters)."""
+    if d["num_node_types"] is None:
+        raise SpecError("spec field 'num_node_types': missing (an hgt model needs the number of node types)")
+    if len(spec.layers) != 4 or spec.layers[1] != spec.layers[2]:
+        raise SpecError(f"spec field 'layers': an hgt has [F, H, H, C] (input projection, HGTConv, "
+                        f"classifier), got {list(spec.layers)}")
+    if spec.heads[0] != 1 or spec.heads[2] != 1:
+        raise SpecError(f"spec field 'heads': an hgt has heads only in its HGTConv layer ([1, h, 1]), "
+                        f"got {list(spec.heads)}")
 
 
 def load_spec(path: str | Path) -> BenchSpec:

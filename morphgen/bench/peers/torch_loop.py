@@ -195,7 +195,7 @@ def gin_targets(mlp) -> tuple:
     return tuple(targets)
 
 
-_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN"}
+_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN", "hgt": "HGT"}
 
 
 def model_config(spec: BenchSpec) -> dict:
@@ -211,6 +211,10 @@ def model_config(spec: BenchSpec) -> dict:
     if spec.model == "rgcn":
         name += (f" ({spec.num_relations} relations, mean over each relation's in-edges, self-loop weight"
                  + (f", {spec.num_bases} bases" if spec.num_bases else "") + ")")
+    if spec.model == "hgt":
+        return {**MODEL_CONFIG, "model": (f"HGT: typed input projection -> ReLU -> HGTConv ({spec.heads[1]} heads, "
+                                          f"{spec.num_relations} edge types, {spec.num_node_types} node types) "
+                                          f"-> linear classifier")}
     described = MODEL_CONFIG["model"].replace("GCN", name, 1).replace("ReLU", spec.activation, 1)
     return {**MODEL_CONFIG, "model": described}
 
