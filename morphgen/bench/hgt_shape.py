@@ -90,10 +90,10 @@ class _Unifier:
         self.producer = {id(op.output): op for op in program.forward}
         self.param_of = {id(p.value): p for p in program.params if p.trainable}
         self.inputs = {id(v): kind for kind, v in program.inputs.items()}
-        self.farthest = (0, "")                    # (depth, what failed there): the error to report
+        self.farthest = (-1, "")                   # (depth, what failed there): the error to report
 
     def fail(self, depth: int, why: str) -> None:
-        if depth >= self.farthest[0]:
+        if depth > self.farthest[0]:      # the first failure at the deepest point: the likeliest culprit
             self.farthest = (depth, why)
 
     def unify(self, pattern, value, m: _Match, depth: int) -> Optional[_Match]:

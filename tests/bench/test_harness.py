@@ -163,12 +163,6 @@ def test_program_shape_of_rgcn_and_its_basis_decomposition():
     assert s.parameter_names[1] == {"A": "A2", "V": "V2", "S": "S2", "b": "b2"}
 
 
-@pytest.mark.parametrize("program,name", [("rgat.mp", "RGAT"), ("hgt.mp", "HGT")])
-def test_relational_attention_is_refused_by_name(program, name):
-    s = harness.program_shape(ROOT / "examples" / program)
-    assert s.unsupported.startswith(f"relational attention ({name}") and f"no {name} peer" in s.unsupported
-
-
 @pytest.mark.parametrize("edit,new,reason", [(" / e.rel_degree", "", "not divided by e.rel_degree"),
                                              ("e.src.x * W1", "e.dst.x * W1", "gather the dst end"),
                                              (" + v.x * S1", "", "are not R-GCN's")])

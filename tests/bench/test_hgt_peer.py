@@ -1,0 +1,157 @@
+"""The HGT peer: recognising the program, its spec, and PyG's HGTConv computing the same model.
+
+The parity test trains one epoch of examples/hgt.mp with morphgen and with PyG from the same
+weights, on a small heterogeneous graph that has every case the peer translates: node types with
+features of their own (dense and sparse), a node type without (a learned row per node), and an
+edge type that joins two node-type pairs (two PyG relations). The weights are scaled up so the
+loss lies far from log(classes), where a wrong mapping could not hide.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from morphgen.bench import harness
+from morphgen.bench.peers.launcher import run_peer
+from morphgen.bench.peers.spec import SpecError, parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+HGT = ROOT / "examples" / "hgt.mp"
+
+
+# ----------------------------------------------------------------------------- the program
+def test_program_shape_of_hgt():
+    s = harness.program_shape(HGT)
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.layers, s.heads, s.self_loops) == ("hgt", ["F", 64, 64, "C"], [1, 2, 1], False)
+    assert s.parameter_names[0] == {"W": "Win", "b": "bin"} and s.parameter_names[2] == {"W": "Wout", "b": "bout"}
+    assert s.parameter_names[1]["Watt"] == "Watt" and s.parameter_names[1]["skip"] == "skip"
+    assert s.block_diagonal == {"Watt": 2, "Wmsg": 2}
+    assert "gelu" in s.peer_unsupported["dgl"] and "pyg" not in s.peer_unsupported
+
+
+@pytest.mark.parametrize("edit,new,reason", [
+    ("gelu(v.agg)", "relu(v.agg)", "expected gelu, found relu"),
+    ("* 0.1767767", "* 0.125", "scaled by 0.125"),
+    ("(1 - v.gate) * v.h", "(1 - v.gate) * v.k", "'h' value"),
+    ("* mu[e.etype] ", "", "expected mul"),
+])
+def test_an_hgt_the_peers_cannot_build_is_named(tmp_path, edit, new, reason):
+    """Not PyG's HGTConv (no gelu, another scale, the skip from another value, no prior): refused."""
+    text = HGT.read_text()
+    assert edit in text
+    prog = tmp_path / "hgt_edit.mp"
+    prog.write_text(text.replace(edit, new, 1))
+    s = harness.program_shape(prog)
+    assert s.unsupported and reason in s.unsupported, s.unsupported
+
+
+def test_rgat_is_refused_by_name():
+    s = harness.program_shape(ROOT / "examples" / "rgat.mp")
+    assert s.unsupported.startswith("relational attention (RGAT") and "no RGAT peer" in s.unsupported
+
+
+def _hgt_spec(**over) -> dict:
+    spec = {"model": "hgt", "layers": [7, 8, 8, 3], "heads": [1, 2, 1], "num_relations": 4, "num_node_types": 3,
+            "dropout": 0.0, "epochs": 1, "warmup": 0}
+    spec.update(over)
+    return spec
+
+
+def test_hgt_parameters_are_named_and_shaped():
+    spec = parse_spec(_hgt_spec())
+    assert spec.parameters(0) == {"W": (7, 8), "b": (3, 8)}
+    conv = spec.parameters(1)
+    assert conv["K"] == (3, 8, 8) and conv["bA"] == (3, 8) and conv["Watt"] == (4, 8, 8)
+    assert conv["mu"] == (4, 2) and conv["skip"] == (3, 1)
+    assert spec.parameters(2) == {"W": (8, 3), "b": (3,)}
+
+
+@pytest.mark.parametrize("over,field", [({"num_node_types": None}, "num_node_types"),
+                                        ({"layers": [7, 8, 4, 3]}, "layers"),
+                                        ({"heads": [2, 2, 1]}, "heads"),
+                                        ({"num_relations": None}, "num_relations")])
+def test_bad_hgt_spec_names_the_field(over, field):
+    with pytest.raises(SpecError, match=f"'{field}'"):
+        parse_spec(_hgt_spec(**over))
+
+
+def test_node_types_belong_to_hgt_only():
+    with pytest.raises(SpecError, match="'num_node_types'.*hgt"):
+        parse_spec({"model": "gcn", "layers": [4, 2], "num_node_types": 2})
+
+
+def test_zero_off_diagonal_blocks():
+    m = np.arange(2 * 4 * 4, dtype=np.float32).reshape(2, 4, 4) + 1
+    z = harness.zero_off_diagonal_blocks(m, 2)
+    assert np.array_equal(z[:, :2, :2], m[:, :2, :2]) and np.array_equal(z[:, 2:, 2:], m[:, 2:, 2:])
+    assert not z[:, :2, 2:].any() and not z[:, 2:, :2].any()
+
+
+# ----------------------------------------------------------------------------- parity with PyG
+def _typed_graph(path: Path) -> Path:
+    """3 node types: "a" with dense features, "b" with sparse ones, "c" with none; edge type 3
+    joins (a, c) and (b, c)."""
+    rng = np.random.default_rng(3)
+    counts = {"a": 12, "b": 9, "c": 7}
+    ntype = np.repeat(np.arange(3), list(counts.values()))
+    rng.shuffle(ntype)
+    of = {t: np.flatnonzero(ntype == t) for t in range(3)}
+    src, dst, etype = [], [], []
+    for r, (s, d) in enumerate([(0, 1), (1, 0), (2, 0), (0, 2), (1, 2)]):
+        for _ in range(14):
+            src.append(rng.choice(of[s])), dst.append(rng.choice(of[d])), etype.append(min(r, 3))
+    xb = rng.standard_normal((counts["b"], 4)).astype(np.float32)
+    xb[rng.random(xb.shape) < 0.6] = 0
+    rows, cols = np.nonzero(xb)
+    n = ntype.size
+    y = rng.integers(0, 3, n)
+    train = np.zeros(n, bool); train[of[0][:8]] = True; train[of[1][:5]] = True
+    test = np.zeros(n, bool); test[of[0][8:]] = True
+    meta = json.dumps({"node_type_names": ["a", "b", "c"]})
+    np.savez(path, num_nodes=n, node_type=ntype, num_node_types=3, edge_index=np.array([src, dst]),
+             edge_type=np.array(etype), num_edge_types=4, y=y, train_mask=train, val_mask=np.zeros(n, bool),
+             test_mask=test, meta=np.array(meta),
+             x_a=rng.standard_normal((counts["a"], 5)).astype(np.float32),
+             x_b_indptr=np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=counts["b"]))]),
+             x_b_indices=cols, x_b_data=xb[rows, cols], x_b_shape=np.array(xb.shape))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hgt_parity(tmp_path_factory):
+    """morphgen's first-epoch loss of examples/hgt.mp from scaled weights, and the weights file."""
+    from morphgen.api import CompiledModel
+    work = tmp_path_factory.mktemp("hgt")
+    data = harness.prepare_dataset(str(_typed_graph(work / "typed.npz")), None, work, keep=True)
+    shape = harness.program_shape(HGT)
+    model = CompiledModel(HGT, threads=1, seed=5).bind(data.dataset)
+    params = {k: np.array(v, np.float32) * 3 for k, v in model.get_params().items()}
+    for name, heads in shape.block_diagonal.items():
+        params[name] = harness.zero_off_diagonal_blocks(params[name].reshape(-1, 64, 64), heads).reshape(-1)
+    model.set_params(params)
+    loss = float(model.session.train_epoch())
+    spec = harness.peer_spec(shape, data, epochs=1, warmup=0, threads=1, sparse_features=False, dropout=0.0,
+                             init_weights=work / "w.npz")
+    harness.write_init_weights(params, parse_spec(spec), shape.parameter_names)
+    return {"loss": loss, "spec": spec, "data": data, "work": work}
+
+
+def test_the_parity_graph_is_typed_as_described(hgt_parity):
+    data = hgt_parity["data"]
+    assert (data.num_node_types, data.num_relations, data.num_classes) == (3, 4, 3)
+    assert abs(hgt_parity["loss"] - math.log(3)) > 0.2, "the loss must lie far from log(classes)"
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_pyg_hgt_matches_morphgen_first_epoch(hgt_parity, sparse):
+    spec = {**hgt_parity["spec"], "sparse_features": sparse}
+    r = run_peer("pyg", hgt_parity["data"].peer_path, spec, out=hgt_parity["work"] / f"pyg_{sparse}.json",
+                 timeout_s=300)
+    assert r["error"] is None, r["error"]
+    assert r["first_epoch_loss"] == pytest.approx(hgt_parity["loss"], abs=1e-4)
+    assert "5 relations" in r["config"]["conv"] and "2 node type(s) read their own columns" in r["config"]["features"]
