@@ -12,9 +12,10 @@ markers BEGIN_MARK and END_MARK (everything outside them is left untouched).
 Its table has the peak device memory beside the peak RSS, and goes between its own markers
 (GPU_MARKS) with its own plot files, so a GPU run never overwrites the CPU suite's results.
 
-The relational graphs (RELATIONAL: aifb, mutag, featureless with typed edges) are for R-GCN
-programs: `--only aifb,mutag` selects them, and they are the default when every --model program
-is an R-GCN. A run on them alone has its own docs section (RELATIONAL_MARKS) and plot files.
+The relational graphs (RELATIONAL: aifb and mutag, featureless with typed edges; acm_heco, typed
+nodes with features of their own) are for R-GCN and HGT programs: `--only aifb,mutag,acm_heco`
+selects them, and they are the default when every --model program is one of those. A run on them
+alone has its own docs section (RELATIONAL_MARKS) and plot files.
 
 The model x graph and relational tables are kept per kernel ISA (`for_isa`): a run on an AVX2
 machine and one on an AVX-512 machine each refresh their own section and plots, so the docs hold
@@ -105,10 +106,12 @@ SUITE = (
 
 
 # R-GCN's entity-classification graphs (Schlichtkrull et al. 2018): typed edges with their
-# inverses, no features (identity input); not in the default suite, whose models need features.
+# inverses, no features (identity input); and ACM (HeCo), typed nodes with sparse features of
+# their own. Not in the default suite, whose models are homogeneous.
 RELATIONAL = (
     SuiteGraph("aifb", "aifb", "AIFB (real): 90 edge types, featureless"),
     SuiteGraph("mutag", "mutag", "MUTAG (real): 46 edge types, featureless"),
+    SuiteGraph("acm_heco", "acm_heco", "ACM (HeCo, real): 3 node types, 4 edge types, 3,864 sparse features"),
 )
 
 
@@ -122,7 +125,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to refresh (default docs/benchmarks.md)")
     p.add_argument("--only", default=None,
                    help=f"comma-separated subset of: {', '.join(g.name for g in SUITE)}; or of the relational "
-                        f"graphs {', '.join(g.name for g in RELATIONAL)} (the default for R-GCN programs)")
+                        f"graphs {', '.join(g.name for g in RELATIONAL)} (the default for R-GCN and HGT programs)")
     p.add_argument("--peers", default="pyg,dgl", help="peers (default pyg,dgl; none for morphgen only)")
     p.add_argument("--epochs", type=int, default=50, help="epochs per system (default 50)")
     p.add_argument("--warmup", type=int, default=3)
@@ -158,8 +161,8 @@ def models(args) -> list:
 
 
 def all_relational(programs: list) -> bool:
-    """Every program is an R-GCN the peers can rebuild (front end only)."""
-    return all(s.conv == "rgcn" and not s.unsupported for s in map(harness.program_shape, programs))
+    """Every program is a relational model (R-GCN, HGT) the peers can rebuild (front end only)."""
+    return all(s.conv in ("rgcn", "hgt") and not s.unsupported for s in map(harness.program_shape, programs))
 
 
 def bench_args(args, graph: SuiteGraph, out: Path, model: str) -> argparse.Namespace:

@@ -293,7 +293,9 @@ def test_suite_relational_graphs_are_selected_apart():
     assert suite_cli.select(None, relational=True) == list(suite_cli.RELATIONAL)
     assert not set(suite_cli.RELATIONAL) & set(suite_cli.select(None))      # not in the default suite
     assert suite_cli.all_relational([ROOT / "examples" / "rgcn.mp", ROOT / "examples" / "rgcn_bases.mp"])
+    assert suite_cli.all_relational([ROOT / "examples" / "rgcn.mp", ROOT / "examples" / "hgt.mp"])
     assert not suite_cli.all_relational([ROOT / "examples" / "rgcn.mp", GCN])
+    assert not suite_cli.all_relational([ROOT / "examples" / "rgat.mp"])         # no peer: not relational
     assert suite_cli.marks("openmp", True, relational=True) == suite_cli.RELATIONAL_MARKS
     assert suite_cli.marks("openmp", True) == suite_cli.MODELS_MARKS
 

@@ -18,11 +18,12 @@
 // grouped by target once (embedding_grad_plan) so every table row has one writer: no atomics
 // and never an N x N matrix.
 //
-// BLAS is called only outside OpenMP regions (gemm.h refuses otherwise); the gathers/scatters
-// between the GEMMs are OpenMP loops.  Functions returning int report mg::Status.
+// Segment-MM calls BLAS outside OpenMP regions (gemm.h refuses otherwise); the gather/scatter
+// kernels call it single-threaded on tiles inside one.  Functions returning int report mg::Status.
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <numeric>
 #include <type_traits>
@@ -36,39 +37,11 @@ namespace mg {
 namespace tl_detail {
 inline constexpr idx_t kParallelMin = 1 << 14;
 
-// dst[i, :] = src[via[rows[i]], :] for i in [0, n)  (via == nullptr: src[rows[i], :])
-inline void gather_rows(const float* src, const idx_t* rows, idx_t n, idx_t width, float* dst,
-                        const idx_t* via = nullptr) {
-#pragma omp parallel for schedule(static) if (n * width > kParallelMin)
-    for (idx_t i = 0; i < n; ++i) {
-        const float* s = src + (via ? via[rows[i]] : rows[i]) * width;
-        float* d = dst + i * width;
-#pragma omp simd
-        for (idx_t j = 0; j < width; ++j) d[j] = s[j];
-    }
-}
-
-// dst[rows[i], :] = src[i, :]  (rows distinct: a permutation segment, one writer per row)
-inline void scatter_rows(const float* src, const idx_t* rows, idx_t n, idx_t width, float* dst) {
-#pragma omp parallel for schedule(static) if (n * width > kParallelMin)
-    for (idx_t i = 0; i < n; ++i) {
-        const float* s = src + i * width;
-        float* d = dst + rows[i] * width;
-#pragma omp simd
-        for (idx_t j = 0; j < width; ++j) d[j] = s[j];
-    }
-}
-
 inline void zero(float* p, idx_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
     for (idx_t i = 0; i < n; ++i) p[i] = 0.0f;
 }
 
-inline idx_t max_segment(const idx_t* type_ptr, idx_t T) {
-    idx_t m = 0;
-    for (idx_t t = 0; t < T; ++t) m = std::max(m, type_ptr[t + 1] - type_ptr[t]);
-    return m;
-}
 }  // namespace tl_detail
 
 // Stable counting sort of rows by type: perm[R] (rows grouped by type, increasing row inside a
@@ -121,10 +94,61 @@ inline int typed_linear_segment_bwd(const float* X, const float* W, const float*
 }
 
 // ---- gather/scatter GEMM (rows in any order) ---------------------------------------------
+// Parallel over tiles of one type's rows, inside one OpenMP region, each tile gathered into a
+// thread's buffer and multiplied by one single-threaded sgemm (gemm.h: one thread pool; a BLAS
+// call per type outside the region would run on one core).  dW is summed by fixed chunks of each
+// type's rows, each chunk's partial product in its own slot, then the slots in chunk order: every
+// result is the same at any thread count.
 
-// Floats of scratch the gather/scatter kernels need: largest type segment x (K + M).
+namespace tl_detail {
+inline constexpr idx_t kTileRows = 128;         // rows per forward / input-gradient sgemm
+inline constexpr idx_t kMaxChunksPerType = 16;  // dW partials per type (bounds the scratch)
+inline constexpr idx_t kBlockFloats = 1 << 17;  // a weight-gradient sgemm's gathered rows (512 KiB)
+
+// One unit of work: `n` consecutive rows of one type, starting at perm position r0.
+struct Span {
+    idx_t type, r0, n;
+};
+
+// The spans of every type, at most `rows` rows each (types without rows have none).
+inline std::vector<Span> spans(const idx_t* type_ptr, idx_t T, idx_t rows) {
+    std::vector<Span> out;
+    for (idx_t t = 0; t < T; ++t)
+        for (idx_t r0 = type_ptr[t]; r0 < type_ptr[t + 1]; r0 += rows)
+            out.push_back({t, r0, std::min(rows, type_ptr[t + 1] - r0)});
+    return out;
+}
+
+// Rows per weight-gradient sgemm: a block of kBlockFloats floats of X or G.
+inline idx_t grad_block_rows(idx_t K, idx_t M) { return std::max<idx_t>(16, kBlockFloats / std::max(K, M)); }
+
+// The weight-gradient chunks: type t's rows in at most kMaxChunksPerType chunks of whole blocks.
+inline std::vector<Span> grad_chunks(const idx_t* type_ptr, idx_t T, idx_t K, idx_t M) {
+    const idx_t block = grad_block_rows(K, M);
+    std::vector<Span> out;
+    for (idx_t t = 0; t < T; ++t) {
+        const idx_t n = type_ptr[t + 1] - type_ptr[t];
+        const idx_t blocks = (n + block - 1) / block;
+        const idx_t per_chunk = std::max<idx_t>(1, (blocks + kMaxChunksPerType - 1) / kMaxChunksPerType) * block;
+        for (idx_t r0 = type_ptr[t]; r0 < type_ptr[t + 1]; r0 += per_chunk)
+            out.push_back({t, r0, std::min(per_chunk, type_ptr[t + 1] - r0)});
+    }
+    return out;
+}
+
+inline bool fits_blas(idx_t K, idx_t M) { return K <= INT_MAX && M <= INT_MAX && K >= 0 && M >= 0; }
+}  // namespace tl_detail
+
+// Floats of scratch the gather/scatter kernels need at the current OpenMP thread count: a tile
+// (or a weight-gradient block) of X and of G per thread, and the dW partials of every chunk but
+// each type's first.
 inline idx_t typed_linear_workspace_floats(const idx_t* type_ptr, idx_t T, idx_t K, idx_t M) {
-    return tl_detail::max_segment(type_ptr, T) * (K + M);
+    const idx_t threads = omp_get_max_threads();
+    const idx_t rows = std::max(tl_detail::kTileRows, tl_detail::grad_block_rows(K, M));
+    idx_t partials = 0;
+    for (const auto& c : tl_detail::grad_chunks(type_ptr, T, K, M))
+        partials += c.r0 != type_ptr[c.type];
+    return threads * rows * (K + M) + partials * K * M;
 }
 
 // Y[r] = X[x_rows ? x_rows[r] : r] · W[type of r].
@@ -132,20 +156,35 @@ inline idx_t typed_linear_workspace_floats(const idx_t* type_ptr, idx_t T, idx_t
 inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, const idx_t* perm,
                                    const idx_t* type_ptr, idx_t T, idx_t K, idx_t M, float* workspace = nullptr,
                                    const idx_t* x_rows = nullptr) {
+    using tl_detail::kTileRows;
+    if (!tl_detail::fits_blas(K, M)) return kErrTooLarge;
+    if (omp_in_parallel()) return kErrInParallel;
+    if (K == 0 || M == 0) {                         // nothing for BLAS to multiply
+        std::fill(Y, Y + type_ptr[T] * M, 0.f);
+        return kOk;
+    }
     std::vector<float> own;
     if (!workspace) {
         own.resize(static_cast<size_t>(typed_linear_workspace_floats(type_ptr, T, K, M)));
         workspace = own.data();
     }
-    float* xbuf = workspace;
-    float* ybuf = workspace + tl_detail::max_segment(type_ptr, T) * K;
-    for (idx_t t = 0; t < T; ++t) {
-        const idx_t r0 = type_ptr[t], n = type_ptr[t + 1] - r0;
-        if (n == 0) continue;
-        tl_detail::gather_rows(X, perm + r0, n, K, xbuf, x_rows);
-        const int st = linear_forward(n, K, M, xbuf, W + t * K * M, ybuf);
-        if (st != kOk) return st;
-        tl_detail::scatter_rows(ybuf, perm + r0, n, M, Y);
+    const std::vector<tl_detail::Span> tiles = tl_detail::spans(type_ptr, T, kTileRows);
+    const idx_t stride = std::max(kTileRows, tl_detail::grad_block_rows(K, M)) * (K + M);
+#pragma omp parallel if (type_ptr[T] * (K + M) > tl_detail::kParallelMin)
+    {
+        float* xbuf = workspace + idx_t(omp_get_thread_num()) * stride;
+        float* ybuf = xbuf + kTileRows * K;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t i = 0; i < tiles.size(); ++i) {
+            const tl_detail::Span& s = tiles[i];
+            for (idx_t k = 0; k < s.n; ++k) {
+                const idx_t row = perm[s.r0 + k];
+                const float* x = X + (x_rows ? x_rows[row] : row) * K;
+                std::copy(x, x + K, xbuf + k * K);
+            }
+            sgemm_block(false, false, s.n, M, K, xbuf, K, W + s.type * K * M, M, 0.f, ybuf, M);
+            for (idx_t k = 0; k < s.n; ++k) std::copy(ybuf + k * M, ybuf + (k + 1) * M, Y + perm[s.r0 + k] * M);
+        }
     }
     return kOk;
 }
@@ -156,29 +195,75 @@ inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, con
 inline int typed_linear_gather_bwd(const float* X, const float* W, const float* G, const idx_t* perm,
                                    const idx_t* type_ptr, idx_t T, idx_t K, idx_t M, float* dX, float* dW,
                                    float* workspace = nullptr, const idx_t* x_rows = nullptr) {
+    using tl_detail::kTileRows;
+    if (!tl_detail::fits_blas(K, M)) return kErrTooLarge;
+    if (omp_in_parallel()) return kErrInParallel;
+    if (K == 0 || M == 0) {                         // nothing for BLAS to multiply
+        if (dX) std::fill(dX, dX + type_ptr[T] * K, 0.f);
+        if (dW) std::fill(dW, dW + T * K * M, 0.f);
+        return kOk;
+    }
     std::vector<float> own;
     if (!workspace) {
         own.resize(static_cast<size_t>(typed_linear_workspace_floats(type_ptr, T, K, M)));
         workspace = own.data();
     }
-    float* xbuf = workspace;  // X_t for dW, then reused for dX_t
-    float* gbuf = workspace + tl_detail::max_segment(type_ptr, T) * K;
-    for (idx_t t = 0; t < T; ++t) {
-        const idx_t r0 = type_ptr[t], n = type_ptr[t + 1] - r0;
-        if (n == 0) {
-            if (dW) tl_detail::zero(dW + t * K * M, K * M);
-            continue;
+    const idx_t block = tl_detail::grad_block_rows(K, M);
+    const idx_t stride = std::max(kTileRows, block) * (K + M);
+    const std::vector<tl_detail::Span> tiles = dX ? tl_detail::spans(type_ptr, T, kTileRows)
+                                                  : std::vector<tl_detail::Span>{};
+    const std::vector<tl_detail::Span> chunks = dW ? tl_detail::grad_chunks(type_ptr, T, K, M)
+                                                   : std::vector<tl_detail::Span>{};
+    // Each chunk's dW slot: its type's dW for the type's first chunk, else a partial.
+    std::vector<float*> slot(chunks.size());
+    float* partials = workspace + idx_t(omp_get_max_threads()) * stride;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+        const bool first = chunks[c].r0 == type_ptr[chunks[c].type];
+        slot[c] = first ? dW + chunks[c].type * K * M : partials;
+        partials += first ? 0 : K * M;
+    }
+#pragma omp parallel if (type_ptr[T] * (K + M) > tl_detail::kParallelMin)
+    {
+        float* xbuf = workspace + idx_t(omp_get_thread_num()) * stride;
+        float* gbuf = xbuf + std::max(kTileRows, block) * K;
+        // dX: per tile G_t W_tᵀ, scattered to the tile's rows (one writer per row)
+#pragma omp for schedule(dynamic, 1) nowait
+        for (size_t i = 0; i < tiles.size(); ++i) {
+            const tl_detail::Span& s = tiles[i];
+            for (idx_t k = 0; k < s.n; ++k) {
+                const float* g = G + perm[s.r0 + k] * M;
+                std::copy(g, g + M, gbuf + k * M);
+            }
+            sgemm_block(false, true, s.n, K, M, gbuf, M, W + s.type * K * M, M, 0.f, xbuf, K);
+            for (idx_t k = 0; k < s.n; ++k) std::copy(xbuf + k * K, xbuf + (k + 1) * K, dX + perm[s.r0 + k] * K);
         }
-        tl_detail::gather_rows(G, perm + r0, n, M, gbuf);
-        if (dW) {
-            tl_detail::gather_rows(X, perm + r0, n, K, xbuf, x_rows);
-            const int st = linear_weight_grad(n, K, M, xbuf, gbuf, dW + t * K * M);
-            if (st != kOk) return st;
+        // dW: per chunk X_cᵀ G_c into its slot, block by block
+#pragma omp for schedule(dynamic, 1)
+        for (size_t c = 0; c < chunks.size(); ++c) {
+            const tl_detail::Span& s = chunks[c];
+            for (idx_t b0 = 0; b0 < s.n; b0 += block) {
+                const idx_t n = std::min(block, s.n - b0);
+                for (idx_t k = 0; k < n; ++k) {
+                    const idx_t row = perm[s.r0 + b0 + k];
+                    const float* x = X + (x_rows ? x_rows[row] : row) * K;
+                    const float* g = G + row * M;
+                    std::copy(x, x + K, xbuf + k * K);
+                    std::copy(g, g + M, gbuf + k * M);
+                }
+                sgemm_block(true, false, K, M, n, xbuf, K, gbuf, M, b0 == 0 ? 0.f : 1.f, slot[c], M);
+            }
         }
-        if (dX) {
-            const int st = linear_input_grad(n, K, M, gbuf, W + t * K * M, xbuf);
-            if (st != kOk) return st;
-            tl_detail::scatter_rows(xbuf, perm + r0, n, K, dX);
+        // dW[t] += its other chunks' partials, in chunk order; zero for a type without rows
+#pragma omp for schedule(static)
+        for (idx_t t = 0; t < (dW ? T : 0); ++t) {
+            float* out = dW + t * K * M;
+            if (type_ptr[t] == type_ptr[t + 1]) std::fill(out, out + K * M, 0.f);
+            for (size_t c = 0; c < chunks.size(); ++c) {
+                if (chunks[c].type != t || slot[c] == out) continue;
+                const float* part = slot[c];
+#pragma omp simd
+                for (idx_t i = 0; i < K * M; ++i) out[i] += part[i];
+            }
         }
     }
     return kOk;
