@@ -109,7 +109,7 @@ def run_single(args) -> dict:
         # featureless data: the R-GCN peers take node ids; peers that cannot run need no features
         data = harness.prepare_dataset(args.dataset, args.data_dir, work, keep=args.parity,
                                        feature_normalization=shape.feature_normalization,
-                                       featureless_ok=shape.conv in ("rgcn", "hgt") or shape.unsupported is not None
+                                       featureless_ok=shape.conv in ("rgcn", "hgt", "rgat") or shape.unsupported is not None
                                        or not parse_peers(args.peers))
         report = bench_one(args, data, shape, work, machine)
         if args.parity:

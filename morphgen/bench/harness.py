@@ -303,12 +303,12 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
         spec["activation"] = shape.activation
     if shape.conv == "gin":
         spec["norms"] = list(shape.norms)
-    if shape.conv == "gat":
+    if shape.conv in ("gat", "rgat"):
         spec.update(heads=list(shape.heads), negative_slope=shape.negative_slope,
                     attention_dropout=shape.attention_dropout if dropout is None else dropout)
     if shape.conv == "hgt":
         spec.update(heads=list(shape.heads), num_node_types=data.num_node_types)
-    if shape.conv in ("rgcn", "hgt"):
+    if shape.conv in ("rgcn", "hgt", "rgat"):
         spec["num_relations"] = data.num_relations
         if shape.num_bases:
             spec["num_bases"] = shape.num_bases

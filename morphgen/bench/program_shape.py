@@ -17,9 +17,9 @@ each after an optional dropout on the layer's input and followed by [bias_add] [
 last layer has no activation and feeds cross_entropy. Anything else is not approximated:
 `PeerModel.unsupported` says why, and the peers are reported as such.
 
-Relational attention (typed weights and an edge softmax) is one wide layer rather than a stack:
-an HGT is matched as a dataflow pattern (hgt_shape.py) and given PyG's HGTConv; an R-GAT is
-refused by name (its peers are not built).
+Relational attention (typed weights and an edge softmax) reads its values several times, so it
+is matched as a dataflow pattern instead (attention_shape.py): an HGT gets PyG's HGTConv, an
+R-GAT in RGATConv's form a stack of PyG's RGATConv.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Optional
 
 from morphgen.errors import UserError
 
-from .hgt_shape import match_hgt
+from .attention_shape import match_hgt, match_rgat
 
 
 class BenchError(UserError):
@@ -303,6 +303,29 @@ def _hgt_model(program, loss_op) -> PeerModel:
         block_diagonal={w["Watt"]: heads, w["Wmsg"]: heads} if shape else {})
 
 
+def _rgat_model(program) -> PeerModel:
+    """The peers' R-GAT (a stack of PyG's RGATConv) for a program that computes it."""
+    shape, why = match_rgat(program)
+    problems = [why] if shape is None else []
+    if program.self_loops:
+        problems.append("an R-GAT with gnn.addSelfLoops (the peers' graphs have no loop edges)")
+    problems += _optimizer_problems(program)
+    if shape and len(set(shape.negative_slopes)) > 1:
+        problems.append(f"the attention slopes differ between layers ({shape.negative_slopes}); the peers use one")
+    layers = [_width(program.inputs["features"].width)] + [_width(w) for w in (shape.widths if shape else [])]
+    n = len(layers) - 1
+    return PeerModel(
+        conv="rgat", aggr="sum", layers=layers, dropouts=[0.0] * n, bias=True, optimizer=program.optimizer.kind,
+        lr=float(program.optimizer.lr), weight_decay=float(program.optimizer.weight_decay), epochs=int(program.epochs),
+        activation=shape.activation if shape else "elu", heads=list(shape.heads) if shape else [],
+        negative_slope=shape.negative_slopes[0] if shape else 0.2,
+        parameter_names=list(shape.weights) if shape else [], self_loops=False,
+        feature_normalization=program.feature_normalization, unsupported="; ".join(problems) or None,
+        notes=_program_notes(program, [0.0]),
+        peer_unsupported={"dgl": "DGL has no relational graph attention convolution (its GATConv has one "
+                                 "weight for every edge type)"})
+
+
 def _optimizer_problems(program) -> list:
     if program.optimizer.kind != "adam":
         return [f"optimizer '{program.optimizer.kind}' (the peers run torch Adam with L2 weight decay)"]
@@ -362,9 +385,11 @@ def program_shape(model_path) -> PeerModel:
     loss = [op for op in ops if op.opcode == "cross_entropy"]
     if attention == "HGT" and features is not None and loss:
         return _hgt_model(program, loss[0])
+    if attention == "RGAT" and features is not None:
+        return _rgat_model(program)
     if attention:
-        problems.append(f"relational attention ({attention}: typed weights and an edge softmax); the peers are "
-                        f"derived for GCN, SAGE, GIN, GAT, R-GCN and HGT only, and no {attention} peer is built")
+        problems.append(f"relational attention ({attention}: typed weights and an edge softmax) in a program "
+                        f"without node features x, which its peers read")
         i = len(ops)                      # no layer matching: its complaints would only blur the reason
     while i < len(ops) and ops[i].opcode != "cross_entropy":
         p = 0.0

@@ -161,8 +161,8 @@ def models(args) -> list:
 
 
 def all_relational(programs: list) -> bool:
-    """Every program is a relational model (R-GCN, HGT) the peers can rebuild (front end only)."""
-    return all(s.conv in ("rgcn", "hgt") and not s.unsupported for s in map(harness.program_shape, programs))
+    """Every program is a relational model (R-GCN, R-GAT, HGT) the peers can rebuild (front end only)."""
+    return all(s.conv in ("rgcn", "rgat", "hgt") and not s.unsupported for s in map(harness.program_shape, programs))
 
 
 def bench_args(args, graph: SuiteGraph, out: Path, model: str) -> argparse.Namespace:

@@ -1,5 +1,5 @@
 """PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, R-GCN (RGCNConv),
-HGT (HGTConv, in pyg_hgt.py).
+R-GAT (RGATConv), HGT (HGTConv, in pyg_hgt.py).
 
     python -m morphgen.bench.peers.pyg --data D.npz --spec SPEC.json --out OUT.json
 
@@ -29,6 +29,10 @@ Configuration (the fastest PyG offers on this machine without its optional compi
   gathers one weight matrix per edge. A featureless dataset is given as x=None (in_channels = N:
   the first layer's input is the node index, an embedding lookup of the weights, never an N x N
   identity matrix); features are dense.
+- R-GAT: RGATConv(out / heads, heads, concat, additive self-attention across relations, dim 1,
+  negative slope and attention dropout from the spec, bias) on edge_index and edge_type as
+  stored; dense features (a featureless dataset as the dense identity: RGATConv multiplies every
+  edge's input row with its relation's matrix, so node ids would not do).
 - device: with spec.device "cuda:N" the adjacency, features and model are moved to that GPU before
   the baseline is taken (torch's CUDA CSR SpMM then does the aggregation).
 """
@@ -60,6 +64,12 @@ def _import_pyg():
 def _convs(torch, spec: BenchSpec) -> list:
     from torch_geometric.nn import FastRGCNConv, GATConv, GCNConv, GINConv, RGCNConv, SAGEConv
     dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    if spec.model == "rgat":
+        from torch_geometric.nn import RGATConv
+        return [RGATConv(i, o // h, spec.num_relations, heads=h, concat=True, negative_slope=spec.negative_slope,
+                         dropout=spec.attention_dropout, bias=spec.bias, attention_mode="additive-self-attention",
+                         attention_mechanism="across-relation", dim=1)
+                for (i, o), h in zip(dims, spec.heads)]
     if spec.model == "rgcn":
         conv = {"RGCNConv": RGCNConv, "FastRGCNConv": FastRGCNConv}[spec.pyg_conv]
         return [conv(i, o, spec.num_relations, num_bases=spec.num_bases, aggr="mean", root_weight=True,
@@ -86,6 +96,8 @@ _TARGETS = {
     # weight: [R, in, out] per relation, or the bases [B, in, out] with comp [R, B]; root [in, out]
     "rgcn": (("weight", "W", False), ("weight", "V", False), ("comp", "A", False), ("root", "S", False),
              ("bias", "b", False)),
+    # weight [R, in, heads * out]; q and k [heads * out, heads] (dim 1)
+    "rgat": (("weight", "W", False), ("q", "Q", False), ("k", "K", False), ("bias", "b", False)),
 }
 
 
@@ -99,6 +111,7 @@ _NORMALISATION = {
     "gat": "softmax of leaky_relu(a_src . Wh[src] + a_dst . Wh[dst]) over each node's in-edges",
     "gin": "none (GINConv: mlp(x + sum over in-edges))",
     "rgcn": "aggr mean per relation: 1/c_{i,r}, c_{i,r} = in-edges of node i of relation r",
+    "rgat": "softmax of leaky_relu(W_r x_i . q + W_r x_j . k) over each node's in-edges (across relations), per head",
 }
 
 
@@ -159,7 +172,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     import warnings
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's "beta"/invariant notices
     device = torch_device(torch, spec)
-    if spec.model == "rgcn":
+    if spec.model in ("rgcn", "rgat"):
         return _train_rgcn(torch, torch_geometric, spec, data, device)
     if spec.model == "hgt":
         return train_hgt(torch, torch_geometric, spec, data, device)
@@ -195,7 +208,10 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
 
 
 def _train_rgcn(torch, torch_geometric, spec: BenchSpec, data: NodeClassificationData, device) -> dict:
+    """R-GCN (RGCNConv / FastRGCNConv) or R-GAT (RGATConv): typed edges as stored."""
     (edge_index, edge_type), x, feat_desc = _relational_inputs(torch, data)
+    if spec.model == "rgat" and x is None:
+        x, feat_desc = torch.eye(data.num_nodes), "the dense identity (featureless: RGATConv takes no node ids)"
     edge_index, edge_type = edge_index.to(device), edge_type.to(device)
     x = x.to(device) if x is not None else None
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
@@ -203,19 +219,24 @@ def _train_rgcn(torch, torch_geometric, spec: BenchSpec, data: NodeClassificatio
     if spec.init_weights is not None:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
-                load_weights(torch, conv, weights, _TARGETS["rgcn"])
+                load_weights(torch, conv, weights, _TARGETS[spec.model])
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, edge_index, edge_type), spec.activation)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
+    if spec.model == "rgat":
+        conv_desc = (f"RGATConv(heads={list(spec.heads)}, concat, additive-self-attention, across-relation, dim=1, "
+                     f"negative_slope={spec.negative_slope}, bias={spec.bias})")
+    else:
+        conv_desc = f"{spec.pyg_conv}(aggr='mean', root_weight=True, bias={spec.bias}, num_bases={spec.num_bases})"
     result["config"] = {
         **model_config(spec),
-        "conv": f"{spec.pyg_conv}(aggr='mean', root_weight=True, bias={spec.bias}, num_bases={spec.num_bases})",
+        "conv": conv_desc,
         "adjacency": "edge_index [2, E] + edge_type [E] (as stored)",
-        "features": feat_desc + (" (sparse_features requested: the R-GCN convolutions take dense input)"
+        "features": feat_desc + (" (sparse_features requested: the relational convolutions take dense input)"
                                  if spec.sparse_features else ""),
-        "normalisation": _NORMALISATION["rgcn"],
-        "self_loops": "none (root_weight is the self connection)",
-        "init": "given init_weights" if spec.init_weights else f"{spec.pyg_conv} default (glorot), seed 0",
+        "normalisation": _NORMALISATION[spec.model],
+        "self_loops": "none (root_weight is the self connection)" if spec.model == "rgcn" else "none",
+        "init": "given init_weights" if spec.init_weights else f"{conv_desc.split('(')[0]} default (glorot), seed 0",
         "threads": spec.threads,
         "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
         **device_config(torch, device),

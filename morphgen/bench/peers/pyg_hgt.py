@@ -1,6 +1,6 @@
 """PyG's heterogeneous graph transformer: a typed input projection, HGTConv, a linear classifier.
 
-The model examples/hgt.mp writes (program_shape recognises it, hgt_shape.py):
+The model examples/hgt.mp writes (program_shape recognises it, attention_shape.py):
 
     h   = relu(x_t @ W_t + b_t)                      per node type t
     h'  = HGTConv(h, edge_index_dict)                PyG's, `heads` heads

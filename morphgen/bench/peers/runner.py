@@ -66,15 +66,15 @@ def check_data_matches_spec(spec: BenchSpec, data: NodeClassificationData) -> No
     if spec.layers[-1] < data.num_classes:
         raise UserError(f"spec field 'layers': last width {spec.layers[-1]} < number of classes "
                         f"{data.num_classes} in the dataset")
-    if spec.model in ("rgcn", "hgt") and spec.num_relations != data.num_etypes:
+    if spec.model in ("rgcn", "hgt", "rgat") and spec.num_relations != data.num_etypes:
         raise UserError(f"spec field 'num_relations': {spec.num_relations} != number of edge types "
                         f"{data.num_etypes} in the dataset")
     if spec.model == "hgt" and spec.num_node_types != data.num_ntypes:
         raise UserError(f"spec field 'num_node_types': {spec.num_node_types} != number of node types "
                         f"{data.num_ntypes} in the dataset")
-    if spec.model not in ("rgcn", "hgt") and data.featureless:
+    if spec.model not in ("rgcn", "hgt", "rgat") and data.featureless:
         raise UserError(f"spec field 'model': {spec.model} needs input features, and the dataset is featureless "
-                        f"(only the rgcn and hgt peers take node ids)")
+                        f"(only the relational peers take node ids)")
 
 
 def _finite_or_none(v):

@@ -19,11 +19,11 @@ class SpecError(UserError, ValueError):
     """A malformed benchmark spec; the message names the field."""
 
 
-SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn", "hgt")
+SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn", "hgt", "rgat")
 # The neighbourhood reductions each model can be given (rgcn: the mean over each relation's
 # in-edges, R-GCN's 1/c_{i,r}).
 _AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",), "gin": ("sum",), "rgcn": ("mean",),
-                 "hgt": ("sum",)}
+                 "hgt": ("sum",), "rgat": ("sum",)}
 ACTIVATIONS = ("relu", "elu")
 # PyG's two R-GCN convolutions: RGCNConv loops over the relations, FastRGCNConv gathers one
 # weight matrix per edge. Same model and parameters; the benchmark times both.
@@ -32,12 +32,15 @@ PYG_RGCN_CONVS = ("RGCNConv", "FastRGCNConv")
 
 def layer_parameters(model: str, fan_in: int, fan_out: int, bias: bool = True,
                      norm: bool = False, relations: int = 1,
-                     bases: Optional[int] = None) -> dict[str, tuple[int, ...]]:
+                     bases: Optional[int] = None, heads: int = 1) -> dict[str, tuple[int, ...]]:
     """The trainable parameters of one layer as morphgen names them (layer{i}.<name>), with their
     shapes: what the parity check hands from morphgen to the peers. Matrices are [in, out].
     GIN's two-layer MLP has batch norms instead of biases when `norm`. R-GCN: one matrix per
     relation W [relations, in, out], or with `bases` the bases V [bases, in, out] and their
-    coefficients A [relations, bases] (W_r = sum_b A[r, b] V[b]); the self-loop weight S and b."""
+    coefficients A [relations, bases] (W_r = sum_b A[r, b] V[b]); the self-loop weight S and b.
+    R-GAT (RGATConv): W [relations, in, out], the query Q and key K [out, heads], the bias b."""
+    if model == "rgat":                   # RGATConv: W per relation, query and key [out, heads], bias
+        return {"W": (relations, fan_in, fan_out), "Q": (fan_out, heads), "K": (fan_out, heads), "b": (fan_out,)}
     if model == "rgcn":
         typed = ({"V": (bases, fan_in, fan_out), "A": (relations, bases)} if bases
                  else {"W": (relations, fan_in, fan_out)})
@@ -89,11 +92,11 @@ class BenchSpec:
     sparse_features: bool
     device: str = "cpu"              # torch device the peer trains on: "cpu" or "cuda:N"
     activation: str = "relu"         # between layers: ACTIVATIONS
-    heads: tuple[int, ...] = ()      # gat: attention heads per layer (layers[i+1] counts all of them)
-    attention_dropout: float = 0.0   # gat: dropout on the attention coefficients
-    negative_slope: float = 0.2      # gat: leaky_relu slope of the attention scores
+    heads: tuple[int, ...] = ()      # gat, hgt, rgat: attention heads per layer (layers[i+1] counts all of them)
+    attention_dropout: float = 0.0   # gat, rgat: dropout on the attention coefficients
+    negative_slope: float = 0.2      # gat, rgat: leaky_relu slope of the attention scores
     norms: tuple[bool, ...] = ()     # gin: batch norm in each layer (after both MLP products and the layer)
-    num_relations: int = 1           # rgcn, hgt: edge types (the data's edge_type values lie below it)
+    num_relations: int = 1           # rgcn, hgt, rgat: edge types (the data's edge_type values lie below it)
     num_node_types: int = 1          # hgt: node types (the data's node_type values lie below it)
     num_bases: Optional[int] = None  # rgcn: basis decomposition with this many bases, or none
     pyg_conv: str = "RGCNConv"       # rgcn, PyG only: PYG_RGCN_CONVS
@@ -105,7 +108,7 @@ class BenchSpec:
                                         self.num_node_types, self.heads[i])
         return layer_parameters(self.model, self.layers[i], self.layers[i + 1], self.bias,
                                 bool(self.norms[i]) if self.norms else False,
-                                self.num_relations, self.num_bases)
+                                self.num_relations, self.num_bases, self.heads[i] if self.heads else 1)
 
     @property
     def num_layers(self) -> int:
@@ -231,15 +234,15 @@ def parse_spec(raw: object) -> BenchSpec:
     )
     if spec.activation not in ACTIVATIONS:
         raise SpecError(f"spec field 'activation': expected one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}")
-    if spec.model not in ("gat", "hgt") and d["heads"] is not None:
-        raise SpecError(f"spec field 'heads': only gat and hgt models have attention heads, not {spec.model}")
+    if spec.model not in ("gat", "hgt", "rgat") and d["heads"] is not None:
+        raise SpecError(f"spec field 'heads': only gat, hgt and rgat models have attention heads, not {spec.model}")
     if spec.model != "gin" and d["norms"] is not None:
         raise SpecError(f"spec field 'norms': only a gin model has batch norms in its layers, not {spec.model}")
-    if spec.model in ("rgcn", "hgt") and d["num_relations"] is None:
+    if spec.model in ("rgcn", "hgt", "rgat") and d["num_relations"] is None:
         raise SpecError(f"spec field 'num_relations': missing (an {spec.model} model needs the number of edge types)")
     if spec.model == "hgt":
         _check_hgt(spec, d)
-    owners = {"num_relations": ("rgcn", "hgt"), "num_bases": ("rgcn",), "pyg_conv": ("rgcn",),
+    owners = {"num_relations": ("rgcn", "hgt", "rgat"), "num_bases": ("rgcn",), "pyg_conv": ("rgcn",),
               "num_node_types": ("hgt",)}
     for key, models in owners.items():
         if spec.model not in models and d[key] is not None:

@@ -195,7 +195,7 @@ def gin_targets(mlp) -> tuple:
     return tuple(targets)
 
 
-_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN", "hgt": "HGT"}
+_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN", "hgt": "HGT", "rgat": "R-GAT"}
 
 
 def model_config(spec: BenchSpec) -> dict:
@@ -205,9 +205,10 @@ def model_config(spec: BenchSpec) -> dict:
         name += f" ({spec.aggr})"
     if spec.model == "gin":
         name += f" (MLP linear-[BN]-ReLU-linear-[BN], batch norm per layer {list(spec.norms)})"
-    if spec.model == "gat":
+    if spec.model in ("gat", "rgat"):
         name += (f" (heads {list(spec.heads)}, attention dropout {spec.attention_dropout}, "
-                 f"slope {spec.negative_slope})")
+                 f"slope {spec.negative_slope}" + (f", {spec.num_relations} relations" if spec.model == "rgat" else "")
+                 + ")")
     if spec.model == "rgcn":
         name += (f" ({spec.num_relations} relations, mean over each relation's in-edges, self-loop weight"
                  + (f", {spec.num_bases} bases" if spec.num_bases else "") + ")")
