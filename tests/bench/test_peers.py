@@ -524,7 +524,7 @@ def test_unknown_peer():
 
 
 @pytest.mark.parametrize("field,value", [("dropout", 1.5), ("epochs", 0), ("layers", [4]), ("threads", "2"),
-                                         ("model", "rgat"), ("aggr", "max"), ("heads", [2, 1, 1]),
+                                         ("model", "transformer"), ("aggr", "max"), ("heads", [2, 1, 1]),
                                          ("norms", [True, False, False]), ("bias", 1), ("warmup", 4),
                                          ("colour", 1), ("num_relations", 3), ("num_bases", 2),
                                          ("pyg_conv", "RGCNConv")])
