@@ -13,8 +13,9 @@ Its table has the peak device memory beside the peak RSS, and goes between its o
 (GPU_MARKS) with its own plot files, so a GPU run never overwrites the CPU suite's results.
 
 The relational graphs (RELATIONAL: aifb and mutag, featureless with typed edges; acm_heco, typed
-nodes with features of their own) are for R-GCN and HGT programs: `--only aifb,mutag,acm_heco`
-selects them, and they are the default when every --model program is one of those. A run on them
+nodes with features of their own; a synthetic typed graph small enough for PyG's RGATConv, which
+copies a relation matrix to every edge) are for R-GCN, R-GAT and HGT programs: `--only` with their
+names selects them, and they are the default when every --model program is one of those. A run on them
 alone has its own docs section (RELATIONAL_MARKS) and plot files.
 
 The model x graph and relational tables are kept per kernel ISA (`for_isa`): a run on an AVX2
@@ -112,6 +113,8 @@ RELATIONAL = (
     SuiteGraph("aifb", "aifb", "AIFB (real): 90 edge types, featureless"),
     SuiteGraph("mutag", "mutag", "MUTAG (real): 46 edge types, featureless"),
     SuiteGraph("acm_heco", "acm_heco", "ACM (HeCo, real): 3 node types, 4 edge types, 3,864 sparse features"),
+    SuiteGraph("typed-16", "synthetic:nodes=10000,edges=100000,features=64,classes=8,etypes=16,seed=0",
+               "synthetic: 10,000 nodes, 100,000 edges, 64 dense features, 16 edge types"),
 )
 
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "common.h"
+#include "vexp.h"
 
 namespace mg {
 
@@ -23,7 +24,6 @@ namespace mg {
 namespace math_detail {
 
 inline constexpr int64_t kParallelMin = 1 << 15;
-inline constexpr float kInvSqrt2 = 0.70710678118654752f;
 inline constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
 template <class F>
@@ -44,7 +44,7 @@ inline void with_function(MathFn fn, float c, Run run) {
         case MathFn::Log: run([](float x) { return std::log(x); }); break;
         case MathFn::Abs: run([](float x) { return std::fabs(x); }); break;
         case MathFn::Pow: run([c](float x) { return std::pow(x, c); }); break;
-        case MathFn::Gelu: run([](float x) { return 0.5f * x * (1.f + std::erf(x * kInvSqrt2)); }); break;
+        case MathFn::Gelu: run([](float x) { return x * vnormal_cdf(x); }); break;
         case MathFn::Softplus: run([](float x) { return softplus(x); }); break;
         case MathFn::Shift: run([c](float x) { return x + c; }); break;
     }
@@ -63,7 +63,7 @@ inline void with_derivative(MathFn fn, float c, Run run) {
         case MathFn::Pow: run([c](float g, float x) { return g * c * std::pow(x, c - 1.f); }); break;
         case MathFn::Gelu:
             run([](float g, float x) {
-                return g * (0.5f * (1.f + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
+                return g * (vnormal_cdf(x) + x * kInvSqrt2Pi * vexp(-0.5f * x * x));
             });
             break;
         case MathFn::Softplus: run([](float g, float x) { return g / (1.f + std::exp(-x)); }); break;
