@@ -131,9 +131,10 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
     morphgen_sparse = (systems[0].get("config") or {}).get("feature_path") == "sparse"
     relational = shape.conv == "rgcn" and not shape.unsupported
     # GCN-shaped models count one self loop per node; R-GCN has its self-loop weight instead.
-    # An HGT's minimum (typed K/Q/V, per-edge scores and messages) is not modelled.
+    # The relational attention models' minimum (typed projections at both edge ends, per-edge
+    # scores and messages) is not modelled.
     analytic = None
-    if shape.conv != "hgt":
+    if shape.conv not in ("hgt", "rgat"):
         analytic = analytic_minimum_bytes(data.num_nodes, data.num_edges + (0 if relational else data.num_nodes),
                                           data.num_features, widths[1:-1], data.num_classes,
                                           sparse_nnz=data.feature_nnz if morphgen_sparse else None,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -206,8 +207,14 @@ def _system(report: dict, name: str) -> Optional[dict]:
 def _cell_ms(s) -> str:
     if s is None:
         return "–"
-    if s.get("error"):
-        return f"failed: {s['error'][:60]}"
+    error = s.get("error")
+    if error:
+        # the reason in a few words; the per-graph report has the whole message
+        for short in (r"not comparable", r"out of memory \(cap [^)]*\)", r"timed out[^:]*"):
+            found = re.match(short, error)
+            if found:
+                return found.group(0)
+        return f"failed: {error[:60]}"
     return f"{s['epoch_time_s'] * 1e3:.1f}"
 
 
@@ -243,7 +250,8 @@ def suite_table(rows: list, peers: tuple, device: bool = False) -> list:
         cells += [_cell_mib(_system(r, "morphgen"))] + [_cell_mib(_system(r, p)) for p in peers]
         if device:
             cells += [_cell_mib(_system(r, n), "peak_device_bytes") for n in ("morphgen",) + peers]
-        cells.append(f"{r['analytic_minimum_bytes'] / rep.MiB:.0f}")
+        analytic = r.get("analytic_minimum_bytes")          # None where it is not modelled (HGT)
+        cells.append(f"{analytic / rep.MiB:.0f}" if analytic else "–")
         diffs = [row.get("abs_diff") for row in (r.get("parity") or {}).get("peers", {}).values()]
         diffs = [x for x in diffs if x is not None]
         cells.append(f"{max(diffs):.1e}" if diffs else "–")
@@ -260,6 +268,22 @@ MODELS_PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_mode
                 ("peak_rss_bytes", 1 / rep.MiB, "peak RSS (MiB, log)", "suite_models_peak_memory.png"))
 RELATIONAL_PLOTS = (("epoch_time_s", 1e3, "median epoch time (ms, log)", "suite_relational_epoch_time.png"),
                     ("peak_rss_bytes", 1 / rep.MiB, "peak RSS (MiB, log)", "suite_relational_peak_memory.png"))
+
+
+def not_comparable_lines(rows: list) -> list:
+    """Why a peer has no figure for a model: each reason once, with the models it holds for."""
+    reasons: dict = {}
+    for _, r in rows:
+        for s in r.get("systems", []):
+            error = s.get("error") or ""
+            if error.startswith("not comparable: "):
+                models = reasons.setdefault((s["system"], error[len("not comparable: "):]), [])
+                if r.get("suite_model") not in models:
+                    models.append(r.get("suite_model"))
+    if not reasons:
+        return []
+    return ["Peers reported as not comparable:", ""] + [
+        f"- {system} on {', '.join(models)}: {why}" for (system, why), models in reasons.items()] + [""]
 
 
 def alternatives_lines(rows: list) -> list:
@@ -343,6 +367,7 @@ def docs_section(args, programs: list, rows, peers, machine: dict, plot_links: l
         reports = [r for _, r in rows if not r.get("error")]
         lines += gpu_lines(reports[0] if reports else None)
     lines += suite_table(rows, peers, device=gpu) + [""]
+    lines += not_comparable_lines(rows)
     lines += alternatives_lines(rows)
     means = geometric_mean_ratios(rows, peers)
     if means:
