@@ -341,6 +341,17 @@ def test_the_memory_estimate_counts_the_typed_linear_edge_rows():
     assert "typed-linear edge rows" not in gcn
 
 
+def test_compile_reads_typed_linears_at_edge_ends_in_place_as_train_does():
+    """Without a dataset `compile` lays the typed linears of HGT's keys and messages out compact
+    (train's auto without a graph to weigh); --edge-typed-layout gathered copies the rows first."""
+    fused = run_cli("compile", example("hgt"), "--emit", "plan")
+    assert fused.returncode == 0, fused.stderr
+    assert fused.stdout.count("= edge_typed_linear ") == 2
+    gathered = run_cli("compile", example("hgt"), "--emit", "plan", "--edge-typed-layout", "gathered")
+    assert gathered.returncode == 0, gathered.stderr
+    assert "edge_typed_linear" not in gathered.stdout and gathered.stdout.count("= typed_linear ") >= 6
+
+
 def test_compile_emit_plan_shows_each_ops_kernel_fusion_and_buffer():
     from morphgen import pipeline
     proc = run_cli("compile", example("gcn"), "--emit", "plan")
