@@ -13,6 +13,14 @@ import sys
 from . import __version__
 from .errors import UserError, InternalError
 
+def _add_edge_typed_layout(p, auto: str) -> None:
+    # the choices of morphgen.api.EDGE_TYPED_LAYOUTS, written out: the parser does not import the API
+    p.add_argument("--edge-typed-layout", default="auto", choices=("auto", "compact", "edge", "gathered"),
+                   help="how a typed linear of node rows read at edges (x_src * W[etype]) is computed: "
+                        "compact (one product per distinct (node, edge type) pair, copied to its edges), "
+                        "edge (one product per edge), gathered (per-edge copies of the rows first), or " + auto)
+
+
 def _add_common_model_args(p: argparse.ArgumentParser) -> None:
     from . import backends
     p.add_argument("model", help="the .mp program")
@@ -46,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "report (--backend cuda): build with nvcc and print ptxas' registers, spills, "
                         "shared memory and an occupancy estimate per kernel")
     p.add_argument("-o", "--output", default=None, help="directory for the sources, IR and library")
+    _add_edge_typed_layout(p, "auto (the default: compact, as no graph is given to weigh the two by)")
     p.set_defaults(handler=_cmd_compile)
 
     p = sub.add_parser("train", help="compile a program and train it")
@@ -73,13 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-hoist", action="store_true",
                    help="recompute aggregations of the input features every epoch instead of once "
                         "(they are hoisted out of the training loop by default on the dense feature path)")
-    # the choices of morphgen.api.EDGE_TYPED_LAYOUTS, written out: the parser does not import the API
-    p.add_argument("--edge-typed-layout", default="auto", choices=("auto", "compact", "edge", "gathered"),
-                   help="how a typed linear of node rows read at edges (x_src * W[etype]) is computed: "
-                        "compact (one product per distinct (node, edge type) pair, copied to its edges), "
-                        "edge (one product per edge), gathered (per-edge copies of the rows first), or "
-                        "auto (the default: compact or edge, whichever the cost model predicts faster "
-                        "for the graph)")
+    _add_edge_typed_layout(p, "auto (the default: compact or edge, whichever the cost model predicts faster "
+                              "for the graph)")
     p.add_argument("--json", dest="json_out", default=None, help="write the run's metrics to this JSON file")
     p.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
     p.add_argument("--resume", default=None, help="start from this checkpoint")

@@ -22,7 +22,10 @@ def compile_command(args) -> int:
         print(program.dump())
         return 0
     backend = require_backend(args.backend)
-    program = lower(args.model)
+    # The layout of typed linears at edge ends is the one rewrite a backend's capabilities gate
+    # that needs no data: without a graph, auto is compact (passes/edge_typed_linear.py).
+    fused = backend.capabilities.edge_typed_linear and args.edge_typed_layout != "gathered"
+    program = lower(args.model, edge_typed_layout=args.edge_typed_layout if fused else None)
     backend.check_program(program)
     emitter = backend.emitter_class()(program)
     sources = emitter.emit()

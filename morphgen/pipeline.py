@@ -196,9 +196,39 @@ def run_memory_estimate(program, dataset, feature_path: str, unstored=frozenset(
         features = n * dataset.num_features * 4
     # two CSR orders (by destination, by source) with edge ids, degrees, labels and masks
     graph = 2 * (n + 1) * 8 + 3 * e * 8 + n * 8 + n * 12
-    return {"activations and gradients": live.peak_bytes,
-            "parameters and optimizer state": live.param_bytes + live.optimizer_bytes,
-            "graph and features": graph + features}
+    parts = {"activations and gradients": live.peak_bytes,
+             "parameters and optimizer state": live.param_bytes + live.optimizer_bytes,
+             "graph and features": graph + features}
+    rows = edge_row_layout_bytes(program, dataset.graph)
+    if rows:                              # a program without typed linears at edge ends keeps its parts
+        parts["typed-linear edge rows"] = rows
+    return parts
+
+
+_EDGE_TYPED_OPS = ("edge_typed_linear", "edge_typed_linear_input_grad", "edge_typed_linear_weight_grad")
+
+
+def edge_row_layout_bytes(program, graph) -> int:
+    """Bytes of the product-row layouts of the typed linears at edge ends (runtime/edge_rows.h),
+    one per (end, layout), with the scratch their kernels keep: each row's summed edge gradient
+    (M wide) and, when the rows' input gradient is needed, each row's share of it (K wide)."""
+    widths: dict = {}                     # (end, layout) -> [M, K of the input gradient]
+    for op in program.all_ops():
+        if op.opcode not in _EDGE_TYPED_OPS:
+            continue
+        key = (op.attrs["end"], op.attrs["layout"])
+        m, k = widths.setdefault(key, [0, 0])
+        weight = op.inputs[1] if op.opcode != "edge_typed_linear_weight_grad" else op.output
+        width_in, width_out = (int(d) if isinstance(d, int) else 0 for d in weight.shape[-2:])
+        widths[key] = [max(m, width_out), max(k, width_in if op.opcode.endswith("input_grad") else 0)]
+    if not widths:
+        return 0
+    pairs = edge_type_pairs(graph)
+    total = 0
+    for (end, layout), (m, k) in widths.items():
+        r = pairs[end] if layout == "compact" else graph.num_edges
+        total += 8 * (4 * r + graph.num_edges + graph.num_nodes) + 4 * r * (m + k)
+    return total
 
 
 def check_run_fits(program, dataset, feature_path: str, unstored=frozenset()) -> None:

@@ -321,6 +321,37 @@ def test_the_memory_estimate_does_not_count_gathers_read_in_place():
     assert naive["activations and gradients"] - estimate["activations and gradients"] >= edge_copy, (naive, estimate)
 
 
+def test_the_memory_estimate_counts_the_typed_linear_edge_rows():
+    """examples/hgt.mp reads its keys and messages through product-row layouts
+    (runtime/edge_rows.h) whose gradient scratch is M floats per row: the estimate charges it,
+    less in the compact layout (one row per (source, edge type) pair) than in the edge layout."""
+    from morphgen import pipeline
+    from morphgen.data import synthetic_dataset
+    data = synthetic_dataset(nodes=500, edges=20000, features=16, classes=4, etypes=3, val=100, test=100, seed=2)
+    graph = data.graph
+    parts = {layout: pipeline.run_memory_estimate(
+                 pipeline.lower(example("hgt"), pipeline.sizes_of(data), False, False, False, layout, graph),
+                 data, "dense")
+             for layout in ("compact", "edge")}
+    pairs = pipeline.edge_type_pairs(graph)["src"]
+    compact, edge = (parts[k]["typed-linear edge rows"] for k in ("compact", "edge"))
+    assert pairs < graph.num_edges / 5                      # many edges per (source, type) pair
+    assert 4 * pairs * 64 <= compact < edge and edge >= 4 * graph.num_edges * 64, (compact, edge)
+    gcn = pipeline.run_memory_estimate(pipeline.lower(example("gcn"), pipeline.sizes_of(data)), data, "dense")
+    assert "typed-linear edge rows" not in gcn
+
+
+def test_compile_reads_typed_linears_at_edge_ends_in_place_as_train_does():
+    """Without a dataset `compile` lays the typed linears of HGT's keys and messages out compact
+    (train's auto without a graph to weigh); --edge-typed-layout gathered copies the rows first."""
+    fused = run_cli("compile", example("hgt"), "--emit", "plan")
+    assert fused.returncode == 0, fused.stderr
+    assert fused.stdout.count("= edge_typed_linear ") == 2
+    gathered = run_cli("compile", example("hgt"), "--emit", "plan", "--edge-typed-layout", "gathered")
+    assert gathered.returncode == 0, gathered.stderr
+    assert "edge_typed_linear" not in gathered.stdout and gathered.stdout.count("= typed_linear ") >= 6
+
+
 def test_compile_emit_plan_shows_each_ops_kernel_fusion_and_buffer():
     from morphgen import pipeline
     proc = run_cli("compile", example("gcn"), "--emit", "plan")

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <type_traits>
 #include <vector>
@@ -103,7 +104,7 @@ inline int typed_linear_segment_bwd(const float* X, const float* W, const float*
 namespace tl_detail {
 inline constexpr idx_t kTileRows = 128;         // rows per forward / input-gradient sgemm
 inline constexpr idx_t kMaxChunksPerType = 16;  // dW partials per type (bounds the scratch)
-inline constexpr idx_t kBlockFloats = 1 << 17;  // a weight-gradient sgemm's gathered rows (512 KiB)
+inline constexpr idx_t kBlockFloats = 1 << 15;  // a weight-gradient sgemm's gathered rows (128 KiB)
 
 // One unit of work: `n` consecutive rows of one type, starting at perm position r0.
 struct Span {
@@ -137,6 +138,13 @@ inline std::vector<Span> grad_chunks(const idx_t* type_ptr, idx_t T, idx_t K, id
 }
 
 inline bool fits_blas(idx_t K, idx_t M) { return K <= INT_MAX && M <= INT_MAX && K >= 0 && M >= 0; }
+
+// `workspace`, or `n` floats of `own` (not zeroed: every float is written before it is read).
+inline float* scratch(float* workspace, std::unique_ptr<float[]>& own, idx_t n) {
+    if (workspace) return workspace;
+    own.reset(new float[size_t(n)]);
+    return own.get();
+}
 }  // namespace tl_detail
 
 // Floats of scratch the gather/scatter kernels need at the current OpenMP thread count: a tile
@@ -163,13 +171,12 @@ inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, con
         std::fill(Y, Y + type_ptr[T] * M, 0.f);
         return kOk;
     }
-    std::vector<float> own;
-    if (!workspace) {
-        own.resize(static_cast<size_t>(typed_linear_workspace_floats(type_ptr, T, K, M)));
-        workspace = own.data();
-    }
+    // the forward needs one tile per thread; a caller's workspace is laid out for the backward
+    const idx_t stride = workspace ? std::max(kTileRows, tl_detail::grad_block_rows(K, M)) * (K + M)
+                                   : kTileRows * (K + M);
+    std::unique_ptr<float[]> own;
+    workspace = tl_detail::scratch(workspace, own, idx_t(omp_get_max_threads()) * stride);
     const std::vector<tl_detail::Span> tiles = tl_detail::spans(type_ptr, T, kTileRows);
-    const idx_t stride = std::max(kTileRows, tl_detail::grad_block_rows(K, M)) * (K + M);
 #pragma omp parallel if (type_ptr[T] * (K + M) > tl_detail::kParallelMin)
     {
         float* xbuf = workspace + idx_t(omp_get_thread_num()) * stride;
@@ -203,11 +210,8 @@ inline int typed_linear_gather_bwd(const float* X, const float* W, const float* 
         if (dW) std::fill(dW, dW + T * K * M, 0.f);
         return kOk;
     }
-    std::vector<float> own;
-    if (!workspace) {
-        own.resize(static_cast<size_t>(typed_linear_workspace_floats(type_ptr, T, K, M)));
-        workspace = own.data();
-    }
+    std::unique_ptr<float[]> own;
+    workspace = tl_detail::scratch(workspace, own, typed_linear_workspace_floats(type_ptr, T, K, M));
     const idx_t block = tl_detail::grad_block_rows(K, M);
     const idx_t stride = std::max(kTileRows, block) * (K + M);
     const std::vector<tl_detail::Span> tiles = dX ? tl_detail::spans(type_ptr, T, kTileRows)
