@@ -42,3 +42,20 @@ def test_the_kernel_digest_follows_the_sources(tmp_path, monkeypatch):
     before = cal._kernels_digest()
     (tmp_path / "b.h").write_text("int b2;")
     assert cal._kernels_digest() != before
+
+
+def test_a_disturbed_crossover_run_is_outvoted():
+    """Runs disturbed by other work land at the grid's floor (sparse never faster) or far from
+    the rest: the median of three credible runs is kept, the floor runs are made again."""
+    results = iter([(0.002, 0.1, 50.0), (0.40, 35.0, 88.0), (0.002, 0.1, 50.0), (0.05, 4.0, 80.0),
+                    (0.41, 36.0, 88.0)])
+    assert cal.median_crossover(lambda: next(results)) == (0.40, 35.0, 88.0)
+
+
+def test_a_crossover_at_the_floor_every_time_is_kept_after_the_last_try():
+    calls = []
+
+    def floor():
+        calls.append(1)
+        return (0.002, 0.1, 50.0)
+    assert cal.median_crossover(floor) == (0.002, 0.1, 50.0) and len(calls) == cal.CROSSOVER_MAX_RUNS
