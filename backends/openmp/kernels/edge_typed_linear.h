@@ -21,7 +21,7 @@
 #include "common.h"
 #include "edge_rows.h"
 #include "gemm.h"
-#include "typed_linear.h"   // tl_detail::with_width, RowBuffer
+#include "typed_linear.h"   // with_width, RowBuffer
 
 namespace mg {
 
@@ -80,13 +80,13 @@ inline int edge_typed_linear_fwd(EdgeTypedRows& p, const float* X, idx_t K, cons
             const idx_t r0 = L.tile_row[size_t(i)], n = L.tile_row[size_t(i + 1)] - r0;
             for (idx_t k = 0; k < n; ++k) {
                 const float* s = X + L.row_node[size_t(r0 + k)] * K;
-                std::copy(s, s + K, xbuf + k * K);
+                copy_row(s, xbuf + k * K, K);
             }
             sgemm_block(false, false, n, M, K, xbuf, K, W + L.tile_type[size_t(i)] * K * M, M, 0.f, ybuf, M);
             for (idx_t k = 0; k < n; ++k) {
                 const float* y = ybuf + k * M;
                 for (idx_t j = L.edge_ptr[size_t(r0 + k)]; j < L.edge_ptr[size_t(r0 + k + 1)]; ++j)
-                    std::copy(y, y + M, Y + L.edges[size_t(j)] * M);
+                    copy_row(y, Y + L.edges[size_t(j)] * M, M);
             }
         }
     }
@@ -120,7 +120,7 @@ inline int edge_typed_linear_weight_bwd(EdgeTypedRows& p, const float* X, idx_t 
                 const idx_t n = std::min(kGradChunk, L.type_ptr[size_t(t + 1)] - c0);
                 for (idx_t k = 0; k < n; ++k) {
                     const float* s = X + L.row_node[size_t(c0 + k)] * K + k0;
-                    std::copy(s, s + kw, xbuf + k * kw);
+                    copy_row(s, xbuf + k * kw, kw);
                 }
                 sgemm_block(true, false, kw, M, n, xbuf, kw, grad + c0 * M, M,
                             c0 == L.type_ptr[size_t(t)] ? 0.f : 1.f, out, M);
@@ -155,16 +155,16 @@ inline int edge_typed_linear_input_bwd(EdgeTypedRows& p, const float* G, idx_t M
 // rows of W_t, M wide, without BLAS (acm_heco: 3,864 columns, 3% of them non-zero).
 
 // Y [E, M] = X[end(e)] · W[type(e)].  A row's sum stays in registers for widths 8/16/32/64
-// (tl_detail::with_width): summed in memory, each non-zero waited on the store of the previous one.
+// (with_width): summed in memory, each non-zero waited on the store of the previous one.
 inline int edge_typed_linear_csr_fwd(EdgeTypedRows& p, const int64_t* indptr, const int32_t* indices,
                                      const float* values, idx_t K, const float* W, idx_t M, float* Y) {
     const EdgeRowLayout& L = p.layout;
-    tl_detail::with_width(M, [&](auto width) {
+    with_width(M, [&](auto width) {
         constexpr int MC = decltype(width)::value;
         const idx_t m = MC ? MC : M;
 #pragma omp parallel
         {
-            tl_detail::RowBuffer<MC> row(m);      // one per thread
+            RowBuffer<MC> row(m);      // one per thread
             float* y = row.data;
 #pragma omp for schedule(dynamic, 1)
             for (idx_t i = 0; i < L.tiles(); ++i) {
@@ -179,7 +179,7 @@ inline int edge_typed_linear_csr_fwd(EdgeTypedRows& p, const int64_t* indptr, co
                         for (idx_t c = 0; c < m; ++c) y[c] += v * w[c];
                     }
                     for (idx_t j = L.edge_ptr[size_t(r)]; j < L.edge_ptr[size_t(r + 1)]; ++j)
-                        std::copy(y, y + m, Y + L.edges[size_t(j)] * m);
+                        copy_row(y, Y + L.edges[size_t(j)] * m, m);
                 }
             }
         }

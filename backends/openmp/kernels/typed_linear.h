@@ -187,10 +187,10 @@ inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, con
             for (idx_t k = 0; k < s.n; ++k) {
                 const idx_t row = perm[s.r0 + k];
                 const float* x = X + (x_rows ? x_rows[row] : row) * K;
-                std::copy(x, x + K, xbuf + k * K);
+                copy_row(x, xbuf + k * K, K);
             }
             sgemm_block(false, false, s.n, M, K, xbuf, K, W + s.type * K * M, M, 0.f, ybuf, M);
-            for (idx_t k = 0; k < s.n; ++k) std::copy(ybuf + k * M, ybuf + (k + 1) * M, Y + perm[s.r0 + k] * M);
+            for (idx_t k = 0; k < s.n; ++k) copy_row(ybuf + k * M, Y + perm[s.r0 + k] * M, M);
         }
     }
     return kOk;
@@ -236,10 +236,10 @@ inline int typed_linear_gather_bwd(const float* X, const float* W, const float* 
             const tl_detail::Span& s = tiles[i];
             for (idx_t k = 0; k < s.n; ++k) {
                 const float* g = G + perm[s.r0 + k] * M;
-                std::copy(g, g + M, gbuf + k * M);
+                copy_row(g, gbuf + k * M, M);
             }
             sgemm_block(false, true, s.n, K, M, gbuf, M, W + s.type * K * M, M, 0.f, xbuf, K);
-            for (idx_t k = 0; k < s.n; ++k) std::copy(xbuf + k * K, xbuf + (k + 1) * K, dX + perm[s.r0 + k] * K);
+            for (idx_t k = 0; k < s.n; ++k) copy_row(xbuf + k * K, dX + perm[s.r0 + k] * K, K);
         }
         // dW: per chunk X_cᵀ G_c into its slot, block by block
 #pragma omp for schedule(dynamic, 1)
@@ -251,8 +251,8 @@ inline int typed_linear_gather_bwd(const float* X, const float* W, const float* 
                     const idx_t row = perm[s.r0 + b0 + k];
                     const float* x = X + (x_rows ? x_rows[row] : row) * K;
                     const float* g = G + row * M;
-                    std::copy(x, x + K, xbuf + k * K);
-                    std::copy(g, g + M, gbuf + k * M);
+                    copy_row(x, xbuf + k * K, K);
+                    copy_row(g, gbuf + k * M, M);
                 }
                 sgemm_block(true, false, K, M, n, xbuf, K, gbuf, M, b0 == 0 ? 0.f : 1.f, slot[c], M);
             }
@@ -350,31 +350,6 @@ inline void embedding_lookup_bwd(const float* G, const idx_t* order, const idx_t
 // beyond L2) and every read waited on L3.
 
 namespace tl_detail {
-// Calls f with M as a compile-time constant for the usual hidden widths (0: any other width, read
-// at run time). A lookup touches B rows of M floats: at M = 16 the loop set-up for each row cost
-// more than its one vector of work, while a constant M keeps the row's sum in registers.
-template <class Fn>
-inline void with_width(idx_t M, Fn fn) {
-    switch (M) {
-        case 8: fn(std::integral_constant<int, 8>{}); break;
-        case 16: fn(std::integral_constant<int, 16>{}); break;
-        case 32: fn(std::integral_constant<int, 32>{}); break;
-        case 64: fn(std::integral_constant<int, 64>{}); break;
-        default: fn(std::integral_constant<int, 0>{}); break;
-    }
-}
-
-// A row of m floats: on the stack (in registers once inlined) for a constant width, else on the heap.
-template <int MC>
-struct RowBuffer {
-    std::vector<float> heap;
-    float fixed[MC ? MC : 1];
-    float* data;
-    explicit RowBuffer(idx_t m) : heap(MC ? 0 : static_cast<size_t>(m)), data(MC ? fixed : heap.data()) {}
-    RowBuffer(const RowBuffer&) = delete;
-    RowBuffer& operator=(const RowBuffer&) = delete;
-};
-
 // gsum = the sum of the G rows of one plan segment.
 template <int MC>
 inline void segment_sum(const float* G, const idx_t* order, idx_t begin, idx_t end, idx_t M, float* gsum) {
@@ -408,7 +383,7 @@ inline idx_t coef_chunks(idx_t num_rows) { return std::min<idx_t>(64, (num_rows 
 // Y[r] = sum_b A[type(r), b] V[b][row(r)].
 inline void basis_lookup_fwd(const float* A, const float* V, const idx_t* order, const idx_t* key_ptr,
                              const idx_t* keys, idx_t num_keys, idx_t T, idx_t B, idx_t P, idx_t M, float* Y) {
-    tl_detail::with_width(M, [&](auto width) {
+    with_width(M, [&](auto width) {
         constexpr int MC = decltype(width)::value;
         const idx_t m = MC ? MC : M;
 #pragma omp parallel for schedule(dynamic, 64) if (num_keys * B * m > tl_detail::kParallelMin)
@@ -445,12 +420,12 @@ inline void basis_lookup_coef_bwd(const float* V, const float* G, const idx_t* o
         return;
     }
     std::vector<float> partial(static_cast<size_t>(chunks * TB), 0.f);
-    tl_detail::with_width(M, [&](auto width) {
+    with_width(M, [&](auto width) {
         constexpr int MC = decltype(width)::value;
         const idx_t m = MC ? MC : M;
 #pragma omp parallel if (key_ptr[row_start[num_rows]] * B * m > tl_detail::kParallelMin)
         {
-            tl_detail::RowBuffer<MC> row(m);
+            RowBuffer<MC> row(m);
             float* gsum = row.data;
 #pragma omp for schedule(dynamic, 1)
             for (idx_t c = 0; c < chunks; ++c) {
@@ -482,12 +457,12 @@ inline void basis_lookup_bases_bwd(const float* A, const float* G, const idx_t* 
                                    const idx_t* keys, const idx_t* row_start, idx_t num_rows, idx_t T,
                                    idx_t B, idx_t P, idx_t M, float* dV) {
     tl_detail::zero(dV, B * P * M);
-    tl_detail::with_width(M, [&](auto width) {
+    with_width(M, [&](auto width) {
         constexpr int MC = decltype(width)::value;
         const idx_t m = MC ? MC : M;
 #pragma omp parallel if (key_ptr[row_start[num_rows]] * B * m > tl_detail::kParallelMin)
         {
-            tl_detail::RowBuffer<MC> row(m);
+            RowBuffer<MC> row(m);
             float* gsum = row.data;
 #pragma omp for schedule(dynamic, 64)
             for (idx_t i = 0; i < num_rows; ++i) {
