@@ -723,19 +723,21 @@ inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const f
     cuda::map("edge typed linear: products to edges", p.rows() * M,
               cuda::EdgeRowsExpandOp{product, p.edge_ptr_.data(), p.edges_.data(), M, Y});
 }
+// rows_summed: the other gradient of the same product ran just before and left G's row sums in
+// row_grad_ (the emitter's plan_edge_typed_row_sums).
 inline void edge_typed_linear_input_grad(EdgeTypedRows &p, const float *G, idx_t M, const float *W, idx_t K,
-                                         float *dX) {
+                                         float *dX, bool rows_summed = false) {
     float *grad = p.scratch(p.row_grad_, p.rows() * M), *dx_rows = p.scratch(p.row_dx_, p.rows() * K);
-    edge_rows_collapse(p, G, M, grad);
+    if (!rows_summed) edge_rows_collapse(p, G, M, grad);
     typed_gemm("edge typed linear input gradient (typed_gemm_kernel)", p.groups, grad, M, cuda::TypedB{W, K * M, 1, M},
                K, dx_rows);
     cuda::map("edge typed linear input gradient: rows to nodes", p.nodes * K,
               cuda::TypedRowSumOp{dx_rows, p.node_rows_.data(), p.node_ptr_.data(), K, dX});
 }
 inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_t K, const float *G, idx_t M,
-                                          float *dW) {
+                                          float *dW, bool rows_summed = false) {
     float *grad = p.scratch(p.row_grad_, p.rows() * M);
-    edge_rows_collapse(p, G, M, grad);
+    if (!rows_summed) edge_rows_collapse(p, G, M, grad);
     typed_matmul_tn(p.groups, X, K, grad, M, dW, p.row_node_.data());
 }
 

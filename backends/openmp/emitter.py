@@ -115,6 +115,7 @@ class OpenMPEmitter:
         self.readers: dict = {}          # value id -> [(op, input position)] over forward + backward
         self.absorbed: set = set()       # id() of ops run inside a fused epilogue
         self.fused_dropout_grad: dict = {}   # act_grad output id -> the dropout_grad it runs inside
+        self.rows_summed: set = set()    # id() of edge typed gradient ops whose G row sums are already made
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
         self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
@@ -288,6 +289,7 @@ class OpenMPEmitter:
         self.plan_epilogues()
         self.plan_dropout_act_grads()
         self.plan_edge_traversals()
+        self.plan_edge_typed_row_sums()
         self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
@@ -457,6 +459,20 @@ class OpenMPEmitter:
                 self.fused_dropout_grad[readers[0][0].output.id] = op
                 self.absorbed.add(id(op))
                 self.fused_into[id(op)] = readers[0][0]
+
+    def plan_edge_typed_row_sums(self) -> None:
+        """Both gradients of a typed linear at edge ends start by summing G's edges into the
+        product rows (edge_typed_linear.h): when one runs right after the other on the same G and
+        layout, the second reuses the sums the first left in the layout's scratch."""
+        grads = ("edge_typed_linear_input_grad", "edge_typed_linear_weight_grad")
+        ops = self.p.backward
+        for first, second in zip(ops, ops[1:]):
+            if {first.opcode, second.opcode} != set(grads):
+                continue
+            g_of = {op.opcode: op.inputs[0 if op.opcode == grads[0] else 1] for op in (first, second)}
+            same_rows = (first.attrs["end"], first.attrs["layout"]) == (second.attrs["end"], second.attrs["layout"])
+            if same_rows and g_of[grads[0]] is g_of[grads[1]]:
+                self.rows_summed.add(id(second))
 
     def plan_edge_traversals(self) -> None:
         """Keep gathered node rows out of memory where every reader can read them in place.
@@ -819,7 +835,8 @@ class OpenMPEmitter:
         weights moved."""
         plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"])
         row_values = f"(double(mg::op::feature_values(m.features)) / m.features.rows)" if x_values else K
-        return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)})",
+        summed = ", true" if id(op) in self.rows_summed else ""
+        return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)}{summed})",
                           f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {M} + m.graph.num_etypes * {K} * {M})",
                           f"2.0 * {plan}.rows() * {row_values} * {M}")
 

@@ -285,13 +285,15 @@ inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_
 inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
     check(edge_typed_linear_fwd(p, X, K, W, M, Y), "edge typed linear");
 }
+// rows_summed: the other gradient of the same product ran just before and left G's row sums
+// (the emitter's plan_edge_typed_row_sums).
 inline void edge_typed_linear_input_grad(EdgeTypedRows &p, const float *G, idx_t M, const float *W, idx_t K,
-                                         float *dX) {
-    check(edge_typed_linear_input_bwd(p, G, M, W, K, dX), "edge typed linear input gradient");
+                                         float *dX, bool rows_summed = false) {
+    check(edge_typed_linear_input_bwd(p, G, M, W, K, dX, rows_summed), "edge typed linear input gradient");
 }
 inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_t K, const float *G, idx_t M,
-                                          float *dW) {
-    check(edge_typed_linear_weight_bwd(p, X, K, G, M, dW), "edge typed linear weight gradient");
+                                          float *dW, bool rows_summed = false) {
+    check(edge_typed_linear_weight_bwd(p, X, K, G, M, dW, rows_summed), "edge typed linear weight gradient");
 }
 
 // The same two products with x the input features, dense or CSR (never an N x F copy of CSR rows).
@@ -301,10 +303,10 @@ inline void edge_typed_linear_features(EdgeTypedRows &p, const FeatureView &f, c
     check(edge_typed_linear_csr_fwd(p, f.indptr, f.indices, f.data, f.cols, W, M, Y), "edge typed linear (sparse features)");
 }
 inline void edge_typed_linear_weight_grad_features(EdgeTypedRows &p, const FeatureView &f, const float *G, idx_t M,
-                                                   float *dW) {
-    if (f.kind == FeatureKind::Dense) return edge_typed_linear_weight_grad(p, f.dense, f.cols, G, M, dW);
+                                                   float *dW, bool rows_summed = false) {
+    if (f.kind == FeatureKind::Dense) return edge_typed_linear_weight_grad(p, f.dense, f.cols, G, M, dW, rows_summed);
     if (f.kind != FeatureKind::Csr || f.drop_p != 0.f) throw Error("edge typed linear: features must be stored rows");
-    check(edge_typed_linear_csr_weight_bwd(p, f.indptr, f.indices, f.data, f.cols, G, M, dW),
+    check(edge_typed_linear_csr_weight_bwd(p, f.indptr, f.indices, f.data, f.cols, G, M, dW, rows_summed),
           "edge typed linear weight gradient (sparse features)");
 }
 

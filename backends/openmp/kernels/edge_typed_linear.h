@@ -57,7 +57,9 @@ inline void grow(std::vector<float>& v, idx_t n) {
 
 inline bool fits_blas(idx_t a, idx_t b) { return a <= INT_MAX && b <= INT_MAX; }
 
-// row_grad[r] = sum of G[e] over the edges of row r (a permuted copy in the edge layout).
+// row_grad[r] = sum of G[e] over the edges of row r (a permuted copy in the edge layout).  The
+// gradient kernels take `rows_summed`: true when the previous call, of the other gradient of the
+// same product, left these sums of the same G in row_grad (the emitter says when).
 inline void collapse(EdgeTypedRows& p, const float* G, idx_t M) {
     const EdgeRowLayout& L = p.layout;
     grow(p.row_grad, L.rows * M);
@@ -96,12 +98,12 @@ inline int edge_typed_linear_fwd(EdgeTypedRows& p, const float* X, idx_t K, cons
 // dW [T, K, M]: dW[t] = sum over the edges e of type t of X[end(e)]ᵀ G[e]; zero for a type
 // without edges.  One work unit per (type, block of kGradCols of K): its rows' sums in row order.
 inline int edge_typed_linear_weight_bwd(EdgeTypedRows& p, const float* X, idx_t K, const float* G, idx_t M,
-                                         float* dW) {
+                                         float* dW, bool rows_summed = false) {
     using et_detail::kGradChunk;
     using et_detail::kGradCols;
     if (!et_detail::fits_blas(K, M)) return kErrTooLarge;
     const EdgeRowLayout& L = p.layout;
-    et_detail::collapse(p, G, M);
+    if (!rows_summed) et_detail::collapse(p, G, M);
     const idx_t blocks = (K + kGradCols - 1) / kGradCols, chunk_floats = kGradChunk * kGradCols;
     et_detail::grow(p.scratch, idx_t(omp_get_max_threads()) * chunk_floats);
     const float* grad = p.row_grad.data();
@@ -133,10 +135,10 @@ inline int edge_typed_linear_weight_bwd(EdgeTypedRows& p, const float* X, idx_t 
 // dX [N, K]: dX[n] = sum over the edges e with end(e) = n of G[e] W[type(e)]ᵀ; zero for a node
 // no edge reads.  Per row G_r W_tᵀ (one sgemm per tile), then each node sums its rows.
 inline int edge_typed_linear_input_bwd(EdgeTypedRows& p, const float* G, idx_t M, const float* W, idx_t K,
-                                        float* dX) {
+                                        float* dX, bool rows_summed = false) {
     if (!et_detail::fits_blas(K, M)) return kErrTooLarge;
     const EdgeRowLayout& L = p.layout;
-    et_detail::collapse(p, G, M);
+    if (!rows_summed) et_detail::collapse(p, G, M);
     et_detail::grow(p.row_dx, L.rows * K);
     const float* grad = p.row_grad.data();
     float* dx_rows = p.row_dx.data();
@@ -206,10 +208,11 @@ inline bool csr_rows_sorted(EdgeTypedRows& p, const int64_t* indptr, const int32
 // sorted column indices a binary search finds each row's part of the block, else every non-zero
 // of the row is looked at.
 inline int edge_typed_linear_csr_weight_bwd(EdgeTypedRows& p, const int64_t* indptr, const int32_t* indices,
-                                            const float* values, idx_t K, const float* G, idx_t M, float* dW) {
+                                            const float* values, idx_t K, const float* G, idx_t M, float* dW,
+                                            bool rows_summed = false) {
     using et_detail::kSparseCols;
     const EdgeRowLayout& L = p.layout;
-    et_detail::collapse(p, G, M);
+    if (!rows_summed) et_detail::collapse(p, G, M);
     const bool sorted = csr_rows_sorted(p, indptr, indices);
     const float* grad = p.row_grad.data();
     const idx_t blocks = (K + kSparseCols - 1) / kSparseCols;
