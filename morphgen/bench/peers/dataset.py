@@ -173,34 +173,28 @@ def load_node_classification(path: str | Path) -> NodeClassificationData:
         )
 
 
-def _edge_types(z, num_edges: int, path: Path) -> tuple[Optional[np.ndarray], int]:
-    """`edge_type` [E] and `num_edge_types` (default: the largest type + 1), or (None, 1)."""
-    if "edge_type" not in z.files:
+def _types(z, key: str, count_key: str, length: int, path: Path) -> tuple[Optional[np.ndarray], int]:
+    """`key` (an int array of `length` types) and `count_key` (default: the largest type + 1), or
+    (None, 1) when the file has no such types."""
+    if key not in z.files:
         return None, 1
-    et = z["edge_type"]
-    if et.shape != (num_edges,) or not np.issubdtype(et.dtype, np.integer):
-        raise DatasetError(f"{path}: key 'edge_type' must be an integer array of shape ({num_edges},), "
-                           f"got {et.dtype} {et.shape}")
-    largest = int(et.max()) + 1 if et.size else 1
-    count = int(z["num_edge_types"]) if "num_edge_types" in z.files else largest
-    if (et.size and et.min() < 0) or count < largest:
-        raise DatasetError(f"{path}: key 'edge_type' has types outside [0, {count}) (num_edge_types)")
-    return et.astype(np.int64), count
+    types = z[key]
+    if types.shape != (length,) or not np.issubdtype(types.dtype, np.integer):
+        raise DatasetError(f"{path}: key '{key}' must be an integer array of shape ({length},), "
+                           f"got {types.dtype} {types.shape}")
+    largest = int(types.max()) + 1 if types.size else 1
+    count = int(z[count_key]) if count_key in z.files else largest
+    if (types.size and types.min() < 0) or count < largest:
+        raise DatasetError(f"{path}: key '{key}' has types outside [0, {count}) ({count_key})")
+    return types.astype(np.int64), count
+
+
+def _edge_types(z, num_edges: int, path: Path) -> tuple[Optional[np.ndarray], int]:
+    return _types(z, "edge_type", "num_edge_types", num_edges, path)
 
 
 def _node_types(z, num_nodes: int, path: Path) -> tuple[Optional[np.ndarray], int]:
-    """`node_type` [N] and `num_node_types` (default: the largest type + 1), or (None, 1)."""
-    if "node_type" not in z.files:
-        return None, 1
-    nt = z["node_type"]
-    if nt.shape != (num_nodes,) or not np.issubdtype(nt.dtype, np.integer):
-        raise DatasetError(f"{path}: key 'node_type' must be an integer array of shape ({num_nodes},), "
-                           f"got {nt.dtype} {nt.shape}")
-    largest = int(nt.max()) + 1 if nt.size else 1
-    count = int(z["num_node_types"]) if "num_node_types" in z.files else largest
-    if (nt.size and nt.min() < 0) or count < largest:
-        raise DatasetError(f"{path}: key 'node_type' has types outside [0, {count}) (num_node_types)")
-    return nt.astype(np.int64), count
+    return _types(z, "node_type", "num_node_types", num_nodes, path)
 
 
 def _feature_blocks(z, num_ntypes: int, num_features: int, path: Path) -> Optional[list]:
