@@ -68,6 +68,11 @@ def match_hgt(program) -> tuple[Optional[HGTShape], str]:
                       f"1/sqrt({hidden // heads}) = {1 / math.sqrt(hidden // heads):.7f}")
     if int(m.ops["head_mul"].attrs.get("heads", 1)) != heads:
         return None, "the messages and the scores have different head counts"
+    shapes = {prm.name: prm.value.shape for prm in program.params}
+    for role in ("K", "Q", "V", "A", "Watt", "Wmsg"):
+        if tuple(shapes[m.weights[role]][-2:]) != (hidden, hidden):
+            return None, (f"{m.weights[role]} is {' x '.join(map(str, shapes[m.weights[role]][-2:]))} per type; "
+                          f"HGTConv's are {hidden} x {hidden}, the width of its input")
     return HGTShape(m.weights, hidden, heads), ""
 
 

@@ -55,6 +55,22 @@ def test_an_hgt_the_peers_cannot_build_is_named(tmp_path, edit, new, reason):
     assert s.unsupported and reason in s.unsupported, s.unsupported
 
 
+def test_an_hgt_with_narrower_values_is_refused(tmp_path):
+    """Values 32 wide (V: 64 x 32, Wmsg: 32 x 64): the dataflow is HGT's, but HGTConv's matrices
+    are all as wide as its input, so the peer would train another model."""
+    text = HGT.read_text()
+    for old, new in (("float[g.ntypes][64][64]> V", "float[g.ntypes][64][32]> V"),
+                     ("float[g.ntypes][64]> bV", "float[g.ntypes][32]> bV"),
+                     ("float[g.etypes][64][64]> Wmsg", "float[g.etypes][32][64]> Wmsg"),
+                     ("propNode<float[64]> val", "propNode<float[32]> val")):
+        assert old in text
+        text = text.replace(old, new)
+    prog = tmp_path / "hgt_narrow.mp"
+    prog.write_text(text)
+    s = harness.program_shape(prog)
+    assert s.unsupported == "V is 64 x 32 per type; HGTConv's are 64 x 64, the width of its input", s.unsupported
+
+
 def test_program_shape_of_rgat():
     s = harness.program_shape(RGAT)
     assert s.unsupported is None, s.unsupported
