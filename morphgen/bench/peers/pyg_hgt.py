@@ -44,8 +44,8 @@ class HeteroGraph:
         self.relations = []                  # (PyG edge type, the program's edge type, local edge_index)
         for k, lo, hi in zip(groups, starts, list(starts[1:]) + [order.size]):
             e = order[lo:hi]
-            s, r, d = int(k // (data.num_etypes * num_node_types)), int(k // num_node_types % data.num_etypes), \
-                int(k % num_node_types)
+            src_type_and_r, d = divmod(int(k), num_node_types)
+            s, r = divmod(src_type_and_r, data.num_etypes)
             self.relations.append(((f"t{s}", f"r{r}", f"t{d}"), r, np.stack([local[data.src[e]], local[data.dst[e]]])))
 
     @property
@@ -111,12 +111,13 @@ def _model(torch, spec: BenchSpec, data: NodeClassificationData, graph: HeteroGr
 
 def load_hgt_weights(torch, model, spec: BenchSpec, data: NodeClassificationData, graph: HeteroGraph) -> None:
     """morphgen's three layers (spec.hgt_layer_parameters) into the PyG model."""
-    proj, conv, out = load_init_weights(spec)
-    t_of = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731
+    proj, c, out = load_init_weights(spec)           # c: HGTConv's parameters, by morphgen's names
+
+    def t_of(a):
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
     columns = data.type_columns()
     heads = spec.heads[1]
     d = spec.layers[1] // heads
-    c = conv
     for t in graph.types:
         name = f"t{t}"
         if columns[t] is not None:
