@@ -317,6 +317,23 @@ def test_suite_tables_are_kept_per_kernel_isa():
     assert "avx2 table" in both and "avx512 table" in both
 
 
+def test_a_suite_row_without_a_modelled_minimum_or_a_peer_figure_says_why():
+    """HGT has no analytic minimum; PyG ran out of memory; DGL cannot build the model: the row
+    shows "–", the cap and "not comparable", and the reason is listed once under the table."""
+    graph = suite_cli.RELATIONAL[0]
+    why = "DGL's HGTConv is another model"
+    report = {"suite_model": "hgt", "analytic_minimum_bytes": None,
+              "dataset": {"nodes": 5, "edges": 9, "edge_types": 3, "features": 5, "featureless": True,
+                          "feature_sparsity": 0.8},
+              "systems": [{"system": "morphgen", "error": None, "epoch_time_s": 0.002, "peak_rss_bytes": 2**20},
+                          {"system": "pyg", "error": "out of memory (cap 17.7 GiB): out of memory: [enforce fail"},
+                          {"system": "dgl", "error": f"not comparable: {why}"}]}
+    rows = [(graph, report), (graph, {**report, "suite_model": "hgt2"})]
+    line = suite_cli.suite_table(rows, ("pyg", "dgl"))[2]
+    assert "| 2.0 | out of memory (cap 17.7 GiB) | not comparable | – | – | 1 | – | – | – | – |" in line, line
+    assert suite_cli.not_comparable_lines(rows)[2] == f"- dgl on hgt, hgt2: {why}"
+
+
 # ----------------------------------------------------------------------------- edge layouts
 def test_edge_layouts_table_names_the_pick_and_its_distance_to_the_best_fixed_layout():
     from morphgen.bench import layouts_cli
