@@ -190,14 +190,19 @@ def _parity_case(work: Path, program: Path, epochs: int) -> dict:
     return {"losses": losses, "spec": spec, "data": data, "work": work}
 
 
+# Built at -O0 (toolchain.optimisation_flags): these compare numbers, not speed, and build 5x faster.
 @pytest.fixture(scope="module")
 def hgt_parity(tmp_path_factory):
-    return _parity_case(tmp_path_factory.mktemp("hgt"), HGT, 1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MORPHGEN_OPT_LEVEL", "0")
+        return _parity_case(tmp_path_factory.mktemp("hgt"), HGT, 1)
 
 
 @pytest.fixture(scope="module")
 def rgat_parity(tmp_path_factory):
-    return _parity_case(tmp_path_factory.mktemp("rgat"), RGAT, 3)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MORPHGEN_OPT_LEVEL", "0")
+        return _parity_case(tmp_path_factory.mktemp("rgat"), RGAT, 3)
 
 
 def test_the_parity_graph_is_typed_as_described(hgt_parity):

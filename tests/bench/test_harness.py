@@ -352,6 +352,7 @@ def test_edge_layouts_table_names_the_pick_and_its_distance_to_the_best_fixed_la
 def test_edge_layouts_smoke(tmp_path, monkeypatch):
     """Four runs of R-GAT on a small typed graph: every layout trains, the losses agree."""
     from morphgen.bench import layouts_cli
+    monkeypatch.setenv("MORPHGEN_OPT_LEVEL", "0")      # numbers and plumbing, not speed: builds 5x faster
     monkeypatch.setattr(layouts_cli, "GRAPHS", layouts_cli.GRAPHS + (layouts_cli.LayoutGraph(
         "tiny-typed", "synthetic:nodes=240,edges=1600,features=12,classes=3,val=40,test=80,etypes=4,seed=1", ""),))
     docs = tmp_path / "benchmarks.md"
