@@ -60,6 +60,8 @@ def _type_inputs(torch, spec: BenchSpec, data: NodeClassificationData, graph: He
     if spec.sparse_features and not data.featureless:
         indptr, indices, values = data.csr_features()
         whole = sp.csr_matrix((values, indices, indptr), shape=(data.num_nodes, data.num_features))
+    elif not data.featureless:
+        whole = data.dense_features()     # densified once (from CSR it is a fresh N x F array)
     x = {}
     for t in graph.types:
         if columns[t] is None:
@@ -71,7 +73,7 @@ def _type_inputs(torch, spec: BenchSpec, data: NodeClassificationData, graph: He
                                            torch.from_numpy(block.indices.astype(np.int64)),
                                            torch.from_numpy(block.data.astype(np.float32)), size=block.shape)
         else:
-            x[t] = torch.from_numpy(np.ascontiguousarray(data.dense_features()[graph.rows[t], lo:hi]))
+            x[t] = torch.from_numpy(np.ascontiguousarray(whole[graph.rows[t], lo:hi]))
     return x
 
 
