@@ -21,7 +21,6 @@
 #include "common.h"
 #include "edge_rows.h"
 #include "gemm.h"
-#include "typed_linear.h"   // with_width, RowBuffer
 
 namespace mg {
 
