@@ -297,25 +297,32 @@ def test_sparse_weight_grad_matches_numpy(variant, F, block_cols):
 
 
 @pytest.mark.parametrize("variant", sh.VARIANTS)
-@pytest.mark.parametrize("block_cols", [8, 4096])
-def test_sparse_dropout_is_the_dense_layouts_mask(variant, block_cols):
-    """Dropout inside the sparse kernels drops element (r, c) exactly when the dense path does."""
+@pytest.mark.parametrize("rows, K, block_cols", [(40, 30, 8), (40, 30, 4096),
+                                                 # over 64k entries: the mask is drawn by threads,
+                                                 # in chunks that start inside segments
+                                                 (700, 400, 64)])
+def test_sparse_dropout_is_the_dense_layouts_mask(variant, rows, K, block_cols):
+    """Dropout inside the sparse kernels drops element (r, c) exactly when the dense path does,
+    and a new key (the next epoch) draws a new mask: the kernels cache the mask of one key."""
     lib = sh.load(variant)
     rng = np.random.default_rng(7)
-    rows, K, F, p, key = 40, 30, 33, 0.4, (11, 3, 5)
+    F, p = 33, 0.4
     X, indptr, col, val = sparse_features(rng, rows, K, 0.3)
-    mask = dropout_mask(lib, rows, K, p, key)
-    assert 0.4 < (mask == 0).mean() < 0.8
-    Xdrop = X.toarray() * mask
     W = rng.standard_normal((K, F)).astype(np.float32)
-    Y = np.empty((rows, F), np.float32)
-    blocks = sh.SparseBlocks(lib, rows, K, indptr, col, val, block_cols)
-    assert blocks.forward(F, W, Y, p, key) == 0
-    np.testing.assert_allclose(Y, Xdrop @ W, rtol=1e-5, atol=1e-5)
     G = rng.standard_normal((rows, F)).astype(np.float32)
-    dW = np.empty((K, F), np.float32)
-    assert blocks.grad(F, G, dW, 0, p, key) == 0
-    np.testing.assert_allclose(dW, Xdrop.T @ G, rtol=1e-5, atol=1e-5)
+    blocks = sh.SparseBlocks(lib, rows, K, indptr, col, val, block_cols)
+    for key in [(11, 3, 5), (11, 4, 5), (11, 3, 5)]:
+        mask = dropout_mask(lib, rows, K, p, key)
+        assert 0.3 < (mask == 0).mean() < 0.5
+        Xdrop = X.toarray() * mask
+        Y = np.empty((rows, F), np.float32)
+        assert blocks.forward(F, W, Y, p, key) == 0
+        np.testing.assert_allclose(Y, Xdrop @ W, rtol=1e-5, atol=1e-4)
+        dW = np.empty((K, F), np.float32)
+        assert blocks.grad(F, G, dW, 0, p, key) == 0
+        np.testing.assert_allclose(dW, Xdrop.T @ G, rtol=1e-5, atol=1e-4)
+    assert blocks.forward(F, W, Y, 0.0, key) == 0  # no dropout: the cached mask is not applied
+    np.testing.assert_allclose(Y, X.toarray() @ W, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("indptr, col, block_cols", [

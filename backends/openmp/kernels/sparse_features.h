@@ -18,7 +18,10 @@
 //
 // Dropout on X (`FeatureDropout`) is applied inside both kernels from the counter-based mask of
 // element (r, c), index r * K + c: the mask is the one the dense path draws for the same element,
-// and no dropped copy of X is ever stored.
+// and no dropped copy of X is ever stored. The mask of the stored entries is hashed once per key
+// into one bit per entry (`KeepBits`): the forward's column tiles and the weight gradient of the
+// same epoch read those bits instead of hashing every entry again (the hash cost as much as the
+// product itself).
 #pragma once
 
 #include <algorithm>
@@ -37,6 +40,26 @@
 #endif
 
 namespace mg {
+
+// Dropout on X (p = 0: none).  Row r's mask is that of row row_ids[r] when given (a rank of a
+// distributed run holds rows of a larger matrix).
+struct FeatureDropout {
+    float p = 0.f;
+    DropoutKey key{0, 0, 0};
+    const std::int64_t* row_ids = nullptr;
+};
+
+// The keep mask of every stored entry of X under one FeatureDropout, bit j for entry j of the
+// blocked order, with the dropout it was drawn for: recomputed only when that changes.
+struct KeepBits {
+    std::vector<std::uint64_t> words;
+    bool valid = false;
+    FeatureDropout drawn_for;
+    bool holds(const FeatureDropout& d) const {
+        return valid && d.p == drawn_for.p && d.key.seed == drawn_for.key.seed && d.key.epoch == drawn_for.key.epoch &&
+               d.key.op_id == drawn_for.key.op_id && d.row_ids == drawn_for.row_ids;
+    }
+};
 
 struct SparseFeatureBlocks {
     idx_t rows = 0, cols = 0;
@@ -71,9 +94,13 @@ struct SparseFeatureBlocks {
         static constexpr size_t kHuge = size_t(2) << 20;
     } scratch;
 
+    // Mutable: a cache of the mask, filled by the kernels that take X const.
+    mutable KeepBits keep;
+
     std::int64_t bytes() const {
         return std::int64_t(ptr.size() * sizeof(std::int64_t) + col.size() * sizeof(std::uint16_t) +
-                            val.size() * sizeof(float) + scratch.bytes);
+                            val.size() * sizeof(float) + scratch.bytes +
+                            keep.words.capacity() * sizeof(std::uint64_t));
     }
 };
 
@@ -100,6 +127,7 @@ inline int build_feature_blocks(idx_t rows, idx_t cols, const std::int64_t* indp
         if (indptr[r + 1] < indptr[r]) return kErrArgument;
     const std::int64_t nnz = indptr[rows];
     const idx_t blocks = cols == 0 ? 1 : (cols + block_cols - 1) / block_cols;
+    out.keep.valid = false;
     out.rows = rows;
     out.cols = cols;
     out.block_cols = block_cols;
@@ -142,44 +170,81 @@ inline int build_feature_blocks(idx_t rows, idx_t cols, const std::int64_t* indp
     return kOk;
 }
 
-// Dropout applied to X inside the kernels (p = 0: none).  Row r's mask is that of row
-// row_ids[r] when given (a rank of a distributed run holds rows of a larger matrix).
-struct FeatureDropout {
-    float p = 0.f;
-    DropoutKey key{0, 0, 0};
-    const std::int64_t* row_ids = nullptr;
-};
-
 namespace sparse_detail {
 
-// Coefficient of entry j of (block b, row r): the stored value, dropped and rescaled when a
-// dropout is attached.  Element (r, c) has dropout index r * K + c, as in the dense layout.
+// Fills X.keep for `drop` unless it already holds it (call outside a parallel region). Entry j
+// of segment (block b, row r) is element (r, b * block_cols + col[j]), dropout index
+// row * K + column, as in the dense layout.  Threads take whole 64-bit words of the mask.
+inline const std::uint64_t* keep_bits(const SparseFeatureBlocks& X, const FeatureDropout& drop) {
+    KeepBits& kb = X.keep;
+    if (kb.holds(drop)) return kb.words.data();
+    const std::int64_t nnz = X.ptr.empty() ? 0 : X.ptr.back();
+    const std::int64_t nwords = (nnz + 63) / 64;
+    kb.words.resize(size_t(nwords));
+    const std::uint64_t base = dropout_detail::stream_base(drop.key), threshold = dropout_detail::drop_threshold(drop.p);
+    const std::int64_t* ptr = X.ptr.data();
+    const std::int64_t segments = std::int64_t(X.ptr.size()) - 1;
+    constexpr std::int64_t kWordsPerChunk = 256;
+#pragma omp parallel for schedule(static) if (nnz > (std::int64_t(1) << 16))
+    for (std::int64_t w0 = 0; w0 < nwords; w0 += kWordsPerChunk) {
+        // The segment holding the chunk's first entry: the last s with ptr[s] <= that entry.
+        std::int64_t s = std::upper_bound(ptr, ptr + segments + 1, w0 * 64) - ptr - 1;
+        // Index of the segment's column 0 (row * K + b * block_cols), updated as s advances.
+        auto segment_origin = [&](std::int64_t seg) {
+            const idx_t b = seg / X.rows, r = seg % X.rows;
+            return std::uint64_t((drop.row_ids ? drop.row_ids[r] : r) * X.cols + b * X.block_cols);
+        };
+        std::uint64_t origin = segment_origin(s);
+        const std::int64_t w1 = std::min(nwords, w0 + kWordsPerChunk);
+        for (std::int64_t w = w0; w < w1; ++w) {
+            alignas(64) std::uint64_t index[64];
+            const std::int64_t j0 = w * 64, n = std::min<std::int64_t>(64, nnz - j0);
+            for (std::int64_t j = 0; j < n; ++j) {
+                if (ptr[s + 1] <= j0 + j) {
+                    while (ptr[s + 1] <= j0 + j) ++s;
+                    origin = segment_origin(s);
+                }
+                index[j] = origin + X.col[size_t(j0 + j)];
+            }
+            std::uint64_t word = 0;
+#pragma omp simd reduction(| : word)
+            for (std::int64_t j = 0; j < n; ++j)
+                word |= std::uint64_t(dropout_detail::keep(base, index[j], threshold)) << j;
+            kb.words[size_t(w)] = word;
+        }
+    }
+    kb.valid = true;
+    kb.drawn_for = drop;
+    return kb.words.data();
+}
+
+// Coefficient of entry j of a segment: the stored value, or with a dropout the value rescaled
+// where its keep bit is set and 0 where not (branch-free: the bits are random).
 struct Plain {
     const float* v;
     MG_INLINE float operator()(idx_t j) const { return v[j]; }
 };
-struct Dropped {
+struct Kept {
     const float* v;
-    const std::uint16_t* c;
-    std::uint64_t base, threshold, first;  // first = r * K + b * block_cols
+    const std::uint64_t* bits;
+    std::int64_t first;  // the segment's first entry in the blocked order
     float scale;
     MG_INLINE float operator()(idx_t j) const {
-        return dropout_detail::keep(base, first + c[j], threshold) ? v[j] * scale : 0.f;
+        const std::uint64_t at = std::uint64_t(first + j);
+        return v[j] * (scale * float((bits[at >> 6] >> (at & 63)) & 1u));
     }
 };
 
-// Calls body(coef) with the coefficient functor of entry range `start` of (block b, row r).
+// Calls body(coef) with the coefficient functor of the segment starting at entry `start`;
+// `bits` is keep_bits(X, drop) when drop.p > 0.
 template <class Body>
-MG_INLINE void with_coef(const SparseFeatureBlocks& X, const FeatureDropout& drop, idx_t b, idx_t r,
+MG_INLINE void with_coef(const SparseFeatureBlocks& X, const FeatureDropout& drop, const std::uint64_t* bits,
                          std::int64_t start, const Body& body) {
     if (drop.p <= 0.f) {
         body(Plain{X.val.data() + start});
         return;
     }
-    body(Dropped{X.val.data() + start, X.col.data() + start, dropout_detail::stream_base(drop.key),
-                 dropout_detail::drop_threshold(drop.p),
-                 std::uint64_t((drop.row_ids ? drop.row_ids[r] : r) * X.cols + b * X.block_cols),
-                 1.f / (1.f - drop.p)});
+    body(Kept{X.val.data() + start, bits, start, 1.f / (1.f - drop.p)});
 }
 
 // slab[c[j], 0:width) += coef(j) * g[0:width) for the n entries of one row (the row of G is
@@ -223,6 +288,7 @@ int sparse_linear_forward(const SparseFeatureBlocks& X, const float* W, idx_t F,
     using namespace spmm_detail;
     const idx_t rows = X.rows;
     const Epilogue none{};
+    const std::uint64_t* bits = drop.p > 0.f ? sparse_detail::keep_bits(X, drop) : nullptr;
 #pragma omp parallel
     {
         alignas(64) float vals[TILE];
@@ -236,7 +302,7 @@ int sparse_linear_forward(const SparseFeatureBlocks& X, const float* W, idx_t F,
                     const std::int64_t start = X.ptr[size_t(b * rows + r)];
                     const std::int64_t n = X.ptr[size_t(b * rows + r + 1)] - start;
                     if (n == 0 && b > 0) continue;
-                    sparse_detail::with_coef(X, drop, b, r, start, [&](const auto& coef) {
+                    sparse_detail::with_coef(X, drop, bits, start, [&](const auto& coef) {
                         if (width == TILE) gather_sum<TILE, 0, false>(X.col.data() + start, n, n, coef, Wb, F, f0, width, vals);
                         else gather_sum<TILE, 0, true>(X.col.data() + start, n, n, coef, Wb, F, f0, width, vals);
                     });
@@ -262,6 +328,7 @@ int sparse_weight_grad(SparseFeatureBlocks& X, const float* G, idx_t F, float* d
     float* base = X.scratch.get(size_t(T) * slab_floats);
     if (!base) return kErrNoMemory;
     const idx_t rows = X.rows;
+    const std::uint64_t* bits = drop.p > 0.f ? sparse_detail::keep_bits(X, drop) : nullptr;
 #pragma omp parallel num_threads(T)
     {
         const int t = omp_get_thread_num(), team = omp_get_num_threads();
@@ -280,7 +347,7 @@ int sparse_weight_grad(SparseFeatureBlocks& X, const float* G, idx_t F, float* d
                     const std::int64_t n = X.ptr[size_t(b * rows + r + 1)] - start;
                     if (n == 0) continue;
                     const float* g = G + r * F + f0;
-                    sparse_detail::with_coef(X, drop, b, r, start, [&](const auto& coef) {
+                    sparse_detail::with_coef(X, drop, bits, start, [&](const auto& coef) {
                         if (width == TILE) sparse_detail::scatter_row<TILE, false>(X.col.data() + start, n, coef, g, width, mine);
                         else sparse_detail::scatter_row<TILE, true>(X.col.data() + start, n, coef, g, width, mine);
                     });
