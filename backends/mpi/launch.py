@@ -21,8 +21,18 @@ from pathlib import Path
 import numpy as np
 
 from morphgen.errors import UserError
+from morphgen.library import openmp_wait_env
 
 from .worker import rank_messages
+
+
+def ranks_per_node(ranks: int) -> int:
+    """Ranks that share one node's cores: all of them, unless a SLURM job spreads them over nodes."""
+    try:
+        nodes = max(1, int(os.environ.get("SLURM_JOB_NUM_NODES", "1")))
+    except ValueError:
+        nodes = 1
+    return -(-ranks // nodes)
 
 
 def mpiexec() -> str:
@@ -130,7 +140,7 @@ def train_distributed(args) -> int:
         spec_path = Path(run_dir) / "run.json"
         spec_path.write_text(json.dumps(spec))
         del dataset, normalised, payload, model      # the ranks load their own parts
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), **openmp_wait_env(ranks_per_node(ranks) * threads))
         command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "morphgen.backends.mpi.worker", str(spec_path)]
         code = subprocess.call(command, env=env)
         if code != 0:     # the ranks' messages are read before the run's folder goes

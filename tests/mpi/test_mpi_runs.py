@@ -112,3 +112,21 @@ def test_bad_rank_counts_and_flags_are_clear_errors(tmp_path):
     assert_clean_failure(run_cli(*_mpi_args(tmp_path, ranks=0)), 2, "--ranks must be at least 1")
     proc = run_cli("train", example("gcn"), "--ranks", 2, "--dataset", SYNTHETIC)
     assert_clean_failure(proc, 2, "--ranks, --parts-dir and --partitioner need a distributed backend")
+
+
+def test_ranks_sleep_between_regions_only_where_threads_outnumber_cores(monkeypatch):
+    """Spinning OpenMP workers are kept (fast regions) unless the ranks' threads outnumber a
+    node's cores; a policy the user set is never replaced."""
+    from backends.mpi.launch import ranks_per_node
+    from morphgen.library import openmp_wait_env
+
+    cores = os.cpu_count() or 1
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert openmp_wait_env(cores) == {}
+    assert openmp_wait_env(cores + 1) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert openmp_wait_env(cores + 1) == {}
+    monkeypatch.delenv("SLURM_JOB_NUM_NODES", raising=False)
+    assert ranks_per_node(4) == 4
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    assert ranks_per_node(4) == 2 and ranks_per_node(5) == 3
