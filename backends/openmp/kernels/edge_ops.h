@@ -214,34 +214,50 @@ namespace edge_detail {
 inline constexpr int kTraversalLookahead = 8;  // edges ahead whose node row is prefetched (as spmm.h)
 
 #if MG_HAVE_SIMD
+// How a tile's vectors get their per-head weights.
+enum class HeadLanes {
+    Broadcast,  // each vector lies within one head (H == 1, or D a multiple of the vector width)
+    Permuted,   // heads narrower than a vector (D < kLanes), H <= kLanes: the edge's H weights
+                // are loaded as one vector and spread to the lanes by a permutation
+};
+
 // One tile of a weighted_gather_scatter output row: o[f0, f0 + NV vectors) = sum over the CSR
-// positions k in [k0, k1) of w[e(k), head] * x[other[k], f], accumulated in registers.  Each
-// vector lies within one head (H == 1, or D a multiple of the vector width), so its weight is
-// one broadcast.  Rows LA positions ahead (up to `avail`, possibly in the next output rows) are
-// prefetched.  MASKED: the tile is the row's narrower last one.
-template <int NV, bool MASKED>
+// positions k in [k0, k1) of w[e(k), head] * x[other[k], f], accumulated in registers.  Rows LA
+// positions ahead (up to `avail`, possibly in the next output rows) are prefetched.  MASKED:
+// the tile is the row's narrower last one.
+template <int NV, bool MASKED, HeadLanes HL>
 MG_INLINE void weighted_tile(const int64_t* MG_RESTRICT other, const int64_t* eid, int64_t k0, int64_t k1,
                              int64_t avail, const float* MG_RESTRICT x, const float* MG_RESTRICT w, int64_t H,
                              int64_t D, int64_t F, int64_t f0, float* MG_RESTRICT o) {
     using namespace simd;
     vf acc[NV];
     mask m[NV];
-    int64_t head[NV];
+    int64_t head[NV];   // Broadcast: the head of vector j
+    vi lane_head[NV];   // Permuted: the head of every lane of vector j
 #pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) {
         acc[j] = zero();
         m[j] = lanes(MASKED ? F - f0 - kLanes * j : kLanes);
         head[j] = H == 1 ? 0 : std::min(H - 1, (f0 + kLanes * j) / D);
+        if constexpr (HL == HeadLanes::Permuted) {
+            alignas(64) std::int32_t h[kLanes];
+            for (int l = 0; l < kLanes; ++l) h[l] = std::int32_t(std::min(H - 1, (f0 + kLanes * j + l) / D));
+            lane_head[j] = load_i32(h);
+        }
     }
+    const mask heads = lanes(H);
     constexpr int LA = kTraversalLookahead;
     for (int64_t k = k0; k < k1; ++k) {
         if (k + LA < avail) prefetch_l1<NV * kLanes * 4>(x + other[k + LA] * F + f0);
         const float* MG_RESTRICT s = x + other[k] * F + f0;
         const float* we = w + (eid ? eid[k] : k) * H;
+        vf edge_weights = zero();
+        if constexpr (HL == HeadLanes::Permuted) edge_weights = load(heads, we);
 #pragma GCC unroll 16
         for (int j = 0; j < NV; ++j) {
             const vf v = MASKED ? load(m[j], s + kLanes * j) : load(s + kLanes * j);
-            acc[j] = fmadd(set1(we[head[j]]), v, acc[j]);
+            const vf c = HL == HeadLanes::Permuted ? permute(edge_weights, lane_head[j]) : set1(we[head[j]]);
+            acc[j] = fmadd(c, v, acc[j]);
         }
     }
 #pragma GCC unroll 16
@@ -252,7 +268,7 @@ MG_INLINE void weighted_tile(const int64_t* MG_RESTRICT other, const int64_t* ei
 }
 
 // Every output row of weighted_gather_scatter in tiles of NV vectors.
-template <int NV>
+template <int NV, HeadLanes HL>
 void weighted_rows(bool to_dst, const float* x, const float* w, const int64_t* indptr, const int64_t* other,
                    const int64_t* eid, int64_t num_nodes, int64_t H, int64_t D, float* out) {
     constexpr int64_t T = NV * simd::kLanes;
@@ -262,9 +278,24 @@ void weighted_rows(bool to_dst, const float* x, const float* w, const int64_t* i
     for (int64_t v = 0; v < num_nodes; ++v) {
         int64_t f0 = 0;
         for (; f0 + T <= F; f0 += T)
-            weighted_tile<NV, false>(other, e, indptr[v], indptr[v + 1], E, x, w, H, D, F, f0, out + v * F);
-        if (f0 < F) weighted_tile<NV, true>(other, e, indptr[v], indptr[v + 1], E, x, w, H, D, F, f0, out + v * F);
+            weighted_tile<NV, false, HL>(other, e, indptr[v], indptr[v + 1], E, x, w, H, D, F, f0, out + v * F);
+        if (f0 < F)
+            weighted_tile<NV, true, HL>(other, e, indptr[v], indptr[v + 1], E, x, w, H, D, F, f0, out + v * F);
     }
+}
+
+// weighted_rows with tiles of up to 64 floats, no wider than the row needs (a 7-wide row is
+// one vector).
+template <HeadLanes HL>
+void weighted_rows_by_width(bool to_dst, const float* x, const float* w, const int64_t* indptr,
+                            const int64_t* other, const int64_t* eid, int64_t num_nodes, int64_t H, int64_t D,
+                            float* out) {
+    using simd::kLanes;
+    const int64_t need = (std::min<int64_t>(H * D, 64) + kLanes - 1) / kLanes;
+    if (need <= 1) weighted_rows<1, HL>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
+    else if (need <= 2) weighted_rows<2, HL>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
+    else if (need <= 4) weighted_rows<4, HL>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
+    else weighted_rows<64 / kLanes, HL>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
 }
 #endif
 
@@ -277,9 +308,9 @@ void weighted_rows(bool to_dst, const float* x, const float* w, const int64_t* i
 // reading x at destinations.  Each output row is written by one thread; edges in the order of
 // their CSR, as scatter_dst / scatter_src sum them.
 //
-// With vectors (simd.h) and each vector inside one head, the row goes in tiles of 64 floats whose
-// accumulators stay in registers, with the rows of edges 8 positions ahead prefetched (as the
-// SpMM of spmm.h); other head widths take the portable loop.
+// With vectors (simd.h), the row goes in tiles of 64 floats whose accumulators stay in registers,
+// with the rows of edges 8 positions ahead prefetched (as the SpMM of spmm.h), when each vector
+// lies inside one head or the heads fit one vector; other shapes take the portable loop.
 inline void weighted_gather_scatter(bool to_dst, const float* x, const float* w, const int64_t* indptr,
                                     const int64_t* other, const int64_t* eid, int64_t num_nodes, int64_t H,
                                     int64_t D, float* out) {
@@ -287,13 +318,13 @@ inline void weighted_gather_scatter(bool to_dst, const float* x, const float* w,
     const int64_t E = indptr[num_nodes];
 #if MG_HAVE_SIMD
     using simd::kLanes;
+    using edge_detail::HeadLanes;
     if (H == 1 || D % kLanes == 0) {
-        // Tiles of up to 64 floats, no wider than the row needs (a 7-wide row is one vector).
-        const int64_t need = (std::min<int64_t>(F, 64) + kLanes - 1) / kLanes;
-        if (need <= 1) edge_detail::weighted_rows<1>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
-        else if (need <= 2) edge_detail::weighted_rows<2>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
-        else if (need <= 4) edge_detail::weighted_rows<4>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
-        else edge_detail::weighted_rows<64 / kLanes>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
+        edge_detail::weighted_rows_by_width<HeadLanes::Broadcast>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
+        return;
+    }
+    if (H <= kLanes) {  // heads narrower than a vector (GAT's 8 x 8 on 16 lanes)
+        edge_detail::weighted_rows_by_width<HeadLanes::Permuted>(to_dst, x, w, indptr, other, eid, num_nodes, H, D, out);
         return;
     }
 #endif

@@ -72,6 +72,9 @@ MG_INLINE void store_aligned(float* p, vf v) { _mm512_store_ps(p, v); }
 MG_INLINE void store(mask m, float* p, vf v) { _mm512_mask_storeu_ps(p, m, v); }
 MG_INLINE void store_i32(std::int32_t* p, vi v) { _mm512_storeu_si512(reinterpret_cast<void*>(p), v); }
 MG_INLINE void store_mask(std::int32_t* p, mask m) { store_i32(p, _mm512_maskz_set1_epi32(m, -1)); }  // ~0 or 0
+MG_INLINE vi load_i32(const std::int32_t* p) { return _mm512_loadu_si512(p); }
+// Lane l of the result is lane index[l] of table (index in [0, 16)).
+MG_INLINE vf permute(vf table, vi index) { return _mm512_permutexvar_ps(index, table); }
 MG_INLINE vf add(vf a, vf b) { return _mm512_add_ps(a, b); }
 MG_INLINE vf mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 MG_INLINE vf fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
@@ -125,6 +128,9 @@ MG_INLINE void store_aligned(float* p, vf v) { _mm256_store_ps(p, v); }
 MG_INLINE void store(mask m, float* p, vf v) { _mm256_maskstore_ps(p, m, v); }
 MG_INLINE void store_i32(std::int32_t* p, vi v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
 MG_INLINE void store_mask(std::int32_t* p, mask m) { store_i32(p, m); }  // ~0 or 0 per lane
+MG_INLINE vi load_i32(const std::int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+// Lane l of the result is lane index[l] of table (index in [0, 8)).
+MG_INLINE vf permute(vf table, vi index) { return _mm256_permutevar8x32_ps(table, index); }
 MG_INLINE vf add(vf a, vf b) { return _mm256_add_ps(a, b); }
 MG_INLINE vf mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 MG_INLINE vf fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
