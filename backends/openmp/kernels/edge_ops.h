@@ -385,18 +385,91 @@ void edge_dot_rows(const float* a, bool a_src, const float* b, bool b_src, const
     }
 }
 
+#if MG_HAVE_SIMD
+// edge_dot with heads narrower than a vector: D divides the vector width, H * D <= 8 vectors.
+// Each vector of a*b is summed within its groups of D lanes by log2(D) butterfly steps (lane l
+// adds lane l ^ s), after which lane h*D holds head h's dot; the row's vectors go through a
+// small buffer from which the H sums are picked.
+inline void edge_dot_rows_narrow(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
+                                 const int64_t* col, int64_t num_nodes, int64_t H, int64_t D, float* out) {
+    using namespace simd;
+    constexpr int kMaxVectors = 8;
+    const int64_t F = H * D, E = indptr[num_nodes];
+    const int nv = int((F + kLanes - 1) / kLanes);
+    constexpr int LA = kTraversalLookahead;
+    vi partner[4];  // lane l ^ s for s = 1, 2, 4, 8
+    int steps = 0;
+    for (int64_t s = 1; s < D; s *= 2, ++steps) {
+        alignas(64) std::int32_t idx[kLanes];
+        for (int l = 0; l < kLanes; ++l) idx[l] = std::int32_t(l ^ s);
+        partner[steps] = load_i32(idx);
+    }
+#pragma omp parallel for schedule(dynamic, 64) if (E * F > kParallelMin)
+    for (int64_t v = 0; v < num_nodes; ++v) {
+        alignas(64) float sums[kMaxVectors * kLanes];
+        for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+            if (e + LA < E) {
+                if (a_src) prefetch_l1<64>(a + col[e + LA] * F);
+                if (b_src) prefetch_l1<64>(b + col[e + LA] * F);
+            }
+            const float* ra = a + (a_src ? col[e] : v) * F;
+            const float* rb = b + (b_src ? col[e] : v) * F;
+            for (int j = 0; j < nv; ++j) {
+                const mask m = lanes(F - int64_t(kLanes) * j);
+                vf p = mul(load(m, ra + kLanes * j), load(m, rb + kLanes * j));
+                for (int t = 0; t < steps; ++t) p = add(p, permute(p, partner[t]));
+                store_aligned(sums + kLanes * j, p);
+            }
+            for (int64_t h = 0; h < H; ++h) out[e * H + h] = sums[h * D];
+        }
+    }
+}
+
+// edge_dot with one head of any width: masked vectors summed in one register, one reduction.
+inline void edge_dot_rows_one_head(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
+                                   const int64_t* col, int64_t num_nodes, int64_t D, float* out) {
+    using namespace simd;
+    const int64_t E = indptr[num_nodes];
+    constexpr int LA = kTraversalLookahead;
+#pragma omp parallel for schedule(dynamic, 64) if (E * D > kParallelMin)
+    for (int64_t v = 0; v < num_nodes; ++v) {
+        for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+            if (e + LA < E) {
+                if (a_src) prefetch_l1<64>(a + col[e + LA] * D);
+                if (b_src) prefetch_l1<64>(b + col[e + LA] * D);
+            }
+            const float* ra = a + (a_src ? col[e] : v) * D;
+            const float* rb = b + (b_src ? col[e] : v) * D;
+            vf acc = zero();
+            for (int64_t d = 0; d < D; d += kLanes) {
+                const mask m = lanes(D - d);
+                acc = fmadd(load(m, ra + d), load(m, rb + d), acc);
+            }
+            out[e] = reduce_add(acc);
+        }
+    }
+}
+#endif
+
 }  // namespace edge_detail
 
 // out[e, h] = sum_d a[a-end of e, h*D + d] * b[b-end of e, h*D + d] for every edge (the end of
 // each operand: its source when *_src, else its destination): the per-head dot of two gathered
 // node values (GAT's attention gradient) without gathering them.  Edges go destination by
 // destination, so the destination of the edge at CSR position e is the row v being walked; the
-// source rows of edges 8 positions ahead are prefetched.
+// source rows of edges 8 positions ahead are prefetched.  Heads of whole vectors sum one register
+// per head, one head of any width masked vectors; heads narrower than a vector sum within lane
+// groups (edge_dot_rows_narrow).
 inline void edge_dot(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
                      const int64_t* col, int64_t num_nodes, int64_t H, int64_t D, float* out) {
-    if (MG_HAVE_SIMD && D % simd::kLanes == 0)
-        edge_detail::edge_dot_rows<true>(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
-    else
+#if MG_HAVE_SIMD
+    if (D % simd::kLanes == 0)
+        return edge_detail::edge_dot_rows<true>(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
+    if (H == 1) return edge_detail::edge_dot_rows_one_head(a, a_src, b, b_src, indptr, col, num_nodes, D, out);
+    if (simd::kLanes % D == 0 && H * D <= 8 * simd::kLanes)  // D a power of two below the width
+        return edge_detail::edge_dot_rows_narrow(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
+#endif
+    edge_detail::edge_dot_rows<false>(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
         edge_detail::edge_dot_rows<false>(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
 }
 
