@@ -513,6 +513,27 @@ inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t
                  dim3(cuda::kThreads), r, m, to_dst ? v.indptr : v.t_indptr, to_dst ? nullptr : v.t_eid, v.num_nodes,
                  F, out, argmax, tpr);
 }
+// out[v] = sum over the edges whose `to` end is v of w[e, head] * x[other end] (edges.cuh).
+// x_at_src: over the in-edges of each destination (x read at sources); else the transpose.
+inline void weighted_gather_scatter(const Graph &g, bool x_at_src, const float *X, const float *w, idx_t H, idx_t D,
+                                    float *out) {
+    const GraphView &v = g.dev;
+    const int tpr = cuda::threads_per_row(H * D);
+    cuda::launch(x_at_src ? "attention-weighted sum to destinations (weighted_segment_sum_kernel)"
+                          : "attention-weighted sum to sources (weighted_segment_sum_kernel)",
+                 cuda::weighted_segment_sum_kernel, dim3(cuda::blocks_for(v.num_nodes, cuda::kThreads / tpr)),
+                 dim3(cuda::kThreads), X, w, x_at_src ? v.indptr : v.t_indptr, x_at_src ? v.col : v.t_col,
+                 x_at_src ? nullptr : v.t_eid, v.num_nodes, H, D, out, tpr);
+}
+// Per-head dot of two node values read at an end of every edge (src when *_src).
+inline void edge_dot(const Graph &g, const float *A, bool a_src, const float *B, bool b_src, idx_t H, idx_t D,
+                     float *out) {
+    const GraphView &v = g.dev;
+    const int tpr = cuda::threads_per_row(H);
+    cuda::launch("per-edge head dot (edge_dot_kernel)", cuda::edge_dot_kernel,
+                 dim3(cuda::blocks_for(v.num_nodes, cuda::kThreads / tpr)), dim3(cuda::kThreads), A, a_src, B, b_src,
+                 v.indptr, v.col, v.num_nodes, H, D, out, tpr);
+}
 inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, const idx_t *argmax, float *gm) {
     if (to_dst)
         broadcast_to_in_edges("scatter max backward (segment_broadcast_kernel)", g, G, argmax, F, gm);

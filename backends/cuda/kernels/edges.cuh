@@ -88,6 +88,47 @@ struct ScatterSrcGradOp {
     }
 };
 
+// The in-place traversals (GAT's messages and attention gradient without an E x F gathered copy):
+//
+// out[v, f] = sum over v's segment of w[e(k), f / D] * x[other[k], f]: the attention-weighted
+// sum, reading x at each edge's other end.  A group of tpr threads per output row strides its F
+// features and accumulates in registers; one write per element, no atomics.
+__global__ void __launch_bounds__(256) weighted_segment_sum_kernel(const float *x, const float *w,
+                                                                     const int64_t *indptr, const int64_t *other,
+                                                                     const int64_t *eid, int64_t rows, int64_t H,
+                                                                     int64_t D, float *out, int tpr) {
+    const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (v >= rows) return;
+    const int64_t F = H * D, b = indptr[v], end = indptr[v + 1];
+    for (int64_t f = lane; f < F; f += tpr) {
+        const int64_t h = f / D;
+        float acc = 0.f;
+        for (int64_t k = b; k < end; ++k) acc += w[(eid ? eid[k] : k) * H + h] * x[other[k] * F + f];
+        out[v * F + f] = acc;
+    }
+}
+
+// out[e, h] = sum_d a[a-end of e, h*D + d] * b[b-end of e, h*D + d], edges in destination CSR
+// order (the destination of position e is the segment's row v, the source col[e]).  A group of
+// tpr threads per destination takes the segment's (edge, head) pairs in turn.
+__global__ void __launch_bounds__(256) edge_dot_kernel(const float *a, bool a_src, const float *b, bool b_src,
+                                                         const int64_t *indptr, const int64_t *col, int64_t rows,
+                                                         int64_t H, int64_t D, float *out, int tpr) {
+    const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (v >= rows) return;
+    const int64_t F = H * D, first = indptr[v], pairs = (indptr[v + 1] - first) * H;
+    for (int64_t p = lane; p < pairs; p += tpr) {
+        const int64_t e = first + p / H, h = p % H;
+        const float *ra = a + (a_src ? col[e] : v) * F + h * D;
+        const float *rb = b + (b_src ? col[e] : v) * F + h * D;
+        float acc = 0.f;
+        for (int64_t d = 0; d < D; ++d) acc += ra[d] * rb[d];
+        out[e * H + h] = acc;
+    }
+}
+
 // Edge softmax per (destination, head): one warp per pair, three passes over the segment
 // (max, sum of exponentials, normalise) with shuffles.  alpha may alias s.
 __global__ void edge_softmax_kernel(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H,
