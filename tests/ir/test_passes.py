@@ -415,3 +415,32 @@ def test_gather_then_scatter_becomes_one_aggregation():
     aggregates = [(op.attrs["reduce"], op.attrs["direction"]) for op in prog.forward if op.opcode == "aggregate"]
     assert aggregates == [("sum", "in"), ("mean", "in"), ("max", "in"), ("sum", "out")]
     assert _opcodes(prog).count("gather") == 1 and _opcodes(prog).count("scatter") == 1
+
+
+def test_own_row_plus_neighbour_sum_becomes_one_aggregation_with_self_loops():
+    """GIN's x + Sum(neighbours) is one aggregate with self loops: same loss and gradients."""
+    from morphgen.passes import fold_self_terms
+    prog, n = _assert_same_numerics(models.gin, fold_self_terms, {"F": 5})
+    assert n == 2                                        # one per layer
+    aggregates = [op for op in prog.forward if op.opcode == "aggregate"]
+    assert len(aggregates) == 2 and all(op.attrs["self_loops"] for op in aggregates)
+    assert "add" not in _opcodes(prog)
+
+
+def test_self_term_folds_only_a_plain_sum_of_the_same_rows_read_once():
+    """A mean, a GCN-normalised sum, a sum of other rows, or an aggregate read elsewhere too are
+    not the same as a self loop and stay as they are."""
+    from morphgen.passes import fold_self_terms
+    m = models.ModelBuilder("not_gin")
+    w = m.param("W", ("F", "C"))
+    other = m.emit("relu", m.x)
+    parts = [m.emit("add", m.x, m.emit("aggregate", m.x, reduce="mean")),
+             m.emit("add", m.x, m.emit("aggregate", m.x, reduce="sum", norm="gcn")),
+             m.emit("add", other, m.emit("aggregate", m.x, reduce="sum"))]
+    shared = m.emit("aggregate", m.x, reduce="sum")
+    parts += [m.emit("add", m.x, shared), shared]
+    total = parts[0]
+    for p in parts[1:]:
+        total = m.emit("add", total, p)
+    prog = _bound(lambda: m.finish(m.emit("linear", total, w)), F=4)
+    assert fold_self_terms(prog) == 0
