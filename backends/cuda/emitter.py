@@ -18,6 +18,7 @@ SUPPORTED = frozenset({
     "mg::op::dropout", "mg::op::dropout_grad", "mg::op::dropout_act_grad", "mg::op::act_grad",
     "mg::op::feature_sum", "mg::op::cross_entropy", "mg::op::cross_entropy_grad",
     "mg::op::adam", "mg::op::sgd", "mg::op::gather", "mg::op::scatter", "mg::op::scatter_max_grad",
+    "mg::op::weighted_gather_scatter", "mg::op::edge_dot",
     "mg::relu_fwd", "mg::leaky_relu_fwd", "mg::elu_fwd", "mg::exp_fwd", "mg::sigmoid_fwd", "mg::tanh_fwd",
     "mg::neg_fwd", "mg::scale", "mg::binary_fwd", "mg::bias_add", "mg::row_sum", "mg::rowwise_dot_fwd",
     "mg::edge_softmax_fwd", "mg::edge_softmax_bwd",
@@ -42,8 +43,8 @@ class CUDAEmitter(OpenMPEmitter):
     device_memory = True
     source_name = "model.cu"
     row_gradients = False            # ops.cuh has no row-wise Adam yet
-    fuses_edge_traversals = False    # ops.cuh has no in-place weighted scatter or edge dot yet
     edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
+    fuses_batch_norm_grads = False   # kernels/norm.cuh has no batch_norm_affine_bwd yet
 
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""

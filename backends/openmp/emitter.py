@@ -85,6 +85,7 @@ class OpenMPEmitter:
     fuses_edge_traversals = True     # weighted scatters and edge dots read gathered node rows in place
     edge_typed_feature_views = True  # typed linears of feature rows at edge ends read dense or CSR features
     row_gradients = True             # an embedding table's gradient keeps the looked-up rows only (Adam)
+    fuses_batch_norm_grads = True    # batch norm's backward with its affine part's gradients: one kernel
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -121,6 +122,8 @@ class OpenMPEmitter:
         self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
         self.edge_dots: dict = {}        # id(dot | feature_sum) -> (a, a's end, b, b's end, heads)
         self.extra_reads: list = []      # (value id, op): values a fused kernel reads at that op
+        self.extra_writes: list = []     # (value id, op): values a fused kernel writes at that op
+        self.batch_norm_grads: dict = {}  # id(batch_standardize_grad) -> (a, gamma, dgamma, dbeta)
         self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
 
     # -- shapes ------------------------------------------------------------------------------
@@ -290,6 +293,7 @@ class OpenMPEmitter:
         self.plan_dropout_act_grads()
         self.plan_edge_traversals()
         self.plan_edge_typed_row_sums()
+        self.plan_batch_norm_grads()
         self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
@@ -460,6 +464,60 @@ class OpenMPEmitter:
                 self.absorbed.add(id(op))
                 self.fused_into[id(op)] = readers[0][0]
 
+    def plan_batch_norm_grads(self) -> None:
+        """Run batch norm's backward and its affine part's gradients as one kernel.
+
+        Autodiff turns ``standardize(x) * gamma + beta`` into, from a = dL/d(out):
+        ``dbeta = row_sum(a)``, ``g = a * gamma``, ``dgamma = row_sum(a * y)`` and
+        ``dx = batch_standardize_grad(g, x, y)`` -- five passes over node rows that read ``a``
+        four times and write ``g`` and ``a * y``.  ``batch_norm_affine_bwd`` (kernels/norm.h) sums
+        a and a * y in one pass and writes dx in a second.  The products must have no other
+        reader, and the two gradients no reader before the fused kernel runs.
+        """
+        if not self.fuses_batch_norm_grads:
+            return
+        order = {id(op): i for i, op in enumerate(self.p.backward)}
+
+        def only_reader(v, op):
+            return [r for r, _ in self.readers.get(v.id, [])] == [op]
+
+        def read_after(v, step):
+            return all(order.get(id(r), len(order)) > step for r, _ in self.readers.get(v.id, []))
+
+        for bn in self.p.backward:
+            if bn.opcode != "batch_standardize_grad":
+                continue
+            g, _, y = bn.inputs
+            scale = self.producer.get(g.id)
+            if scale is None or scale.opcode != "mul" or id(scale) in self.absorbed or not only_reader(g, bn):
+                continue
+            params = [v for v in scale.inputs if v.assoc == "param"]
+            if len(params) != 1 or len(params[0].shape) != 1:
+                continue
+            gamma = params[0]
+            a = next(v for v in scale.inputs if v is not gamma)
+            if a.shape != g.shape or self._identity_rows(a) is not None:
+                continue
+            step = order[id(bn)]
+            absorbed, dgamma, dbeta = [scale], None, None
+            for reader, _ in self.readers.get(a.id, []):
+                if id(reader) in self.absorbed or order.get(id(reader), step) >= step:
+                    continue
+                if reader.opcode == "row_sum" and dbeta is None and read_after(reader.output, step):
+                    dbeta = reader.output
+                    absorbed.append(reader)
+                elif reader.opcode == "mul" and y in reader.inputs and a in reader.inputs and dgamma is None:
+                    total = self.readers.get(reader.output.id, [])
+                    if len(total) == 1 and total[0][0].opcode == "row_sum" and read_after(total[0][0].output, step):
+                        dgamma = total[0][0].output
+                        absorbed += [reader, total[0][0]]
+            self.batch_norm_grads[id(bn)] = (a, gamma, dgamma, dbeta)
+            for op in absorbed:
+                self.absorbed.add(id(op))
+                self.fused_into[id(op)] = bn
+            self.extra_reads.append((a.id, bn))
+            self.extra_writes += [(v.id, bn) for v in (dgamma, dbeta) if v is not None]
+
     def plan_edge_typed_row_sums(self) -> None:
         """Both gradients of a typed linear at edge ends start by summing G's edges into the
         product rows (edge_typed_linear.h): when one runs right after the other on the same G and
@@ -589,6 +647,7 @@ class OpenMPEmitter:
         order = self.p.forward + self.p.backward
         step = {id(op): i for i, op in enumerate(order)}
         defined_at = {final.id: step[head] for head, (_, _, final) in self.epilogues.items()}
+        defined_at.update((vid, step[id(op)]) for vid, op in self.extra_writes)
         read_at = [(drop.inputs[0].id, step[id(self.producer[vid])])
                    for vid, drop in self.fused_dropout_grad.items()]
         read_at += [(vid, step[id(op)]) for vid, op in self.extra_reads]
@@ -1056,6 +1115,14 @@ class OpenMPEmitter:
                           f"{self.across_ranks()})", f"16.0 * {self.numel(op.output)}")
 
     def op_batch_standardize_grad(self, op, g, x, y):
+        if id(op) in self.batch_norm_grads:
+            a, gamma, dgamma, dbeta = self.batch_norm_grads[id(op)]
+            return self.timed("elementwise", f"mg::batch_norm_affine_bwd({self.ptr(a)}, {self.ptr(gamma)}, "
+                              f"{self.ptr(x)}, {self.ptr(y)}, {self.rows(op.output)}, {self.all_rows(op.output)}, "
+                              f"{self.width(g)}, {_float(op.attrs['eps'])}f, {self.ptr(op.output)}, "
+                              f"{self.ptr(dgamma) if dgamma is not None else 'nullptr'}, "
+                              f"{self.ptr(dbeta) if dbeta is not None else 'nullptr'}, {self.across_ranks()})",
+                              f"28.0 * {self.numel(op.output)}")
         return self.timed("elementwise", f"mg::batch_standardize_bwd({self.ptr(g)}, {self.ptr(x)}, {self.ptr(y)}, "
                           f"{self.rows(op.output)}, {self.all_rows(op.output)}, {self.width(g)}, "
                           f"{_float(op.attrs['eps'])}f, {self.ptr(op.output)}, {self.across_ranks()})",

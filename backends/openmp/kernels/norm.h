@@ -138,4 +138,56 @@ void batch_standardize_bwd(const float* g, const float* x, const float* y, int64
             dx[i * F + j] = (g[i * F + j] - mg_[j] - y[i * F + j] * mgy[j]) * iv[j];
 }
 
+// The backward of batch norm with its affine part, out = standardize(x) * gamma + beta, from
+// a = dL/d(out) and y = standardize(x):
+//     dbeta = sum_n a,   dgamma = sum_n a * y,
+//     dx    = gamma * (a - mean_n(a) - y * mean_n(a * y)) / sigma
+// (batch_standardize_bwd of g = a * gamma, whose sums are gamma times these).  The program's own
+// ops for it -- the two products, the two row sums and batch_standardize_bwd -- read a four more
+// times and write two arrays; here one pass sums a and a * y, one writes dx (after the moments
+// of x, as batch_standardize_bwd).  dbeta and dgamma (either may be null) are this process's
+// sums; the means use the sums over all rows (across).
+template <class Across>
+void batch_norm_affine_bwd(const float* a, const float* gamma, const float* x, const float* y, int64_t rows,
+                           int64_t total, int64_t F, float eps, float* dx, float* dgamma, float* dbeta,
+                           Across across) {
+    std::vector<float> mean, var, inv;
+    norm_detail::column_moments(x, rows, total, F, eps, mean, var, inv, across);
+    // Thread-local partials of sum a (first F) and sum a * y (next F), a cache line apart.
+    const int64_t stride = (2 * F + 7) / 8 * 8 + 8;
+    const int nthreads = rows * F > ew_detail::kParallelMin ? omp_get_max_threads() : 1;
+    std::vector<double> partial(size_t(nthreads) * size_t(stride), 0.0);
+#pragma omp parallel num_threads(nthreads)
+    {
+        double* acc = partial.data() + int64_t(omp_get_thread_num()) * stride;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < rows; ++i) {
+#pragma omp simd
+            for (int64_t j = 0; j < F; ++j) {
+                acc[j] += a[i * F + j];
+                acc[F + j] += a[i * F + j] * y[i * F + j];
+            }
+        }
+    }
+    std::vector<double> sums(size_t(2 * F), 0.0);
+    for (int64_t j = 0; j < 2 * F; ++j)
+        for (int t = 0; t < nthreads; ++t) sums[size_t(j)] += partial[size_t(t) * size_t(stride) + size_t(j)];
+    for (int64_t j = 0; j < F; ++j) {
+        if (dbeta) dbeta[j] = float(sums[size_t(j)]);
+        if (dgamma) dgamma[j] = float(sums[size_t(F + j)]);
+    }
+    across(sums.data(), 2 * F);
+    std::vector<float> ma(static_cast<size_t>(F)), may(static_cast<size_t>(F)), scale(static_cast<size_t>(F));
+    for (int64_t j = 0; j < F; ++j) {
+        ma[size_t(j)] = float(sums[size_t(j)] / double(total));
+        may[size_t(j)] = float(sums[size_t(F + j)] / double(total));
+        scale[size_t(j)] = gamma[j] * inv[size_t(j)];
+    }
+    const float *m1 = ma.data(), *m2 = may.data(), *sc = scale.data();
+#pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i)
+#pragma omp simd
+        for (int64_t j = 0; j < F; ++j) dx[i * F + j] = (a[i * F + j] - m1[j] - y[i * F + j] * m2[j]) * sc[j];
+}
+
 }  // namespace mg
