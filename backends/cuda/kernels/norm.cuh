@@ -99,14 +99,26 @@ struct RunningMomentsOp {      // evaluation: the running statistics
 };
 
 // y = (x - mean) * inv (forward) or dx = (g - mg - y * mgy) * inv (backward; mg, mgy the means
-// of g and g * y).
+// of g and g * y), times gamma[j] when given (the affine backward, g = dL/d(out)).
 struct BatchApplyOp {
     const float *x, *g, *y, *mean, *inv, *mg, *mgy;
     float *out;
     int64_t F;
+    const float *gamma = nullptr;
     __device__ void operator()(int64_t k) const {
         const int64_t j = k % F;
-        out[k] = g ? (g[k] - mg[j] - y[k] * mgy[j]) * inv[j] : (x[k] - mean[j]) * inv[j];
+        const float scale = gamma ? inv[j] * gamma[j] : inv[j];
+        out[k] = g ? (g[k] - mg[j] - y[k] * mgy[j]) * scale : (x[k] - mean[j]) * inv[j];
+    }
+};
+
+struct SumsToFloatOp {         // the affine weights' gradients: dbeta = sum a, dgamma = sum a * y
+    const double *sums;
+    float *dbeta, *dgamma;
+    int64_t F;
+    __device__ void operator()(int64_t j) const {
+        if (dbeta) dbeta[j] = float(sums[j]);
+        if (dgamma) dgamma[j] = float(sums[F + j]);
     }
 };
 
@@ -179,6 +191,24 @@ void batch_standardize_bwd(const float *g, const float *x, const float *y, int64
     cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums + F, st.mgy, total});
     cuda::map("batch norm backward (BatchApplyOp)", rows * F,
               cuda::BatchApplyOp{x, g, y, nullptr, st.inv, st.mg, st.mgy, dx, F});
+}
+
+// Batch norm's backward with its affine part (backends/openmp/kernels/norm.h): from
+// a = dL/d(standardize(x) * gamma + beta), dbeta = sum a, dgamma = sum a * y (either may be null)
+// and dx = gamma * (a - mean a - y * mean(a * y)) / sigma.
+template <class Across>
+void batch_norm_affine_bwd(const float *a, const float *gamma, const float *x, const float *y, int64_t rows,
+                           int64_t total, int64_t F, float eps, float *dx, float *dgamma, float *dbeta, Across) {
+    const norm_detail::Stats st = norm_detail::stats(F);
+    norm_detail::moments(x, rows, total, F, eps, nullptr, nullptr, 0.f, false, st);
+    norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, nullptr, nullptr, false, rows, F, st.sums);
+    norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, y, nullptr, false, rows, F, st.sums + F);
+    if (dgamma || dbeta)
+        cuda::map("batch norm affine gradients (SumsToFloatOp)", F, cuda::SumsToFloatOp{st.sums, dbeta, dgamma, F});
+    cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums, st.mg, total});
+    cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums + F, st.mgy, total});
+    cuda::map("batch norm backward (BatchApplyOp)", rows * F,
+              cuda::BatchApplyOp{x, a, y, nullptr, st.inv, st.mg, st.mgy, dx, F, gamma});
 }
 
 }  // namespace mg
