@@ -365,11 +365,13 @@ MG_INLINE float head_dot(const float* MG_RESTRICT a, const float* MG_RESTRICT b,
     return s;
 }
 
-// edge_dot over every edge, destination by destination, with head_dot<WHOLE> per head.
-template <bool WHOLE>
-void edge_dot_rows(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
-                   const int64_t* col, int64_t num_nodes, int64_t H, int64_t D, float* out) {
-    const int64_t F = H * D, E = indptr[num_nodes];
+// Calls body(e, ra, rb) for every edge e, destination by destination (CSR order), with ra and rb
+// the F-wide rows of a and b at e's ends (its source col[e] when *_src, else its destination v);
+// the source rows of edges LA positions ahead are prefetched.
+template <class Body>
+void for_each_edge_rows(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
+                        const int64_t* col, int64_t num_nodes, int64_t F, const Body& body) {
+    const int64_t E = indptr[num_nodes];
     constexpr int LA = kTraversalLookahead;
 #pragma omp parallel for schedule(dynamic, 64) if (E * F > kParallelMin)
     for (int64_t v = 0; v < num_nodes; ++v) {
@@ -378,11 +380,19 @@ void edge_dot_rows(const float* a, bool a_src, const float* b, bool b_src, const
                 if (a_src) prefetch_l1<64>(a + col[e + LA] * F);
                 if (b_src) prefetch_l1<64>(b + col[e + LA] * F);
             }
-            const float* ra = a + (a_src ? col[e] : v) * F;
-            const float* rb = b + (b_src ? col[e] : v) * F;
-            for (int64_t h = 0; h < H; ++h) out[e * H + h] = head_dot<WHOLE>(ra + h * D, rb + h * D, D);
+            body(e, a + (a_src ? col[e] : v) * F, b + (b_src ? col[e] : v) * F);
         }
     }
+}
+
+// edge_dot with head_dot<WHOLE> per head.
+template <bool WHOLE>
+void edge_dot_rows(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
+                   const int64_t* col, int64_t num_nodes, int64_t H, int64_t D, float* out) {
+    for_each_edge_rows(a, a_src, b, b_src, indptr, col, num_nodes, H * D,
+                       [&](int64_t e, const float* ra, const float* rb) {
+                           for (int64_t h = 0; h < H; ++h) out[e * H + h] = head_dot<WHOLE>(ra + h * D, rb + h * D, D);
+                       });
 }
 
 #if MG_HAVE_SIMD
@@ -394,9 +404,8 @@ inline void edge_dot_rows_narrow(const float* a, bool a_src, const float* b, boo
                                  const int64_t* col, int64_t num_nodes, int64_t H, int64_t D, float* out) {
     using namespace simd;
     constexpr int kMaxVectors = 8;
-    const int64_t F = H * D, E = indptr[num_nodes];
+    const int64_t F = H * D;
     const int nv = int((F + kLanes - 1) / kLanes);
-    constexpr int LA = kTraversalLookahead;
     vi partner[4];  // lane l ^ s for s = 1, 2, 4, 8
     int steps = 0;
     for (int64_t s = 1; s < D; s *= 2, ++steps) {
@@ -404,50 +413,30 @@ inline void edge_dot_rows_narrow(const float* a, bool a_src, const float* b, boo
         for (int l = 0; l < kLanes; ++l) idx[l] = std::int32_t(l ^ s);
         partner[steps] = load_i32(idx);
     }
-#pragma omp parallel for schedule(dynamic, 64) if (E * F > kParallelMin)
-    for (int64_t v = 0; v < num_nodes; ++v) {
+    for_each_edge_rows(a, a_src, b, b_src, indptr, col, num_nodes, F, [&](int64_t e, const float* ra, const float* rb) {
         alignas(64) float sums[kMaxVectors * kLanes];
-        for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
-            if (e + LA < E) {
-                if (a_src) prefetch_l1<64>(a + col[e + LA] * F);
-                if (b_src) prefetch_l1<64>(b + col[e + LA] * F);
-            }
-            const float* ra = a + (a_src ? col[e] : v) * F;
-            const float* rb = b + (b_src ? col[e] : v) * F;
-            for (int j = 0; j < nv; ++j) {
-                const mask m = lanes(F - int64_t(kLanes) * j);
-                vf p = mul(load(m, ra + kLanes * j), load(m, rb + kLanes * j));
-                for (int t = 0; t < steps; ++t) p = add(p, permute(p, partner[t]));
-                store_aligned(sums + kLanes * j, p);
-            }
-            for (int64_t h = 0; h < H; ++h) out[e * H + h] = sums[h * D];
+        for (int j = 0; j < nv; ++j) {
+            const mask m = lanes(F - int64_t(kLanes) * j);
+            vf p = mul(load(m, ra + kLanes * j), load(m, rb + kLanes * j));
+            for (int t = 0; t < steps; ++t) p = add(p, permute(p, partner[t]));
+            store_aligned(sums + kLanes * j, p);
         }
-    }
+        for (int64_t h = 0; h < H; ++h) out[e * H + h] = sums[h * D];
+    });
 }
 
 // edge_dot with one head of any width: masked vectors summed in one register, one reduction.
 inline void edge_dot_rows_one_head(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
                                    const int64_t* col, int64_t num_nodes, int64_t D, float* out) {
     using namespace simd;
-    const int64_t E = indptr[num_nodes];
-    constexpr int LA = kTraversalLookahead;
-#pragma omp parallel for schedule(dynamic, 64) if (E * D > kParallelMin)
-    for (int64_t v = 0; v < num_nodes; ++v) {
-        for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
-            if (e + LA < E) {
-                if (a_src) prefetch_l1<64>(a + col[e + LA] * D);
-                if (b_src) prefetch_l1<64>(b + col[e + LA] * D);
-            }
-            const float* ra = a + (a_src ? col[e] : v) * D;
-            const float* rb = b + (b_src ? col[e] : v) * D;
-            vf acc = zero();
-            for (int64_t d = 0; d < D; d += kLanes) {
-                const mask m = lanes(D - d);
-                acc = fmadd(load(m, ra + d), load(m, rb + d), acc);
-            }
-            out[e] = reduce_add(acc);
+    for_each_edge_rows(a, a_src, b, b_src, indptr, col, num_nodes, D, [&](int64_t e, const float* ra, const float* rb) {
+        vf acc = zero();
+        for (int64_t d = 0; d < D; d += kLanes) {
+            const mask m = lanes(D - d);
+            acc = fmadd(load(m, ra + d), load(m, rb + d), acc);
         }
-    }
+        out[e] = reduce_add(acc);
+    });
 }
 #endif
 
