@@ -59,7 +59,8 @@ def _plain_sum_of(op) -> bool:
 
 def fold_self_terms(program: Program) -> int:
     """Rewrite ``add(x, aggregate(x))`` (either order) into one aggregate with self loops, in
-    place; returns the number folded.  The aggregate must have no other reader."""
+    place; returns the number folded.  The aggregate must have no other reader, and x must not
+    be rows of the featureless identity (left to the lookups that read it)."""
     require_forward_only(program, "fold_self_terms")
     uses, prod = forward_uses(program), producers(program)
     count = 0
@@ -69,7 +70,8 @@ def fold_self_terms(program: Program) -> int:
         for agg_value, x in (op.inputs, op.inputs[::-1]):
             agg = prod.get(agg_value.id)
             if (agg is None or not _plain_sum_of(agg) or agg.inputs[0] is not x
-                    or uses.get(agg_value.id, 0) != 1 or x.shape != agg_value.shape):
+                    or uses.get(agg_value.id, 0) != 1 or x.shape != agg_value.shape
+                    or identity_derived(program, x, prod)):    # the featureless identity is never a row array
                 continue
             attrs = dict(agg.attrs, self_loops=True)
             program.forward[pos] = new_op(program, "aggregate", [x], attrs, op.loc, output=op.output)
