@@ -133,8 +133,10 @@ class CompiledModel:
             self._build(looped)
         self.bound_to = dataset
         normalised = normalize_features(looped, self.program.feature_normalization)
-        # features copied here (normalised, or a sparse matrix read into the runtime's own arrays) are ours to give
-        own_copy = normalised.features is not dataset.features or sp.issparse(dataset.features)
+        # A dense array made from sparse features is referenced by nothing here: ours to give.  A
+        # normalised copy stays readable as model.dataset.features, so only the caller gives it
+        # (an aggregation hoisted in place would overwrite it).
+        own_copy = sp.issparse(normalised.features)
         dataset = normalised
         layout = GraphLayout.from_graph(dataset.graph)
         masks = None if self.link_task else (dataset.train_mask, dataset.val_mask, dataset.test_mask)

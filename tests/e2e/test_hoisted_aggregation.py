@@ -57,3 +57,17 @@ def test_prepare_runs_once_per_context():
     session = model.session
     assert session.lib.mg_prepare(session.ctx) != 0
     assert "already" in session.ffi.string(session.lib.mg_error(session.ctx)).decode()
+
+
+def test_normalised_features_the_model_keeps_are_not_overwritten():
+    """GIN normalises its input, and its first sum of the raw rows is hoisted out of the epoch:
+    the normalised copy the model keeps as model.dataset.features must still hold the normalised
+    features (only a caller's donation lets the aggregation overwrite them)."""
+    from morphgen.pipeline import normalize_features
+
+    data = _data(features=12)
+    model = morphgen.compile(example("gin"), threads=2, seed=5, sparsity_threshold=0.99)
+    model.bind(data)
+    assert model.program.invariant and model.program.feature_normalization == "row"
+    expected = normalize_features(data, "row").features
+    np.testing.assert_array_equal(model.dataset.features, expected)
