@@ -178,7 +178,10 @@ def _parity_case(work: Path, program: Path, epochs: int) -> dict:
     from morphgen.api import CompiledModel
     data = harness.prepare_dataset(str(_typed_graph(work / "typed.npz")), None, work, keep=True)
     shape = harness.program_shape(program)
-    model = CompiledModel(program, threads=1, seed=5).bind(data.dataset)
+    # Built at -O0 (toolchain.optimisation_flags): numbers, not speed, and the build is 5x faster.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MORPHGEN_OPT_LEVEL", "0")
+        model = CompiledModel(program, threads=1, seed=5).bind(data.dataset)
     params = {k: np.array(v, np.float32) * 3 for k, v in model.get_params().items()}
     for name, heads in shape.block_diagonal.items():
         params[name] = harness.zero_off_diagonal_blocks(params[name].reshape(-1, 64, 64), heads).reshape(-1)
@@ -190,19 +193,14 @@ def _parity_case(work: Path, program: Path, epochs: int) -> dict:
     return {"losses": losses, "spec": spec, "data": data, "work": work}
 
 
-# Built at -O0 (toolchain.optimisation_flags): these compare numbers, not speed, and build 5x faster.
 @pytest.fixture(scope="module")
 def hgt_parity(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MORPHGEN_OPT_LEVEL", "0")
-        return _parity_case(tmp_path_factory.mktemp("hgt"), HGT, 1)
+    return _parity_case(tmp_path_factory.mktemp("hgt"), HGT, 1)
 
 
 @pytest.fixture(scope="module")
 def rgat_parity(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MORPHGEN_OPT_LEVEL", "0")
-        return _parity_case(tmp_path_factory.mktemp("rgat"), RGAT, 3)
+    return _parity_case(tmp_path_factory.mktemp("rgat"), RGAT, 3)
 
 
 def test_the_parity_graph_is_typed_as_described(hgt_parity):

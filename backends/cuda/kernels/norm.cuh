@@ -112,15 +112,6 @@ struct BatchApplyOp {
     }
 };
 
-struct SumsToFloatOp {         // the affine weights' gradients: dbeta = sum a, dgamma = sum a * y
-    const double *sums;
-    float *dbeta, *dgamma;
-    int64_t F;
-    __device__ void operator()(int64_t j) const {
-        if (dbeta) dbeta[j] = float(sums[j]);
-        if (dgamma) dgamma[j] = float(sums[F + j]);
-    }
-};
 
 }  // namespace cuda
 
@@ -203,8 +194,9 @@ void batch_norm_affine_bwd(const float *a, const float *gamma, const float *x, c
     norm_detail::moments(x, rows, total, F, eps, nullptr, nullptr, 0.f, false, st);
     norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, nullptr, nullptr, false, rows, F, st.sums);
     norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, y, nullptr, false, rows, F, st.sums + F);
-    if (dgamma || dbeta)
-        cuda::map("batch norm affine gradients (SumsToFloatOp)", F, cuda::SumsToFloatOp{st.sums, dbeta, dgamma, F});
+    // The affine weights' gradients are the sums themselves (a "mean" over one row rounds them once).
+    if (dbeta) cuda::map("batch norm beta gradient (MeanOp)", F, cuda::MeanOp{st.sums, dbeta, 1});
+    if (dgamma) cuda::map("batch norm gamma gradient (MeanOp)", F, cuda::MeanOp{st.sums + F, dgamma, 1});
     cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums, st.mg, total});
     cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums + F, st.mgy, total});
     cuda::map("batch norm backward (BatchApplyOp)", rows * F,

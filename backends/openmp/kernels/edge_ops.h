@@ -459,7 +459,6 @@ inline void edge_dot(const float* a, bool a_src, const float* b, bool b_src, con
         return edge_detail::edge_dot_rows_narrow(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
 #endif
     edge_detail::edge_dot_rows<false>(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
-        edge_detail::edge_dot_rows<false>(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
 }
 
 }  // namespace mg
