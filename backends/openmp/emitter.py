@@ -86,6 +86,7 @@ class OpenMPEmitter:
     edge_typed_feature_views = True  # typed linears of feature rows at edge ends read dense or CSR features
     row_gradients = True             # an embedding table's gradient keeps the looked-up rows only (Adam)
     fuses_batch_norm_grads = True    # batch norm's backward with its affine part's gradients: one kernel
+    fuses_batch_norm_affine = True   # batch norm with its affine part and activation: one forward kernel
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -124,6 +125,8 @@ class OpenMPEmitter:
         self.extra_reads: list = []      # (value id, op): values a fused kernel reads at that op
         self.extra_writes: list = []     # (value id, op): values a fused kernel writes at that op
         self.batch_norm_grads: dict = {}  # id(batch_standardize_grad) -> (a, gamma, dgamma, dbeta)
+        self.batch_norm_affine: dict = {}  # id(batch_standardize) -> the mul by gamma it runs
+        self.unwritten: set = set()      # ids of values every reader recomputes: never stored
         self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
 
     # -- shapes ------------------------------------------------------------------------------
@@ -294,6 +297,7 @@ class OpenMPEmitter:
         self.plan_edge_traversals()
         self.plan_edge_typed_row_sums()
         self.plan_batch_norm_grads()
+        self.plan_batch_norm_affine()
         self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
@@ -373,7 +377,7 @@ class OpenMPEmitter:
         ops = self.p.forward + self.p.backward
         ids = {op.output.id for op in ops if id(op) in self.absorbed and op.output is not None}
         ids |= {op.output.id for op in ops if id(op) in self.epilogues}
-        return ids - finals
+        return (ids - finals) | self.unwritten
 
     def storage_of(self, v: Value) -> str:
         """Where a value lives: a parameter, a shared epoch buffer, a view of another buffer."""
@@ -517,6 +521,46 @@ class OpenMPEmitter:
                 self.fused_into[id(op)] = bn
             self.extra_reads.append((a.id, bn))
             self.extra_writes += [(v.id, bn) for v in (dgamma, dbeta) if v is not None]
+
+    def plan_batch_norm_affine(self) -> None:
+        """Run batch norm's forward with the product by gamma that follows it (and that product's
+        fused bias and activation) as one kernel, ``batch_norm_affine_fwd`` (kernels/norm.h).
+
+        The standardised rows ``y`` are then written only if a reader needs them: the fused
+        backward (plan_batch_norm_grads) recomputes them from x with the moments it computes
+        anyway, so where it and the product are y's only readers, y is never stored -- one
+        array less to write in the forward and to keep until the backward.
+        """
+        if not self.fuses_batch_norm_affine:
+            return
+        forward = {id(op) for op in self.p.forward}
+        for bn in self.p.forward:
+            if bn.opcode != "batch_standardize":
+                continue
+            y = bn.output
+            forward_readers = [r for r, _ in self.readers.get(y.id, []) if id(r) in forward]
+            if len(forward_readers) != 1:
+                continue
+            scale = forward_readers[0]
+            params = [v for v in scale.inputs if v.assoc == "param"]
+            if (scale.opcode != "mul" or id(scale) in self.absorbed or len(params) != 1
+                    or params[0].shape != y.shape or scale.inputs.count(y) != 1):
+                continue
+            self.batch_norm_affine[id(bn)] = scale
+            self.absorbed.add(id(scale))
+            self.fused_into[id(scale)] = bn
+            final = self.epilogues[id(scale)][2] if id(scale) in self.epilogues else scale.output
+            self.extra_writes.append((final.id, bn))
+            if all(self._recomputes_standardized(reader, y) for reader, _ in self.readers.get(y.id, [])
+                   if reader is not scale):
+                self.unwritten.add(y.id)
+
+    def _recomputes_standardized(self, op, y) -> bool:
+        """Whether ``op`` needs no stored copy of the standardised rows ``y``: it is a fused batch
+        norm backward of them, or runs inside one."""
+        fused = self.fused_into.get(id(op), op)
+        return (id(fused) in self.batch_norm_grads and fused.opcode == "batch_standardize_grad"
+                and fused.inputs[2] is y)
 
     def plan_edge_typed_row_sums(self) -> None:
         """Both gradients of a typed linear at edge ends start by summing G's edges into the
@@ -1109,6 +1153,16 @@ class OpenMPEmitter:
                           f"{self.ptr(op.output)})", f"16.0 * {self.numel(op.output)}")
 
     def op_batch_standardize(self, op, x, mean, var):
+        if id(op) in self.batch_norm_affine:
+            scale = self.batch_norm_affine[id(op)]
+            gamma = next(v for v in scale.inputs if v.assoc == "param")
+            epilogue, final = self._epilogue(scale)
+            y = "nullptr" if op.output.id in self.unwritten else self.ptr(op.output)
+            return self.timed("elementwise", f"mg::batch_norm_affine_fwd(training, {self.ptr(x)}, {self.rows(op.output)}, "
+                              f"{self.all_rows(op.output)}, {self.width(x)}, {self.ptr(mean)}, {self.ptr(var)}, "
+                              f"{_float(op.attrs['eps'])}f, {_float(op.attrs['momentum'])}f, {self.ptr(gamma)}, "
+                              f"{epilogue[2:] if epilogue else 'mg::Epilogue{}'}, {y}, "
+                              f"{self.ptr(final)}, {self.across_ranks()})", f"12.0 * {self.numel(op.output)}")
         return self.timed("elementwise", f"mg::batch_standardize_fwd(training, {self.ptr(x)}, {self.rows(op.output)}, "
                           f"{self.all_rows(op.output)}, {self.width(x)}, {self.ptr(mean)}, {self.ptr(var)}, "
                           f"{_float(op.attrs['eps'])}f, {_float(op.attrs['momentum'])}f, {self.ptr(op.output)}, "
@@ -1117,8 +1171,9 @@ class OpenMPEmitter:
     def op_batch_standardize_grad(self, op, g, x, y):
         if id(op) in self.batch_norm_grads:
             a, gamma, dgamma, dbeta = self.batch_norm_grads[id(op)]
+            y_rows = "nullptr" if y.id in self.unwritten else self.ptr(y)     # recomputed from x
             return self.timed("elementwise", f"mg::batch_norm_affine_bwd({self.ptr(a)}, {self.ptr(gamma)}, "
-                              f"{self.ptr(x)}, {self.ptr(y)}, {self.rows(op.output)}, {self.all_rows(op.output)}, "
+                              f"{self.ptr(x)}, {y_rows}, {self.rows(op.output)}, {self.all_rows(op.output)}, "
                               f"{self.width(g)}, {_float(op.attrs['eps'])}f, {self.ptr(op.output)}, "
                               f"{self.ptr(dgamma) if dgamma is not None else 'nullptr'}, "
                               f"{self.ptr(dbeta) if dbeta is not None else 'nullptr'}, {self.across_ranks()})",

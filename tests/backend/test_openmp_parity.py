@@ -19,6 +19,7 @@ CASES = {
     "gat": lambda: models.gat(),
     "gat_heads": lambda: models.gat_heads(),
     "normed": lambda: models.normed(),
+    "normed_reread": lambda: models.normed_reread(),
 }
 
 
@@ -124,6 +125,46 @@ def test_batch_norm_backward_with_its_affine_gradients_is_one_kernel():
     gamma, beta = (program.grads[f"bn.{w}"] for w in ("gamma", "beta"))
     by_output = {op.output.id: op for op in program.backward}
     assert ran[id(by_output[gamma.id])] == [] and ran[id(by_output[beta.id])] == []
+
+
+def _batch_norm_plan(program):
+    """(kernels per op id, the emitter) of the OpenMP lowering of ``program``."""
+    from morphgen.backends.openmp.emitter import OpenMPEmitter
+    from morphgen.passes import run_default
+
+    program.bind({"F": 5, "C": 3, "N": 12, "etypes": 1, "ntypes": 1})
+    run_default(program)
+    emitter = OpenMPEmitter(program)
+    emitter.emit()
+    return {id(row["op"]): row["kernels"] for row in emitter.plan_rows}, emitter
+
+
+def test_batch_norm_forward_with_its_affine_part_is_one_kernel_and_keeps_no_standardised_rows():
+    """standardize(x) * gamma + beta: one forward kernel; its standardised rows are read by
+    nothing but the fused backward, which recomputes them, so no buffer holds them."""
+    program = models.normed()
+    ran, emitter = _batch_norm_plan(program)
+    bn = next(op for op in program.forward if op.opcode == "batch_standardize")
+    scale = next(op for op in program.forward if op.opcode == "mul" and bn.output in op.inputs)
+    assert ran[id(bn)] == ["mg::batch_norm_affine_fwd"] and ran[id(scale)] == []
+    assert bn.output.id not in emitter.has_buffer and bn.output.id in emitter.unstored_values()
+
+
+def test_standardised_rows_read_again_are_still_written():
+    program = models.normed_reread()
+    ran, emitter = _batch_norm_plan(program)
+    bn = next(op for op in program.forward if op.opcode == "batch_standardize")
+    assert ran[id(bn)] == ["mg::batch_norm_affine_fwd"]
+    assert bn.output.id in emitter.has_buffer
+
+
+@pytest.mark.parametrize("name", ["normed", "normed_reread"])
+def test_batch_norm_models_match_interpreter_on_threads(name):
+    """Enough rows for the batch norm kernels to run on the thread team (their sums in per-thread
+    partials)."""
+    graph = random_graph(n=2500, e=10000, seed=11)      # 2500 rows x 8 features: threaded kernels
+    x, labels, mask = random_data(graph, 9, classes=3)
+    _check(CASES[name](), graph, x, labels, mask, classes=3)
 
 
 def test_an_edge_weight_that_is_itself_a_gather_is_stored():

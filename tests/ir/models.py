@@ -173,6 +173,20 @@ def normed(hidden=8) -> Program:
     return m.finish(m.emit("linear", m.emit("tanh", h), m.param("W3", (hidden, "C"))))
 
 
+def normed_reread(hidden=8) -> Program:
+    """Batch norm whose standardised rows are read again after its affine part (a residual of
+    them): the fused forward must still write them."""
+    m = ModelBuilder("normed_reread")
+    h = m.emit("linear", m.x, m.param("W1", ("F", hidden)))
+    mean = m.param("bn.running_mean", (hidden,), init="zeros", trainable=False)
+    var = m.param("bn.running_var", (hidden,), init="ones", trainable=False)
+    y = m.emit("batch_standardize", h, mean, var, eps=1e-5, momentum=0.1)
+    h = m.emit("relu", m.emit("bias_add", m.emit("mul", y, m.param("bn.gamma", (hidden,), init="ones")),
+                              m.param("bn.beta", (hidden,), init="zeros")))
+    h = m.emit("add", m.emit("aggregate", h, reduce="sum", norm="none", self_loops=True), y)
+    return m.finish(m.emit("linear", h, m.param("W2", (hidden, "C"))))
+
+
 def rgcn(hidden=16, featureless=True, bases=None) -> Program:
     """R-GCN entity classification: Σ_r Σ_{u->v of type r} x_u W_r / c_{v,r} + x_v S + b; with
     ``bases`` = B, W_r = Σ_b A[r,b] V_b (basis decomposition)."""

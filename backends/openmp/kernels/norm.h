@@ -4,6 +4,7 @@
 // instead of keeping them (one more pass over x, no per-op state between forward and backward).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -60,46 +61,67 @@ inline void layer_standardize_bwd(const float* g, const float* x, const float* y
 
 // ---- batch norm: per feature, over the node rows ----------------------------------------------
 namespace norm_detail {
-// sum_i f(i, j) for every feature j, in double (ew_detail::reduce_to), then over the ranks.
-template <class Across, class Fn>
-std::vector<double> column_sums(int64_t rows, int64_t F, Across across, Fn f) {
-    std::vector<double> out(size_t(F), 0.0);
-    ew_detail::reduce_to(Bcast::Row, rows, F, out.data(), f);
-    across(out.data(), F);
-    return out;
+// This process's sum_i f1(i, j) (first F) and sum_i f2(i, j) (next F) for every feature j, in
+// double, in one pass over the rows: thread-local partials a cache line apart, added in thread
+// order (the same result whatever the scheduling).  ew_detail::reduce_to's one-function form
+// over 2F columns (a select per element) made GIN's epoch on the arxiv-shaped graph about 4%
+// slower.
+template <class Fn1, class Fn2>
+std::vector<double> column_sum_pair(int64_t rows, int64_t F, Fn1 f1, Fn2 f2) {
+    const int64_t stride = (2 * F + 7) / 8 * 8 + 8;
+    const int nthreads = rows * F > ew_detail::kParallelMin ? omp_get_max_threads() : 1;
+    std::vector<double> partial(size_t(nthreads) * size_t(stride), 0.0);
+#pragma omp parallel num_threads(nthreads)
+    {
+        double* acc = partial.data() + int64_t(omp_get_thread_num()) * stride;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < rows; ++i) {
+#pragma omp simd
+            for (int64_t j = 0; j < F; ++j) {
+                acc[j] += f1(i, j);
+                acc[F + j] += f2(i, j);
+            }
+        }
+    }
+    std::vector<double> sums(size_t(2 * F), 0.0);
+    for (int64_t j = 0; j < 2 * F; ++j)
+        for (int t = 0; t < nthreads; ++t) sums[size_t(j)] += partial[size_t(t) * size_t(stride) + size_t(j)];
+    return sums;
 }
 
 // Column mean and 1/sqrt(var + eps) of x (biased variance, as torch's BatchNorm) over ``total``
-// rows in all, ``rows`` of them here; ``var`` is kept for the running estimate.
+// rows in all, ``rows`` of them here; ``var`` is kept for the running estimate.  One pass: the
+// sums of x and x^2 in double (their difference loses about log2(mean^2 / var) of double's 52
+// bits, far more than float's 24 keep), then over the ranks.
 template <class Across>
 void column_moments(const float* x, int64_t rows, int64_t total, int64_t F, float eps, std::vector<float>& mean,
                     std::vector<float>& var, std::vector<float>& inv, Across across) {
-    const std::vector<double> s = column_sums(rows, F, across, [&](int64_t i, int64_t j) { return x[i * F + j]; });
+    std::vector<double> s = column_sum_pair(
+        rows, F, [&](int64_t i, int64_t j) { return double(x[i * F + j]); },
+        [&](int64_t i, int64_t j) { return double(x[i * F + j]) * double(x[i * F + j]); });
+    across(s.data(), 2 * F);
     mean.resize(size_t(F));
-    for (int64_t j = 0; j < F; ++j) mean[size_t(j)] = float(s[size_t(j)] / double(total));
-    const float* mu = mean.data();
-    const std::vector<double> q = column_sums(rows, F, across, [&](int64_t i, int64_t j) {
-        const float d = x[i * F + j] - mu[j];
-        return d * d;
-    });
     var.resize(size_t(F));
     inv.resize(size_t(F));
     for (int64_t j = 0; j < F; ++j) {
-        var[size_t(j)] = float(q[size_t(j)] / double(total));
+        const double m = s[size_t(j)] / double(total);
+        const double v = std::max(s[size_t(F + j)] / double(total) - m * m, 0.0);
+        mean[size_t(j)] = float(m);
+        var[size_t(j)] = float(v);
         inv[size_t(j)] = float(1.0 / std::sqrt(double(var[size_t(j)]) + double(eps)));
     }
 }
-}  // namespace norm_detail
 
-// Training: standardise with the batch statistics and move the running ones towards them
-// (running = (1 - momentum) * running + momentum * batch; the variance unbiased, as torch does).
-// Evaluation: standardise with the running statistics.
+// The statistics a batch norm standardises with: the batch's in training (moving the running
+// ones towards them: running = (1 - momentum) * running + momentum * batch, the variance
+// unbiased, as torch does), the running ones in evaluation.
 template <class Across>
-void batch_standardize_fwd(bool training, const float* x, int64_t rows, int64_t total, int64_t F, float* run_mean,
-                           float* run_var, float eps, float momentum, float* y, Across across) {
-    std::vector<float> mean, var, inv;
+void standardize_statistics(bool training, const float* x, int64_t rows, int64_t total, int64_t F, float* run_mean,
+                            float* run_var, float eps, float momentum, std::vector<float>& mean,
+                            std::vector<float>& inv, Across across) {
     if (training) {
-        norm_detail::column_moments(x, rows, total, F, eps, mean, var, inv, across);
+        std::vector<float> var;
+        column_moments(x, rows, total, F, eps, mean, var, inv, across);
         const float unbias = total > 1 ? float(total) / float(total - 1) : 1.f;
         for (int64_t j = 0; j < F; ++j) {
             run_mean[j] = (1.f - momentum) * run_mean[j] + momentum * mean[size_t(j)];
@@ -110,11 +132,53 @@ void batch_standardize_fwd(bool training, const float* x, int64_t rows, int64_t 
         inv.resize(size_t(F));
         for (int64_t j = 0; j < F; ++j) inv[size_t(j)] = float(1.0 / std::sqrt(double(run_var[j]) + double(eps)));
     }
+}
+}  // namespace norm_detail
+
+// y = (x - mean) / sigma per feature, with the statistics of norm_detail::standardize_statistics.
+template <class Across>
+void batch_standardize_fwd(bool training, const float* x, int64_t rows, int64_t total, int64_t F, float* run_mean,
+                           float* run_var, float eps, float momentum, float* y, Across across) {
+    std::vector<float> mean, inv;
+    norm_detail::standardize_statistics(training, x, rows, total, F, run_mean, run_var, eps, momentum, mean, inv,
+                                        across);
     const float *mu = mean.data(), *iv = inv.data();
 #pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
     for (int64_t i = 0; i < rows; ++i)
 #pragma omp simd
         for (int64_t j = 0; j < F; ++j) y[i * F + j] = (x[i * F + j] - mu[j]) * iv[j];
+}
+
+// Batch norm with its affine part and the activation after it, out = act(y * gamma + beta) with
+// y = standardize(x): the program's batch_standardize and the binary product whose bias and
+// activation ran in its epilogue, in one pass over the rows after the statistics.  y is written
+// too unless null (a backward that recomputes it from x, batch_norm_affine_bwd, needs no copy).
+// The arithmetic is that of the two kernels it replaces, so out is the same to the bit.
+template <class Across>
+void batch_norm_affine_fwd(bool training, const float* x, int64_t rows, int64_t total, int64_t F, float* run_mean,
+                           float* run_var, float eps, float momentum, const float* gamma, const Epilogue& epi,
+                           float* y, float* out, Across across) {
+    std::vector<float> mean, inv;
+    norm_detail::standardize_statistics(training, x, rows, total, F, run_mean, run_var, eps, momentum, mean, inv,
+                                        across);
+    const float *mu = mean.data(), *iv = inv.data();
+#pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* xr = x + i * F;
+        float* o = out + i * F;
+        if (y) {
+            float* yr = y + i * F;
+#pragma omp simd
+            for (int64_t j = 0; j < F; ++j) {
+                yr[j] = (xr[j] - mu[j]) * iv[j];
+                o[j] = yr[j] * gamma[j];
+            }
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < F; ++j) o[j] = ((xr[j] - mu[j]) * iv[j]) * gamma[j];
+        }
+        apply_epilogue(epi.act, epi.alpha, epi.bias, o, F);
+    }
 }
 
 // dx = (g - mean_n(g) - y * mean_n(g * y)) / sigma, per feature (the training forward's statistics).
@@ -123,12 +187,13 @@ void batch_standardize_bwd(const float* g, const float* x, const float* y, int64
                            float eps, float* dx, Across across) {
     std::vector<float> mean, var, inv, sg(static_cast<size_t>(F)), sgy(static_cast<size_t>(F));
     norm_detail::column_moments(x, rows, total, F, eps, mean, var, inv, across);
-    const std::vector<double> s = norm_detail::column_sums(rows, F, across, [&](int64_t i, int64_t j) { return g[i * F + j]; });
-    const std::vector<double> q = norm_detail::column_sums(rows, F, across,
-                                                           [&](int64_t i, int64_t j) { return g[i * F + j] * y[i * F + j]; });
+    std::vector<double> s = norm_detail::column_sum_pair(
+        rows, F, [&](int64_t i, int64_t j) { return g[i * F + j]; },
+        [&](int64_t i, int64_t j) { return g[i * F + j] * y[i * F + j]; });
+    across(s.data(), 2 * F);
     for (int64_t j = 0; j < F; ++j) {
         sg[size_t(j)] = float(s[size_t(j)] / double(total));
-        sgy[size_t(j)] = float(q[size_t(j)] / double(total));
+        sgy[size_t(j)] = float(s[size_t(F + j)] / double(total));
     }
     const float *iv = inv.data(), *mg_ = sg.data(), *mgy = sgy.data();
 #pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
@@ -145,51 +210,43 @@ void batch_standardize_bwd(const float* g, const float* x, const float* y, int64
 // (batch_standardize_bwd of g = a * gamma, whose sums are gamma times these).  The program's own
 // ops for it -- the two products, the two row sums and batch_standardize_bwd -- read a four more
 // times and write two arrays; here one pass sums a and a * y, one writes dx (after the moments
-// of x, as batch_standardize_bwd).  dbeta and dgamma (either may be null) are this process's
-// sums; the means use the sums over all rows (across).
+// of x, as batch_standardize_bwd).  y may be null: it is then recomputed from x with the moments,
+// the same arithmetic as the forward's, so the same values.  dbeta and dgamma (either may be
+// null) are this process's sums; the means use the sums over all rows (across).
 template <class Across>
 void batch_norm_affine_bwd(const float* a, const float* gamma, const float* x, const float* y, int64_t rows,
                            int64_t total, int64_t F, float eps, float* dx, float* dgamma, float* dbeta,
                            Across across) {
     std::vector<float> mean, var, inv;
     norm_detail::column_moments(x, rows, total, F, eps, mean, var, inv, across);
-    // Thread-local partials of sum a (first F) and sum a * y (next F), a cache line apart: the
-    // layout of ew_detail::reduce_to, whose one-function form over 2F columns (a select per
-    // element) made GIN's epoch on the arxiv-shaped graph about 4% slower.
-    const int64_t stride = (2 * F + 7) / 8 * 8 + 8;
-    const int nthreads = rows * F > ew_detail::kParallelMin ? omp_get_max_threads() : 1;
-    std::vector<double> partial(size_t(nthreads) * size_t(stride), 0.0);
-#pragma omp parallel num_threads(nthreads)
-    {
-        double* acc = partial.data() + int64_t(omp_get_thread_num()) * stride;
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < rows; ++i) {
-#pragma omp simd
-            for (int64_t j = 0; j < F; ++j) {
-                acc[j] += a[i * F + j];
-                acc[F + j] += a[i * F + j] * y[i * F + j];
-            }
+    const float *mu = mean.data(), *iv = inv.data();
+    // Two instances, so that the inner loops carry no test of y.
+    auto run = [&](auto standardized) {
+        std::vector<double> sums = norm_detail::column_sum_pair(
+            rows, F, [&](int64_t i, int64_t j) { return a[i * F + j]; },
+            [&](int64_t i, int64_t j) { return a[i * F + j] * standardized(i, j); });
+        for (int64_t j = 0; j < F; ++j) {
+            if (dbeta) dbeta[j] = float(sums[size_t(j)]);
+            if (dgamma) dgamma[j] = float(sums[size_t(F + j)]);
         }
-    }
-    std::vector<double> sums(size_t(2 * F), 0.0);
-    for (int64_t j = 0; j < 2 * F; ++j)
-        for (int t = 0; t < nthreads; ++t) sums[size_t(j)] += partial[size_t(t) * size_t(stride) + size_t(j)];
-    for (int64_t j = 0; j < F; ++j) {
-        if (dbeta) dbeta[j] = float(sums[size_t(j)]);
-        if (dgamma) dgamma[j] = float(sums[size_t(F + j)]);
-    }
-    across(sums.data(), 2 * F);
-    std::vector<float> ma(static_cast<size_t>(F)), may(static_cast<size_t>(F)), scale(static_cast<size_t>(F));
-    for (int64_t j = 0; j < F; ++j) {
-        ma[size_t(j)] = float(sums[size_t(j)] / double(total));
-        may[size_t(j)] = float(sums[size_t(F + j)] / double(total));
-        scale[size_t(j)] = gamma[j] * inv[size_t(j)];
-    }
-    const float *m1 = ma.data(), *m2 = may.data(), *sc = scale.data();
+        across(sums.data(), 2 * F);
+        std::vector<float> ma(static_cast<size_t>(F)), may(static_cast<size_t>(F)), scale(static_cast<size_t>(F));
+        for (int64_t j = 0; j < F; ++j) {
+            ma[size_t(j)] = float(sums[size_t(j)] / double(total));
+            may[size_t(j)] = float(sums[size_t(F + j)] / double(total));
+            scale[size_t(j)] = gamma[j] * iv[j];
+        }
+        const float *m1 = ma.data(), *m2 = may.data(), *sc = scale.data();
 #pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
-    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t i = 0; i < rows; ++i)
 #pragma omp simd
-        for (int64_t j = 0; j < F; ++j) dx[i * F + j] = (a[i * F + j] - m1[j] - y[i * F + j] * m2[j]) * sc[j];
+            for (int64_t j = 0; j < F; ++j)
+                dx[i * F + j] = (a[i * F + j] - m1[j] - standardized(i, j) * m2[j]) * sc[j];
+    };
+    if (y)
+        run([&](int64_t i, int64_t j) { return y[i * F + j]; });
+    else
+        run([&](int64_t i, int64_t j) { return (x[i * F + j] - mu[j]) * iv[j]; });
 }
 
 }  // namespace mg
