@@ -46,6 +46,7 @@ class CUDAEmitter(OpenMPEmitter):
     row_gradients = False            # ops.cuh has no row-wise Adam yet
     edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
     fuses_batch_norm_affine = False  # norm.cuh has no fused batch norm forward (batch_norm_affine_fwd) yet
+    spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
 
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""

@@ -81,6 +81,7 @@ struct Graph {
     std::vector<idx_t> edge_dst;           // destination of each edge (CSR position)
     std::vector<idx_t> node_ids;           // 0..N-1: identity rows of featureless input
     std::vector<float> gcn_scale_self, gcn_scale_plain;
+    std::vector<float> inv_count_self, inv_count_plain;  // 1 / (in-degree (+1)): transposed means
     std::vector<idx_t> zero_etype, zero_ntype;
     TypeGroups etypes, ntypes;
 
@@ -91,6 +92,10 @@ struct Graph {
         gcn_scale_plain.resize(size_t(g.num_nodes));
         gcn_node_scale(g.num_nodes, g.indptr, true, gcn_scale_self.data(), in_degree);
         gcn_node_scale(g.num_nodes, g.indptr, false, gcn_scale_plain.data(), in_degree);
+        inv_count_self.resize(size_t(g.num_nodes));
+        inv_count_plain.resize(size_t(g.num_nodes));
+        inverse_in_counts(g.num_nodes, g.indptr, true, inv_count_self.data());
+        inverse_in_counts(g.num_nodes, g.indptr, false, inv_count_plain.data());
     }
     void build_edge_dst() {
         const GraphView &g = *view;
@@ -116,9 +121,13 @@ struct Graph {
     const float *gcn_scale(bool self_loops) const {
         return self_loops ? gcn_scale_self.data() : gcn_scale_plain.data();
     }
+    const float *inv_count(bool self_loops) const {
+        return self_loops ? inv_count_self.data() : inv_count_plain.data();
+    }
     int64_t bytes() const {
         return int64_t((edge_dst.size() + node_ids.size() + zero_etype.size() + zero_ntype.size()) * sizeof(idx_t) +
-                       (gcn_scale_self.size() + gcn_scale_plain.size()) * sizeof(float)) +
+                       (gcn_scale_self.size() + gcn_scale_plain.size() + inv_count_self.size() +
+                        inv_count_plain.size()) * sizeof(float)) +
                etypes.bytes() + ntypes.bytes();
     }
 };
@@ -348,22 +357,29 @@ inline AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, bool
     s.edge_weight = edge_weight;
     s.node_scale = gcn ? g.gcn_scale(self_loops) : nullptr;
     s.self_loop = self_loops;
+    s.inv_count = r == Reduce::Mean ? g.inv_count(self_loops) : nullptr;
     return s;
 }
+// TILE: the feature tile of spmm.h, which the code generator widens to 64 floats for rows known
+// to be wider than 32 (each neighbour list is then walked once per row instead of twice).
+template <int TILE = MG_SPMM_TILE>
 inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,
                       const Epilogue &epi = Epilogue{}) {
     const GraphView &v = *g.view;
-    check(spmm(v.num_nodes, v.indptr, v.col, X, F, F, Y, F, s, epi, argmax, F), "aggregate (spmm)");
+    check(spmm<TILE>(v.num_nodes, v.indptr, v.col, X, F, F, Y, F, s, epi, argmax, F), "aggregate (spmm)");
 }
 // The aggregation of the listed rows only (the MPI backend's overlap with its halo exchange).
+template <int TILE = MG_SPMM_TILE>
 inline void aggregate_rows(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,
                            const idx_t *rows, idx_t count, const Epilogue &epi = Epilogue{}) {
     const GraphView &v = *g.view;
-    check(spmm_rows(v.num_nodes, rows, count, v.indptr, v.col, X, F, F, Y, F, s, epi, argmax, F), "aggregate (spmm)");
+    check(spmm_rows<TILE>(v.num_nodes, rows, count, v.indptr, v.col, X, F, F, Y, F, s, epi, argmax, F),
+          "aggregate (spmm)");
 }
+template <int TILE = MG_SPMM_TILE>
 inline void aggregate_transpose(const Graph &g, const AggSpec &s, const float *G, idx_t F, float *dX) {
     const GraphView &v = *g.view;
-    check(spmm_transpose(v.num_nodes, v.indptr, v.t_indptr, v.t_col, v.t_eid, G, F, F, dX, F, s),
+    check(spmm_transpose<TILE>(v.num_nodes, v.indptr, v.t_indptr, v.t_col, v.t_eid, G, F, F, dX, F, s),
           "transposed aggregate (spmm)");
 }
 inline void aggregate_max_grad(const Graph &g, const AggSpec &s, const idx_t *argmax, const float *G, idx_t F,

@@ -15,6 +15,8 @@ CASES = {
     "gcn_mean": lambda: models.gcn(dropout=0.0, norm="mean"),
     "sage_mean": lambda: models.sage("mean"),
     "sage_max": lambda: models.sage("max"),
+    "sage_mean_wide": lambda: models.sage("mean", hidden=70),    # aggregations in 64-float tiles
+    "sage_max_wide": lambda: models.sage("max", hidden=40),
     "gin": lambda: models.gin(),
     "gat": lambda: models.gat(),
     "gat_heads": lambda: models.gat_heads(),

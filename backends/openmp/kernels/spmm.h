@@ -37,7 +37,18 @@ struct AggSpec {
     const float* edge_weight = nullptr;  // [E] indexed by dst-sorted CSR position, or nullptr
     const float* node_scale = nullptr;   // [N] GCN scale s (see gcn_node_scale), or nullptr
     bool self_loop = false;              // the node's own row joins its neighbourhood
+    // [N] 1 / (in-degree + self loop) per node, or nullptr.  The transposed mean without weights
+    // or scales reads its coefficient here instead of dividing by a count from indptr: one
+    // 4-byte load from an array a quarter of indptr's size, for each edge, in random order.
+    const float* inv_count = nullptr;
 };
+
+// The inv_count of AggSpec: 1 / (in-degree(v) + self_loop), as the kernels would divide.
+inline void inverse_in_counts(idx_t n, const idx_t* indptr, bool self_loop, float* out) {
+#pragma omp parallel for schedule(static)
+    for (idx_t v = 0; v < n; ++v)
+        out[v] = 1.f / static_cast<float>(indptr[v + 1] - indptr[v] + (self_loop ? 1 : 0));
+}
 
 namespace spmm_detail {
 
@@ -265,6 +276,7 @@ void transpose_impl(idx_t n_src, const idx_t* indptr, const idx_t* t_indptr, con
     const float* w_all = spec.edge_weight;
     const float* s = spec.node_scale;
     const bool is_mean = spec.reduce == Reduce::Mean;
+    const float* inv_count = is_mean ? spec.inv_count : nullptr;
     const bool self = spec.self_loop;
     const idx_t self_cnt = self ? 1 : 0;
     const Epilogue none{};
@@ -277,6 +289,9 @@ void transpose_impl(idx_t n_src, const idx_t* indptr, const idx_t* t_indptr, con
         const idx_t* eid = t_eid + start;
         auto coef = [&](idx_t k) -> float {
             const idx_t v = nbr[k];
+            if constexpr (!HAS_W && !HAS_S) {
+                if (inv_count) return inv_count[v];      // the same bits as 1.f / count
+            }
             float c = 1.f;
             if constexpr (HAS_W) c = w_all[eid[k]];
             if constexpr (HAS_S) c *= s[v];
