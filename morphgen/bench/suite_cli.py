@@ -116,6 +116,8 @@ RELATIONAL = (
     SuiteGraph("acm_heco", "acm_heco", "ACM (HeCo, real): 3 node types, 4 edge types, 3,864 sparse features"),
     SuiteGraph("typed-16", "synthetic:nodes=10000,edges=100000,features=64,classes=8,etypes=16,seed=0",
                "synthetic: 10,000 nodes, 100,000 edges, 64 dense features, 16 edge types"),
+    SuiteGraph("typed-500", "synthetic:nodes=10000,edges=100000,features=64,classes=8,etypes=500,seed=0",
+               "synthetic: 10,000 nodes, 100,000 edges, 64 dense features, 500 edge types"),
 )
 
 
