@@ -28,7 +28,7 @@ SUPPORTED = frozenset({
     "mg::op::slice", "mg::op::row_concat", "mg::concat_fwd", "mg::math_fwd", "mg::math_bwd",
     "mg::row_softmax_fwd", "mg::row_softmax_bwd", "mg::head_mul", "mg::head_sum", "mg::head_repeat",
     "mg::layer_standardize_fwd", "mg::layer_standardize_bwd", "mg::batch_standardize_fwd", "mg::batch_standardize_bwd",
-    "mg::batch_norm_affine_bwd",
+    "mg::batch_norm_affine_fwd", "mg::batch_norm_affine_bwd",
     "mg::op::link_loss", "mg::op::link_loss_grad", "mg::op::link_loss_rel_grad",
     "mg::op::basis_lookup", "mg::op::basis_lookup_coef_grad", "mg::op::basis_lookup_bases_grad",
     "mg::op::edge_typed_linear", "mg::op::edge_typed_linear_input_grad", "mg::op::edge_typed_linear_weight_grad",
@@ -45,7 +45,6 @@ class CUDAEmitter(OpenMPEmitter):
     source_name = "model.cu"
     row_gradients = False            # ops.cuh has no row-wise Adam yet
     edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
-    fuses_batch_norm_affine = False  # norm.cuh has no fused batch norm forward (batch_norm_affine_fwd) yet
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
 
     def _refuse(self, what: str) -> UnsupportedInput:

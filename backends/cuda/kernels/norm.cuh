@@ -41,9 +41,10 @@ __global__ void layer_standardize_kernel(const float *x, const float *g, const f
 }
 
 // out[j] = sum_i v(i, j) over the rows in double, one warp per feature j, where v is the float
-// (a - centre[j])^2 (square), a * b, or a.
-__global__ void column_sum_of_kernel(const float *a, const float *b, const float *centre, bool square, int64_t rows,
-                                     int64_t F, double *out) {
+// (a - centre[j])^2 (square), a * (b - centre[j]) * inv[j] (b standardised on the fly: centre
+// and inv given), a * b, or a.
+__global__ void column_sum_of_kernel(const float *a, const float *b, const float *centre, const float *inv,
+                                     bool square, int64_t rows, int64_t F, double *out) {
     const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (j >= F) return;
@@ -54,7 +55,8 @@ __global__ void column_sum_of_kernel(const float *a, const float *b, const float
             const float d = v - centre[j];
             s += double(d * d);
         } else {
-            s += b ? double(v * b[i * F + j]) : double(v);
+            const float w = b && inv ? (b[i * F + j] - centre[j]) * inv[j] : b ? b[i * F + j] : 1.f;
+            s += b ? double(v * w) : double(v);
         }
     }
     s = warp_sum(s);
@@ -99,7 +101,8 @@ struct RunningMomentsOp {      // evaluation: the running statistics
 };
 
 // y = (x - mean) * inv (forward) or dx = (g - mg - y * mgy) * inv (backward; mg, mgy the means
-// of g and g * y), times gamma[j] when given (the affine backward, g = dL/d(out)).
+// of g and g * y), times gamma[j] when given (the affine backward, g = dL/d(out)).  The backward
+// recomputes y from x when y is null (mean given).
 struct BatchApplyOp {
     const float *x, *g, *y, *mean, *inv, *mg, *mgy;
     float *out;
@@ -108,7 +111,26 @@ struct BatchApplyOp {
     __device__ void operator()(int64_t k) const {
         const int64_t j = k % F;
         const float scale = gamma ? inv[j] * gamma[j] : inv[j];
-        out[k] = g ? (g[k] - mg[j] - y[k] * mgy[j]) * scale : (x[k] - mean[j]) * inv[j];
+        const float standardized = y ? y[k] : (x[k] - mean[j]) * inv[j];
+        out[k] = g ? (g[k] - mg[j] - standardized * mgy[j]) * scale : (x[k] - mean[j]) * inv[j];
+    }
+};
+
+// Batch norm with its affine part and activation (backends/openmp/kernels/norm.h
+// batch_norm_affine_fwd): out = act(y * gamma + bias), y = (x - mean) * inv also written when
+// given; the product rounded before the bias is added, as the two kernels it replaces.
+struct BatchAffineOp {
+    const float *x, *mean, *inv, *gamma, *bias;
+    float *y, *out;
+    int64_t F;
+    Act act;
+    float alpha;
+    __device__ void operator()(int64_t k) const {
+        const int64_t j = k % F;
+        const float standardized = (x[k] - mean[j]) * inv[j];
+        if (y) y[k] = standardized;
+        const float scaled = standardized * gamma[j];
+        out[k] = activate(act, scaled + (bias ? bias[j] : 0.f), alpha);
     }
 };
 
@@ -141,9 +163,9 @@ inline Stats stats(int64_t F) {
     return Stats{sums.data(), f, f + F, f + 2 * F, f + 3 * F};
 }
 inline void column_sum(const char *name, const float *a, const float *b, const float *centre, bool square,
-                       int64_t rows, int64_t F, double *out) {
+                       int64_t rows, int64_t F, double *out, const float *inv = nullptr) {
     cuda::launch(name, cuda::column_sum_of_kernel, dim3(cuda::warp_blocks(F)), dim3(cuda::kThreads), a, b, centre,
-                 square, rows, F, out);
+                 inv, square, rows, F, out);
 }
 // The batch mean and inverse deviation of x's features (the running statistics updated when asked).
 inline void moments(const float *x, int64_t rows, int64_t total, int64_t F, float eps, float *run_mean, float *run_var,
@@ -156,19 +178,42 @@ inline void moments(const float *x, int64_t rows, int64_t total, int64_t F, floa
 }
 }  // namespace norm_detail
 
-// One process holds every row: `across` has nothing to add (it exists for the MPI backend's API).
-template <class Across>
-void batch_standardize_fwd(bool training, const float *x, int64_t rows, int64_t total, int64_t F, float *run_mean,
-                           float *run_var, float eps, float momentum, float *y, Across) {
-    const norm_detail::Stats st = norm_detail::stats(F);
+namespace norm_detail {
+// The statistics a batch norm standardises with: the batch's (moving the running ones) in
+// training, the running ones in evaluation.
+inline Stats standardize_statistics(bool training, const float *x, int64_t rows, int64_t total, int64_t F,
+                                    float *run_mean, float *run_var, float eps, float momentum) {
+    const Stats st = stats(F);
     if (training) {
-        norm_detail::moments(x, rows, total, F, eps, run_mean, run_var, momentum, true, st);
+        moments(x, rows, total, F, eps, run_mean, run_var, momentum, true, st);
     } else {
         cuda::map("batch norm running statistics (RunningMomentsOp)", F,
                   cuda::RunningMomentsOp{run_mean, run_var, st.mean, st.inv, eps});
     }
+    return st;
+}
+}  // namespace norm_detail
+
+// One process holds every row: `across` has nothing to add (it exists for the MPI backend's API).
+template <class Across>
+void batch_standardize_fwd(bool training, const float *x, int64_t rows, int64_t total, int64_t F, float *run_mean,
+                           float *run_var, float eps, float momentum, float *y, Across) {
+    const norm_detail::Stats st =
+        norm_detail::standardize_statistics(training, x, rows, total, F, run_mean, run_var, eps, momentum);
     cuda::map("batch norm (BatchApplyOp)", rows * F,
               cuda::BatchApplyOp{x, nullptr, nullptr, st.mean, st.inv, nullptr, nullptr, y, F});
+}
+
+// Batch norm with its affine part and activation in one pass after the statistics; y (the
+// standardised rows) written too unless null.
+template <class Across>
+void batch_norm_affine_fwd(bool training, const float *x, int64_t rows, int64_t total, int64_t F, float *run_mean,
+                           float *run_var, float eps, float momentum, const float *gamma, const Epilogue &epi,
+                           float *y, float *out, Across) {
+    const norm_detail::Stats st =
+        norm_detail::standardize_statistics(training, x, rows, total, F, run_mean, run_var, eps, momentum);
+    cuda::map("batch norm with its affine part (BatchAffineOp)", rows * F,
+              cuda::BatchAffineOp{x, st.mean, st.inv, gamma, epi.bias, y, out, F, epi.act, epi.alpha});
 }
 
 template <class Across>
@@ -186,21 +231,25 @@ void batch_standardize_bwd(const float *g, const float *x, const float *y, int64
 
 // Batch norm's backward with its affine part (backends/openmp/kernels/norm.h): from
 // a = dL/d(standardize(x) * gamma + beta), dbeta = sum a, dgamma = sum a * y (either may be null)
-// and dx = gamma * (a - mean a - y * mean(a * y)) / sigma.
+// and dx = gamma * (a - mean a - y * mean(a * y)) / sigma.  y null: recomputed from x.
 template <class Across>
 void batch_norm_affine_bwd(const float *a, const float *gamma, const float *x, const float *y, int64_t rows,
                            int64_t total, int64_t F, float eps, float *dx, float *dgamma, float *dbeta, Across) {
     const norm_detail::Stats st = norm_detail::stats(F);
     norm_detail::moments(x, rows, total, F, eps, nullptr, nullptr, 0.f, false, st);
     norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, nullptr, nullptr, false, rows, F, st.sums);
-    norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, y, nullptr, false, rows, F, st.sums + F);
+    if (y)
+        norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, y, nullptr, false, rows, F, st.sums + F);
+    else
+        norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, x, st.mean, false, rows, F,
+                                st.sums + F, st.inv);
     // The affine weights' gradients are the sums themselves (a "mean" over one row rounds them once).
     if (dbeta) cuda::map("batch norm beta gradient (MeanOp)", F, cuda::MeanOp{st.sums, dbeta, 1});
     if (dgamma) cuda::map("batch norm gamma gradient (MeanOp)", F, cuda::MeanOp{st.sums + F, dgamma, 1});
     cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums, st.mg, total});
     cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums + F, st.mgy, total});
     cuda::map("batch norm backward (BatchApplyOp)", rows * F,
-              cuda::BatchApplyOp{x, a, y, nullptr, st.inv, st.mg, st.mgy, dx, F, gamma});
+              cuda::BatchApplyOp{x, a, y, st.mean, st.inv, st.mg, st.mgy, dx, F, gamma});
 }
 
 }  // namespace mg
