@@ -38,8 +38,9 @@ struct AggSpec {
     const float* node_scale = nullptr;   // [N] GCN scale s (see gcn_node_scale), or nullptr
     bool self_loop = false;              // the node's own row joins its neighbourhood
     // [N] 1 / (in-degree + self loop) per node, or nullptr.  The transposed mean without weights
-    // or scales reads its coefficient here instead of dividing by a count from indptr: one
-    // 4-byte load from an array a quarter of indptr's size, for each edge, in random order.
+    // or scales reads its coefficient here instead of dividing by a count from indptr: for each
+    // edge, in random order, one 4-byte load from an array half the size of indptr instead of
+    // two 8-byte row pointers and a division.
     const float* inv_count = nullptr;
 };
 
