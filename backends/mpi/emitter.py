@@ -40,7 +40,6 @@ class MPIEmitter(OpenMPEmitter):
     identity_nodes = "m.part.global_nodes"    # featureless rows are one-hots of global node ids
     row_gradients = False            # its all-reduce sums whole gradients
     fuses_edge_traversals = False    # its gathers exchange halos first (op_gather)
-    fuses_batch_norm_grads = False   # the gradient all-reduce starts at each weight gradient's own op
 
     def __init__(self, program, buffer_plan=None):
         super().__init__(program, buffer_plan)
@@ -106,7 +105,10 @@ class MPIEmitter(OpenMPEmitter):
             before += self._ghost_rows_read_by_transpose(op)
             after.append(self._halo("halo_reverse", op.output))
         if op.output is not None and op.output.id in self.backward_ids:
-            after += self._start_gradient_reductions(op.output)
+            after += self._start_gradient_reductions(op.output.id)
+        for vid, writer in self.extra_writes:      # gradients a fused kernel writes (batch norm's affine)
+            if writer is op and vid in self.backward_ids:
+                after += self._start_gradient_reductions(vid)
         return before + lines + after
 
     def ghost_complete_values(self) -> set:
@@ -194,11 +196,12 @@ class MPIEmitter(OpenMPEmitter):
                                 f"use --backend openmp")
 
     # -- the pipelined weight-gradient all-reduce ------------------------------------------------
-    def _start_gradient_reductions(self, value: Value) -> list:
+    def _start_gradient_reductions(self, value_id: int) -> list:
+        """The all-reduce of the weight gradient ``value_id`` starts as soon as it is computed."""
         lines = []
         for i, prm in enumerate(self.p.params):
             g = self.p.grads.get(prm.name)
-            if g is not None and g.id == value.id and i not in self.grad_started:
+            if g is not None and g.id == value_id and i not in self.grad_started:
                 self.grad_started.append(i)
                 lines.append(f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)})")
         if not lines and self.grad_started:
