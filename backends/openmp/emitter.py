@@ -447,8 +447,10 @@ class OpenMPEmitter:
         """
         for group in self.p.fusion:
             head = group.ops[0]
-            if group.keep or not (self._fusable_aggregate(group) or self._fusable_linear(group)
-                                  or self._fusable_binary(group)):
+            if group.keep:
+                continue
+            if not (self._fusable_aggregate(group) or self._fusable_linear(group) or self._fusable_binary(group)):
+                self._plan_bias_activation(group)
                 continue
             bias = next((op.inputs[1] for op in group.ops[1:] if op.opcode == "bias_add"), None)
             act = next((op for op in group.ops[1:] if op.opcode in _EPILOGUE_ACT), None)
@@ -457,6 +459,18 @@ class OpenMPEmitter:
             self.epilogues[id(head)] = (bias, act, group.ops[-1].output)
             self.absorbed.update(id(op) for op in group.ops[1:])
             self.fused_into.update((id(op), head) for op in group.ops[1:])
+
+    def _plan_bias_activation(self, group) -> None:
+        """A head whose kernel takes no epilogue (GAT's in-place weighted scatter, an aggregation
+        by max): its bias_add still runs the activation in its own pass, one pass instead of two."""
+        tail = group.ops[1:]
+        if (group.kind == "edge_chain" or len(tail) != 2 or tail[0].opcode != "bias_add"
+                or tail[1].opcode not in _EPILOGUE_ACT or self._identity_rows(tail[0].inputs[0]) is not None):
+            return
+        bias_add, act = tail
+        self.epilogues[id(bias_add)] = (None, act, act.output)
+        self.absorbed.add(id(act))
+        self.fused_into[id(act)] = bias_add
 
     def plan_dropout_act_grads(self) -> None:
         """Run a dropout_grad inside the act_grad that is its one reader (one pass, no array)."""
@@ -1125,6 +1139,11 @@ class OpenMPEmitter:
 
     def op_bias_add(self, op, x, b):
         out = op.output
+        if id(op) in self.epilogues:                # an activation runs in the same pass
+            epilogue, final = self._epilogue(op)
+            return self.timed("elementwise", f"mg::binary_fwd(mg::BinOp::Add, {self.ptr(x)}, mg::Bcast::Full, "
+                              f"{self.ptr(b)}, mg::Bcast::Row, {self.ptr(final)}, {self.rows(out)}, "
+                              f"{self.width(out)}{epilogue})", f"12.0 * {self.numel(out)}", f"2.0 * {self.numel(out)}")
         return self.timed("elementwise", f"mg::bias_add({self.ptr(x)}, {self.ptr(b)}, {self.ptr(out)}, {self.rows(out)}, "
                           f"{self.width(out)})", f"8.0 * {self.numel(out)}")
 
