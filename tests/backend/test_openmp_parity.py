@@ -129,7 +129,7 @@ def test_batch_norm_backward_with_its_affine_gradients_is_one_kernel():
     assert ran[id(by_output[gamma.id])] == [] and ran[id(by_output[beta.id])] == []
 
 
-def _batch_norm_plan(program):
+def _openmp_plan(program):
     """(kernels per op id, the emitter) of the OpenMP lowering of ``program``."""
     from morphgen.backends.openmp.emitter import OpenMPEmitter
     from morphgen.passes import run_default
@@ -145,7 +145,7 @@ def test_batch_norm_forward_with_its_affine_part_is_one_kernel_and_keeps_no_stan
     """standardize(x) * gamma + beta: one forward kernel; its standardised rows are read by
     nothing but the fused backward, which recomputes them, so no buffer holds them."""
     program = models.normed()
-    ran, emitter = _batch_norm_plan(program)
+    ran, emitter = _openmp_plan(program)
     bn = next(op for op in program.forward if op.opcode == "batch_standardize")
     scale = next(op for op in program.forward if op.opcode == "mul" and bn.output in op.inputs)
     assert ran[id(bn)] == ["mg::batch_norm_affine_fwd"] and ran[id(scale)] == []
@@ -154,7 +154,7 @@ def test_batch_norm_forward_with_its_affine_part_is_one_kernel_and_keeps_no_stan
 
 def test_standardised_rows_read_again_are_still_written():
     program = models.normed_reread()
-    ran, emitter = _batch_norm_plan(program)
+    ran, emitter = _openmp_plan(program)
     bn = next(op for op in program.forward if op.opcode == "batch_standardize")
     assert ran[id(bn)] == ["mg::batch_norm_affine_fwd"]
     assert bn.output.id in emitter.has_buffer
@@ -167,6 +167,20 @@ def test_batch_norm_models_match_interpreter_on_threads(name):
     graph = random_graph(n=2500, e=10000, seed=11)      # 2500 rows x 8 features: threaded kernels
     x, labels, mask = random_data(graph, 9, classes=3)
     _check(CASES[name](), graph, x, labels, mask, classes=3)
+
+
+def test_bias_and_activation_after_a_weighted_scatter_are_one_pass():
+    """GAT's in-place weighted scatter takes no epilogue: its bias_add runs the elu in the same
+    pass (the parity cases above check the numbers)."""
+    program = models.gat()
+    ran, _ = _openmp_plan(program)
+    by_opcode = {}
+    for op in program.forward:
+        by_opcode.setdefault(op.opcode, []).append(op)
+    bias_add = next(op for op in by_opcode["bias_add"]
+                    if any(r.opcode == "elu" and r.inputs[0] is op.output for r in by_opcode["elu"]))
+    elu = next(op for op in by_opcode["elu"] if op.inputs[0] is bias_add.output)
+    assert ran[id(bias_add)] == ["mg::binary_fwd"] and ran[id(elu)] == []
 
 
 def test_an_edge_weight_that_is_itself_a_gather_is_stored():
