@@ -126,7 +126,7 @@ class OpenMPEmitter:
         self.extra_reads: list = []      # (value id, op): values a fused kernel reads at that op
         self.extra_writes: list = []     # (value id, op): values a fused kernel writes at that op
         self.batch_norm_grads: dict = {}  # id(batch_standardize_grad) -> (a, gamma, dgamma, dbeta)
-        self.batch_norm_affine: dict = {}  # id(batch_standardize) -> the mul by gamma it runs
+        self.batch_norm_affine: dict = {}  # id(batch_standardize) -> (the mul by gamma it runs, gamma)
         self.unwritten: set = set()      # ids of values every reader recomputes: never stored
         self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
 
@@ -557,7 +557,7 @@ class OpenMPEmitter:
             if len(scales) != 1:
                 continue
             scale = scales[0]
-            self.batch_norm_affine[id(bn)] = scale
+            self.batch_norm_affine[id(bn)] = (scale, next(v for v in scale.inputs if v.assoc == "param"))
             self.absorbed.add(id(scale))
             self.fused_into[id(scale)] = bn
             final = self.epilogues[id(scale)][2] if id(scale) in self.epilogues else scale.output
@@ -688,13 +688,18 @@ class OpenMPEmitter:
     def _epilogue(self, op) -> tuple:
         """(`, mg::Epilogue{...}`, the value the kernel writes) for an op whose bias/activation
         tail runs inside it; ('', op.output) otherwise."""
+        struct, final = self._epilogue_struct(op)
+        return (f", {struct}" if struct else ""), final
+
+    def _epilogue_struct(self, op) -> tuple:
+        """(`mg::Epilogue{...}` or '', the value the kernel writes): _epilogue's parts."""
         if id(op) not in self.epilogues:
             return "", op.output
         bias, act, final = self.epilogues[id(op)]
         self.epilogues_run.add(id(op))
         kind = _EPILOGUE_ACT[act.opcode] if act is not None else "mg::Act::None"
         alpha = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act.opcode, 0.0))) if act else "0.0"
-        return f", mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f}}", final
+        return f"mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f}}", final
 
     def share_buffers(self) -> dict:
         """Let values whose lifetimes do not overlap share one buffer (liveness over the epoch).
@@ -1075,11 +1080,11 @@ class OpenMPEmitter:
             return "mg::Bcast::Col"
         return "mg::Bcast::Full"
 
-    def _binary(self, op, a, b):
+    def _binary(self, op, a, b, binop: str = ""):
         out = op.output
         epilogue, final = self._epilogue(op)     # a fused bias/activation tail writes the chain's value
-        return self.timed("elementwise", f"mg::binary_fwd({_BINOP[op.opcode]}, {self.ptr(a)}, {self._bcast(a, out)}, "
-                          f"{self.ptr(b)}, {self._bcast(b, out)}, {self.ptr(final)}, {self.rows(out)}, "
+        return self.timed("elementwise", f"mg::binary_fwd({binop or _BINOP[op.opcode]}, {self.ptr(a)}, "
+                          f"{self._bcast(a, out)}, {self.ptr(b)}, {self._bcast(b, out)}, {self.ptr(final)}, {self.rows(out)}, "
                           f"{self.width(out)}{epilogue})", f"12.0 * {self.numel(out)}", f"1.0 * {self.numel(out)}")
 
     op_add = op_sub = op_mul = op_div = _binary
@@ -1140,10 +1145,7 @@ class OpenMPEmitter:
     def op_bias_add(self, op, x, b):
         out = op.output
         if id(op) in self.epilogues:                # an activation runs in the same pass
-            epilogue, final = self._epilogue(op)
-            return self.timed("elementwise", f"mg::binary_fwd(mg::BinOp::Add, {self.ptr(x)}, mg::Bcast::Full, "
-                              f"{self.ptr(b)}, mg::Bcast::Row, {self.ptr(final)}, {self.rows(out)}, "
-                              f"{self.width(out)}{epilogue})", f"12.0 * {self.numel(out)}", f"2.0 * {self.numel(out)}")
+            return self._binary(op, x, b, binop="mg::BinOp::Add")
         return self.timed("elementwise", f"mg::bias_add({self.ptr(x)}, {self.ptr(b)}, {self.ptr(out)}, {self.rows(out)}, "
                           f"{self.width(out)})", f"8.0 * {self.numel(out)}")
 
@@ -1188,14 +1190,13 @@ class OpenMPEmitter:
 
     def op_batch_standardize(self, op, x, mean, var):
         if id(op) in self.batch_norm_affine:
-            scale = self.batch_norm_affine[id(op)]
-            gamma = next(v for v in scale.inputs if v.assoc == "param")
-            epilogue, final = self._epilogue(scale)
+            scale, gamma = self.batch_norm_affine[id(op)]
+            epilogue, final = self._epilogue_struct(scale)
             y = "nullptr" if op.output.id in self.unwritten else self.ptr(op.output)
             return self.timed("elementwise", f"mg::batch_norm_affine_fwd(training, {self.ptr(x)}, {self.rows(op.output)}, "
                               f"{self.all_rows(op.output)}, {self.width(x)}, {self.ptr(mean)}, {self.ptr(var)}, "
                               f"{_float(op.attrs['eps'])}f, {_float(op.attrs['momentum'])}f, {self.ptr(gamma)}, "
-                              f"{epilogue[2:] if epilogue else 'mg::Epilogue{}'}, {y}, "
+                              f"{epilogue or 'mg::Epilogue{}'}, {y}, "
                               f"{self.ptr(final)}, {self.across_ranks()})", f"12.0 * {self.numel(op.output)}")
         return self.timed("elementwise", f"mg::batch_standardize_fwd(training, {self.ptr(x)}, {self.rows(op.output)}, "
                           f"{self.all_rows(op.output)}, {self.width(x)}, {self.ptr(mean)}, {self.ptr(var)}, "

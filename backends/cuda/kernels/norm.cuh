@@ -54,9 +54,11 @@ __global__ void column_sum_of_kernel(const float *a, const float *b, const float
         if (square) {
             const float d = v - centre[j];
             s += double(d * d);
+        } else if (!b) {
+            s += double(v);
         } else {
-            const float w = b && inv ? (b[i * F + j] - centre[j]) * inv[j] : b ? b[i * F + j] : 1.f;
-            s += b ? double(v * w) : double(v);
+            const float w = inv ? (b[i * F + j] - centre[j]) * inv[j] : b[i * F + j];
+            s += double(v * w);
         }
     }
     s = warp_sum(s);
@@ -112,7 +114,7 @@ struct BatchApplyOp {
         const int64_t j = k % F;
         const float scale = gamma ? inv[j] * gamma[j] : inv[j];
         const float standardized = y ? y[k] : (x[k] - mean[j]) * inv[j];
-        out[k] = g ? (g[k] - mg[j] - standardized * mgy[j]) * scale : (x[k] - mean[j]) * inv[j];
+        out[k] = g ? (g[k] - mg[j] - standardized * mgy[j]) * scale : standardized;
     }
 };
 
@@ -133,7 +135,6 @@ struct BatchAffineOp {
         out[k] = activate(act, scaled + (bias ? bias[j] : 0.f), alpha);
     }
 };
-
 
 }  // namespace cuda
 
