@@ -45,6 +45,7 @@ class CUDAEmitter(OpenMPEmitter):
     source_name = "model.cu"
     row_gradients = False            # ops.cuh has no row-wise Adam yet
     edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
+    fuses_edge_attention = False     # ops.cuh has no fused attention kernels (edge_softmax.h) yet
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
 
     def _refuse(self, what: str) -> UnsupportedInput:

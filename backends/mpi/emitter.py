@@ -40,6 +40,7 @@ class MPIEmitter(OpenMPEmitter):
     identity_nodes = "m.part.global_nodes"    # featureless rows are one-hots of global node ids
     row_gradients = False            # its all-reduce sums whole gradients
     fuses_edge_traversals = False    # its gathers exchange halos first (op_gather)
+    fuses_edge_attention = False     # likewise: the fused attention would read ghost rows unexchanged
 
     def __init__(self, program, buffer_plan=None):
         super().__init__(program, buffer_plan)

@@ -88,6 +88,7 @@ class OpenMPEmitter:
     fuses_batch_norm_grads = True    # batch norm's backward with its affine part's gradients: one kernel
     fuses_batch_norm_affine = True   # batch norm with its affine part and activation: one forward kernel
     spmm_tile_by_width = True        # aggregations of rows wider than 32 use 64-float tiles (spmm_tile)
+    fuses_edge_attention = True      # GAT's scores and edge softmax, and their backward: one walk each
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -123,6 +124,8 @@ class OpenMPEmitter:
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
         self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
         self.edge_dots: dict = {}        # id(dot | feature_sum) -> (a, a's end, b, b's end, heads)
+        self.edge_attention: dict = {}   # id(edge_softmax) -> (a read at sources, b at destinations, act)
+        self.softmax_grads: dict = {}    # id(edge_softmax_grad) -> (dropout_grad, act_grad, dst scatter)
         self.extra_reads: list = []      # (value id, op): values a fused kernel reads at that op
         self.extra_writes: list = []     # (value id, op): values a fused kernel writes at that op
         self.batch_norm_grads: dict = {}  # id(batch_standardize_grad) -> (a, gamma, dgamma, dbeta)
@@ -296,6 +299,8 @@ class OpenMPEmitter:
         self.plan_epilogues()
         self.plan_dropout_act_grads()
         self.plan_edge_traversals()
+        self.plan_edge_attention()
+        self.plan_edge_softmax_grads()
         self.plan_edge_typed_row_sums()
         self.plan_batch_norm_grads()
         self.plan_batch_norm_affine()
@@ -378,7 +383,7 @@ class OpenMPEmitter:
         ops = self.p.forward + self.p.backward
         ids = {op.output.id for op in ops if id(op) in self.absorbed and op.output is not None}
         ids |= {op.output.id for op in ops if id(op) in self.epilogues}
-        return (ids - finals) | self.unwritten
+        return (ids - finals - {vid for vid, _ in self.extra_writes}) | self.unwritten
 
     def storage_of(self, v: Value) -> str:
         """Where a value lives: a parameter, a shared epoch buffer, a view of another buffer."""
@@ -666,6 +671,85 @@ class OpenMPEmitter:
             if readers and all((id(r), k) in in_place for r, k in readers) and gathered(op.output) is not None:
                 self.absorbed.add(id(op))
                 self.fused_into[id(op)] = readers[0][0]
+
+    def _sole_reader(self, v: Value):
+        """The one op that reads ``v`` (None if several, none, or the ABI reads it)."""
+        readers = self.readers.get(v.id, [])
+        external = {x.id for x in (self.p.loss, self.p.logits) if x is not None}
+        return readers[0][0] if len(readers) == 1 and v.id not in external else None
+
+    def plan_edge_attention(self) -> None:
+        """GAT's attention, ``edge_softmax(leaky_relu(gather(a, src) + gather(b, dst)))``, as one
+        walk of each destination's edges (``edge_attention_fwd``, kernels/edge_softmax.h): the two
+        gathers and their sum are never stored, and the scores only where the backward reads them.
+        Five passes over [E, heads] arrays become one.
+        """
+        if not self.fuses_edge_attention:
+            return
+        for sm in self.p.forward:
+            if sm.opcode != "edge_softmax":
+                continue
+            s = sm.inputs[0]
+            act = self.producer.get(s.id)
+            if act is None or act.opcode != "leaky_relu" or id(act) in self.absorbed:
+                continue
+            add = self.producer.get(act.inputs[0].id)
+            if add is None or add.opcode != "add" or self._sole_reader(add.output) is not act:
+                continue
+            ends = {}
+            for v in add.inputs:
+                gather = self.producer.get(v.id)
+                if gather is None or gather.opcode != "gather" or self._sole_reader(v) is not add:
+                    break
+                x = gather.inputs[0]
+                if (x.assoc != "node" or x.width != s.width or self._identity_rows(x) is not None
+                        or x.id in self.feature_like or id(gather) in self.absorbed):
+                    break
+                ends[gather.attrs["end"]] = (gather, x)
+            else:
+                if set(ends) != {"src", "dst"}:
+                    continue
+                keep_scores = any(r is not sm for r, _ in self.readers.get(s.id, []))
+                self.edge_attention[id(sm)] = (ends["src"][1], ends["dst"][1], act, keep_scores)
+                for op in (ends["src"][0], ends["dst"][0], add, act):
+                    self.absorbed.add(id(op))
+                    self.fused_into[id(op)] = sm
+                self.extra_reads += [(ends["src"][1].id, sm), (ends["dst"][1].id, sm)]
+                if keep_scores:
+                    self.extra_writes.append((s.id, sm))
+
+    def plan_edge_softmax_grads(self) -> None:
+        """An edge softmax's backward with the dropout_grad before it, the leaky_relu act_grad after
+        it and a sum of the result at destinations, as one walk of each destination's edges
+        (``edge_softmax_act_bwd``, kernels/edge_softmax.h).  Each part joins only where it is the
+        sole reader of the value before it; the scatter to sources still runs on its own."""
+        if not self.fuses_edge_attention:
+            return
+        for sg in self.p.backward:
+            if sg.opcode != "edge_softmax_grad":
+                continue
+            drop = self.producer.get(sg.inputs[0].id)
+            if (drop is None or drop.opcode != "dropout_grad" or id(drop) in self.absorbed
+                    or self._sole_reader(drop.output) is not sg):
+                drop = None
+            act = self._sole_reader(sg.output)
+            if (act is None or act.opcode != "act_grad" or act.attrs["act"] != "leaky_relu"
+                    or act.inputs[0] is not sg.output or id(act) in self.absorbed):
+                act = None
+            de = (act or sg).output
+            scatter = next((r for r, k in self.readers.get(de.id, []) if r.opcode == "scatter" and k == 0
+                            and r.attrs.get("end", "dst") == "dst" and r.attrs["reduce"] == "sum"
+                            and id(r) not in self.absorbed and id(r) not in self.edge_scatters), None)
+            self.softmax_grads[id(sg)] = (drop, act, scatter)
+            for op in (drop, act, scatter):
+                if op is not None:
+                    self.absorbed.add(id(op))
+                    self.fused_into[id(op)] = sg
+            if drop is not None:
+                self.extra_reads.append((drop.inputs[0].id, sg))
+            if act is not None:
+                self.extra_reads.append((act.inputs[1].id, sg))
+            self.extra_writes += [(v.output.id, sg) for v in (act, scatter) if v is not None]
 
     @staticmethod
     def _fusable_aggregate(group) -> bool:
@@ -1266,10 +1350,34 @@ class OpenMPEmitter:
                           f"4.0 * {self.numel(op.output)}")
 
     def op_edge_softmax(self, op, s):
+        if id(op) in self.edge_attention:
+            a, b, act, keep_scores = self.edge_attention[id(op)]
+            scores = self.ptr(s) if keep_scores else "nullptr"
+            return self.timed("edges", f"mg::edge_attention_fwd({self.ptr(a)}, {self.ptr(b)}, m.graph.indptr, "
+                              f"m.graph.col, m.graph.num_nodes, {self.width(s)}, "
+                              f"{_float(act.attrs.get('alpha', _ACT_DEFAULT_ALPHA['leaky_relu']))}f, {scores}, "
+                              f"{self.ptr(op.output)})",
+                              f"4.0 * m.graph.num_edges * (2 + {self.width(s)} * {2 if keep_scores else 1})",
+                              f"8.0 * {self.numel(s)}")
         return self.timed("edges", f"mg::edge_softmax_fwd({self.ptr(s)}, m.graph.indptr, m.graph.num_nodes, "
                           f"{self.width(s)}, {self.ptr(op.output)})", f"8.0 * {self.numel(s)}")
 
     def op_edge_softmax_grad(self, op, g, y):
+        if id(op) in self.softmax_grads:
+            drop, act, scatter = self.softmax_grads[id(op)]
+            de = (act or op).output
+            if drop is not None:
+                g = drop.inputs[0]
+                p, key = _float(drop.attrs["p"]), f"mg::DropoutKey{{m.seed, uint64_t(m.epoch), {int(drop.attrs['site'])}u}}"
+            else:
+                p, key = "0.0", "mg::DropoutKey{0, 0, 0}"
+            s = self.ptr(act.inputs[1]) if act is not None else "nullptr"
+            slope = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA["leaky_relu"])) if act is not None else "1.0"
+            sums = self.ptr(scatter.output) if scatter is not None else "nullptr"
+            arrays = 3 + (act is not None)
+            return self.timed("edges", f"mg::edge_softmax_act_bwd({self.ptr(g)}, {p}f, {key}, {self.ptr(y)}, {s}, "
+                              f"{slope}f, m.graph.indptr, m.graph.num_nodes, {self.width(g)}, {self.ptr(de)}, {sums})",
+                              f"4.0 * {self.numel(g)} * {arrays}", f"8.0 * {self.numel(g)}")
         return self.timed("edges", f"mg::edge_softmax_bwd({self.ptr(y)}, {self.ptr(g)}, m.graph.indptr, "
                           f"m.graph.num_nodes, {self.width(g)}, {self.ptr(op.output)})", f"12.0 * {self.numel(g)}")
 

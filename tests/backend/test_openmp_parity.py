@@ -18,6 +18,7 @@ CASES = {
     "gin": lambda: models.gin(),
     "gat": lambda: models.gat(),
     "gat_heads": lambda: models.gat_heads(),
+    "gat_heads_dropped": lambda: models.gat_heads(attention_dropout=0.5),
     "normed": lambda: models.normed(),
     "normed_reread": lambda: models.normed_reread(),
 }
@@ -184,6 +185,33 @@ def test_bias_and_activation_after_a_weighted_scatter_are_one_pass():
                     if any(r.opcode == "elu" and r.inputs[0] is op.output for r in by_opcode["elu"]))
     elu = next(op for op in by_opcode["elu"] if op.inputs[0] is bias_add.output)
     assert ran[id(bias_add)] == ["mg::binary_fwd"] and ran[id(elu)] == []
+
+
+def test_attention_scores_and_their_softmax_are_one_walk_each_way():
+    """GAT's gather, gather, add, leaky_relu and edge softmax run as one kernel, and the backward's
+    dropout_grad, softmax and leaky_relu gradients and the sum at destinations as another; the
+    scores are kept for the backward, the gathered and summed ones never stored."""
+    program = models.gat_heads(attention_dropout=0.5)
+    ran, emitter = _openmp_plan(program)
+    for softmax in (op for op in program.forward if op.opcode == "edge_softmax"):
+        act = next(op for op in program.forward if op.output is softmax.inputs[0])
+        add = next(op for op in program.forward if op.output is act.inputs[0])
+        assert ran[id(softmax)] == ["mg::edge_attention_fwd"] and ran[id(act)] == [] and ran[id(add)] == []
+        assert act.output.id in emitter.has_buffer and add.output.id in emitter.unstored_values()
+    grads = [op for op in program.backward if op.opcode == "edge_softmax_grad"]
+    assert len(grads) == 2
+    for grad in grads:
+        assert ran[id(grad)] == ["mg::edge_softmax_act_bwd"]
+        drop, act, to_dst = emitter.softmax_grads[id(grad)]
+        assert drop.opcode == "dropout_grad" and act.opcode == "act_grad" and to_dst.opcode == "scatter"
+        assert ran[id(drop)] == ran[id(act)] == ran[id(to_dst)] == []
+
+
+def test_attention_models_match_interpreter_on_threads():
+    """Enough edges x heads for the fused attention kernels to run on the thread team."""
+    graph = random_graph(n=2500, e=10000, seed=13)
+    x, labels, mask = random_data(graph, 5, classes=3)
+    _check(models.gat_heads(attention_dropout=0.5), graph, x, labels, mask, classes=3)
 
 
 def test_an_edge_weight_that_is_itself_a_gather_is_stored():

@@ -136,7 +136,7 @@ def gat(hidden=8, layers=2) -> Program:
     return m.finish(h)
 
 
-def gat_heads(hidden=4, heads=3, out_heads=2) -> Program:
+def gat_heads(hidden=4, heads=3, out_heads=2, attention_dropout=0.0) -> Program:
     """Two-layer multi-head GAT: hidden heads concatenated, output heads averaged."""
     m = ModelBuilder("gat_heads")
     h = m.x
@@ -149,6 +149,8 @@ def gat_heads(hidden=4, heads=3, out_heads=2) -> Program:
         s = m.emit("leaky_relu", m.emit("add", m.emit("gather", ss, end="src"),
                                          m.emit("gather", sd, end="dst")), alpha=0.2)
         al = m.emit("edge_softmax", s)
+        if attention_dropout:
+            al = m.emit("dropout", al, p=float(attention_dropout))
         msg = m.emit("head_mul", m.emit("gather", z, end="src"), al, heads=nh)
         out = m.emit("scatter", msg, reduce="sum")
         if layer == 1:
