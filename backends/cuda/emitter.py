@@ -21,7 +21,7 @@ SUPPORTED = frozenset({
     "mg::op::weighted_gather_scatter", "mg::op::edge_dot",
     "mg::relu_fwd", "mg::leaky_relu_fwd", "mg::elu_fwd", "mg::exp_fwd", "mg::sigmoid_fwd", "mg::tanh_fwd",
     "mg::neg_fwd", "mg::scale", "mg::binary_fwd", "mg::bias_add", "mg::row_sum", "mg::rowwise_dot_fwd",
-    "mg::edge_softmax_fwd", "mg::edge_softmax_bwd",
+    "mg::edge_softmax_fwd", "mg::edge_softmax_bwd", "mg::edge_attention_fwd", "mg::edge_softmax_act_bwd",
     "mg::op::typed_linear", "mg::op::typed_matmul_nt", "mg::op::typed_matmul_tn", "mg::op::typed_row_sum",
     "mg::op::embedding_rows", "mg::op::embedding_rows_grad", "mg::op::copy",
     "mg::op::matvec", "mg::op::matvec_t", "mg::op::outer", "mg::op::rel_degree",
@@ -45,7 +45,6 @@ class CUDAEmitter(OpenMPEmitter):
     source_name = "model.cu"
     row_gradients = False            # ops.cuh has no row-wise Adam yet
     edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
-    fuses_edge_attention = False     # ops.cuh has no fused attention kernels (edge_softmax.h) yet
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
 
     def _refuse(self, what: str) -> UnsupportedInput:

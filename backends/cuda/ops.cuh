@@ -971,6 +971,19 @@ inline void edge_softmax_bwd(const float *alpha, const float *g, const int64_t *
     cuda::launch("edge softmax backward (edge_softmax_grad_kernel)", cuda::edge_softmax_grad_kernel,
                  dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads), alpha, g, indptr, num_nodes, H, ds);
 }
+inline void edge_attention_fwd(const float *a, const float *b, const int64_t *indptr, const int64_t *col,
+                               int64_t num_nodes, int64_t H, float slope, float *s, float *alpha) {
+    cuda::launch("attention scores and edge softmax (edge_attention_kernel)", cuda::edge_attention_kernel,
+                 dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads), a, b, indptr, col, num_nodes, H,
+                 slope, s, alpha);
+}
+inline void edge_softmax_act_bwd(const float *g, float p, DropoutKey key, const float *alpha, const float *s,
+                                 float slope, const int64_t *indptr, int64_t num_nodes, int64_t H, float *de,
+                                 float *dst_sum) {
+    cuda::launch("edge softmax backward with its dropout and leaky_relu (edge_softmax_act_grad_kernel)",
+                 cuda::edge_softmax_act_grad_kernel, dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads),
+                 g, p, key, alpha, s, slope, indptr, num_nodes, H, de, dst_sum);
+}
 
 }  // namespace mg
 #endif

@@ -164,6 +164,71 @@ __global__ void edge_softmax_grad_kernel(const float *alpha, const float *g, con
     for (int64_t e = b + lane; e < end; e += 32) ds[e * H + h] = alpha[e * H + h] * (g[e * H + h] - dot);
 }
 
+// GAT's attention (edge_attention_fwd of the OpenMP backend's edge_softmax.h): per
+// (destination, head) one warp computes s = leaky_relu(a[src] + b[v]) for the segment, writes s
+// (when a reader needs it) and the softmax of it.  Each lane reads back only the elements it
+// wrote, so the passes need no barrier between them.
+__global__ void edge_attention_kernel(const float *a, const float *b, const int64_t *indptr, const int64_t *col,
+                                      int64_t num_nodes, int64_t H, float slope, float *s, float *alpha) {
+    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (k >= num_nodes * H) return;
+    const int64_t v = k / H, h = k % H;
+    const int64_t first = indptr[v], end = indptr[v + 1];
+    if (first == end) return;
+    const float bv = b[v * H + h];
+    float mx = -INFINITY;
+    for (int64_t e = first + lane; e < end; e += 32) {
+        const float x = a[col[e] * H + h] + bv;
+        const float y = x > 0.f ? x : slope * x;
+        if (s != nullptr) s[e * H + h] = y;
+        alpha[e * H + h] = y;
+        mx = fmaxf(mx, y);
+    }
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.f;
+    for (int64_t e = first + lane; e < end; e += 32) sum += expf(alpha[e * H + h] - mx);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float inv = 1.0f / sum;
+    for (int64_t e = first + lane; e < end; e += 32) alpha[e * H + h] = expf(alpha[e * H + h] - mx) * inv;
+}
+
+// The backward of an edge softmax with its dropout_grad before, its leaky_relu act_grad after
+// (s != nullptr) and the sum of the result at destinations (dst_sum != nullptr), per
+// (destination, head) one warp (edge_softmax_act_bwd of edge_softmax.h).  de holds g' meanwhile;
+// each lane reads back only its own elements.
+__global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey key, const float *alpha,
+                                             const float *s, float slope, const int64_t *indptr, int64_t num_nodes,
+                                             int64_t H, float *de, float *dst_sum) {
+    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (k >= num_nodes * H) return;
+    const int64_t v = k / H, h = k % H;
+    const int64_t first = indptr[v], end = indptr[v + 1];
+    const bool drop = p > 0.f;
+    const uint64_t base = drop ? dropout_detail::stream_base(key) : 0, thr = drop ? dropout_detail::drop_threshold(p) : 0;
+    const float scale = drop ? 1.0f / (1.0f - p) : 1.0f;
+    float dot = 0.f;
+    for (int64_t e = first + lane; e < end; e += 32) {
+        const int64_t i = e * H + h;
+        const float gv = drop ? (dropout_detail::keep(base, uint64_t(i), thr) ? g[i] * scale : 0.f) : g[i];
+        de[i] = gv;
+        dot += alpha[i] * gv;
+    }
+    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    float sum = 0.f;
+    for (int64_t e = first + lane; e < end; e += 32) {
+        const int64_t i = e * H + h;
+        const float ds = alpha[i] * (de[i] - dot);
+        const float d = s == nullptr ? ds : (s[i] > 0.f ? ds : slope * ds);
+        de[i] = d;
+        sum += d;
+    }
+    if (dst_sum == nullptr) return;
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) dst_sum[v * H + h] = sum;
+}
+
 }  // namespace cuda
 }  // namespace mg
 #endif
