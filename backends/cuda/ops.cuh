@@ -977,12 +977,12 @@ inline void edge_attention_fwd(const float *a, const float *b, const int64_t *in
                  dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads), a, b, indptr, col, num_nodes, H,
                  slope, s, alpha);
 }
-inline void edge_softmax_act_bwd(const float *g, float p, DropoutKey key, const float *alpha, const float *s,
-                                 float slope, const int64_t *indptr, int64_t num_nodes, int64_t H, float *de,
-                                 float *dst_sum) {
+inline void edge_softmax_act_bwd(const float *g, float p, DropoutKey key, const int64_t *edge_ids, const float *alpha,
+                                 const float *s, float slope, const int64_t *indptr, int64_t num_nodes, int64_t H,
+                                 float *de, float *dst_sum) {
     cuda::launch("edge softmax backward with its dropout and leaky_relu (edge_softmax_act_grad_kernel)",
                  cuda::edge_softmax_act_grad_kernel, dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads),
-                 g, p, key, alpha, s, slope, indptr, num_nodes, H, de, dst_sum);
+                 g, p, key, edge_ids, alpha, s, slope, indptr, num_nodes, H, de, dst_sum);
 }
 
 }  // namespace mg

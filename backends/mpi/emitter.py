@@ -39,8 +39,6 @@ class MPIEmitter(OpenMPEmitter):
     distributed = True
     identity_nodes = "m.part.global_nodes"    # featureless rows are one-hots of global node ids
     row_gradients = False            # its all-reduce sums whole gradients
-    fuses_edge_traversals = False    # its gathers exchange halos first (op_gather)
-    fuses_edge_attention = False     # likewise: the fused attention would read ghost rows unexchanged
 
     def __init__(self, program, buffer_plan=None):
         super().__init__(program, buffer_plan)
@@ -95,13 +93,7 @@ class MPIEmitter(OpenMPEmitter):
 
     # -- halo exchanges around the ops that cross the partition -----------------------------------
     def around(self, op, lines: list) -> list:
-        before, after = [], []
-        source_read = self.source_read(op)
-        if source_read is not None and self._needs_exchange(source_read):
-            if id(op) not in self.overlapped:          # else the op's own call exchanges (op_aggregate)
-                before.append(self._halo("halo_forward", source_read))
-            if source_read.id not in self.backward_ids:   # a gradient's ghost rows may be zeroed later
-                self.exchanged.add(source_read.id)
+        before, after = self._exchange_source_rows(op), []
         if self._writes_sources(op):
             before += self._ghost_rows_read_by_transpose(op)
             after.append(self._halo("halo_reverse", op.output))
@@ -111,6 +103,26 @@ class MPIEmitter(OpenMPEmitter):
             if writer is op and vid in self.backward_ids:
                 after += self._start_gradient_reductions(vid)
         return before + lines + after
+
+    def _exchange_source_rows(self, op) -> list:
+        """The forward halo exchange of the node value ``op`` reads at edge sources, if it needs one."""
+        source_read = self.source_read(op)
+        if source_read is None or not self._needs_exchange(source_read):
+            return []
+        exchange = [] if id(op) in self.overlapped else [self._halo("halo_forward", source_read)]
+        if source_read.id not in self.backward_ids:   # a gradient's ghost rows may be zeroed later
+            self.exchanged.add(source_read.id)
+        return exchange           # (an overlapped op's own call exchanges: op_aggregate)
+
+    def around_absorbed(self, op) -> list:
+        """A gather of source rows that a fused kernel reads in place (weighted scatters, edge dots,
+        the attention scores) still exchanges its halo where it stood, before that kernel runs."""
+        if op.opcode != "gather" or op.attrs["end"] != "src":
+            return []
+        return self._exchange_source_rows(op)
+
+    def edge_ids(self) -> str:
+        return "m.part.edge_gid.data()"
 
     def ghost_complete_values(self) -> set:
         """Forward values whose ghost rows hold their owners' rows when computed, so that no

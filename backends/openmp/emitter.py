@@ -260,6 +260,7 @@ class OpenMPEmitter:
         for op in ops:
             self.plan_rows.append({"op": op, "kernels": [], "fused_into": self.fused_into.get(id(op))})
             if id(op) in self.absorbed:
+                out.extend(self.around_absorbed(op))
                 continue
             self.current_op = op
             method = getattr(self, "op_" + op.opcode, None)
@@ -273,6 +274,14 @@ class OpenMPEmitter:
     def around(self, op, lines: list) -> list:
         """The calls of one op with what the backend runs before and after them (none here)."""
         return lines
+
+    def around_absorbed(self, op) -> list:
+        """What the backend runs where an op that another op's kernel runs stood (none here)."""
+        return []
+
+    def edge_ids(self) -> str:
+        """The ids that key an edge value's dropout mask by row (nullptr: its position)."""
+        return "nullptr"
 
     def emit(self) -> dict:
         """Lower twice: the first lowering finds which values need storage of their own and
@@ -1375,7 +1384,8 @@ class OpenMPEmitter:
             slope = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA["leaky_relu"])) if act is not None else "1.0"
             sums = self.ptr(scatter.output) if scatter is not None else "nullptr"
             arrays = 3 + (act is not None)
-            return self.timed("edges", f"mg::edge_softmax_act_bwd({self.ptr(g)}, {p}f, {key}, {self.ptr(y)}, {s}, "
+            return self.timed("edges", f"mg::edge_softmax_act_bwd({self.ptr(g)}, {p}f, {key}, {self.edge_ids()}, "
+                              f"{self.ptr(y)}, {s}, "
                               f"{slope}f, m.graph.indptr, m.graph.num_nodes, {self.width(g)}, {self.ptr(de)}, {sums})",
                               f"4.0 * {self.numel(g)} * {arrays}", f"8.0 * {self.numel(g)}")
         return self.timed("edges", f"mg::edge_softmax_bwd({self.ptr(y)}, {self.ptr(g)}, m.graph.indptr, "

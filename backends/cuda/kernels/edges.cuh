@@ -197,9 +197,9 @@ __global__ void edge_attention_kernel(const float *a, const float *b, const int6
 // (s != nullptr) and the sum of the result at destinations (dst_sum != nullptr), per
 // (destination, head) one warp (edge_softmax_act_bwd of edge_softmax.h).  de holds g' meanwhile;
 // each lane reads back only its own elements.
-__global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey key, const float *alpha,
-                                             const float *s, float slope, const int64_t *indptr, int64_t num_nodes,
-                                             int64_t H, float *de, float *dst_sum) {
+__global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey key, const int64_t *edge_ids,
+                                             const float *alpha, const float *s, float slope, const int64_t *indptr,
+                                             int64_t num_nodes, int64_t H, float *de, float *dst_sum) {
     const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (k >= num_nodes * H) return;
@@ -211,7 +211,8 @@ __global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey
     float dot = 0.f;
     for (int64_t e = first + lane; e < end; e += 32) {
         const int64_t i = e * H + h;
-        const float gv = drop ? (dropout_detail::keep(base, uint64_t(i), thr) ? g[i] * scale : 0.f) : g[i];
+        const uint64_t key_index = uint64_t(edge_ids != nullptr ? edge_ids[e] * H + h : i);
+        const float gv = drop ? (dropout_detail::keep(base, key_index, thr) ? g[i] * scale : 0.f) : g[i];
         de[i] = gv;
         dot += alpha[i] * gv;
     }

@@ -117,14 +117,16 @@ inline void edge_attention_fwd(const float* a, const float* b, const int64_t* in
 
 // The backward of an edge softmax with what surrounds it, in one walk of each destination's
 // edges (it replaces up to four passes over [E, H] arrays):
-//   g'  = dropout_grad(g)                 when p > 0 (the mask of `key`, regenerated)
+//   g'  = dropout_grad(g)                 when p > 0 (the mask of `key`, regenerated; element (e, h)
+//                                         keyed as edge_ids[e] * H + h, e * H + h when edge_ids is
+//                                         nullptr: a rank's edges are keyed by their global ids)
 //   ds  = alpha * (g' - sum_seg alpha * g')   (edge_softmax_bwd)
 //   de  = s > 0 ? ds : slope * ds        when s != nullptr (act_grad of leaky_relu, s its output)
 //   dst_sum[v, h] = sum_seg de[e, h]     when dst_sum != nullptr (a scatter of de to destinations)
 // de is written (other kernels read it) and serves as the scratch for g' meanwhile.
-inline void edge_softmax_act_bwd(const float* g, float p, DropoutKey key, const float* alpha, const float* s,
-                                 float slope, const int64_t* indptr, int64_t num_nodes, int64_t H, float* de,
-                                 float* dst_sum) {
+inline void edge_softmax_act_bwd(const float* g, float p, DropoutKey key, const int64_t* edge_ids, const float* alpha,
+                                 const float* s, float slope, const int64_t* indptr, int64_t num_nodes, int64_t H,
+                                 float* de, float* dst_sum) {
     using namespace dropout_detail;
     const bool drop = p > 0.0f;
     const uint64_t base = drop ? stream_base(key) : 0, thr = drop ? drop_threshold(p) : 0;
@@ -141,13 +143,20 @@ inline void edge_softmax_act_bwd(const float* g, float p, DropoutKey key, const 
                 for (int64_t h = 0; h < H; ++h) sum_v[h] = 0.0f;
             if (b0 == e_end) continue;
             const int64_t lo = b0 * H, hi = e_end * H;     // the segment's elements, flat
-            if (drop) {
+            if (drop && edge_ids == nullptr) {      // the segment's masks are one run of the stream
                 for (int64_t i = lo; i < hi; i += kBlock) {
                     const int64_t m = hi - i < kBlock ? hi - i : kBlock;
                     keep_masks(base, static_cast<uint64_t>(i), m, thr, k);
 #pragma omp simd
                     for (int64_t j = 0; j < m; ++j) de[i + j] = select_bits(k[j] != 0u, g[i + j] * scale, 0.0f);
                 }
+            } else if (drop) {                      // one run per edge, at its global id
+                for (int64_t e = b0; e < e_end; ++e)
+                    for (int64_t h = 0; h < H; h += kBlock) {
+                        const int64_t m = H - h < kBlock ? H - h : kBlock, i = e * H + h;
+                        keep_masks(base, static_cast<uint64_t>(edge_ids[e] * H + h), m, thr, k);
+                        for (int64_t j = 0; j < m; ++j) de[i + j] = select_bits(k[j] != 0u, g[i + j] * scale, 0.0f);
+                    }
             }
             const float* gd = drop ? de : g;   // g', in de when the dropout's mask applied
             for (int64_t h = 0; h < H; ++h) dot[h] = 0.0f;
