@@ -6,8 +6,9 @@ adds, driven by the IR (docs/backends.md, "MPI"):
 
 - a forward halo exchange before every op that reads a node value at edge sources
   (`aggregate` over in-edges, `gather` of sources, typed linears of source rows and their weight
-  gradients), so ghost rows hold their owners' rows; an
-  aggregation runs its rows that read no ghost while its exchange travels;
+  gradients; a gather that a fused kernel reads in place exchanges where it stood), so ghost
+  rows hold their owners' rows; an aggregation runs its rows that read no ghost while its
+  exchange travels;
 - a reverse exchange after every op that writes partial sums into source rows (transposed
   aggregations, scatters to sources, the max aggregation's backward, the input gradient of a
   typed linear of source rows): ghost rows go to their
