@@ -19,6 +19,11 @@ DEFAULT_EPOCHS = 50
 DEFAULT_WARMUP = 3
 
 
+# Long enough for every system on the largest suite graph; a peer that needs more (PyG's HGTConv
+# with 500 edge types took more than 14 minutes for 10 epochs) is reported as timed out.
+DEFAULT_TIMEOUT_S = 1800.0
+
+
 def add_run_options(p) -> None:
     """Options shared by `bench`, `sweep-sparsity` and `bench-suite`."""
     p.add_argument("--threads", type=int, default=None, help="threads for every system (default: all usable cores)")
@@ -26,7 +31,10 @@ def add_run_options(p) -> None:
     p.add_argument("--memory-cap-gib", type=float, default=None,
                    help="address-space cap of every child process (default: 3/4 of physical memory; "
                         "none with --backend cuda, whose driver reserves more address space than it uses)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds before a child run is abandoned")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds before a child run (one system on one graph) is abandoned and reported as "
+                        f"timed out (default {DEFAULT_TIMEOUT_S:g}: a peer that takes longer than that for "
+                        f"its epochs does not hold up the rest of a suite)")
     p.add_argument("--quick-machine", action="store_true",
                    help="measure machine limits on small arrays (fast, less accurate; for smoke tests)")
 
