@@ -621,10 +621,6 @@ class OpenMPEmitter:
             return
         external = {v.id for v in (self.p.loss, self.p.logits) if v is not None}
 
-        def sole_reader(v):
-            readers = self.readers.get(v.id, [])
-            return readers[0][0] if len(readers) == 1 and v.id not in external else None
-
         def gathered(v):
             """(node value, end) for a gather of a stored dense node value, else None."""
             op = self.producer.get(v.id)
@@ -640,7 +636,7 @@ class OpenMPEmitter:
             if op.opcode == "scatter" and op.attrs["reduce"] == "sum":
                 msg = op.inputs[0]
                 scale = self.producer.get(msg.id)
-                if scale is None or sole_reader(msg) is not op or scale.opcode not in ("head_mul", "mul"):
+                if scale is None or self._sole_reader(msg) is not op or scale.opcode not in ("head_mul", "mul"):
                     continue
                 if scale.opcode == "head_mul":
                     (rows, w), heads = scale.inputs, scale.attrs["heads"]
@@ -661,7 +657,7 @@ class OpenMPEmitter:
                 pair, heads = op.inputs, op.attrs.get("heads", 1)
                 if op.opcode == "feature_sum":      # the heads = 1 form: feature_sum(mul(a, b))
                     prod = self.producer.get(op.inputs[0].id)
-                    if prod is None or prod.opcode != "mul" or sole_reader(prod.output) is not op:
+                    if prod is None or prod.opcode != "mul" or self._sole_reader(prod.output) is not op:
                         continue
                     pair = prod.inputs
                 a, b = (gathered(v) for v in pair)
@@ -1377,7 +1373,8 @@ class OpenMPEmitter:
             de = (act or op).output
             if drop is not None:
                 g = drop.inputs[0]
-                p, key = _float(drop.attrs["p"]), f"mg::DropoutKey{{m.seed, uint64_t(m.epoch), {int(drop.attrs['site'])}u}}"
+                p = _float(drop.attrs["p"])
+                key = f"mg::DropoutKey{{m.seed, uint64_t(m.epoch), {int(drop.attrs['site'])}u}}"
             else:
                 p, key = "0.0", "mg::DropoutKey{0, 0, 0}"
             s = self.ptr(act.inputs[1]) if act is not None else "nullptr"
@@ -1385,8 +1382,8 @@ class OpenMPEmitter:
             sums = self.ptr(scatter.output) if scatter is not None else "nullptr"
             arrays = 3 + (act is not None)
             return self.timed("edges", f"mg::edge_softmax_act_bwd({self.ptr(g)}, {p}f, {key}, {self.edge_ids()}, "
-                              f"{self.ptr(y)}, {s}, "
-                              f"{slope}f, m.graph.indptr, m.graph.num_nodes, {self.width(g)}, {self.ptr(de)}, {sums})",
+                              f"{self.ptr(y)}, {s}, {slope}f, m.graph.indptr, m.graph.num_nodes, {self.width(g)}, "
+                              f"{self.ptr(de)}, {sums})",
                               f"4.0 * {self.numel(g)} * {arrays}", f"8.0 * {self.numel(g)}")
         return self.timed("edges", f"mg::edge_softmax_bwd({self.ptr(y)}, {self.ptr(g)}, m.graph.indptr, "
                           f"m.graph.num_nodes, {self.width(g)}, {self.ptr(op.output)})", f"12.0 * {self.numel(g)}")
