@@ -78,18 +78,7 @@ class CompiledModel:
         """build() for a dataset whose graph option is applied."""
         from .library import load
         t0 = time.perf_counter()
-        # The feature path decides the program: dense features let the passes hoist their
-        # aggregations out of the epoch.  Row normalisation keeps the sparsity, so the raw
-        # features decide.  A program that reads the features outside a linear layer is lowered
-        # again for the dense path.
-        can_sparse = self._backend.capabilities.sparse_features
-        hoisting = self.hoist_invariants and self._backend.capabilities.hoist_invariants
-        dense_program = (lambda: lower(self.path, sizes_of(dataset), False, True)) if hoisting else None
-        path = choose_feature_path(dataset, self.sparsity_threshold, can_sparse, self.threads, dense_program)
-        sources = self._lower_and_emit(dataset, dense=path[0] == "dense")
-        if path[0] == "sparse" and self._emitter.needs_dense_features:
-            path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads)
-            sources = self._lower_and_emit(dataset, dense=True)
+        sources, path = self._choose_path_and_emit(dataset)
         # Dropped sparse features stay in the features' own format: no buffer of the plan holds them.
         kept_sparse = set(self._emitter.feature_like) if path[0] == "sparse" else set()
         unstored = kept_sparse | self._emitter.unstored_values()
@@ -100,6 +89,36 @@ class CompiledModel:
         self.feature_path = path
         self._built_for = self._build_key(dataset, sparsity=path[1])
         return self
+
+    def _choose_path_and_emit(self, dataset) -> tuple:
+        """(generated sources, feature path) for a dataset whose graph option is applied.
+
+        The feature path decides the program: dense features let the passes hoist their
+        aggregations out of the epoch.  Row normalisation keeps the sparsity, so the raw features
+        decide.  A program that reads the features outside a linear layer is lowered again for
+        the dense path."""
+        can_sparse = self._backend.capabilities.sparse_features
+        hoisting = self.hoist_invariants and self._backend.capabilities.hoist_invariants
+        dense_program = (lambda: lower(self.path, sizes_of(dataset), False, True)) if hoisting else None
+        path = choose_feature_path(dataset, self.sparsity_threshold, can_sparse, self.threads, dense_program)
+        sources = self._lower_and_emit(dataset, dense=path[0] == "dense")
+        if path[0] == "sparse" and self._emitter.needs_dense_features:
+            path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads)
+            sources = self._lower_and_emit(dataset, dense=True)
+        return sources, path
+
+    def lower_for(self, dataset) -> dict:
+        """What `build(dataset)` would compile, without compiling it: the program lowered for the
+        dataset's sizes, graph and feature path (``self.program``, ``self.feature_path``) and the
+        generated sources, returned; ``plan_table()`` says what the backend chose per op."""
+        sources, self.feature_path = self._choose_path_and_emit(self._with_graph_options(dataset))
+        return sources
+
+    def plan_table(self) -> str:
+        """Per IR op of the last lowering: the kernel, fusion and buffer the backend chose."""
+        if self._emitter is None:
+            raise UserError("morphgen: error: plan_table() needs a lowering first (lower_for or build)")
+        return self._emitter.plan_table()
 
     def _lower_and_emit(self, dataset, dense: bool) -> dict:
         hoist = self.hoist_invariants and dense and self._backend.capabilities.hoist_invariants

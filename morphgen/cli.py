@@ -54,7 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "report (--backend cuda): build with nvcc and print ptxas' registers, spills, "
                         "shared memory and an occupancy estimate per kernel")
     p.add_argument("-o", "--output", default=None, help="directory for the sources, IR and library")
-    _add_edge_typed_layout(p, "auto (the default: compact, as no graph is given to weigh the two by)")
+    p.add_argument("--dataset", default=None,
+                   help="with --emit ir, plan or cpp: lower for this dataset first (its sizes, graph and feature "
+                        "path), as `train` on it would; the rewrites that depend on widths (aggregating on "
+                        "the narrower side of a product, hoisting) show only then.  A name (resolved in "
+                        "--data-dir or $MORPHGEN_DATA), an .npz/edge-list path or synthetic[:key=value,...]")
+    p.add_argument("--data-dir", default=None, help="where dataset names are looked up")
+    p.add_argument("--sparsity-threshold", type=float, default=None,
+                   help="with --dataset: the feature path's threshold, as for `train` (default: calibrated)")
+    _add_edge_typed_layout(p, "auto (the default: picked per op from --dataset's graph; compact without one)")
     p.set_defaults(handler=_cmd_compile)
 
     p = sub.add_parser("train", help="compile a program and train it")

@@ -15,6 +15,11 @@ from .pipeline import build_library, lower
 
 
 def compile_command(args) -> int:
+    if args.dataset is not None:
+        return _compile_for_dataset(args)
+    if args.sparsity_threshold is not None:
+        raise UserError("morphgen: error: --sparsity-threshold chooses the feature path for a dataset: "
+                        "give --dataset too")
     if args.emit == "report":
         return _report(args)
     if args.emit == "ir":
@@ -48,6 +53,30 @@ def compile_command(args) -> int:
         print(f"wrote {', '.join(sorted(sources))}, program.ir and {target.name} to {out}")
     else:
         print(f"built {lib}")
+    return 0
+
+
+def _compile_for_dataset(args) -> int:
+    """--emit ir, plan or cpp of the program lowered for a dataset, as `train` on it would build it."""
+    from .data import load_dataset
+    if args.emit not in ("ir", "plan", "cpp"):
+        raise UserError(f"morphgen: error: --dataset is for --emit ir, plan or cpp (what `train` on it would "
+                        f"build); `train --dataset` builds and runs it, not --emit {args.emit}")
+    dataset = load_dataset(args.dataset, data_dir=args.data_dir)
+    model = CompiledModel(args.model, backend=args.backend, sparsity_threshold=args.sparsity_threshold,
+                          edge_typed_layout=args.edge_typed_layout)
+    sources = model.lower_for(dataset)
+    path, sparsity, tau, _ = model.feature_path
+    print(f"morphgen: {dataset.name}: {dataset.graph.num_nodes} nodes, {dataset.graph.num_edges} edges; "
+          f"feature path {path}" + (f" (sparsity {sparsity:.4f} vs tau {tau:.3f})" if tau is not None else ""),
+          file=sys.stderr)
+    if args.emit == "ir":
+        print(model.program.dump())
+    elif args.emit == "plan":
+        print(model.plan_table())
+    else:
+        for name, text in sources.items():
+            print(f"// ---- {name}\n{text}")
     return 0
 
 

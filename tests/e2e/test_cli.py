@@ -368,6 +368,22 @@ def test_compile_emit_plan_shows_each_ops_kernel_fusion_and_buffer():
     assert rows[-1].startswith("optimizer adam step on 4 parameters")
 
 
+def test_compile_for_a_dataset_shows_the_plan_train_builds():
+    """The width-dependent rewrites need sizes: with --dataset, SAGE's first aggregation runs after
+    the product, on its 64 columns, not on the 300 features; without, on the features' width."""
+    wide = "synthetic:nodes=200,edges=900,features=300,classes=3,train_per_class=10,val=20,test=30,sparsity=0.0,seed=1"
+    bound = run_cli("compile", example("sage"), "--emit", "plan", "--dataset", wide)
+    assert bound.returncode == 0, bound.stderr
+    assert "feature path dense" in bound.stderr
+    aggregations = [row for row in bound.stdout.splitlines() if row.startswith("forward") and "= aggregate " in row]
+    assert aggregations and "node[64]" in aggregations[0]
+    unbound = run_cli("compile", example("sage"), "--emit", "plan")
+    assert unbound.returncode == 0, unbound.stderr
+    assert "node[F]" in next(row for row in unbound.stdout.splitlines() if "= aggregate " in row)
+    refused = run_cli("compile", example("sage"), "--dataset", wide)      # --emit lib: train builds that
+    assert refused.returncode == 2 and "--dataset is for --emit ir, plan or cpp" in refused.stderr
+
+
 def test_train_reports_its_edge_typed_layouts_and_every_layout_trains_alike(tmp_path):
     """R-GAT's projections of rows read at edge ends, in each layout: the same losses, the
     chosen layouts said on stderr and in the JSON (gathered: the unfused form, none listed)."""
