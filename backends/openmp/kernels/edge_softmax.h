@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -68,80 +69,117 @@ inline void edge_softmax_bwd(const float* alpha, const float* g, const int64_t* 
     }
 }
 
-// GAT's attention coefficients in one walk of each destination's incoming edges:
-//   s[e, h] = leaky_relu(a[src(e), h] + b[v, h]),  alpha[e, .] = softmax of s over v's edges.
-// It replaces gather, gather, add, leaky_relu and edge_softmax_fwd (five passes over [E, H]
-// arrays, four of them written) with one that writes alpha and, when a reader needs it (the
-// backward's act_grad), s.  The arithmetic is that of the five kernels: the same sums, the same
-// comparisons, the same order, so the results are the same to the bit.  s may be nullptr.
-inline void edge_attention_fwd(const float* a, const float* b, const int64_t* indptr, const int64_t* col,
-                               int64_t num_nodes, int64_t H, float slope, float* s, float* alpha) {
-#pragma omp parallel if (indptr[num_nodes] * H > esm_detail::kParallelMin)
+namespace esm_detail {
+
+// Per-head state of one segment: HC heads known at compile time (the loops over heads unroll and
+// vectorise; the per-edge loop overhead of a run-time trip count was most of these kernels' time
+// at GAT's 8 heads and 1 head), or H at run time (HC == 0) in a thread's buffer.
+template <int HC>
+struct HeadState {
+    float v[HC];
+    explicit HeadState(int64_t) {}
+    float* data() { return v; }
+};
+template <>
+struct HeadState<0> {
+    std::vector<float> v;
+    explicit HeadState(int64_t H) : v(static_cast<size_t>(H)) {}
+    float* data() { return v.data(); }
+};
+
+// Calls f(std::integral_constant<int, HC>) with HC = H for the common head counts, 0 otherwise.
+template <class F>
+inline void by_heads(int64_t H, F f) {
+    switch (H) {
+        case 1: return f(std::integral_constant<int, 1>{});
+        case 2: return f(std::integral_constant<int, 2>{});
+        case 4: return f(std::integral_constant<int, 4>{});
+        case 8: return f(std::integral_constant<int, 8>{});
+        default: return f(std::integral_constant<int, 0>{});
+    }
+}
+
+template <int HC>
+void attention_rows(const float* a, const float* b, const int64_t* indptr, const int64_t* col, int64_t num_nodes,
+                    int64_t heads, float slope, float* s, float* alpha) {
+    const int64_t H = HC > 0 ? HC : heads;
+#pragma omp parallel if (indptr[num_nodes] * H > kParallelMin)
     {
-        std::vector<float> mx(static_cast<size_t>(H)), sum(static_cast<size_t>(H));
+        HeadState<HC> mx_state(H), sum_state(H);
+        float* MG_RESTRICT mx = mx_state.data();
+        float* MG_RESTRICT sum = sum_state.data();
 #pragma omp for schedule(dynamic, 64)
         for (int64_t v = 0; v < num_nodes; ++v) {
             const int64_t b0 = indptr[v], e_end = indptr[v + 1];
             if (b0 == e_end) continue;
             const float* bv = b + v * H;
+            for (int64_t h = 0; h < H; ++h) mx[h] = -INFINITY;
             for (int64_t e = b0; e < e_end; ++e) {
                 const float* au = a + col[e] * H;
                 float* out = alpha + e * H;
 #pragma omp simd
                 for (int64_t h = 0; h < H; ++h) {
                     const float x = au[h] + bv[h];
-                    out[h] = x > 0.0f ? x : slope * x;
+                    const float y = x > 0.0f ? x : slope * x;
+                    out[h] = y;
+                    mx[h] = y > mx[h] ? y : mx[h];
                 }
                 if (s != nullptr)
                     for (int64_t h = 0; h < H; ++h) s[e * H + h] = out[h];
             }
-            for (int64_t h = 0; h < H; ++h) mx[h] = alpha[b0 * H + h];
-            for (int64_t e = b0 + 1; e < e_end; ++e)
-#pragma omp simd
-                for (int64_t h = 0; h < H; ++h) mx[h] = alpha[e * H + h] > mx[h] ? alpha[e * H + h] : mx[h];
-            for (int64_t h = 0; h < H; ++h) sum[h] = 0.0f;
-            for (int64_t e = b0; e < e_end; ++e)
-#pragma omp simd
-                for (int64_t h = 0; h < H; ++h) {
-                    const float x = vexp(alpha[e * H + h] - mx[h]);
-                    alpha[e * H + h] = x;
-                    sum[h] += x;
+            if constexpr (HC == 1) {      // one head: the segment is one run of scores
+                float total = 0.0f;
+                const float m = mx[0];
+#pragma omp simd reduction(+ : total)
+                for (int64_t e = b0; e < e_end; ++e) {
+                    const float x = vexp(alpha[e] - m);
+                    alpha[e] = x;
+                    total += x;
                 }
-            for (int64_t h = 0; h < H; ++h) sum[h] = 1.0f / sum[h];
-            for (int64_t e = b0; e < e_end; ++e)
+                const float inv = 1.0f / total;
 #pragma omp simd
-                for (int64_t h = 0; h < H; ++h) alpha[e * H + h] *= sum[h];
+                for (int64_t e = b0; e < e_end; ++e) alpha[e] *= inv;
+            } else {
+                for (int64_t h = 0; h < H; ++h) sum[h] = 0.0f;
+                for (int64_t e = b0; e < e_end; ++e)
+#pragma omp simd
+                    for (int64_t h = 0; h < H; ++h) {
+                        const float x = vexp(alpha[e * H + h] - mx[h]);
+                        alpha[e * H + h] = x;
+                        sum[h] += x;
+                    }
+                for (int64_t h = 0; h < H; ++h) sum[h] = 1.0f / sum[h];   // >= 1: the max term is exp(0)
+                for (int64_t e = b0; e < e_end; ++e)
+#pragma omp simd
+                    for (int64_t h = 0; h < H; ++h) alpha[e * H + h] *= sum[h];
+            }
         }
     }
 }
 
-// The backward of an edge softmax with what surrounds it, in one walk of each destination's
-// edges (it replaces up to four passes over [E, H] arrays):
-//   g'  = dropout_grad(g)                 when p > 0 (the mask of `key`, regenerated; element (e, h)
-//                                         keyed as edge_ids[e] * H + h, e * H + h when edge_ids is
-//                                         nullptr: a rank's edges are keyed by their global ids)
-//   ds  = alpha * (g' - sum_seg alpha * g')   (edge_softmax_bwd)
-//   de  = s > 0 ? ds : slope * ds        when s != nullptr (act_grad of leaky_relu, s its output)
-//   dst_sum[v, h] = sum_seg de[e, h]     when dst_sum != nullptr (a scatter of de to destinations)
-// de is written (other kernels read it) and serves as the scratch for g' meanwhile.
-inline void edge_softmax_act_bwd(const float* g, float p, DropoutKey key, const int64_t* edge_ids, const float* alpha,
-                                 const float* s, float slope, const int64_t* indptr, int64_t num_nodes, int64_t H,
-                                 float* de, float* dst_sum) {
+template <int HC>
+void softmax_act_rows(const float* g, float p, DropoutKey key, const int64_t* edge_ids, const float* alpha,
+                      const float* s, float slope, const int64_t* indptr, int64_t num_nodes, int64_t heads, float* de,
+                      float* dst_sum) {
     using namespace dropout_detail;
+    const int64_t H = HC > 0 ? HC : heads;
     const bool drop = p > 0.0f;
     const uint64_t base = drop ? stream_base(key) : 0, thr = drop ? drop_threshold(p) : 0;
     const float scale = drop ? 1.0f / (1.0f - p) : 1.0f;
-#pragma omp parallel if (indptr[num_nodes] * H > esm_detail::kParallelMin)
+#pragma omp parallel if (indptr[num_nodes] * H > kParallelMin)
     {
-        std::vector<float> dot(static_cast<size_t>(H));
+        HeadState<HC> dot_state(H), sum_state(H);
+        float* MG_RESTRICT dot = dot_state.data();
+        float* MG_RESTRICT sum = sum_state.data();
         alignas(64) uint32_t k[kBlock];
 #pragma omp for schedule(dynamic, 64)
         for (int64_t v = 0; v < num_nodes; ++v) {
             const int64_t b0 = indptr[v], e_end = indptr[v + 1];
-            float* sum_v = dst_sum != nullptr ? dst_sum + v * H : nullptr;
-            if (sum_v != nullptr)
-                for (int64_t h = 0; h < H; ++h) sum_v[h] = 0.0f;
-            if (b0 == e_end) continue;
+            if (b0 == e_end) {
+                if (dst_sum != nullptr)
+                    for (int64_t h = 0; h < H; ++h) dst_sum[v * H + h] = 0.0f;
+                continue;
+            }
             const int64_t lo = b0 * H, hi = e_end * H;     // the segment's elements, flat
             if (drop && edge_ids == nullptr) {      // the segment's masks are one run of the stream
                 for (int64_t i = lo; i < hi; i += kBlock) {
@@ -159,21 +197,63 @@ inline void edge_softmax_act_bwd(const float* g, float p, DropoutKey key, const 
                     }
             }
             const float* gd = drop ? de : g;   // g', in de when the dropout's mask applied
-            for (int64_t h = 0; h < H; ++h) dot[h] = 0.0f;
-            for (int64_t e = b0; e < e_end; ++e)
+            if constexpr (HC == 1) {
+                float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+                for (int64_t e = b0; e < e_end; ++e) d += alpha[e] * gd[e];
+                dot[0] = d;
+            } else {
+                for (int64_t h = 0; h < H; ++h) dot[h] = 0.0f;
+                for (int64_t e = b0; e < e_end; ++e)
 #pragma omp simd
-                for (int64_t h = 0; h < H; ++h) dot[h] += alpha[e * H + h] * gd[e * H + h];
-            for (int64_t e = b0; e < e_end; ++e) {
+                    for (int64_t h = 0; h < H; ++h) dot[h] += alpha[e * H + h] * gd[e * H + h];
+            }
+            for (int64_t h = 0; h < H; ++h) sum[h] = 0.0f;
+            for (int64_t e = b0; e < e_end; ++e)
 #pragma omp simd
                 for (int64_t h = 0; h < H; ++h) {
                     const float ds = alpha[e * H + h] * (gd[e * H + h] - dot[h]);
-                    de[e * H + h] = s == nullptr ? ds : select_bits(s[e * H + h] > 0.0f, ds, slope * ds);
+                    const float d = s == nullptr ? ds : select_bits(s[e * H + h] > 0.0f, ds, slope * ds);
+                    de[e * H + h] = d;
+                    sum[h] += d;
                 }
-                if (sum_v != nullptr)
-                    for (int64_t h = 0; h < H; ++h) sum_v[h] += de[e * H + h];
-            }
+            if (dst_sum != nullptr)
+                for (int64_t h = 0; h < H; ++h) dst_sum[v * H + h] = sum[h];
         }
     }
+}
+
+}  // namespace esm_detail
+
+// GAT's attention coefficients in one walk of each destination's incoming edges:
+//   s[e, h] = leaky_relu(a[src(e), h] + b[v, h]),  alpha[e, .] = softmax of s over v's edges.
+// It replaces gather, gather, add, leaky_relu and edge_softmax_fwd (five passes over [E, H]
+// arrays, four of them written) with one that writes alpha and, when a reader needs it (the
+// backward's act_grad), s.  The arithmetic is that of the five kernels (one head sums its
+// exponentials in vector lanes, so there the last bits may differ).  s may be nullptr.
+inline void edge_attention_fwd(const float* a, const float* b, const int64_t* indptr, const int64_t* col,
+                               int64_t num_nodes, int64_t H, float slope, float* s, float* alpha) {
+    esm_detail::by_heads(H, [&](auto hc) {
+        esm_detail::attention_rows<decltype(hc)::value>(a, b, indptr, col, num_nodes, H, slope, s, alpha);
+    });
+}
+
+// The backward of an edge softmax with what surrounds it, in one walk of each destination's
+// edges (it replaces up to four passes over [E, H] arrays):
+//   g'  = dropout_grad(g)                 when p > 0 (the mask of `key`, regenerated; element (e, h)
+//                                         keyed as edge_ids[e] * H + h, e * H + h when edge_ids is
+//                                         nullptr: a rank's edges are keyed by their global ids)
+//   ds  = alpha * (g' - sum_seg alpha * g')   (edge_softmax_bwd)
+//   de  = s > 0 ? ds : slope * ds        when s != nullptr (act_grad of leaky_relu, s its output)
+//   dst_sum[v, h] = sum_seg de[e, h]     when dst_sum != nullptr (a scatter of de to destinations)
+// de is written (other kernels read it) and serves as the scratch for g' meanwhile.
+inline void edge_softmax_act_bwd(const float* g, float p, DropoutKey key, const int64_t* edge_ids, const float* alpha,
+                                 const float* s, float slope, const int64_t* indptr, int64_t num_nodes, int64_t H,
+                                 float* de, float* dst_sum) {
+    esm_detail::by_heads(H, [&](auto hc) {
+        esm_detail::softmax_act_rows<decltype(hc)::value>(g, p, key, edge_ids, alpha, s, slope, indptr, num_nodes, H,
+                                                          de, dst_sum);
+    });
 }
 
 }  // namespace mg
