@@ -46,6 +46,7 @@ class CUDAEmitter(OpenMPEmitter):
     row_gradients = False            # ops.cuh has no row-wise Adam yet
     edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
+    fuses_head_products = False      # ops.cuh has no head_mul_row_sum / head_mul_add (elementwise.h) yet
 
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""

@@ -89,6 +89,7 @@ class OpenMPEmitter:
     fuses_batch_norm_affine = True   # batch norm with its affine part and activation: one forward kernel
     spmm_tile_by_width = True        # aggregations of rows wider than 32 use 64-float tiles (spmm_tile)
     fuses_edge_attention = True      # GAT's scores and edge softmax, and their backward: one walk each
+    fuses_head_products = True       # a head_mul read only by a row_sum or an add runs inside it
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -126,6 +127,7 @@ class OpenMPEmitter:
         self.edge_dots: dict = {}        # id(dot | feature_sum) -> (a, a's end, b, b's end, heads)
         self.edge_attention: dict = {}   # id(edge_softmax) -> (a read at sources, b at destinations, act)
         self.softmax_grads: dict = {}    # id(edge_softmax_grad) -> (dropout_grad, act_grad, dst scatter)
+        self.head_products: dict = {}    # id(row_sum | add) -> the head_mul it runs (plan_head_products)
         self.extra_reads: list = []      # (value id, op): values a fused kernel reads at that op
         self.extra_writes: list = []     # (value id, op): values a fused kernel writes at that op
         self.batch_norm_grads: dict = {}  # id(batch_standardize_grad) -> (a, gamma, dgamma, dbeta)
@@ -310,6 +312,7 @@ class OpenMPEmitter:
         self.plan_edge_traversals()
         self.plan_edge_attention()
         self.plan_edge_softmax_grads()
+        self.plan_head_products()
         self.plan_edge_typed_row_sums()
         self.plan_batch_norm_grads()
         self.plan_batch_norm_affine()
@@ -756,6 +759,37 @@ class OpenMPEmitter:
                 self.extra_reads.append((act.inputs[1].id, sg))
             self.extra_writes += [(v.output.id, sg) for v in (act, scatter) if v is not None]
 
+    def plan_head_products(self) -> None:
+        """A head_mul whose one reader is a row_sum or an add runs inside it (``head_mul_row_sum``,
+        ``head_mul_add`` in kernels/elementwise.h): its [rows, heads x dim] product is never
+        stored.  The backward of a per-head dot with a weight vector is such a pair on each side
+        (dx += a * g, da = row_sum(x * g)): GAT's two attention vectors per layer take four passes
+        over node rows instead of eight."""
+        if not self.fuses_head_products:
+            return
+        for op in self.p.forward + self.p.backward:
+            if op.opcode != "head_mul" or id(op) in self.absorbed:
+                continue
+            reader = self._sole_reader(op.output)
+            x, s = op.inputs
+            if (reader is None or id(reader) in self.absorbed or id(reader) in self.head_products
+                    or id(reader) in self.epilogues or self._identity_rows(x) is not None
+                    or self._identity_rows(s) is not None or x.id in self.feature_like):
+                continue
+            if reader.opcode == "row_sum":
+                if x.assoc == "param":
+                    continue
+            elif reader.opcode == "add" and reader.inputs.count(op.output) == 1:
+                base = next(v for v in reader.inputs if v is not op.output)
+                if base.shape != op.output.shape or base.assoc != "node" or self._identity_rows(base) is not None:
+                    continue
+            else:
+                continue
+            self.head_products[id(reader)] = op
+            self.absorbed.add(id(op))
+            self.fused_into[id(op)] = reader
+            self.extra_reads += [(x.id, reader), (s.id, reader)]
+
     @staticmethod
     def _fusable_aggregate(group) -> bool:
         head = group.ops[0]
@@ -1170,6 +1204,8 @@ class OpenMPEmitter:
         return "mg::Bcast::Full"
 
     def _binary(self, op, a, b, binop: str = ""):
+        if id(op) in self.head_products:
+            return self._head_mul_add(op)
         out = op.output
         epilogue, final = self._epilogue(op)     # a fused bias/activation tail writes the chain's value
         return self.timed("elementwise", f"mg::binary_fwd({binop or _BINOP[op.opcode]}, {self.ptr(a)}, "
@@ -1177,6 +1213,17 @@ class OpenMPEmitter:
                           f"{self.width(out)}{epilogue})", f"12.0 * {self.numel(out)}", f"1.0 * {self.numel(out)}")
 
     op_add = op_sub = op_mul = op_div = _binary
+
+    def _head_mul_add(self, op):
+        """add(base, head_mul(x, s)) in one pass (plan_head_products)."""
+        prod = self.head_products[id(op)]
+        x, s = prod.inputs
+        base = next(v for v in op.inputs if v is not prod.output)
+        heads = prod.attrs["heads"]
+        is_row = "true" if x.assoc == "param" else "false"
+        return self.timed("elementwise", f"mg::head_mul_add({self.ptr(base)}, {self.ptr(x)}, {is_row}, {self.ptr(s)}, "
+                          f"{self.ptr(op.output)}, {self.rows(op.output)}, {heads}, {self.head_dim(x, heads)})",
+                          f"12.0 * {self.numel(op.output)}")
 
     def _unary(self, op, x):
         alpha = _float(op.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(op.opcode, 0.0)))
@@ -1239,6 +1286,13 @@ class OpenMPEmitter:
                           f"{self.width(out)})", f"8.0 * {self.numel(out)}")
 
     def op_row_sum(self, op, g):
+        prod = self.head_products.get(id(op))
+        if prod is not None:          # row_sum(head_mul(x, s)) in one pass (plan_head_products)
+            x, s = prod.inputs
+            heads = prod.attrs["heads"]
+            return self.timed("elementwise", f"mg::head_mul_row_sum({self.ptr(x)}, {self.ptr(s)}, {self.ptr(op.output)}, "
+                              f"{self.rows(g)}, {heads}, {self.head_dim(x, heads)})",
+                              f"4.0 * ({self.numel(g)} + {self.numel(s)})")
         return self.timed("elementwise", f"mg::row_sum({self.ptr(g)}, {self.ptr(op.output)}, {self.rows(g)}, "
                           f"{self.width(g)})", f"4.0 * {self.numel(g)}")
 

@@ -168,11 +168,33 @@ void binary_dispatch(const float* a, Bcast sa, const float* b, Bcast sb, float* 
     else binary_rows<op, false, false>(a, sa, b, sb, out, rows, cols, epi);
 }
 
-// Writes into `out` (shaped by `shape`) the sum of f(i, j) over the broadcast dimensions.
-// The Row and Scalar reductions run over all rows: each thread accumulates its static block
-// of rows in double, then one serial pass adds the per-thread partials, so the result does
-// not depend on scheduling noise and no atomics are needed.  ``Out`` is float, or double where the
+// out[0, width) = the sums over all rows of what add_row(i, acc) adds into acc (a thread's double
+// partials of the `width` sums) for row i of `cols` terms: each thread accumulates its static
+// block of rows, then one serial pass adds the per-thread partials, so the result does not
+// depend on scheduling noise and no atomics are needed.  ``Out`` is float, or double where the
 // sums go on (batch norm's statistics, added across MPI ranks before they are rounded).
+template <class AddRow, class Out = float>
+void sum_rows_to(int64_t rows, int64_t cols, int64_t width, Out* out, AddRow add_row) {
+    // One cache line of padding between the threads' partials: they are updated on every row,
+    // and a line shared by two threads would bounce between their cores each time.
+    const int64_t stride = (width + 7) / 8 * 8 + 8;
+    const int nthreads = rows * cols > kParallelMin ? omp_get_max_threads() : 1;
+    std::vector<double> partial(static_cast<size_t>(nthreads) * stride, 0.0);
+#pragma omp parallel num_threads(nthreads)
+    {
+        double* acc = partial.data() + static_cast<int64_t>(omp_get_thread_num()) * stride;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < rows; ++i) add_row(i, acc);
+    }
+    for (int64_t j = 0; j < width; ++j) {
+        double s = 0.0;
+        for (int t = 0; t < nthreads; ++t) s += partial[static_cast<size_t>(t) * stride + j];
+        out[j] = static_cast<Out>(s);
+    }
+}
+
+// Writes into `out` (shaped by `shape`) the sum of f(i, j) over the broadcast dimensions.
+// The Row and Scalar reductions run over all rows (sum_rows_to).
 template <class F, class Out = float>
 void reduce_to(Bcast shape, int64_t rows, int64_t cols, Out* out, F f) {
     if (shape == Bcast::Full) {
@@ -192,33 +214,19 @@ void reduce_to(Bcast shape, int64_t rows, int64_t cols, Out* out, F f) {
         }
         return;
     }
-    const int64_t width = shape == Bcast::Row ? cols : 1;
-    // One cache line of padding between the threads' partials: they are updated on every row,
-    // and a line shared by two threads would bounce between their cores each time.
-    const int64_t stride = (width + 7) / 8 * 8 + 8;
-    const int nthreads = rows * cols > kParallelMin ? omp_get_max_threads() : 1;
-    std::vector<double> partial(static_cast<size_t>(nthreads) * stride, 0.0);
-#pragma omp parallel num_threads(nthreads)
-    {
-        double* acc = partial.data() + static_cast<int64_t>(omp_get_thread_num()) * stride;
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < rows; ++i) {
-            if (shape == Bcast::Row) {
+    if (shape == Bcast::Row) {
+        sum_rows_to(rows, cols, cols, out, [&](int64_t i, double* acc) {
 #pragma omp simd
-                for (int64_t j = 0; j < cols; ++j) acc[j] += f(i, j);
-            } else {
-                double s = 0.0;
-#pragma omp simd reduction(+ : s)
-                for (int64_t j = 0; j < cols; ++j) s += f(i, j);
-                acc[0] += s;
-            }
-        }
+            for (int64_t j = 0; j < cols; ++j) acc[j] += f(i, j);
+        });
+        return;
     }
-    for (int64_t j = 0; j < width; ++j) {
+    sum_rows_to(rows, cols, 1, out, [&](int64_t i, double* acc) {
         double s = 0.0;
-        for (int t = 0; t < nthreads; ++t) s += partial[static_cast<size_t>(t) * stride + j];
-        out[j] = static_cast<Out>(s);
-    }
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < cols; ++j) s += f(i, j);
+        acc[0] += s;
+    });
 }
 
 inline float at(const float* p, Bcast s, int64_t i, int64_t j, int64_t cols) {
@@ -360,6 +368,37 @@ inline void head_mul(const float* x, bool x_is_row, const float* s, float* out, 
             for (int64_t d = 0; d < dim; ++d) out[i * w + h * dim + d] = xr[h * dim + d] * sv;
         }
     }
+}
+
+// out = base + head_mul(x, s): the products added as they are formed, never stored (the backward
+// of a per-head dot adds its weight's share to the input gradient: dx += a * g).  The same sums
+// as binary_fwd's add of head_mul's output.  out may alias base.
+inline void head_mul_add(const float* base, const float* x, bool x_is_row, const float* s, float* out, int64_t rows,
+                         int64_t heads, int64_t dim) {
+    const int64_t w = heads * dim;
+#pragma omp parallel for schedule(static) if (rows * w > ew_detail::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* xr = x_is_row ? x : x + i * w;
+        for (int64_t h = 0; h < heads; ++h) {
+            const float sv = s[i * heads + h];
+#pragma omp simd
+            for (int64_t d = 0; d < dim; ++d) out[i * w + h * dim + d] = base[i * w + h * dim + d] + xr[h * dim + d] * sv;
+        }
+    }
+}
+
+// out[h*dim + d] = sum_i x[i, h, d] * s[i, h]: row_sum of head_mul(x, s) without the products
+// stored (a per-head dot's weight gradient: da = row_sum(x * g)).  The products and the sums are
+// row_sum's over head_mul's output, so the result is the same to the bit.
+inline void head_mul_row_sum(const float* x, const float* s, float* out, int64_t rows, int64_t heads, int64_t dim) {
+    const int64_t w = heads * dim;
+    ew_detail::sum_rows_to(rows, w, w, out, [&](int64_t i, double* acc) {
+        for (int64_t h = 0; h < heads; ++h) {
+            const float sv = s[i * heads + h];
+#pragma omp simd
+            for (int64_t d = 0; d < dim; ++d) acc[h * dim + d] += x[i * w + h * dim + d] * sv;
+        }
+    });
 }
 
 // out[i, d] = c * sum_h x[i, h, d]: c = 1/heads averages the heads.
