@@ -2,7 +2,10 @@
 //
 // Edges are sorted by destination, so the incoming edges of v are the CSR segment
 // [indptr[v], indptr[v+1]) and each segment is handled by one thread (no atomics).  Empty
-// segments produce nothing.  Backward: dS = alpha * (g - sum_seg(alpha * g)).
+// segments produce nothing.  Backward: dS = alpha * (g - sum_seg(alpha * g)).  GAT's attention
+// (its scores from two node values and a leaky ReLU) and the backward with the attention
+// dropout, the leaky ReLU's gradient and the sum at destinations each take one walk of the
+// segments (edge_attention_fwd, edge_softmax_act_bwd); the plain forms are their special cases.
 #pragma once
 
 #include <cmath>
@@ -16,60 +19,8 @@
 namespace mg {
 
 namespace esm_detail {
+
 inline constexpr int64_t kParallelMin = 1 << 14;
-}
-
-// alpha[e, h] = exp(s[e,h] - max_seg s) / sum_seg exp(s - max_seg s).  alpha may alias s.
-inline void edge_softmax_fwd(const float* s, const int64_t* indptr, int64_t num_nodes, int64_t H, float* alpha) {
-#pragma omp parallel if (indptr[num_nodes] * H > esm_detail::kParallelMin)
-    {
-        std::vector<float> mx(static_cast<size_t>(H)), sum(static_cast<size_t>(H));
-#pragma omp for schedule(dynamic, 64)
-        for (int64_t v = 0; v < num_nodes; ++v) {
-            const int64_t b = indptr[v], e_end = indptr[v + 1];
-            if (b == e_end) continue;
-            for (int64_t h = 0; h < H; ++h) mx[h] = s[b * H + h];
-            for (int64_t e = b + 1; e < e_end; ++e)
-#pragma omp simd
-                for (int64_t h = 0; h < H; ++h) mx[h] = s[e * H + h] > mx[h] ? s[e * H + h] : mx[h];
-            for (int64_t h = 0; h < H; ++h) sum[h] = 0.0f;
-            for (int64_t e = b; e < e_end; ++e)
-#pragma omp simd
-                for (int64_t h = 0; h < H; ++h) {
-                    const float x = vexp(s[e * H + h] - mx[h]);
-                    alpha[e * H + h] = x;
-                    sum[h] += x;
-                }
-            for (int64_t h = 0; h < H; ++h) sum[h] = 1.0f / sum[h];  // sum >= 1: the max term is exp(0)
-            for (int64_t e = b; e < e_end; ++e)
-#pragma omp simd
-                for (int64_t h = 0; h < H; ++h) alpha[e * H + h] *= sum[h];
-        }
-    }
-}
-
-// ds[e, h] = alpha[e,h] * (g[e,h] - sum_{e' in seg} alpha[e',h] * g[e',h]).  ds may alias g.
-inline void edge_softmax_bwd(const float* alpha, const float* g, const int64_t* indptr, int64_t num_nodes,
-                             int64_t H, float* ds) {
-#pragma omp parallel if (indptr[num_nodes] * H > esm_detail::kParallelMin)
-    {
-        std::vector<float> dot(static_cast<size_t>(H));
-#pragma omp for schedule(dynamic, 64)
-        for (int64_t v = 0; v < num_nodes; ++v) {
-            const int64_t b = indptr[v], e_end = indptr[v + 1];
-            if (b == e_end) continue;
-            for (int64_t h = 0; h < H; ++h) dot[h] = 0.0f;
-            for (int64_t e = b; e < e_end; ++e)
-#pragma omp simd
-                for (int64_t h = 0; h < H; ++h) dot[h] += alpha[e * H + h] * g[e * H + h];
-            for (int64_t e = b; e < e_end; ++e)
-#pragma omp simd
-                for (int64_t h = 0; h < H; ++h) ds[e * H + h] = alpha[e * H + h] * (g[e * H + h] - dot[h]);
-        }
-    }
-}
-
-namespace esm_detail {
 
 // Per-head state of one segment: HC heads known at compile time (the loops over heads unroll and
 // vectorise; the per-edge loop overhead of a run-time trip count was most of these kernels' time
@@ -99,9 +50,12 @@ inline void by_heads(int64_t H, F f) {
     }
 }
 
-template <int HC>
-void attention_rows(const float* a, const float* b, const int64_t* indptr, const int64_t* col, int64_t num_nodes,
-                    int64_t heads, float slope, float* s, float* alpha) {
+// Softmax over each destination's edges of score(v, e)(h), per head (score(v, e) returns the
+// edge's function of the head, its row pointers computed once per edge); the scores are written
+// to `scores` too when it is not nullptr.  alpha may alias what score reads at (e, h).
+template <int HC, class Score>
+void softmax_rows(const int64_t* indptr, int64_t num_nodes, int64_t heads, Score score, float* scores,
+                  float* alpha) {
     const int64_t H = HC > 0 ? HC : heads;
 #pragma omp parallel if (indptr[num_nodes] * H > kParallelMin)
     {
@@ -112,20 +66,18 @@ void attention_rows(const float* a, const float* b, const int64_t* indptr, const
         for (int64_t v = 0; v < num_nodes; ++v) {
             const int64_t b0 = indptr[v], e_end = indptr[v + 1];
             if (b0 == e_end) continue;
-            const float* bv = b + v * H;
             for (int64_t h = 0; h < H; ++h) mx[h] = -INFINITY;
             for (int64_t e = b0; e < e_end; ++e) {
-                const float* au = a + col[e] * H;
                 float* out = alpha + e * H;
+                const auto edge_score = score(v, e);
 #pragma omp simd
                 for (int64_t h = 0; h < H; ++h) {
-                    const float x = au[h] + bv[h];
-                    const float y = x > 0.0f ? x : slope * x;
+                    const float y = edge_score(h);
                     out[h] = y;
                     mx[h] = y > mx[h] ? y : mx[h];
                 }
-                if (s != nullptr)
-                    for (int64_t h = 0; h < H; ++h) s[e * H + h] = out[h];
+                if (scores != nullptr)
+                    for (int64_t h = 0; h < H; ++h) scores[e * H + h] = out[h];
             }
             if constexpr (HC == 1) {      // one head: the segment is one run of scores
                 float total = 0.0f;
@@ -234,7 +186,28 @@ void softmax_act_rows(const float* g, float p, DropoutKey key, const int64_t* ed
 inline void edge_attention_fwd(const float* a, const float* b, const int64_t* indptr, const int64_t* col,
                                int64_t num_nodes, int64_t H, float slope, float* s, float* alpha) {
     esm_detail::by_heads(H, [&](auto hc) {
-        esm_detail::attention_rows<decltype(hc)::value>(a, b, indptr, col, num_nodes, H, slope, s, alpha);
+        const int64_t heads = decltype(hc)::value > 0 ? decltype(hc)::value : H;
+        auto score = [=](int64_t v, int64_t e) {
+            const float *au = a + col[e] * heads, *bv = b + v * heads;
+            return [=](int64_t h) {
+                const float x = au[h] + bv[h];
+                return x > 0.0f ? x : slope * x;
+            };
+        };
+        esm_detail::softmax_rows<decltype(hc)::value>(indptr, num_nodes, H, score, s, alpha);
+    });
+}
+
+// alpha[e, h] = exp(s[e,h] - max_seg s) / sum_seg exp(s - max_seg s), the softmax over each
+// destination's incoming edges (a segment of the CSR, one thread's: no atomics).  alpha may alias s.
+inline void edge_softmax_fwd(const float* s, const int64_t* indptr, int64_t num_nodes, int64_t H, float* alpha) {
+    esm_detail::by_heads(H, [&](auto hc) {
+        const int64_t heads = decltype(hc)::value > 0 ? decltype(hc)::value : H;
+        auto score = [=](int64_t, int64_t e) {
+            const float* se = s + e * heads;
+            return [=](int64_t h) { return se[h]; };
+        };
+        esm_detail::softmax_rows<decltype(hc)::value>(indptr, num_nodes, H, score, nullptr, alpha);
     });
 }
 
@@ -254,6 +227,13 @@ inline void edge_softmax_act_bwd(const float* g, float p, DropoutKey key, const 
         esm_detail::softmax_act_rows<decltype(hc)::value>(g, p, key, edge_ids, alpha, s, slope, indptr, num_nodes, H,
                                                           de, dst_sum);
     });
+}
+
+// ds[e, h] = alpha[e,h] * (g[e,h] - sum_{e' in seg} alpha[e',h] * g[e',h]).  ds may alias g.
+inline void edge_softmax_bwd(const float* alpha, const float* g, const int64_t* indptr, int64_t num_nodes,
+                             int64_t H, float* ds) {
+    edge_softmax_act_bwd(g, 0.0f, DropoutKey{0, 0, 0}, nullptr, alpha, nullptr, 1.0f, indptr, num_nodes, H, ds,
+                         nullptr);
 }
 
 }  // namespace mg

@@ -354,20 +354,38 @@ inline void rowwise_dot_bwd(const float* a, const float* b, bool b_is_row, const
     }
 }
 
-// Per-head scaling: out[i, h, d] = x[i or 0, h, d] * s[i, h].  With x_is_row, x is one
-// [heads*dim] parameter row shared by every row (the gradient of a per-head dot with a weight).
-inline void head_mul(const float* x, bool x_is_row, const float* s, float* out, int64_t rows, int64_t heads,
-                     int64_t dim) {
+namespace ew_detail {
+
+// out[i, h, d] = x[i or 0, h, d] * s[i, h], plus base[i, h, d] when ADD.
+template <bool ADD>
+void head_products(const float* base, const float* x, bool x_is_row, const float* s, float* out, int64_t rows,
+                   int64_t heads, int64_t dim) {
     const int64_t w = heads * dim;
-#pragma omp parallel for schedule(static) if (rows * w > ew_detail::kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * w > kParallelMin)
     for (int64_t i = 0; i < rows; ++i) {
         const float* xr = x_is_row ? x : x + i * w;
         for (int64_t h = 0; h < heads; ++h) {
             const float sv = s[i * heads + h];
+            float* o = out + i * w + h * dim;
+            if constexpr (ADD) {
+                const float* b = base + i * w + h * dim;
 #pragma omp simd
-            for (int64_t d = 0; d < dim; ++d) out[i * w + h * dim + d] = xr[h * dim + d] * sv;
+                for (int64_t d = 0; d < dim; ++d) o[d] = b[d] + xr[h * dim + d] * sv;
+            } else {
+#pragma omp simd
+                for (int64_t d = 0; d < dim; ++d) o[d] = xr[h * dim + d] * sv;
+            }
         }
     }
+}
+
+}  // namespace ew_detail
+
+// Per-head scaling: out[i, h, d] = x[i or 0, h, d] * s[i, h].  With x_is_row, x is one
+// [heads*dim] parameter row shared by every row (the gradient of a per-head dot with a weight).
+inline void head_mul(const float* x, bool x_is_row, const float* s, float* out, int64_t rows, int64_t heads,
+                     int64_t dim) {
+    ew_detail::head_products<false>(nullptr, x, x_is_row, s, out, rows, heads, dim);
 }
 
 // out = base + head_mul(x, s): the products added as they are formed, never stored (the backward
@@ -375,16 +393,7 @@ inline void head_mul(const float* x, bool x_is_row, const float* s, float* out, 
 // as binary_fwd's add of head_mul's output.  out may alias base.
 inline void head_mul_add(const float* base, const float* x, bool x_is_row, const float* s, float* out, int64_t rows,
                          int64_t heads, int64_t dim) {
-    const int64_t w = heads * dim;
-#pragma omp parallel for schedule(static) if (rows * w > ew_detail::kParallelMin)
-    for (int64_t i = 0; i < rows; ++i) {
-        const float* xr = x_is_row ? x : x + i * w;
-        for (int64_t h = 0; h < heads; ++h) {
-            const float sv = s[i * heads + h];
-#pragma omp simd
-            for (int64_t d = 0; d < dim; ++d) out[i * w + h * dim + d] = base[i * w + h * dim + d] + xr[h * dim + d] * sv;
-        }
-    }
+    ew_detail::head_products<true>(base, x, x_is_row, s, out, rows, heads, dim);
 }
 
 // out[h*dim + d] = sum_i x[i, h, d] * s[i, h]: row_sum of head_mul(x, s) without the products
