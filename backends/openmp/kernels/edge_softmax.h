@@ -181,8 +181,8 @@ void softmax_act_rows(const float* g, float p, DropoutKey key, const int64_t* ed
 //   s[e, h] = leaky_relu(a[src(e), h] + b[v, h]),  alpha[e, .] = softmax of s over v's edges.
 // It replaces gather, gather, add, leaky_relu and edge_softmax_fwd (five passes over [E, H]
 // arrays, four of them written) with one that writes alpha and, when a reader needs it (the
-// backward's act_grad), s.  The arithmetic is that of the five kernels (one head sums its
-// exponentials in vector lanes, so there the last bits may differ).  s may be nullptr.
+// backward's act_grad), s.  The arithmetic is that of the five kernels (edge_softmax_fwd runs the
+// same loops), so the results are the same to the bit.  s may be nullptr.
 inline void edge_attention_fwd(const float* a, const float* b, const int64_t* indptr, const int64_t* col,
                                int64_t num_nodes, int64_t H, float slope, float* s, float* alpha) {
     esm_detail::by_heads(H, [&](auto hc) {
