@@ -966,11 +966,6 @@ inline void edge_softmax_fwd(const float *s, const int64_t *indptr, int64_t num_
     cuda::launch("edge softmax (edge_softmax_kernel)", cuda::edge_softmax_kernel, dim3(cuda::warp_blocks(num_nodes * H)),
                  dim3(cuda::kThreads), s, indptr, num_nodes, H, alpha);
 }
-inline void edge_softmax_bwd(const float *alpha, const float *g, const int64_t *indptr, int64_t num_nodes, int64_t H,
-                             float *ds) {
-    cuda::launch("edge softmax backward (edge_softmax_grad_kernel)", cuda::edge_softmax_grad_kernel,
-                 dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads), alpha, g, indptr, num_nodes, H, ds);
-}
 inline void edge_attention_fwd(const float *a, const float *b, const int64_t *indptr, const int64_t *col,
                                int64_t num_nodes, int64_t H, float slope, float *s, float *alpha) {
     cuda::launch("attention scores and edge softmax (edge_attention_kernel)", cuda::edge_attention_kernel,
@@ -983,6 +978,10 @@ inline void edge_softmax_act_bwd(const float *g, float p, DropoutKey key, const 
     cuda::launch("edge softmax backward with its dropout and leaky_relu (edge_softmax_act_grad_kernel)",
                  cuda::edge_softmax_act_grad_kernel, dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads),
                  g, p, key, edge_ids, alpha, s, slope, indptr, num_nodes, H, de, dst_sum);
+}
+inline void edge_softmax_bwd(const float *alpha, const float *g, const int64_t *indptr, int64_t num_nodes, int64_t H,
+                             float *ds) {
+    edge_softmax_act_bwd(g, 0.0f, DropoutKey{0, 0, 0}, nullptr, alpha, nullptr, 1.0f, indptr, num_nodes, H, ds, nullptr);
 }
 
 }  // namespace mg

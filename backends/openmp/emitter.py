@@ -704,27 +704,32 @@ class OpenMPEmitter:
             add = self.producer.get(act.inputs[0].id)
             if add is None or add.opcode != "add" or self._sole_reader(add.output) is not act:
                 continue
-            ends = {}
-            for v in add.inputs:
-                gather = self.producer.get(v.id)
-                if gather is None or gather.opcode != "gather" or self._sole_reader(v) is not add:
-                    break
-                x = gather.inputs[0]
-                if (x.assoc != "node" or x.width != s.width or self._identity_rows(x) is not None
-                        or x.id in self.feature_like or id(gather) in self.absorbed):
-                    break
-                ends[gather.attrs["end"]] = (gather, x)
-            else:
-                if set(ends) != {"src", "dst"}:
-                    continue
-                keep_scores = any(r is not sm for r, _ in self.readers.get(s.id, []))
-                self.edge_attention[id(sm)] = (ends["src"][1], ends["dst"][1], act, keep_scores)
-                for op in (ends["src"][0], ends["dst"][0], add, act):
-                    self.absorbed.add(id(op))
-                    self.fused_into[id(op)] = sm
-                self.extra_reads += [(ends["src"][1].id, sm), (ends["dst"][1].id, sm)]
-                if keep_scores:
-                    self.extra_writes.append((s.id, sm))
+            ends = self._gathered_ends(add, s.width)
+            if ends is None:
+                continue
+            keep_scores = any(r is not sm for r, _ in self.readers.get(s.id, []))
+            self.edge_attention[id(sm)] = (ends["src"][1], ends["dst"][1], act, keep_scores)
+            for op in (ends["src"][0], ends["dst"][0], add, act):
+                self.absorbed.add(id(op))
+                self.fused_into[id(op)] = sm
+            self.extra_reads += [(ends["src"][1].id, sm), (ends["dst"][1].id, sm)]
+            if keep_scores:
+                self.extra_writes.append((s.id, sm))
+
+    def _gathered_ends(self, add, width) -> Optional[dict]:
+        """{end: (gather, node value)} when ``add`` sums a gather at sources and one at
+        destinations of stored node values ``width`` wide, each gather read by the add alone."""
+        ends = {}
+        for v in add.inputs:
+            gather = self.producer.get(v.id)
+            if gather is None or gather.opcode != "gather" or self._sole_reader(v) is not add:
+                return None
+            x = gather.inputs[0]
+            if (x.assoc != "node" or x.width != width or self._identity_rows(x) is not None
+                    or x.id in self.feature_like or id(gather) in self.absorbed):
+                return None
+            ends[gather.attrs["end"]] = (gather, x)
+        return ends if set(ends) == {"src", "dst"} else None
 
     def plan_edge_softmax_grads(self) -> None:
         """An edge softmax's backward with the dropout_grad before it, the leaky_relu act_grad after

@@ -129,59 +129,17 @@ __global__ void __launch_bounds__(256) edge_dot_kernel(const float *a, bool a_sr
     }
 }
 
-// Edge softmax per (destination, head): one warp per pair, three passes over the segment
-// (max, sum of exponentials, normalise) with shuffles.  alpha may alias s.
-__global__ void edge_softmax_kernel(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H,
-                                    float *alpha) {
-    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (k >= num_nodes * H) return;
-    const int64_t v = k / H, h = k % H;
-    const int64_t b = indptr[v], end = indptr[v + 1];
-    if (b == end) return;
-    float mx = -INFINITY;
-    for (int64_t e = b + lane; e < end; e += 32) mx = fmaxf(mx, s[e * H + h]);
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float sum = 0.f;
-    for (int64_t e = b + lane; e < end; e += 32) sum += expf(s[e * H + h] - mx);
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    const float inv = 1.0f / sum;
-    for (int64_t e = b + lane; e < end; e += 32) alpha[e * H + h] = expf(s[e * H + h] - mx) * inv;
-}
-
-// ds[e, h] = alpha[e, h] * (g[e, h] - sum over the segment of alpha * g).  ds may alias g.
-__global__ void edge_softmax_grad_kernel(const float *alpha, const float *g, const int64_t *indptr,
-                                         int64_t num_nodes, int64_t H, float *ds) {
-    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (k >= num_nodes * H) return;
-    const int64_t v = k / H, h = k % H;
-    const int64_t b = indptr[v], end = indptr[v + 1];
-    float dot = 0.f;
-    for (int64_t e = b + lane; e < end; e += 32) dot += alpha[e * H + h] * g[e * H + h];
-    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    __syncwarp();   // every lane has read g before any lane overwrites it (ds may alias g)
-    for (int64_t e = b + lane; e < end; e += 32) ds[e * H + h] = alpha[e * H + h] * (g[e * H + h] - dot);
-}
-
-// GAT's attention (edge_attention_fwd of the OpenMP backend's edge_softmax.h): per
-// (destination, head) one warp computes s = leaky_relu(a[src] + b[v]) for the segment, writes s
-// (when a reader needs it) and the softmax of it.  Each lane reads back only the elements it
-// wrote, so the passes need no barrier between them.
-__global__ void edge_attention_kernel(const float *a, const float *b, const int64_t *indptr, const int64_t *col,
-                                      int64_t num_nodes, int64_t H, float slope, float *s, float *alpha) {
-    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (k >= num_nodes * H) return;
-    const int64_t v = k / H, h = k % H;
-    const int64_t first = indptr[v], end = indptr[v + 1];
-    if (first == end) return;
-    const float bv = b[v * H + h];
+// Softmax over the segment [first, end) of score(e) for one (destination, head) pair, by one
+// warp: three passes (max, sum of exponentials, normalise) with shuffles; the scores are written
+// to `scores` too when it is not nullptr.  Each lane reads back only the elements it wrote, so
+// the passes need no barrier between them; alpha may alias what score reads at (e, h).
+template <class Score>
+__device__ void warp_segment_softmax(int64_t first, int64_t end, int64_t H, int64_t h, int lane, Score score,
+                                     float *scores, float *alpha) {
     float mx = -INFINITY;
     for (int64_t e = first + lane; e < end; e += 32) {
-        const float x = a[col[e] * H + h] + bv;
-        const float y = x > 0.f ? x : slope * x;
-        if (s != nullptr) s[e * H + h] = y;
+        const float y = score(e);
+        if (scores != nullptr) scores[e * H + h] = y;
         alpha[e * H + h] = y;
         mx = fmaxf(mx, y);
     }
@@ -193,10 +151,42 @@ __global__ void edge_attention_kernel(const float *a, const float *b, const int6
     for (int64_t e = first + lane; e < end; e += 32) alpha[e * H + h] = expf(alpha[e * H + h] - mx) * inv;
 }
 
+// Edge softmax per (destination, head), one warp per pair (warp_segment_softmax).  alpha may
+// alias s.
+__global__ void edge_softmax_kernel(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H,
+                                    float *alpha) {
+    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (k >= num_nodes * H) return;
+    const int64_t v = k / H, h = k % H;
+    const int64_t first = indptr[v], end = indptr[v + 1];
+    if (first == end) return;
+    warp_segment_softmax(first, end, H, h, lane, [&](int64_t e) { return s[e * H + h]; }, nullptr, alpha);
+}
+
+// GAT's attention (edge_attention_fwd of the OpenMP backend's edge_softmax.h): per
+// (destination, head) one warp computes s = leaky_relu(a[src] + b[v]) for the segment, writes s
+// (when a reader needs it) and the softmax of it.
+__global__ void edge_attention_kernel(const float *a, const float *b, const int64_t *indptr, const int64_t *col,
+                                      int64_t num_nodes, int64_t H, float slope, float *s, float *alpha) {
+    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (k >= num_nodes * H) return;
+    const int64_t v = k / H, h = k % H;
+    const int64_t first = indptr[v], end = indptr[v + 1];
+    if (first == end) return;
+    const float bv = b[v * H + h];
+    warp_segment_softmax(first, end, H, h, lane, [&](int64_t e) {
+        const float x = a[col[e] * H + h] + bv;
+        return x > 0.f ? x : slope * x;
+    }, s, alpha);
+}
+
 // The backward of an edge softmax with its dropout_grad before, its leaky_relu act_grad after
 // (s != nullptr) and the sum of the result at destinations (dst_sum != nullptr), per
-// (destination, head) one warp (edge_softmax_act_bwd of edge_softmax.h).  de holds g' meanwhile;
-// each lane reads back only its own elements.
+// (destination, head) one warp (edge_softmax_act_bwd of edge_softmax.h); with none of them
+// (p = 0, s and dst_sum nullptr) the plain edge softmax backward.  de holds g' meanwhile; each
+// lane reads back only its own elements, so de may alias g.
 __global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey key, const int64_t *edge_ids,
                                              const float *alpha, const float *s, float slope, const int64_t *indptr,
                                              int64_t num_nodes, int64_t H, float *de, float *dst_sum) {
