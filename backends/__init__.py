@@ -109,7 +109,7 @@ REGISTRY = {
     "mpi": Backend(
         "mpi", "a cluster of CPU nodes: partitioned graph, halo exchange",
         Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, distributed=True,
-                     bases_per_lookup=True, edge_typed_linear=True),
+                     link_prediction=True, bases_per_lookup=True, edge_typed_linear=True),
         "MORPHGEN_MPICXX", "mpicxx", "morphgen.backends.mpi.emitter:MPIEmitter"),
 }
 

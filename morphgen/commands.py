@@ -133,7 +133,7 @@ class Progress:
             self.stream.write(text + "\n")
 
 
-def _final_metrics(final: dict) -> str:
+def final_metrics(final: dict) -> str:
     """Accuracies (node classification) or filtered ranking metrics (link prediction)."""
     if "train_acc" in final:
         selected = (f" (weights of epoch {final['best_epoch']}, the best validation accuracy; "
@@ -207,7 +207,7 @@ def train_command(args) -> int:
     result = model.fit(epochs=epochs, progress=Progress(quiet=args.quiet), eval_every=eval_every)
     final = result.final
     times = [r["epoch_time_s"] for r in result.history]
-    print(f"final: {_final_metrics(final)} loss {result.history[-1]['loss']:.4f} "
+    print(f"final: {final_metrics(final)} loss {result.history[-1]['loss']:.4f} "
           f"median epoch {np.median(times) * 1e3:.2f} ms")
     if args.profile:
         print_profile(model.session.timers())

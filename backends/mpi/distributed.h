@@ -31,6 +31,7 @@
 
 #include "context.h"
 #include "kernels/dropout.h"
+#include "kernels/link.h"
 #include "kernels/loss.h"
 
 namespace mg {
@@ -183,6 +184,11 @@ struct Partition {
     ProgressThread progress;                   // runs during mg_train_epoch / mg_evaluate (ProgressScope)
     // Measured per run (reported by the timers and mg_read_timer): bytes of halo payload sent.
     double halo_bytes = 0;
+    // Link prediction (gather_global_rows): every rank's owned global ids in rank order, how
+    // many each rank owns and where its rows start; the gathered rows, and a gradient of them.
+    std::vector<int64_t> all_owned_gid;
+    std::vector<int> owned_counts, owned_starts;
+    std::vector<float> staged_rows, global_rows, global_grad;
 
     int num_peers() const { return int(peers.size()); }
     // Peer k's share of the halo: the packed rows sent to it, the ghost rows received from it.
@@ -477,6 +483,83 @@ inline double accuracy(Partition &p, const float *logits, const int64_t *labels,
                        int64_t rows, int64_t C, int64_t global_count) {
     const int64_t correct = sum_all(p, int64_t(count_correct(logits, labels, mask, rows, C)));
     return global_count ? double(correct) / double(global_count) : 0.0;
+}
+
+// ---- link prediction: the triples name nodes anywhere in the graph ----------------------------
+// Every rank scores every triple on the embeddings of the whole graph, gathered from their
+// owners (one all-gather of N x H floats per call), with the kernels and in the order of one
+// process, so the loss and the gradients are one process's to the bit.  The loss is rank 0's
+// share (the shares are summed), each rank keeps its owned rows of the embeddings' gradient, and
+// the relations' gradient is rank 0's (the all-reduce sums the ranks' gradients).  The triples
+// are scored on every rank: they cost about an edge list per epoch, not the epoch's work.
+
+inline void require_triples(const int64_t *triples, int64_t count) {
+    if (count > 0 && !triples) throw Error("no triples were set (mg_set_triples) for the link-prediction loss");
+}
+
+// Rows of X (owned rows first, F wide) of every rank, in global node order: [global_nodes, F].
+inline const float *gather_global_rows(Partition &p, const float *X, int64_t F) {
+    if (p.owned_counts.empty()) {       // once: who owns which global ids
+        const int own = message_count(p.num_owned, "owned rows");
+        p.owned_counts.assign(size_t(p.size), 0);
+        check_mpi(MPI_Allgather(&own, 1, MPI_INT, p.owned_counts.data(), 1, MPI_INT, p.comm), "owned row counts");
+        p.owned_starts.assign(size_t(p.size), 0);
+        for (int r = 1; r < p.size; ++r)
+            p.owned_starts[size_t(r)] = p.owned_starts[size_t(r - 1)] + p.owned_counts[size_t(r - 1)];
+        p.all_owned_gid.resize(size_t(p.global_nodes));
+        check_mpi(MPI_Allgatherv(p.node_gid.data(), own, MPI_INT64_T, p.all_owned_gid.data(), p.owned_counts.data(),
+                                 p.owned_starts.data(), MPI_INT64_T, p.comm),
+                  "owned node ids");
+    }
+    std::vector<int> counts(size_t(p.size)), starts(size_t(p.size));
+    for (int r = 0; r < p.size; ++r) {
+        counts[size_t(r)] = message_count(int64_t(p.owned_counts[size_t(r)]) * F, "embedding rows");
+        starts[size_t(r)] = message_count(int64_t(p.owned_starts[size_t(r)]) * F, "embedding rows");
+    }
+    p.staged_rows.resize(size_t(p.global_nodes * F));
+    check_mpi(MPI_Allgatherv(X, counts[size_t(p.rank)], MPI_FLOAT, p.staged_rows.data(), counts.data(),
+                             starts.data(), MPI_FLOAT, p.comm),
+              "embedding rows");
+    p.global_rows.resize(size_t(p.global_nodes * F));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < p.global_nodes; ++i)
+        std::memcpy(p.global_rows.data() + p.all_owned_gid[size_t(i)] * F, p.staged_rows.data() + i * F,
+                    sizeof(float) * size_t(F));
+    return p.global_rows.data();
+}
+
+inline void link_loss(Partition &p, const float *z, int64_t H, const float *R, int64_t rel_rows,
+                      const int64_t *triples, int64_t count, float reg, float *loss) {
+    require_triples(triples, count);
+    const float *all = gather_global_rows(p, z, H);
+    loss[0] = p.rank == 0 ? distmult_loss(all, p.global_nodes, R, rel_rows, H, triples, count, reg) : 0.f;
+}
+
+// dz [local rows, H]: the owned rows of the whole graph's gradient; ghost rows zero.
+inline void link_loss_grad(Partition &p, const float *z, int64_t H, const float *R, const int64_t *triples,
+                           int64_t count, float reg, float *dz) {
+    require_triples(triples, count);
+    const float *all = gather_global_rows(p, z, H);
+    p.global_grad.resize(size_t(p.global_nodes * H));
+    distmult_loss_grad(all, p.global_nodes, R, 0, H, triples, count, reg, p.global_grad.data(), nullptr);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < p.num_local; ++r) {
+        float *row = dz + r * H;
+        if (r < p.num_owned)
+            std::memcpy(row, p.global_grad.data() + p.node_gid[size_t(r)] * H, sizeof(float) * size_t(H));
+        else
+            std::fill(row, row + H, 0.f);
+    }
+}
+
+inline void link_loss_rel_grad(Partition &p, const float *z, int64_t H, const float *R, int64_t rel_rows,
+                               const int64_t *triples, int64_t count, float reg, float *dR) {
+    require_triples(triples, count);
+    const float *all = gather_global_rows(p, z, H);
+    if (p.rank == 0)
+        distmult_loss_grad(all, 0, R, rel_rows, H, triples, count, reg, nullptr, dR);
+    else
+        std::fill(dR, dR + rel_rows * H, 0.f);
 }
 
 }  // namespace mpi

@@ -18,7 +18,8 @@ adds, driven by the IR (docs/backends.md, "MPI"):
 - each weight gradient handed to MPI_Iallreduce as soon as it is complete, the optimizer
   waiting for it before its step (Morphling's pipelined backward);
 - degrees and GCN normalisation from the global graph, the loss as a mean over the global train
-  count, accuracies from global counts, dropout masks keyed by global node and edge ids.
+  count, accuracies from global counts, dropout masks keyed by global node and edge ids;
+- a link-prediction loss scored on the embeddings of the whole graph, gathered from their owners.
 """
 from __future__ import annotations
 
@@ -291,6 +292,22 @@ class MPIEmitter(OpenMPEmitter):
         return self.timed("loss", f"mg::mpi::cross_entropy({self.ptr(logits)}, m.labels, m.masks[0], "
                           f"m.graph.num_nodes, {self.width(logits)}, m.global_mask_count[0], {self.ptr(op.output)})",
                           f"8.0 * {self.numel(logits)}")
+
+    # -- link prediction: triples name nodes of the whole graph (distributed.h) ------------------
+    def op_link_loss(self, op, z, rel):
+        zp, rp, types, h, reg = self._link_args(op, z, rel)
+        return self.timed("loss", f"mg::mpi::link_loss(m.part, {zp}, {h}, {rp}, {types}, m.triples, m.num_triples, "
+                          f"{reg}, {self.ptr(op.output)})", f"4.0 * m.num_triples * {h}")
+
+    def op_link_loss_grad(self, op, z, rel):
+        zp, rp, _, h, reg = self._link_args(op, z, rel)
+        return self.timed("loss", f"mg::mpi::link_loss_grad(m.part, {zp}, {h}, {rp}, m.triples, m.num_triples, "
+                          f"{reg}, {self.ptr(op.output)})", f"8.0 * m.num_triples * {h}")
+
+    def op_link_loss_rel_grad(self, op, z, rel):
+        zp, rp, types, h, reg = self._link_args(op, z, rel)
+        return self.timed("loss", f"mg::mpi::link_loss_rel_grad(m.part, {zp}, {h}, {rp}, {types}, m.triples, "
+                          f"m.num_triples, {reg}, {self.ptr(op.output)})", f"6.0 * m.num_triples * {h}")
 
     def _owned_rows_only(self, lower, op, *inputs):
         """A sum over node rows counts owned rows only: dense kernels are told so; the kernels

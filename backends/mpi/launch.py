@@ -132,6 +132,7 @@ def train_distributed(args) -> int:
             "checkpoint": args.checkpoint and str(Path(args.checkpoint).resolve()),
             "json_out": args.json_out and str(Path(args.json_out).resolve()), "quiet": args.quiet,
             "profile": bool(getattr(args, "profile", False)),
+            "link": _link_spec(model) if model.link_task else None,
             "report": {"model": str(args.model), "backend": "mpi", "dataset": dataset.name, "seed": args.seed,
                        "feature_path": path, "compile_seconds": model.compile_seconds,
                        "hoisted_aggregations": len(program.invariant),
@@ -148,6 +149,13 @@ def train_distributed(args) -> int:
             why = "; ".join(messages) if messages else "no rank left a message: one was killed or crashed (see above)"
             raise RankFailure(f"morphgen: error: the {ranks}-rank MPI job failed (exit status {code}): {why}", code)
     return 0
+
+
+def _link_spec(model) -> dict:
+    """What the ranks of a link-prediction run need beside their parts: the negatives drawn per
+    training triple, the weight the loss scores relations with, the embeddings' width."""
+    return {"negatives": model.program.negatives, "relation_weight": model.relation_weight,
+            "width": int(model.program.logits.shape[-1])}
 
 
 class RankFailure(UserError):

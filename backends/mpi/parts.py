@@ -2,7 +2,8 @@
 
 The launcher partitions the graph (morphgen.partition: owned nodes, ghosts, halo lists), then
 writes one file per rank holding that rank's local graph (owned rows first, ghost rows after
-them, grouped by owner), its rows of the features, labels and masks, and what makes its numbers
+them, grouped by owner), its rows of the features, labels and masks (a link predictor's triples
+instead, every split, whole: any rank may score any triple), and what makes its numbers
 those of one process: global node ids (dropout masks), the global positions of its edges, and
 the global degrees of its nodes.  A rank reads only its own file.
 
@@ -41,8 +42,7 @@ def dataset_key(dataset, normalization: Optional[str], num_parts: int, partition
     (and, for --partitioner auto, what the choice weighed: the program's work, threads per rank)."""
     h = hashlib.sha256()
     g = dataset.graph
-    for arr in (g.src, g.dst, g.etype, g.ntype, dataset.labels, dataset.train_mask, dataset.val_mask,
-                dataset.test_mask):
+    for arr in (g.src, g.dst, g.etype, g.ntype, dataset.labels, *_task_arrays(dataset).values()):
         h.update(b"-" if arr is None else np.ascontiguousarray(arr).tobytes())
     x = dataset.features
     if x is None:
@@ -78,6 +78,14 @@ def assign_nodes(graph, num_parts: int, partitioner: str, chooser=None, progress
         rng = np.random.default_rng(0)
         return rng.permutation(np.arange(graph.num_nodes) % num_parts).astype(np.int64), {"partitioner": partitioner}
     raise UserError(f"morphgen: error: --partitioner must be one of {', '.join(PARTITIONERS)}, got {partitioner!r}")
+
+
+def _task_arrays(dataset) -> dict:
+    """What a node classifier trains on (its masks), or a link predictor (its triples, by split)."""
+    if getattr(dataset, "task", "") == "link":
+        return {f"{split}_triples": getattr(dataset, f"{split}_triples").astype(np.int64)
+                for split in ("train", "valid", "test")}
+    return {"train_mask": dataset.train_mask, "val_mask": dataset.val_mask, "test_mask": dataset.test_mask}
 
 
 def write_parts(dataset, num_parts: int, directory: Path, key: str, partitioner: str = "morphgen",
@@ -136,11 +144,13 @@ def _part_arrays(dataset, lay, position, in_degree, out_degree) -> dict:
         "peers": np.asarray(peers, np.int64), "recv_ptr": recv_ptr,
         "send_ptr": np.concatenate([[0], np.cumsum([s.shape[0] for s in send])]).astype(np.int64),
         "send_idx": np.concatenate(send + [np.zeros(0, np.int64)]).astype(np.int64),
-        "labels": dataset.labels[l2g].astype(np.int64),
-        "train_mask": dataset.train_mask[l2g] & owned, "val_mask": dataset.val_mask[l2g] & owned,
-        "test_mask": dataset.test_mask[l2g] & owned,
         "num_etypes": np.int64(g.num_etypes), "num_ntypes": np.int64(g.num_ntypes),
     }
+    if dataset.labels is not None:
+        arrays.update(labels=dataset.labels[l2g].astype(np.int64), train_mask=dataset.train_mask[l2g] & owned,
+                      val_mask=dataset.val_mask[l2g] & owned, test_mask=dataset.test_mask[l2g] & owned)
+    else:              # link prediction: every rank scores the triples of the whole graph
+        arrays.update(_task_arrays(dataset))
     if g.etype is not None:
         arrays["etype"] = g.etype[lay.edge_ids]
     if g.ntype is not None:

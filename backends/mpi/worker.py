@@ -27,8 +27,9 @@ def _session(spec: dict, part, comm):
     partition = {"comm": comm.py2f(), "num_owned": int(part["num_owned"]),
                  "global_nodes": int(part["num_global_nodes"]),
                  **{k: part[k] for k in PARTITION_ARRAYS}}
-    masks = (part["train_mask"], part["val_mask"], part["test_mask"])
-    session = Session(spec["library"], layout, part.features(), part["labels"], masks, spec["sizes"],
+    link = spec.get("link") is not None      # a link predictor has triples, no labels or masks
+    masks = None if link else (part["train_mask"], part["val_mask"], part["test_mask"])
+    session = Session(spec["library"], layout, part.features(), part.get("labels"), masks, spec["sizes"],
                       spec["threads"], spec["seed"], donate_features=True, partition=partition)
     with np.load(spec["init_params"], allow_pickle=False) as z:
         session.set_params({k: z[k] for k in z.files})
@@ -79,6 +80,36 @@ def allreduce_hidden(per_rank: list) -> float:
     return max(0.0, 1.0 - min(r["allreduce_exposed_s_per_epoch"] for r in per_rank) / blocking)
 
 
+def _set_epoch_triples(session, part, spec: dict) -> None:
+    """The epoch's training triples and fresh negatives, drawn on every rank alike (global ids,
+    keyed by the library's epoch as in one process)."""
+    from morphgen.negative_sampling import epoch_triples
+    session.set_triples(epoch_triples(part["train_triples"], int(part["num_global_nodes"]),
+                                      spec["link"]["negatives"], spec["seed"], session.epoch()))
+
+
+def _link_metrics(session, part, comm, link: dict) -> dict:
+    """Filtered MRR and Hits@k of the held-out triples (morphgen/link_eval.py), ranked on rank 0
+    against the embeddings of every node, gathered from their owners; None on the other ranks.
+    Collective: every rank runs the forward."""
+    from morphgen.link_eval import ranking_metrics
+    loss = session.evaluate()["loss"]
+    owned = int(part["num_owned"])
+    z_local = session.predict(part.num_local, link["width"])[:owned]
+    pieces = comm.gather((part["node_gid"][:owned], z_local), root=0)
+    if comm.Get_rank() != 0:
+        return None
+    z = np.empty((int(part["num_global_nodes"]), link["width"]), np.float32)
+    for gid, rows in pieces:
+        z[gid] = rows
+    rel = session.get_params()[link["relation_weight"]].reshape(-1, z.shape[1])
+    known = np.concatenate([part[f"{s}_triples"] for s in ("train", "valid", "test")])
+    out = {"loss": loss}
+    for split in ("valid", "test"):
+        out.update(ranking_metrics(z, rel, part[f"{split}_triples"], known, f"{split}_"))
+    return out
+
+
 def _progress_thread_setting(comm, threads: int) -> None:
     """The progress thread (distributed.h) needs a core of its own to poll on: when this node's
     ranks already take more cores than it has (oversubscribed), it only steals time from the
@@ -96,7 +127,7 @@ def _progress_thread_setting(comm, threads: int) -> None:
 
 def run(spec: dict, comm) -> int:
     from morphgen.backends.mpi.parts import load_part
-    from morphgen.commands import Progress, print_profile, write_atomically
+    from morphgen.commands import Progress, final_metrics, print_profile, write_atomically
     rank, size = comm.Get_rank(), comm.Get_size()
     if size != spec["ranks"]:
         raise RuntimeError(f"started with {size} ranks, the run was prepared for {spec['ranks']}")
@@ -109,9 +140,12 @@ def run(spec: dict, comm) -> int:
     progress = Progress(quiet=spec["quiet"] or rank != 0)
     session.reset_timers()
     history, times, train_halo_bytes = [], [], 0.0
+    link = spec.get("link")
     for epoch in range(1, epochs + 1):
         before = _timer(session, "halo")["bytes"]
         t0 = time.perf_counter()
+        if link:
+            _set_epoch_triples(session, part, spec)
         loss = session.train_epoch()       # collective: the same global loss on every rank
         times.append(time.perf_counter() - t0)
         train_halo_bytes += _timer(session, "halo")["bytes"] - before
@@ -120,7 +154,7 @@ def run(spec: dict, comm) -> int:
             if rank == 0:
                 print(f"morphgen: error: the loss became {loss} at epoch {epoch}", file=sys.stderr)
             return 1
-        if epoch == epochs or epoch % eval_every == 0:
+        if not link and (epoch == epochs or epoch % eval_every == 0):   # links: ranked at the end only
             row.update(session.evaluate())
             row["loss"] = loss
         history.append(row)
@@ -129,14 +163,13 @@ def run(spec: dict, comm) -> int:
     figures = _rank_figures(session, part, epochs, times, train_halo_bytes, allreduce_s)
     if spec.get("profile"):
         figures["profile"] = session.timers()      # every rank's kernels; rank 0's are printed
-    final = session.evaluate()
+    final = _link_metrics(session, part, comm, link) if link else session.evaluate()
     if spec.get("checkpoint"):
         session.save_checkpoint(spec["checkpoint"])      # rank 0 writes, the others wait for it
     per_rank = comm.gather(figures, root=0)
     if rank != 0:
         return 0
-    print(f"final: train_acc {final['train_acc']:.4f} val_acc {final['val_acc']:.4f} "
-          f"test_acc {final['test_acc']:.4f} loss {history[-1]['loss']:.4f} "
+    print(f"final: {final_metrics(final)} loss {history[-1]['loss']:.4f} "
           f"median epoch {np.median(times) * 1e3:.2f} ms ({size} ranks x {spec['threads']} threads)")
     if spec.get("profile"):
         print("rank 0:")
@@ -153,8 +186,7 @@ def run(spec: dict, comm) -> int:
         print(f"morphgen: checkpoint written to {spec['checkpoint']}", file=sys.stderr)
     if spec.get("json_out"):
         report = dict(spec["report"], epochs=epochs, threads=spec["threads"], ranks=size,
-                      train_acc=final["train_acc"], val_acc=final["val_acc"], test_acc=final["test_acc"],
-                      final_loss=history[-1]["loss"], epoch_times_s=times, history=history, per_rank=per_rank,
+                      **{k: v for k, v in final.items() if k != "loss"}, final_loss=history[-1]["loss"], epoch_times_s=times, history=history, per_rank=per_rank,
                       allreduce_hidden=hidden)
         if spec.get("profile"):
             report["profile"] = per_rank[0]["profile"]
