@@ -78,8 +78,21 @@ def test_a_program_and_a_dataset_of_different_tasks_are_refused(tmp_path):
                          "is a link-prediction dataset (triples, no labels)")
     assert_clean_failure(run_cli("train", example("rgcn_link"), "--dataset", "synthetic", "--epochs", "1"), 2,
                          "has no triples to score")
-    assert_clean_failure(run_cli("train", example("rgcn_link"), "--dataset", data, "--backend", "mpi"), 2,
-                         "which the mpi backend does not run yet")
+
+
+def test_a_backend_without_the_link_kernels_refuses_a_link_program():
+    """Every registered backend has them; one that had not would say so before emitting anything."""
+    import dataclasses
+    from morphgen.api import CompiledModel
+    from morphgen.backends import REGISTRY
+    from morphgen.errors import UserError
+    model = CompiledModel(example("rgcn_link"))
+    model.lower_for(link_dataset())
+    backend = REGISTRY["mpi"]
+    without = dataclasses.replace(backend, capabilities=dataclasses.replace(backend.capabilities,
+                                                                           link_prediction=False))
+    with pytest.raises(UserError, match="predicts links .* which the mpi backend does not run yet"):
+        without.check_program(model.program)
 
 
 def test_wn18rr_loads_as_a_link_dataset():
