@@ -44,6 +44,27 @@ def test_link_loss_and_gradients_match_interpreter():
         np.testing.assert_allclose(grads[name], g.reshape(-1), rtol=2e-3, atol=2e-6, err_msg=name)
 
 
+def test_many_triples_give_the_same_gradients_at_any_thread_count():
+    """Past 4,096 triples the gradients are scattered by several threads, each owning a slice of
+    the rows and walking the triples in order: the bits of one thread, and the interpreter's values."""
+    graph = random_graph(n=14, e=40, seed=6, etypes=3)
+    program = link_program(0.05)
+    lib = build(use_sgd(program), graph, None, classes=1)
+    params = {k: v.astype(np.float32) for k, v in perturbed_params(program).items()}
+    scored = triples(graph, 6000)
+    runs = []
+    for threads in (1, 2):
+        sess = session(lib, program, graph, None, None, None, threads=threads)
+        sess.set_triples(scored)
+        runs.append(gradients_by_sgd(program, sess, params)[1])
+    for name in runs[0]:
+        np.testing.assert_array_equal(runs[0][name], runs[1][name], err_msg=name)
+    _, ref_grads, _ = Interpreter(program, graph, None, triples=scored).run(
+        {k: v.astype(np.float64) for k, v in params.items()})
+    for name, g in ref_grads.items():
+        np.testing.assert_allclose(runs[1][name], g.reshape(-1), rtol=2e-3, atol=2e-6, err_msg=name)
+
+
 @pytest.mark.parametrize("row,message", [
     ([99, 0, 1, 1], "triple 0 names a node outside the graph"),
     ([0, 7, 1, 1], "triple 0 names relation 7, outside [0, 3)"),

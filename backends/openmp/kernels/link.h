@@ -6,14 +6,16 @@
 //
 // The triples are int64 rows of 4 (head, relation, tail, target in {0, 1}), set by the caller for
 // each epoch (positives and fresh negatives).  Sums of float terms are accumulated in double; the
-// gradients scatter into the rows of their heads and tails in triple order, on one thread, so
-// every run gives the same bits (a triple list is about the edge count: this is not the
-// epoch's cost).
+// gradients scatter into the rows of their heads and tails in triple order, each row by one
+// thread, so every run gives the same bits.
 #ifndef MORPHGEN_KERNELS_LINK_H
 #define MORPHGEN_KERNELS_LINK_H
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace mg {
 namespace link_detail {
@@ -67,21 +69,36 @@ inline float distmult_loss(const float* z, int64_t nodes, const float* R, int64_
 // The gradients with respect to z (dz) and to R (dR), either of which may be null: first the L2
 // term, 2 reg x / numel(x), then each triple's score gradient d into its head's and tail's rows of
 // dz (d R_r * z_t and d R_r * z_h) and into its relation's row of dR (d z_h * z_t).
+//
+// The scores' gradients are computed in parallel; then each thread owns a slice of dz's rows and
+// one of dR's, walks every triple in order and adds only the terms of its own rows.  Every row
+// receives its terms in triple order, head before tail, as one thread adding them all would: the
+// same bits at any thread count.
 inline void distmult_loss_grad(const float* z, int64_t nodes, const float* R, int64_t rel_rows, int64_t H,
                                const int64_t* triples, int64_t count, float reg, float* dz, float* dR) {
     if (dz) link_detail::l2_grad(z, nodes * H, reg, dz);
     if (dR) link_detail::l2_grad(R, rel_rows * H, reg, dR);
-    for (int64_t i = 0; i < count; ++i) {
-        const int64_t* t = triples + 4 * i;
-        const float d = float(link_detail::score_grad(z, R, t, H, count));
-        const float* zh = z + t[0] * H;
-        const float* rr = R + t[1] * H;
-        const float* zt = z + t[2] * H;
-        for (int64_t k = 0; dz && k < H; ++k) {
-            dz[t[0] * H + k] += d * rr[k] * zt[k];
-            dz[t[2] * H + k] += d * rr[k] * zh[k];
+    std::vector<float> d(size_t(count > 0 ? count : 0));
+#pragma omp parallel for schedule(static) if (count > 4096)
+    for (int64_t i = 0; i < count; ++i) d[size_t(i)] = float(link_detail::score_grad(z, R, triples + 4 * i, H, count));
+#pragma omp parallel if (count > 4096)
+    {
+        const int64_t T = omp_get_num_threads(), id = omp_get_thread_num();
+        const int64_t n0 = nodes * id / T, n1 = nodes * (id + 1) / T;
+        const int64_t q0 = rel_rows * id / T, q1 = rel_rows * (id + 1) / T;
+        for (int64_t i = 0; i < count; ++i) {
+            const int64_t* t = triples + 4 * i;
+            const float di = d[size_t(i)];
+            const float* zh = z + t[0] * H;
+            const float* rr = R + t[1] * H;
+            const float* zt = z + t[2] * H;
+            if (dz && t[0] >= n0 && t[0] < n1)
+                for (int64_t k = 0; k < H; ++k) dz[t[0] * H + k] += di * rr[k] * zt[k];
+            if (dz && t[2] >= n0 && t[2] < n1)
+                for (int64_t k = 0; k < H; ++k) dz[t[2] * H + k] += di * rr[k] * zh[k];
+            if (dR && t[1] >= q0 && t[1] < q1)
+                for (int64_t k = 0; k < H; ++k) dR[t[1] * H + k] += di * zh[k] * zt[k];
         }
-        for (int64_t k = 0; dR && k < H; ++k) dR[t[1] * H + k] += d * zh[k] * zt[k];
     }
 }
 
