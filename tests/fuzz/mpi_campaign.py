@@ -1,0 +1,92 @@
+"""Generated programs trained by the MPI backend against one process.
+
+    python -m tests.fuzz.mpi_campaign --start 0 --programs 100 [--ranks 2 3] [--epochs 3]
+
+Each generated program (tests/fuzz/generator.py) trains with `morphgen train --backend openmp`
+and with `--backend mpi` at each rank count, one thread per process, on a small synthetic graph
+(typed when the program reads edge or node types; sparse features for every other seed, so both
+feature paths run): every epoch's loss must agree to 1e-5 and the accuracies exactly, as in
+tests/mpi/test_mpi_parity.py.  A program the MPI backend refuses with a located error counts as
+refused, not failed.  The exit status is 1 when anything failed.  Builds are unoptimised
+($MORPHGEN_OPT_LEVEL=0): the lowering is under test, not the compiler.  Results of the campaigns
+run so far are in docs/testing.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RTOL = 1e-5
+REFUSED = "the mpi backend does not support"
+
+
+def dataset_for(fp, directory: Path) -> str:
+    """A graph of 120 nodes: typed (features, or none when the program reads them only through
+    weights) for typed programs, else the synthetic generator's, sparse for odd seeds."""
+    if fp.typed:
+        from morphgen.data.npz import save_npz
+        from tests.e2e.support import typed_dataset
+        features = None if fp.features_only_through_weights and fp.seed % 2 else 7
+        return str(save_npz(typed_dataset(features=features, nodes=120, edges=600), directory / "typed.npz"))
+    sparsity = 0.7 if fp.seed % 2 else 0.0
+    return (f"synthetic:nodes=120,edges=700,features=6,classes=3,train_per_class=12,val=30,test=40,"
+            f"sparsity={sparsity},seed={fp.seed % 7}")
+
+
+def check(seed: int, ranks: tuple, epochs: int) -> tuple:
+    """('ok' | 'refused' | 'failed', message, source) for one generated program."""
+    from tests.fuzz.generator import generate
+    from tests.mpi.support import assert_same_run, train
+    fp = generate(seed)
+    with tempfile.TemporaryDirectory(prefix=f"mpi-fuzz-{seed}-") as tmp:
+        tmp_path = Path(tmp)
+        program = tmp_path / f"{fp.name}.mp"
+        program.write_text(fp.source)
+        data = dataset_for(fp, tmp_path)
+        try:
+            reference = train(tmp_path, program, data, epochs=epochs)
+            for n in ranks:
+                run = train(tmp_path, program, data, backend="mpi", ranks=n, epochs=epochs)
+                assert run["feature_path"] == reference["feature_path"], \
+                    f"feature path {run['feature_path']} != {reference['feature_path']}"
+                assert_same_run(reference, run, RTOL, f"seed {seed} on {n} ranks")
+        except AssertionError as exc:
+            if REFUSED in str(exc):
+                line = next(x for x in str(exc).splitlines() if REFUSED in x)
+                return "refused", line.strip(), fp.source
+            return "failed", str(exc)[-2000:], fp.source
+    return "ok", "", fp.source
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--programs", type=int, default=100)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 3])
+    ap.add_argument("--epochs", type=int, default=3)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("MORPHGEN_OPT_LEVEL", "0")
+    t0 = time.perf_counter()
+    counts = {"ok": 0, "refused": 0, "failed": 0}
+    for done, seed in enumerate(range(args.start, args.start + args.programs), 1):
+        verdict, message, source = check(seed, tuple(args.ranks), args.epochs)
+        counts[verdict] += 1
+        if verdict != "ok":
+            print(f"--- seed {seed}: {verdict}: {message}", flush=True)
+            if verdict == "failed":
+                print(source, flush=True)
+        if done % 10 == 0:
+            print(f"{done}/{args.programs} programs, {counts}, {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+    print(f"{args.programs} programs (seeds {args.start}..{args.start + args.programs - 1}, ranks "
+          f"{' '.join(map(str, args.ranks))}): {counts['ok']} agree, {counts['refused']} refused, "
+          f"{counts['failed']} failed in {time.perf_counter() - t0:.0f} s")
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
