@@ -313,6 +313,20 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
     sent.bytes += p.halo_bytes - before;
 }
 
+// A mean over out-edges: each rank summed the edges it holds (those into its own nodes) and the
+// owners added the ranks' sums (halo_reverse); the owned rows become means over the global
+// out-degree, scaled as one process scales them (scatter_src: the sum times 1 / count).
+inline void divide_by_out_degree(const Partition &p, float *X, int64_t F) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < p.num_owned; ++r) {
+        const float count = p.out_degree[size_t(r)];
+        if (!(count > 0.f)) continue;
+        const float inv = 1.0f / count;
+        float *row = X + r * F;
+        for (int64_t c = 0; c < F; ++c) row[c] *= inv;
+    }
+}
+
 // Weight gradients: each is handed to MPI_Iallreduce as soon as the backward has produced it,
 // the backward goes on while it travels, and the optimizer waits for it before its step.
 //

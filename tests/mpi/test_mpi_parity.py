@@ -65,6 +65,34 @@ def test_link_prediction_matches_one_process(tmp_path):
             assert run[key] == reference[key], f"rgcn_link on {ranks} ranks: {key} {run[key]} != {reference[key]}"
 
 
+MEAN_OVER_OUT_EDGES = """
+function outMean(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[F][C]> W = glorot;
+    propNode<float[F]> h;  propNode<float[C]> o;
+    gnn.optimizer("sgd", lr = 0.1);
+    for (int epoch = 0; epoch < 3; epoch++) {
+        forall (v in g.nodes()) { v.h = Mean(e in v.outgoing_edges(): e.dst.x * 2.0); }
+        forall (v in g.nodes()) { v.o = v.h * W; }
+        gnn.loss(o, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+"""
+
+
+def test_a_mean_over_out_edges_matches_one_process(tmp_path):
+    """A rank holds only the edges into its own nodes, so it sees part of a node's out-edges: the
+    ranks' sums go to the owner, which divides by the global out-degree (each rank's own mean,
+    summed, was wrong from the first loss on; found by tests/fuzz/mpi_campaign.py, seed 26)."""
+    program = tmp_path / "out_mean.mp"
+    program.write_text(MEAN_OVER_OUT_EDGES)
+    reference = train(tmp_path, program, SYNTHETIC)
+    for ranks in (2, 4):
+        assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
+                        f"a mean over out-edges on {ranks} ranks")
+
+
 def test_basis_decomposition_matches_one_process(tmp_path):
     data = save_npz(typed_dataset(features=None, nodes=64, edges=320), tmp_path / "typed.npz")
     reference = train(tmp_path, "rgcn_bases", data)
