@@ -88,9 +88,8 @@ def test_a_mean_over_out_edges_matches_one_process(tmp_path):
     program = tmp_path / "out_mean.mp"
     program.write_text(MEAN_OVER_OUT_EDGES)
     reference = train(tmp_path, program, SYNTHETIC)
-    for ranks in (2, 4):
-        assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
-                        f"a mean over out-edges on {ranks} ranks")
+    assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=3), RTOL,
+                    "a mean over out-edges on 3 ranks")
 
 
 def test_basis_decomposition_matches_one_process(tmp_path):
