@@ -11,8 +11,8 @@ adds, driven by the IR (docs/backends.md, "MPI"):
   exchange travels;
 - a reverse exchange after every op that writes partial sums into source rows (transposed
   aggregations, scatters to sources, the max aggregation's backward, the input gradient of a
-  typed linear of source rows): ghost rows go to their
-  owners, who add them;
+  typed linear of source rows): ghost rows go to their owners, who add them (and divide a mean
+  over out-edges by the global out-degree);
 - node-wise kernels on owned rows only (ghost rows come from exchanges, or are computed on every
   row for values each rank can compute itself), and sums over rows over owned rows only;
 - each weight gradient handed to MPI_Iallreduce as soon as it is complete, the optimizer

@@ -186,8 +186,8 @@ def run(spec: dict, comm) -> int:
         print(f"morphgen: checkpoint written to {spec['checkpoint']}", file=sys.stderr)
     if spec.get("json_out"):
         report = dict(spec["report"], epochs=epochs, threads=spec["threads"], ranks=size,
-                      **{k: v for k, v in final.items() if k != "loss"}, final_loss=history[-1]["loss"], epoch_times_s=times, history=history, per_rank=per_rank,
-                      allreduce_hidden=hidden)
+                      **{k: v for k, v in final.items() if k != "loss"}, final_loss=history[-1]["loss"],
+                      epoch_times_s=times, history=history, per_rank=per_rank, allreduce_hidden=hidden)
         if spec.get("profile"):
             report["profile"] = per_rank[0]["profile"]
         write_atomically(Path(spec["json_out"]), json.dumps(report, indent=2) + "\n")
