@@ -542,7 +542,9 @@ inline const float *gather_global_rows(Partition &p, const float *X, int64_t F) 
     return p.global_rows.data();
 }
 
-inline void link_loss(Partition &p, const float *z, int64_t H, const float *R, int64_t rel_rows,
+// The op layer's link-loss signatures (ops.h) after the partition; `rows` (the local rows) is
+// replaced by the whole graph's.
+inline void link_loss(Partition &p, const float *z, int64_t /*rows*/, const float *R, int64_t rel_rows, int64_t H,
                       const int64_t *triples, int64_t count, float reg, float *loss) {
     require_triples(triples, count);
     const float *all = gather_global_rows(p, z, H);
@@ -550,8 +552,8 @@ inline void link_loss(Partition &p, const float *z, int64_t H, const float *R, i
 }
 
 // dz [local rows, H]: the owned rows of the whole graph's gradient; ghost rows zero.
-inline void link_loss_grad(Partition &p, const float *z, int64_t H, const float *R, const int64_t *triples,
-                           int64_t count, float reg, float *dz) {
+inline void link_loss_grad(Partition &p, const float *z, int64_t /*rows*/, const float *R, int64_t H,
+                           const int64_t *triples, int64_t count, float reg, float *dz) {
     require_triples(triples, count);
     const float *all = gather_global_rows(p, z, H);
     p.global_grad.resize(size_t(p.global_nodes * H));
@@ -566,7 +568,7 @@ inline void link_loss_grad(Partition &p, const float *z, int64_t H, const float 
     }
 }
 
-inline void link_loss_rel_grad(Partition &p, const float *z, int64_t H, const float *R, int64_t rel_rows,
+inline void link_loss_rel_grad(Partition &p, const float *z, const float *R, int64_t rel_rows, int64_t H,
                                const int64_t *triples, int64_t count, float reg, float *dR) {
     require_triples(triples, count);
     const float *all = gather_global_rows(p, z, H);

@@ -308,21 +308,9 @@ class MPIEmitter(OpenMPEmitter):
                           f"m.graph.num_nodes, {self.width(logits)}, m.global_mask_count[0], {self.ptr(op.output)})",
                           f"8.0 * {self.numel(logits)}")
 
-    # -- link prediction: triples name nodes of the whole graph (distributed.h) ------------------
-    def op_link_loss(self, op, z, rel):
-        zp, rp, types, h, reg = self._link_args(op, z, rel)
-        return self.timed("loss", f"mg::mpi::link_loss(m.part, {zp}, {h}, {rp}, {types}, m.triples, m.num_triples, "
-                          f"{reg}, {self.ptr(op.output)})", f"4.0 * m.num_triples * {h}")
-
-    def op_link_loss_grad(self, op, z, rel):
-        zp, rp, _, h, reg = self._link_args(op, z, rel)
-        return self.timed("loss", f"mg::mpi::link_loss_grad(m.part, {zp}, {h}, {rp}, m.triples, m.num_triples, "
-                          f"{reg}, {self.ptr(op.output)})", f"8.0 * m.num_triples * {h}")
-
-    def op_link_loss_rel_grad(self, op, z, rel):
-        zp, rp, types, h, reg = self._link_args(op, z, rel)
-        return self.timed("loss", f"mg::mpi::link_loss_rel_grad(m.part, {zp}, {h}, {rp}, {types}, m.triples, "
-                          f"m.num_triples, {reg}, {self.ptr(op.output)})", f"6.0 * m.num_triples * {h}")
+    def link_kernel(self, name: str) -> str:
+        """Link prediction: the triples name nodes of the whole graph (distributed.h)."""
+        return f"mg::mpi::{name}(m.part, "
 
     def _owned_rows_only(self, lower, op, *inputs):
         """A sum over node rows counts owned rows only: dense kernels are told so; the kernels

@@ -1524,19 +1524,24 @@ class OpenMPEmitter:
         return (f"{self.ptr(z)}", f"{self.ptr(rel)}", f"{self.dim(rel.shape[0])}", self.width(z),
                 f"{_float(op.attrs.get('regularization', 0.0))}f")
 
+    def link_kernel(self, name: str) -> str:
+        """A link-loss kernel's call up to its first argument (the MPI backend's kernels score the
+        whole graph's rows and take the partition first)."""
+        return f"mg::op::{name}("
+
     def op_link_loss(self, op, z, rel):
         zp, rp, types, h, reg = self._link_args(op, z, rel)
-        return self.timed("loss", f"mg::op::link_loss({zp}, m.graph.num_nodes, {rp}, {types}, {h}, m.triples, "
-                          f"m.num_triples, {reg}, {self.ptr(op.output)})", f"4.0 * m.num_triples * {h}")
+        return self.timed("loss", f"{self.link_kernel('link_loss')}{zp}, m.graph.num_nodes, {rp}, {types}, {h}, "
+                          f"m.triples, m.num_triples, {reg}, {self.ptr(op.output)})", f"4.0 * m.num_triples * {h}")
 
     def op_link_loss_grad(self, op, z, rel):
         zp, rp, _, h, reg = self._link_args(op, z, rel)
-        return self.timed("loss", f"mg::op::link_loss_grad({zp}, m.graph.num_nodes, {rp}, {h}, m.triples, "
-                          f"m.num_triples, {reg}, {self.ptr(op.output)})", f"8.0 * m.num_triples * {h}")
+        return self.timed("loss", f"{self.link_kernel('link_loss_grad')}{zp}, m.graph.num_nodes, {rp}, {h}, "
+                          f"m.triples, m.num_triples, {reg}, {self.ptr(op.output)})", f"8.0 * m.num_triples * {h}")
 
     def op_link_loss_rel_grad(self, op, z, rel):
         zp, rp, types, h, reg = self._link_args(op, z, rel)
-        return self.timed("loss", f"mg::op::link_loss_rel_grad({zp}, {rp}, {types}, {h}, m.triples, "
+        return self.timed("loss", f"{self.link_kernel('link_loss_rel_grad')}{zp}, {rp}, {types}, {h}, m.triples, "
                           f"m.num_triples, {reg}, {self.ptr(op.output)})", f"6.0 * m.num_triples * {h}")
 
 
