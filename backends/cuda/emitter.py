@@ -27,6 +27,7 @@ SUPPORTED = frozenset({
     "mg::op::matvec", "mg::op::matvec_t", "mg::op::outer", "mg::op::rel_degree",
     "mg::op::slice", "mg::op::row_concat", "mg::concat_fwd", "mg::math_fwd", "mg::math_bwd",
     "mg::row_softmax_fwd", "mg::row_softmax_bwd", "mg::head_mul", "mg::head_sum", "mg::head_repeat",
+    "mg::head_mul_add", "mg::head_mul_row_sum",
     "mg::layer_standardize_fwd", "mg::layer_standardize_bwd", "mg::batch_standardize_fwd", "mg::batch_standardize_bwd",
     "mg::batch_norm_affine_fwd", "mg::batch_norm_affine_bwd",
     "mg::op::link_loss", "mg::op::link_loss_grad", "mg::op::link_loss_rel_grad",
@@ -37,7 +38,6 @@ SUPPORTED = frozenset({
 SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids", "etypes", "ntypes"})
 
 
-
 class CUDAEmitter(OpenMPEmitter):
     backend = "cuda"
     ops_header = "ops.cuh"
@@ -46,7 +46,6 @@ class CUDAEmitter(OpenMPEmitter):
     row_gradients = False            # ops.cuh has no row-wise Adam yet
     edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
-    fuses_head_products = False      # ops.cuh has no head_mul_row_sum / head_mul_add (elementwise.h) yet
 
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""

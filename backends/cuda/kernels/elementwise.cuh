@@ -298,16 +298,47 @@ __global__ void row_softmax_kernel(const float *x, const float *g, float *y, int
     }
 }
 
-// partial[c, j] = sum of x[r, j] over chunk c of the rows (per rows each).
+// partial[c, j] = sum of value(r, j) over chunk c of the rows (per rows each).
+template <class Value>
 struct ChunkSumOp {
-    const float *x;
+    Value value;
     float *partial;
     int64_t rows, cols, per;
     __device__ void operator()(int64_t k) const {
         const int64_t c = k / cols, j = k % cols, r1 = (c + 1) * per < rows ? (c + 1) * per : rows;
         float acc = 0.f;
-        for (int64_t r = c * per; r < r1; ++r) acc += x[r * cols + j];
+        for (int64_t r = c * per; r < r1; ++r) acc += value(r, j);
         partial[k] = acc;
+    }
+};
+
+// The values ChunkSumOp sums: a stored row-major matrix's...
+struct StoredValue {
+    const float *x;
+    int64_t cols;
+    __device__ float operator()(int64_t r, int64_t j) const { return x[r * cols + j]; }
+};
+
+// ...or HeadMulOp's products, formed as they are summed (a per-head dot's weight gradient,
+// row_sum(head_mul(x, s)), without the [rows, heads * dim] products stored).
+struct HeadProductValue {
+    const float *x, *s;
+    int64_t heads, dim;
+    __device__ float operator()(int64_t r, int64_t j) const { return x[r * heads * dim + j] * s[r * heads + j / dim]; }
+};
+
+// out = base + HeadMulOp's product: the product added as it is formed, never stored (the
+// backward of a per-head dot adds its weight's share to the input gradient: dx += a * g).  out
+// may alias base.
+struct HeadMulAddOp {
+    const float *base, *x;
+    bool x_is_row;
+    const float *s;
+    float *out;
+    int64_t heads, dim;
+    __device__ void operator()(int64_t k) const {
+        const int64_t w = heads * dim, i = k / w, j = k % w;
+        out[k] = base[k] + (x_is_row ? x[j] : x[k]) * s[i * heads + j / dim];
     }
 };
 
