@@ -89,7 +89,6 @@ class OpenMPEmitter:
     fuses_batch_norm_affine = True   # batch norm with its affine part and activation: one forward kernel
     spmm_tile_by_width = True        # aggregations of rows wider than 32 use 64-float tiles (spmm_tile)
     fuses_edge_attention = True      # GAT's scores and edge softmax, and their backward: one walk each
-    fuses_head_products = True       # a head_mul read only by a row_sum or an add runs inside it
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -770,8 +769,6 @@ class OpenMPEmitter:
         stored.  The backward of a per-head dot with a weight vector is such a pair on each side
         (dx += a * g, da = row_sum(x * g)): GAT's two attention vectors per layer take four passes
         over node rows instead of eight."""
-        if not self.fuses_head_products:
-            return
         for op in self.p.forward + self.p.backward:
             if op.opcode != "head_mul" or id(op) in self.absorbed:
                 continue
