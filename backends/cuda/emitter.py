@@ -17,13 +17,14 @@ SUPPORTED = frozenset({
     "mg::op::linear_features", "mg::op::matmul_tn_features", "mg::op::dropout_features",
     "mg::op::dropout", "mg::op::dropout_grad", "mg::op::dropout_act_grad", "mg::op::act_grad",
     "mg::op::feature_sum", "mg::op::cross_entropy", "mg::op::cross_entropy_grad",
-    "mg::op::adam", "mg::op::sgd", "mg::op::gather", "mg::op::scatter", "mg::op::scatter_max_grad",
+    "mg::op::adam", "mg::op::adam_rows", "mg::op::sgd", "mg::op::gather", "mg::op::scatter", "mg::op::scatter_max_grad",
     "mg::op::weighted_gather_scatter", "mg::op::edge_dot",
     "mg::relu_fwd", "mg::leaky_relu_fwd", "mg::elu_fwd", "mg::exp_fwd", "mg::sigmoid_fwd", "mg::tanh_fwd",
     "mg::neg_fwd", "mg::scale", "mg::binary_fwd", "mg::bias_add", "mg::row_sum", "mg::rowwise_dot_fwd",
     "mg::edge_softmax_fwd", "mg::edge_softmax_bwd", "mg::edge_attention_fwd", "mg::edge_softmax_act_bwd",
     "mg::op::typed_linear", "mg::op::typed_matmul_nt", "mg::op::typed_matmul_tn", "mg::op::typed_row_sum",
-    "mg::op::embedding_rows", "mg::op::embedding_rows_grad", "mg::op::copy",
+    "mg::op::embedding_rows", "mg::op::embedding_rows_grad", "mg::op::embedding_rows_grad_rows",
+    "mg::op::copy",
     "mg::op::matvec", "mg::op::matvec_t", "mg::op::outer", "mg::op::rel_degree",
     "mg::op::slice", "mg::op::row_concat", "mg::concat_fwd", "mg::math_fwd", "mg::math_bwd",
     "mg::row_softmax_fwd", "mg::row_softmax_bwd", "mg::head_mul", "mg::head_sum", "mg::head_repeat",
@@ -43,7 +44,6 @@ class CUDAEmitter(OpenMPEmitter):
     ops_header = "ops.cuh"
     device_memory = True
     source_name = "model.cu"
-    row_gradients = False            # ops.cuh has no row-wise Adam yet
     edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
 

@@ -766,6 +766,7 @@ inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_
 struct EmbeddingPlan {
     cuda::DeviceArray<idx_t> order_, key_ptr_, keys_;
     idx_t unique = 0;
+    mutable cuda::DeviceArray<uint8_t> row_has_grad_;   // per table row: a key (adam_rows; built on first use)
     void build(const idx_t *type, const idx_t *rows, idx_t R, idx_t num_types, idx_t rows_per_type) {
         auto host = [&](const idx_t *d) {      // device arrays (the graph's) read back once
             std::vector<idx_t> h;
@@ -796,7 +797,16 @@ struct EmbeddingPlan {
         key_ptr_.upload(key_ptr, "uploading an embedding plan");
         keys_.upload(keys, "uploading an embedding plan");
     }
-    int64_t bytes() const { return order_.bytes() + key_ptr_.bytes() + keys_.bytes(); }
+    int64_t bytes() const { return order_.bytes() + key_ptr_.bytes() + keys_.bytes() + row_has_grad_.bytes(); }
+    // 1 for the table rows the lookups read, 0 for the others.
+    const uint8_t *rows_with_gradient(idx_t table_rows) const {
+        if (row_has_grad_.size() != table_rows) {
+            std::vector<uint8_t> flags(static_cast<size_t>(table_rows), 0);
+            for (idx_t k : keys_.download()) flags[size_t(k)] = 1;
+            row_has_grad_.upload(flags, "uploading an embedding plan's rows");
+        }
+        return row_has_grad_.data();
+    }
 };
 inline void embedding_rows(const float *W, const idx_t *type, const idx_t *idx, idx_t R, idx_t rows_per_type, idx_t M,
                            float *Y) {
@@ -805,6 +815,12 @@ inline void embedding_rows(const float *W, const idx_t *type, const idx_t *idx, 
 inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t table_rows, idx_t M, float *dW) {
     cuda::check(cudaMemset(dW, 0, sizeof(float) * size_t(table_rows * M)), "embedding rows gradient");
     cuda::map("embedding rows gradient", plan.unique * M,
+              cuda::EmbeddingGradOp{G, plan.order_.data(), plan.key_ptr_.data(), plan.keys_.data(), M, dW});
+}
+// The same gradient with only the rows the lookups read written (plan.keys_); the others are left
+// as they were, for an optimizer that reads those rows only (adam_rows).
+inline void embedding_rows_grad_rows(const EmbeddingPlan &plan, const float *G, idx_t M, float *dW) {
+    cuda::map("embedding rows gradient (looked-up rows)", plan.unique * M,
               cuda::EmbeddingGradOp{G, plan.order_.data(), plan.key_ptr_.data(), plan.keys_.data(), M, dW});
 }
 // The lookups of a typed linear with bases on featureless input, grouped once at load time by
@@ -883,6 +899,15 @@ inline void adam(bool decoupled, float *p, const float *g, float *m, float *v, i
               cuda::AdamOp{p, m, v, g, float(lr / bc1), float(std::sqrt(bc2)), float(1.0 - b1), float(b2),
                            float(1.0 - b2), float(eps), decoupled ? 0.f : float(wd),
                            decoupled ? float(1.0 - lr * wd) : 1.f});
+}
+// Adam / AdamW on a [rows, M] table whose gradient holds only plan.keys_' rows (embedding_rows_grad_rows).
+inline void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t rows, idx_t M,
+                      const EmbeddingPlan &plan, double lr, double b1, double b2, double eps, double wd, int64_t step) {
+    const double bc1 = 1.0 - std::pow(b1, double(step)), bc2 = 1.0 - std::pow(b2, double(step));
+    cuda::map(decoupled ? "adamw (looked-up rows)" : "adam (looked-up rows)", rows * M,
+              cuda::AdamOp{p, m, v, g, float(lr / bc1), float(std::sqrt(bc2)), float(1.0 - b1), float(b2),
+                           float(1.0 - b2), float(eps), decoupled ? 0.f : float(wd),
+                           decoupled ? float(1.0 - lr * wd) : 1.f, plan.rows_with_gradient(rows), M});
 }
 inline void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double momentum, double wd, int64_t step) {
     cuda::map("sgd", n, cuda::SgdOp{p, buf, g, float(lr), float(wd), float(momentum), step <= 1});

@@ -1,8 +1,8 @@
 """Examples build with nvcc for the GPUs morphgen targets (sm_80, sm_90): the kernel sources that
 the SIMT emulation runs in the other tests are valid CUDA.  These examples (rgcn_link for the
-link-prediction kernels), the extra-ops program and the featureless rgcn_bases below (the basis
-lookups) instantiate every kernel of ops.cuh between them (`MORPHGEN_NVCC_ALL=1` builds every
-example)."""
+link-prediction kernels), the extra-ops program and the featureless rgcn_bases and rgcn below (the
+basis lookups, the row-wise Adam) instantiate every kernel of ops.cuh between them
+(`MORPHGEN_NVCC_ALL=1` builds every example)."""
 import os
 
 import pytest
@@ -50,20 +50,28 @@ def test_the_ops_no_example_uses_build_with_nvcc(tmp_path):
         assert call in source, call
 
 
-def test_featureless_basis_lookups_build_with_nvcc(monkeypatch):
-    """`morphgen compile` knows no dataset, so rgcn_bases builds there with its bases combined into
-    W_r; the featureless lowering, whose lookups read the bases (passes/basis_lookup.py), is built
-    here, as `morphgen train` builds it for aifb."""
+FEATURELESS_CALLS = {
+    # the lookups read the bases (passes/basis_lookup.py)
+    "rgcn_bases": ("mg::op::basis_lookup(", "mg::op::basis_lookup_coef_grad(", "mg::op::basis_lookup_bases_grad("),
+    # per-relation tables: only the looked-up rows get a gradient, and Adam steps by rows
+    "rgcn": ("mg::op::embedding_rows(", "mg::op::embedding_rows_grad_rows(", "mg::op::adam_rows("),
+}
+
+
+@pytest.mark.parametrize("model", sorted(FEATURELESS_CALLS))
+def test_featureless_lookups_build_with_nvcc(monkeypatch, model):
+    """`morphgen compile` knows no dataset, so it builds these programs for dense features; the
+    featureless lowering, as `morphgen train` builds it for aifb, is built here."""
     require_nvcc()
     monkeypatch.setenv("MORPHGEN_CUDA_EMULATION", "")
     from morphgen.backends import require
     from morphgen.pipeline import lower
     cuda = require("cuda")
-    program = lower(example("rgcn_bases"), {"F": 64, "C": 3, "N": 64, "etypes": 3, "ntypes": 1}, featureless=True,
+    program = lower(example(model), {"F": 64, "C": 3, "N": 64, "etypes": 3, "ntypes": 1}, featureless=True,
                     bases_per_lookup=cuda.capabilities.bases_per_lookup)
     sources = cuda.emitter_class()(program).emit()
     text = "".join(sources.values())
-    for call in ("mg::op::basis_lookup(", "mg::op::basis_lookup_coef_grad(", "mg::op::basis_lookup_bases_grad("):
+    for call in FEATURELESS_CALLS[model]:
         assert call in text, call
     assert load(str(cuda.build(sources)), "cuda") is not None
 

@@ -14,9 +14,14 @@ struct AdamOp {
     float *p, *m, *v;
     const float *g;
     float step_size, bc2_sqrt, w1, b2, w2, eps, coupled_wd, decay;
+    // A table's row-wise step (adam_rows): only the rows flagged here have a gradient in g (the
+    // looked-up rows of an embedding table); the others step with a zero gradient, unread.
+    const uint8_t *row_has_grad = nullptr;
+    int64_t width = 1;
     __device__ void operator()(int64_t i) const {
         float pi = p[i] * decay;
-        const float gi = g[i] + coupled_wd * p[i];
+        const float raw = row_has_grad && !row_has_grad[i / width] ? 0.f : g[i];
+        const float gi = raw + coupled_wd * p[i];
         const float mi = m[i] + w1 * (gi - m[i]);
         const float vi = b2 * v[i] + w2 * gi * gi;
         const float denom = sqrtf(vi) / bc2_sqrt + eps;
