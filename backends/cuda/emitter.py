@@ -34,6 +34,7 @@ SUPPORTED = frozenset({
     "mg::op::link_loss", "mg::op::link_loss_grad", "mg::op::link_loss_rel_grad",
     "mg::op::basis_lookup", "mg::op::basis_lookup_coef_grad", "mg::op::basis_lookup_bases_grad",
     "mg::op::edge_typed_linear", "mg::op::edge_typed_linear_input_grad", "mg::op::edge_typed_linear_weight_grad",
+    "mg::op::edge_typed_linear_features", "mg::op::edge_typed_linear_weight_grad_features",
 })
 # Load-time graph arrays (Graph::build_*) the CUDA op layer builds.
 SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids", "etypes", "ntypes"})
@@ -44,7 +45,6 @@ class CUDAEmitter(OpenMPEmitter):
     ops_header = "ops.cuh"
     device_memory = True
     source_name = "model.cu"
-    edge_typed_feature_views = False  # ops.cuh reads feature rows at edge ends from dense features only
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
 
     def _refuse(self, what: str) -> UnsupportedInput:

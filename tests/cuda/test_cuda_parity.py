@@ -121,6 +121,17 @@ def test_typed_linears_of_gathered_rows_match_the_interpreter(name, layout):
                                edge_typed_layout=layout)
 
 
+@pytest.mark.parametrize("layout", ["compact", "edge"])
+def test_typed_linears_of_sparse_feature_rows_match_the_interpreter(layout):
+    """Projections of the input features at edge ends read CSR rows in place (the sparse feature
+    path): the product rows' sums of W_t rows, and the weight gradient by (type, column)."""
+    graph = random_graph(n=90, e=700, seed=9, etypes=5, ntypes=2)
+    x, labels, mask = random_data(graph, 70, classes=3)
+    x[np.random.default_rng(1).random(x.shape) < 0.9] = 0.0
+    assert_matches_interpreter(models.typed_attention(), graph, x, labels, mask, 3, features="csr", backend="cuda",
+                               edge_typed_layout=layout)
+
+
 @pytest.mark.parametrize("model,featureless", [("rgcn", False), ("rgat", False), ("hgt", False),
                                                 ("rgcn", True), ("rgat", True), ("rgcn_bases", True)])
 def test_relational_examples_train_as_on_openmp(tmp_path, model, featureless):

@@ -65,6 +65,33 @@ __global__ void __launch_bounds__(256) csc_weight_grad_kernel(const int64_t *col
     }
 }
 
+// The product rows of a typed linear of CSR feature rows read at edge ends (ops.cuh,
+// edge_typed_linear_features): Y[r, :] = sum over the nonzeros (c, val) of feature row x_rows[r]
+// of val * W[t][c, :], t the row's type.  Rows are type-major: type t owns rows
+// [type_ptr[t], type_ptr[t + 1]), found by binary search.
+__global__ void __launch_bounds__(256) csr_typed_rows_kernel(const int64_t *indptr, const int32_t *indices,
+                                                               const float *vals, const int64_t *x_rows,
+                                                               const int64_t *type_ptr, int64_t types, int64_t rows,
+                                                               int64_t cols, const float *W, int64_t M, float *Y,
+                                                               int tpr) {
+    const int64_t r = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (r >= rows) return;
+    int64_t lo = 0, hi = types - 1;             // the last type whose first row is at or before r
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (type_ptr[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    const float *Wt = W + lo * cols * M;
+    const int64_t x = x_rows[r];
+    for (int64_t f = lane; f < M; f += tpr) {
+        float acc = 0.f;
+        for (int64_t k = indptr[x]; k < indptr[x + 1]; ++k) acc += vals[k] * Wt[int64_t(indices[k]) * M + f];
+        Y[r * M + f] = acc;
+    }
+}
+
 }  // namespace cuda
 }  // namespace mg
 #endif
