@@ -790,35 +790,35 @@ inline void edge_typed_feature_columns(EdgeTypedRows &p, const FeatureView &f) {
     cuda::check(cudaMemcpy(indptr.data(), f.indptr, sizeof(int64_t) * indptr.size(), cudaMemcpyDeviceToHost), "features");
     cuda::check(cudaMemcpy(indices.data(), f.indices, sizeof(int32_t) * indices.size(), cudaMemcpyDeviceToHost), "features");
     cuda::check(cudaMemcpy(data.data(), f.data, sizeof(float) * data.size(), cudaMemcpyDeviceToHost), "features");
+    // visit(group, row, k) for every nonzero k of every product row, rows in order
+    auto each_nonzero = [&](auto visit) {
+        for (idx_t t = 0; t < p.groups.types; ++t)
+            for (idx_t r = type_ptr[size_t(t)]; r < type_ptr[size_t(t + 1)]; ++r) {
+                const idx_t x = row_node[size_t(r)];
+                for (int64_t k = indptr[size_t(x)]; k < indptr[size_t(x + 1)]; ++k)
+                    visit(t * f.cols + indices[size_t(k)], r, k);
+            }
+    };
     const idx_t groups = p.groups.types * f.cols;
     std::vector<int64_t> ptr(static_cast<size_t>(groups + 1), 0);
-    for (idx_t t = 0; t < p.groups.types; ++t)
-        for (idx_t r = type_ptr[size_t(t)]; r < type_ptr[size_t(t + 1)]; ++r) {
-            const idx_t x = row_node[size_t(r)];
-            for (int64_t k = indptr[size_t(x)]; k < indptr[size_t(x + 1)]; ++k) {
-                if (indices[size_t(k)] < 0 || indices[size_t(k)] >= f.cols)
-                    throw Error("sparse features: a column index is out of range");
-                ptr[size_t(t * f.cols + indices[size_t(k)] + 1)] += 1;
-            }
-        }
+    for (int64_t k = 0; k < f.nnz; ++k)
+        if (indices[size_t(k)] < 0 || indices[size_t(k)] >= f.cols) throw Error("sparse features: a column index is out of range");
+    each_nonzero([&](idx_t g, idx_t, int64_t) { ptr[size_t(g + 1)] += 1; });
     for (idx_t g = 0; g < groups; ++g) ptr[size_t(g + 1)] += ptr[size_t(g)];
     std::vector<int64_t> next(ptr.begin(), ptr.end() - 1), row_of(static_cast<size_t>(ptr.back()));
     std::vector<float> vals(static_cast<size_t>(ptr.back()));
-    for (idx_t t = 0; t < p.groups.types; ++t)
-        for (idx_t r = type_ptr[size_t(t)]; r < type_ptr[size_t(t + 1)]; ++r) {
-            const idx_t x = row_node[size_t(r)];
-            for (int64_t k = indptr[size_t(x)]; k < indptr[size_t(x + 1)]; ++k) {
-                const int64_t at = next[size_t(t * f.cols + indices[size_t(k)])]++;
-                row_of[size_t(at)] = r;
-                vals[size_t(at)] = data[size_t(k)];
-            }
-        }
+    each_nonzero([&](idx_t g, idx_t r, int64_t k) {
+        const int64_t at = next[size_t(g)]++;
+        row_of[size_t(at)] = r;
+        vals[size_t(at)] = data[size_t(k)];
+    });
     p.by_type_column.colptr.upload(ptr, "uploading the edge typed rows' feature columns");
     p.by_type_column.row_of.upload(row_of, "uploading the edge typed rows' feature columns");
     p.by_type_column.vals.upload(vals, "uploading the edge typed rows' feature columns");
 }
-// dW [T, K, M]: dW[t][c, :] = sum over the rows r of type t whose feature row has c of x[c] * the
-// sum of r's edge gradients: one group of threads per (t, c), its rows in order (no atomics).
+// dW [T, K, M]: dW[t][c, :] = sum over the rows r of type t whose feature row x_r has column c of
+// x_r[c] times the sum of r's edge gradients: one group of threads per (t, c), its rows in order
+// (no atomics).
 inline void edge_typed_linear_weight_grad_features(EdgeTypedRows &p, const FeatureView &f, const float *G, idx_t M,
                                                    float *dW, bool rows_summed = false) {
     if (f.kind == FeatureKind::Dense) return edge_typed_linear_weight_grad(p, f.dense, f.cols, G, M, dW, rows_summed);
@@ -884,16 +884,15 @@ inline void embedding_rows(const float *W, const idx_t *type, const idx_t *idx, 
                            float *Y) {
     cuda::map("embedding rows", R * M, cuda::EmbeddingRowsOp{W, type, idx, rows_per_type, M, Y});
 }
-inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t table_rows, idx_t M, float *dW) {
-    cuda::check(cudaMemset(dW, 0, sizeof(float) * size_t(table_rows * M)), "embedding rows gradient");
+// The gradient of the rows the lookups read (plan.keys_); the others are left as they were, for
+// an optimizer that reads those rows only (adam_rows).
+inline void embedding_rows_grad_rows(const EmbeddingPlan &plan, const float *G, idx_t M, float *dW) {
     cuda::map("embedding rows gradient", plan.unique * M,
               cuda::EmbeddingGradOp{G, plan.order_.data(), plan.key_ptr_.data(), plan.keys_.data(), M, dW});
 }
-// The same gradient with only the rows the lookups read written (plan.keys_); the others are left
-// as they were, for an optimizer that reads those rows only (adam_rows).
-inline void embedding_rows_grad_rows(const EmbeddingPlan &plan, const float *G, idx_t M, float *dW) {
-    cuda::map("embedding rows gradient (looked-up rows)", plan.unique * M,
-              cuda::EmbeddingGradOp{G, plan.order_.data(), plan.key_ptr_.data(), plan.keys_.data(), M, dW});
+inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t table_rows, idx_t M, float *dW) {
+    cuda::check(cudaMemset(dW, 0, sizeof(float) * size_t(table_rows * M)), "embedding rows gradient");
+    embedding_rows_grad_rows(plan, G, M, dW);
 }
 // The lookups of a typed linear with bases on featureless input, grouped once at load time by
 // (row, type) in row order (the same plan as the OpenMP backend's); row_start: each distinct row's
@@ -964,22 +963,23 @@ inline void outer(const float *g, const float *a, idx_t T, idx_t K, idx_t M, flo
 }
 
 // ---- optimizers (torch.optim semantics) -------------------------------------------------------------
+inline cuda::AdamOp adam_op(bool decoupled, float *p, const float *g, float *m, float *v, double lr, double b1,
+                            double b2, double eps, double wd, int64_t step) {
+    const double bc1 = 1.0 - std::pow(b1, double(step)), bc2 = 1.0 - std::pow(b2, double(step));
+    return cuda::AdamOp{p, m, v, g, float(lr / bc1), float(std::sqrt(bc2)), float(1.0 - b1), float(b2),
+                        float(1.0 - b2), float(eps), decoupled ? 0.f : float(wd), decoupled ? float(1.0 - lr * wd) : 1.f};
+}
 inline void adam(bool decoupled, float *p, const float *g, float *m, float *v, idx_t n, double lr, double b1,
                  double b2, double eps, double wd, int64_t step) {
-    const double bc1 = 1.0 - std::pow(b1, double(step)), bc2 = 1.0 - std::pow(b2, double(step));
-    cuda::map(decoupled ? "adamw" : "adam", n,
-              cuda::AdamOp{p, m, v, g, float(lr / bc1), float(std::sqrt(bc2)), float(1.0 - b1), float(b2),
-                           float(1.0 - b2), float(eps), decoupled ? 0.f : float(wd),
-                           decoupled ? float(1.0 - lr * wd) : 1.f});
+    cuda::map(decoupled ? "adamw" : "adam", n, adam_op(decoupled, p, g, m, v, lr, b1, b2, eps, wd, step));
 }
 // Adam / AdamW on a [rows, M] table whose gradient holds only plan.keys_' rows (embedding_rows_grad_rows).
 inline void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t rows, idx_t M,
                       const EmbeddingPlan &plan, double lr, double b1, double b2, double eps, double wd, int64_t step) {
-    const double bc1 = 1.0 - std::pow(b1, double(step)), bc2 = 1.0 - std::pow(b2, double(step));
-    cuda::map(decoupled ? "adamw (looked-up rows)" : "adam (looked-up rows)", rows * M,
-              cuda::AdamOp{p, m, v, g, float(lr / bc1), float(std::sqrt(bc2)), float(1.0 - b1), float(b2),
-                           float(1.0 - b2), float(eps), decoupled ? 0.f : float(wd),
-                           decoupled ? float(1.0 - lr * wd) : 1.f, plan.rows_with_gradient(rows), M});
+    cuda::AdamOp op = adam_op(decoupled, p, g, m, v, lr, b1, b2, eps, wd, step);
+    op.row_has_grad = plan.rows_with_gradient(rows);
+    op.width = M;
+    cuda::map(decoupled ? "adamw (looked-up rows)" : "adam (looked-up rows)", rows * M, op);
 }
 inline void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double momentum, double wd, int64_t step) {
     cuda::map("sgd", n, cuda::SgdOp{p, buf, g, float(lr), float(wd), float(momentum), step <= 1});
