@@ -184,8 +184,8 @@ struct Partition {
     ProgressThread progress;                   // runs during mg_train_epoch / mg_evaluate (ProgressScope)
     // Measured per run (reported by the timers and mg_read_timer): bytes of halo payload sent.
     double halo_bytes = 0;
-    // Link prediction (gather_global_rows): every rank's owned global ids in rank order, how
-    // many each rank owns and where its rows start; the gathered rows, and a gradient of them.
+    // Link prediction (find_owners, gather_global_rows): every rank's owned global ids in rank
+    // order, how many each rank owns and where its rows start; the gathered rows, a gradient of them.
     std::vector<int64_t> all_owned_gid;
     std::vector<int> owned_counts, owned_starts;
     std::vector<float> staged_rows, global_rows, global_grad;
@@ -500,38 +500,47 @@ inline double accuracy(Partition &p, const float *logits, const int64_t *labels,
 }
 
 // ---- link prediction: the triples name nodes anywhere in the graph ----------------------------
-// Every rank scores every triple on the embeddings of the whole graph, gathered from their
-// owners (one all-gather of N x H floats per call), with the kernels and in the order of one
-// process, so the loss and the gradients are those of one process with as many threads.  The
-// loss is rank 0's share (the shares are summed), each rank keeps its owned rows of the
-// embeddings' gradient, and the relations' gradient is rank 0's (the all-reduce sums the ranks'
-// gradients).  So this work does not shrink with the rank count (on wn18rr it is about a third
-// of a 2-thread epoch): splitting the triples by owner would need the gradients of remote rows
-// sent back, as halo_reverse does.
+// Every rank gathers the embeddings of the whole graph from their owners (one all-gather of
+// N x H floats per call) and scores its share of the triples (a contiguous slice, rank by rank)
+// with one process's kernels.  The loss shares add up (the mean divides by the whole count;
+// the L2 term is rank 0's), the embeddings' gradient of each share goes to the rows' owners by a
+// reduce-scatter, and the relations' gradient of each share is summed by the gradient
+// all-reduce.  The losses and gradients are one process's up to the order of the sums.
 
 inline void require_triples(const int64_t *triples, int64_t count) {
     if (count > 0 && !triples) throw Error("no triples were set (mg_set_triples) for the link-prediction loss");
 }
 
+// The owners of the global ids, once: every rank's owned global ids in rank order, how many
+// each rank owns and where its rows start.
+inline void find_owners(Partition &p) {
+    if (!p.owned_counts.empty()) return;
+    const int own = message_count(p.num_owned, "owned rows");
+    p.owned_counts.assign(size_t(p.size), 0);
+    check_mpi(MPI_Allgather(&own, 1, MPI_INT, p.owned_counts.data(), 1, MPI_INT, p.comm), "owned row counts");
+    p.owned_starts.assign(size_t(p.size), 0);
+    for (int r = 1; r < p.size; ++r)
+        p.owned_starts[size_t(r)] = p.owned_starts[size_t(r - 1)] + p.owned_counts[size_t(r - 1)];
+    p.all_owned_gid.resize(size_t(p.global_nodes));
+    check_mpi(MPI_Allgatherv(p.node_gid.data(), own, MPI_INT64_T, p.all_owned_gid.data(), p.owned_counts.data(),
+                             p.owned_starts.data(), MPI_INT64_T, p.comm),
+              "owned node ids");
+}
+
+// Each rank's owned rows as F-float counts and offsets of a list of the whole graph's rows in
+// rank order (the all-gather's and the reduce-scatter's layout).
+inline std::vector<int> owned_floats(const Partition &p, int64_t F, bool starts) {
+    std::vector<int> out(size_t(p.size));
+    for (int r = 0; r < p.size; ++r)
+        out[size_t(r)] = message_count(int64_t((starts ? p.owned_starts : p.owned_counts)[size_t(r)]) * F,
+                                       "embedding rows");
+    return out;
+}
+
 // Rows of X (owned rows first, F wide) of every rank, in global node order: [global_nodes, F].
 inline const float *gather_global_rows(Partition &p, const float *X, int64_t F) {
-    if (p.owned_counts.empty()) {       // once: who owns which global ids
-        const int own = message_count(p.num_owned, "owned rows");
-        p.owned_counts.assign(size_t(p.size), 0);
-        check_mpi(MPI_Allgather(&own, 1, MPI_INT, p.owned_counts.data(), 1, MPI_INT, p.comm), "owned row counts");
-        p.owned_starts.assign(size_t(p.size), 0);
-        for (int r = 1; r < p.size; ++r)
-            p.owned_starts[size_t(r)] = p.owned_starts[size_t(r - 1)] + p.owned_counts[size_t(r - 1)];
-        p.all_owned_gid.resize(size_t(p.global_nodes));
-        check_mpi(MPI_Allgatherv(p.node_gid.data(), own, MPI_INT64_T, p.all_owned_gid.data(), p.owned_counts.data(),
-                                 p.owned_starts.data(), MPI_INT64_T, p.comm),
-                  "owned node ids");
-    }
-    std::vector<int> counts(size_t(p.size)), starts(size_t(p.size));
-    for (int r = 0; r < p.size; ++r) {
-        counts[size_t(r)] = message_count(int64_t(p.owned_counts[size_t(r)]) * F, "embedding rows");
-        starts[size_t(r)] = message_count(int64_t(p.owned_starts[size_t(r)]) * F, "embedding rows");
-    }
+    find_owners(p);
+    const std::vector<int> counts = owned_floats(p, F, false), starts = owned_floats(p, F, true);
     p.staged_rows.resize(size_t(p.global_nodes * F));
     check_mpi(MPI_Allgatherv(X, counts[size_t(p.rank)], MPI_FLOAT, p.staged_rows.data(), counts.data(),
                              starts.data(), MPI_FLOAT, p.comm),
@@ -544,40 +553,53 @@ inline const float *gather_global_rows(Partition &p, const float *X, int64_t F) 
     return p.global_rows.data();
 }
 
+// This rank's share of the triples: [first, first + count).
+struct TripleShare {
+    int64_t first, count;
+};
+inline TripleShare triple_share(const Partition &p, int64_t count) {
+    const int64_t first = count * p.rank / p.size, last = count * (p.rank + 1) / p.size;
+    return {first, last - first};
+}
+
 // The op layer's link-loss signatures (ops.h) after the partition; `rows` (the local rows) is
 // replaced by the whole graph's.
 inline void link_loss(Partition &p, const float *z, int64_t /*rows*/, const float *R, int64_t rel_rows, int64_t H,
                       const int64_t *triples, int64_t count, float reg, float *loss) {
     require_triples(triples, count);
     const float *all = gather_global_rows(p, z, H);
-    loss[0] = p.rank == 0 ? distmult_loss(all, p.global_nodes, R, rel_rows, H, triples, count, reg) : 0.f;
+    const TripleShare s = triple_share(p, count);
+    loss[0] = distmult_loss(all, p.global_nodes, R, rel_rows, H, triples + 4 * s.first, s.count,
+                            p.rank == 0 ? reg : 0.f, count);
 }
 
-// dz [local rows, H]: the owned rows of the whole graph's gradient; ghost rows zero.
+// dz [local rows, H]: the owned rows of the sum of every rank's share; ghost rows zero.
 inline void link_loss_grad(Partition &p, const float *z, int64_t /*rows*/, const float *R, int64_t H,
                            const int64_t *triples, int64_t count, float reg, float *dz) {
     require_triples(triples, count);
     const float *all = gather_global_rows(p, z, H);
+    const TripleShare s = triple_share(p, count);
     p.global_grad.resize(size_t(p.global_nodes * H));
-    distmult_loss_grad(all, p.global_nodes, R, 0, H, triples, count, reg, p.global_grad.data(), nullptr);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < p.num_local; ++r) {
-        float *row = dz + r * H;
-        if (r < p.num_owned)
-            std::memcpy(row, p.global_grad.data() + p.node_gid[size_t(r)] * H, sizeof(float) * size_t(H));
-        else
-            std::fill(row, row + H, 0.f);
-    }
+    distmult_loss_grad(all, p.global_nodes, R, 0, H, triples + 4 * s.first, s.count, p.rank == 0 ? reg : 0.f,
+                       p.global_grad.data(), nullptr, count);
+#pragma omp parallel for schedule(static)      // in rank order of the owners, for the reduce-scatter
+    for (int64_t i = 0; i < p.global_nodes; ++i)
+        std::memcpy(p.staged_rows.data() + i * H, p.global_grad.data() + p.all_owned_gid[size_t(i)] * H,
+                    sizeof(float) * size_t(H));
+    const std::vector<int> counts = owned_floats(p, H, false);
+    check_mpi(MPI_Reduce_scatter(p.staged_rows.data(), dz, counts.data(), MPI_FLOAT, MPI_SUM, p.comm),
+              "embedding gradient");
+    std::fill(dz + p.num_owned * H, dz + p.num_local * H, 0.f);
 }
 
+// dR: this rank's share (the gradient all-reduce sums the shares).
 inline void link_loss_rel_grad(Partition &p, const float *z, const float *R, int64_t rel_rows, int64_t H,
                                const int64_t *triples, int64_t count, float reg, float *dR) {
     require_triples(triples, count);
     const float *all = gather_global_rows(p, z, H);
-    if (p.rank == 0)
-        distmult_loss_grad(all, 0, R, rel_rows, H, triples, count, reg, nullptr, dR);
-    else
-        std::fill(dR, dR + rel_rows * H, 0.f);
+    const TripleShare s = triple_share(p, count);
+    distmult_loss_grad(all, 0, R, rel_rows, H, triples + 4 * s.first, s.count, p.rank == 0 ? reg : 0.f, nullptr, dR,
+                       count);
 }
 
 }  // namespace mpi

@@ -1522,8 +1522,8 @@ class OpenMPEmitter:
                 f"{_float(op.attrs.get('regularization', 0.0))}f")
 
     def link_kernel(self, name: str) -> str:
-        """A link-loss kernel's call up to its first argument (the MPI backend's kernels score the
-        whole graph's rows and take the partition first)."""
+        """A link-loss kernel's call up to its first argument (the MPI backend's kernels take the
+        partition first: they score the rank's share of the triples on the whole graph's rows)."""
         return f"mg::op::{name}("
 
     def op_link_loss(self, op, z, rel):

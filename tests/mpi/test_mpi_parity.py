@@ -48,10 +48,11 @@ def test_relational_examples_match_one_process(tmp_path, model, featureless):
 
 
 def test_link_prediction_matches_one_process(tmp_path):
-    """R-GCN link prediction (gnn.linkLoss, dropout on): every rank scores the triples on the
-    embeddings of the whole graph, gathered from their owners; the relations' gradient counts
-    once in the all-reduce.  The losses and the filtered ranking are one process's.  Trained by
-    SGD: Adam's step hardly changes when a gradient is counted twice."""
+    """R-GCN link prediction (gnn.linkLoss, dropout on): each rank scores its share of the
+    triples on the embeddings of the whole graph, gathered from their owners; the shares' losses
+    and gradients add up to one process's (the L2 term counted once).  The losses and the
+    filtered ranking are one process's up to the order of the sums.  Trained by SGD: Adam's step
+    hardly changes when a gradient is counted twice."""
     program = tmp_path / "rgcn_link_sgd.mp"
     source = example("rgcn_link").read_text()
     assert 'gnn.optimizer("adam", lr = 0.01)' in source
@@ -62,7 +63,7 @@ def test_link_prediction_matches_one_process(tmp_path):
         run = train(tmp_path, program, data, backend="mpi", ranks=ranks)
         assert_same_run(reference, run, RTOL, f"rgcn_link on {ranks} ranks")
         for key in ("valid_mrr", "test_mrr", "test_hits@1", "test_hits@10"):
-            assert run[key] == reference[key], f"rgcn_link on {ranks} ranks: {key} {run[key]} != {reference[key]}"
+            assert run[key] == pytest.approx(reference[key], rel=1e-3), f"rgcn_link on {ranks} ranks: {key}"
 
 
 MEAN_OVER_OUT_EDGES = """

@@ -51,8 +51,10 @@ inline double score_grad(const float* z, const float* R, const int64_t* t, int64
 
 }  // namespace link_detail
 
+// mean_over: the count the mean divides by, when `triples` are a share of a longer list (0: count;
+// a distributed run scores a share on each rank and sums the shares).
 inline float distmult_loss(const float* z, int64_t nodes, const float* R, int64_t rel_rows, int64_t H,
-                           const int64_t* triples, int64_t count, float reg) {
+                           const int64_t* triples, int64_t count, float reg, int64_t mean_over = 0) {
     double bce = 0.0;
 #pragma omp parallel for reduction(+ : bce) schedule(static) if (count > 4096)
     for (int64_t i = 0; i < count; ++i) {
@@ -60,7 +62,8 @@ inline float distmult_loss(const float* z, int64_t nodes, const float* R, int64_
         const double s = link_detail::score(z, R, t, H);
         bce += std::fmax(s, 0.0) - double(t[3]) * s + std::log1p(std::exp(-std::fabs(s)));
     }
-    double loss = count ? bce / double(count) : 0.0;
+    if (mean_over <= 0) mean_over = count;
+    double loss = mean_over ? bce / double(mean_over) : 0.0;
     if (reg > 0.0f)
         loss += double(reg) * (link_detail::mean_square(z, nodes * H) + link_detail::mean_square(R, rel_rows * H));
     return float(loss);
@@ -75,12 +78,14 @@ inline float distmult_loss(const float* z, int64_t nodes, const float* R, int64_
 // receives its terms in triple order, head before tail, as one thread adding them all would: the
 // same bits at any thread count.
 inline void distmult_loss_grad(const float* z, int64_t nodes, const float* R, int64_t rel_rows, int64_t H,
-                               const int64_t* triples, int64_t count, float reg, float* dz, float* dR) {
+                               const int64_t* triples, int64_t count, float reg, float* dz, float* dR,
+                               int64_t mean_over = 0) {
+    if (mean_over <= 0) mean_over = count;
     if (dz) link_detail::l2_grad(z, nodes * H, reg, dz);
     if (dR) link_detail::l2_grad(R, rel_rows * H, reg, dR);
     std::vector<float> d(size_t(count > 0 ? count : 0));
 #pragma omp parallel for schedule(static) if (count > 4096)
-    for (int64_t i = 0; i < count; ++i) d[size_t(i)] = float(link_detail::score_grad(z, R, triples + 4 * i, H, count));
+    for (int64_t i = 0; i < count; ++i) d[size_t(i)] = float(link_detail::score_grad(z, R, triples + 4 * i, H, mean_over));
 #pragma omp parallel if (count > 4096)
     {
         const int64_t T = omp_get_num_threads(), id = omp_get_thread_num();
