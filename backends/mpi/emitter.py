@@ -19,7 +19,8 @@ adds, driven by the IR (docs/backends.md, "MPI"):
   waiting for it before its step (Morphling's pipelined backward);
 - degrees and GCN normalisation from the global graph, the loss as a mean over the global train
   count, accuracies from global counts, dropout masks keyed by global node and edge ids;
-- a link-prediction loss scored on the embeddings of the whole graph, gathered from their owners.
+- a link-prediction loss: each rank scores its share of the triples on the embeddings of the
+  whole graph, gathered from their owners, and the gradients go back to the owners.
 """
 from __future__ import annotations
 
