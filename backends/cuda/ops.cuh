@@ -1060,13 +1060,14 @@ inline void rowwise_dot_fwd(const float *a, const float *b, bool b_is_row, float
 }
 inline void head_mul(const float *x, bool x_is_row, const float *s, float *out, int64_t rows, int64_t heads,
                      int64_t dim) {
-    cuda::map("per-head scaling (HeadMulOp)", rows * heads * dim, cuda::HeadMulOp{x, x_is_row, s, out, heads, dim});
+    cuda::map("per-head scaling (HeadProductsOp)", rows * heads * dim,
+              cuda::HeadProductsOp<false>{nullptr, x, x_is_row, s, out, heads, dim});
 }
 // base + head_mul(x, s) in one map (the emitter's plan_head_products).
 inline void head_mul_add(const float *base, const float *x, bool x_is_row, const float *s, float *out, int64_t rows,
                          int64_t heads, int64_t dim) {
-    cuda::map("per-head scaling added (HeadMulAddOp)", rows * heads * dim,
-              cuda::HeadMulAddOp{base, x, x_is_row, s, out, heads, dim});
+    cuda::map("per-head scaling added (HeadProductsOp)", rows * heads * dim,
+              cuda::HeadProductsOp<true>{base, x, x_is_row, s, out, heads, dim});
 }
 inline void head_sum(const float *x, float c, float *out, int64_t rows, int64_t heads, int64_t dim) {
     cuda::map("sum over heads (HeadSumOp)", rows * dim, cuda::HeadSumOp{x, c, out, heads, dim});

@@ -227,15 +227,19 @@ struct CopyColsOp {
 };
 
 // Per-head scaling: out[i, h, d] = x[i or 0, h, d] * s[i, h] (x_is_row: one shared weight row).
-struct HeadMulOp {
-    const float *x;
+// ADD: base[i, h, d] plus that product, added as it is formed and never stored (the backward of a
+// per-head dot adds its weight's share to the input gradient: dx += a * g); out may alias base.
+template <bool ADD>
+struct HeadProductsOp {
+    const float *base, *x;
     bool x_is_row;
     const float *s;
     float *out;
     int64_t heads, dim;
     __device__ void operator()(int64_t k) const {
         const int64_t w = heads * dim, i = k / w, j = k % w;
-        out[k] = (x_is_row ? x[j] : x[k]) * s[i * heads + j / dim];
+        const float product = (x_is_row ? x[j] : x[k]) * s[i * heads + j / dim];
+        out[k] = ADD ? base[k] + product : product;
     }
 };
 
@@ -319,7 +323,7 @@ struct StoredValue {
     __device__ float operator()(int64_t r, int64_t j) const { return x[r * cols + j]; }
 };
 
-// ...or HeadMulOp's products, formed as they are summed (a per-head dot's weight gradient,
+// ...or HeadProductsOp's products, formed as they are summed (a per-head dot's weight gradient,
 // row_sum(head_mul(x, s)), without the [rows, heads * dim] products stored).
 struct HeadProductValue {
     const float *x, *s;
@@ -327,20 +331,6 @@ struct HeadProductValue {
     __device__ float operator()(int64_t r, int64_t j) const { return x[r * heads * dim + j] * s[r * heads + j / dim]; }
 };
 
-// out = base + HeadMulOp's product: the product added as it is formed, never stored (the
-// backward of a per-head dot adds its weight's share to the input gradient: dx += a * g).  out
-// may alias base.
-struct HeadMulAddOp {
-    const float *base, *x;
-    bool x_is_row;
-    const float *s;
-    float *out;
-    int64_t heads, dim;
-    __device__ void operator()(int64_t k) const {
-        const int64_t w = heads * dim, i = k / w, j = k % w;
-        out[k] = base[k] + (x_is_row ? x[j] : x[k]) * s[i * heads + j / dim];
-    }
-};
 
 // out[j] = sum_i x[i, j]: a column sum, one thread per column, rows in order (reproducible).
 __global__ void column_sum_kernel(const float *x, float *out, int64_t rows, int64_t cols) {
