@@ -238,14 +238,12 @@ class CompiledModel:
     def evaluate_links(self, splits=("valid", "test")) -> dict:
         """Filtered MRR and Hits@1/3/10 of the held-out triples (morphgen/link_eval.py), and the
         training loss of the last triples set."""
-        from .link_eval import ranking_metrics
+        from .data.link import SPLITS
+        from .link_eval import held_out_metrics
         z = self.predict()
         rel = self.get_params()[self.relation_weight].reshape(-1, z.shape[1])
-        known = self.dataset.known_triples()
-        out = {"loss": self.session.evaluate()["loss"]}
-        for split in splits:
-            out.update(ranking_metrics(z, rel, getattr(self.dataset, f"{split}_triples"), known, f"{split}_"))
-        return out
+        triples = {split: getattr(self.dataset, f"{split}_triples") for split in SPLITS}
+        return {"loss": self.session.evaluate()["loss"], **held_out_metrics(z, rel, triples, splits)}
 
     @property
     def relation_weight(self) -> str:

@@ -59,3 +59,13 @@ def ranking_metrics(z, rel, triples, known, prefix: str = "") -> dict:
     out = {f"{prefix}mrr": float(np.mean(1.0 / ranks))}
     out.update({f"{prefix}hits@{k}": float(np.mean(ranks <= k)) for k in HITS})
     return out
+
+
+def held_out_metrics(z, rel, triples_by_split: dict, splits=("valid", "test")) -> dict:
+    """The ranking metrics of each held-out split (``valid_mrr``, ``test_hits@10``, ...), every
+    split's true triples (``triples_by_split``: train, valid and test) filtered from the candidates."""
+    known = np.concatenate(list(triples_by_split.values()))
+    out = {}
+    for split in splits:
+        out.update(ranking_metrics(z, rel, triples_by_split[split], known, f"{split}_"))
+    return out

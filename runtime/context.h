@@ -28,6 +28,12 @@ struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A link-prediction loss reads the triples set for the epoch (mg_set_triples); every backend's
+// link kernels check that there are some.
+inline void require_triples(const int64_t *triples, int64_t count) {
+    if (count > 0 && !triples) throw Error("no triples were set (mg_set_triples) for the link-prediction loss");
+}
+
 enum class FeatureKind { None, Dense, Csr, Identity };
 
 struct GraphView {

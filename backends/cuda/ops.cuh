@@ -305,32 +305,48 @@ inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t
 }
 
 // ---- input features: dense, sparse (CSR forward, CSC weight gradient) or identity -------------------
+// CSR features read back to the host (load-time work only), their column indices checked.
+struct HostCsr {
+    std::vector<int64_t> indptr;
+    std::vector<int32_t> indices;
+    std::vector<float> data;
+};
+inline HostCsr download_csr(const FeatureView &f) {
+    HostCsr h{std::vector<int64_t>(static_cast<size_t>(f.rows + 1)), std::vector<int32_t>(static_cast<size_t>(f.nnz)),
+              std::vector<float>(static_cast<size_t>(f.nnz))};
+    cuda::check(cudaMemcpy(h.indptr.data(), f.indptr, sizeof(int64_t) * h.indptr.size(), cudaMemcpyDeviceToHost), "features");
+    cuda::check(cudaMemcpy(h.indices.data(), f.indices, sizeof(int32_t) * h.indices.size(), cudaMemcpyDeviceToHost), "features");
+    cuda::check(cudaMemcpy(h.data.data(), f.data, sizeof(float) * h.data.size(), cudaMemcpyDeviceToHost), "features");
+    for (int32_t c : h.indices)
+        if (c < 0 || c >= f.cols) throw Error("sparse features: a column index is out of range");
+    return h;
+}
+// The nonzeros regrouped (a counting sort, stable: rows in the order each_nonzero visits them):
+// each_nonzero(visit) calls visit(group, row, k) for every nonzero k of the CSR data.
+template <class EachNonzero>
+inline void group_nonzeros(SparseFeatureBlocks &blocks, int64_t groups, const std::vector<float> &data,
+                           EachNonzero each_nonzero, const char *what) {
+    std::vector<int64_t> ptr(static_cast<size_t>(groups + 1), 0);
+    each_nonzero([&](int64_t g, int64_t, int64_t) { ptr[size_t(g + 1)] += 1; });
+    for (int64_t g = 0; g < groups; ++g) ptr[size_t(g + 1)] += ptr[size_t(g)];
+    std::vector<int64_t> next(ptr.begin(), ptr.end() - 1), row_of(static_cast<size_t>(ptr.back()));
+    std::vector<float> vals(static_cast<size_t>(ptr.back()));
+    each_nonzero([&](int64_t g, int64_t r, int64_t k) {
+        const int64_t at = next[size_t(g)]++;
+        row_of[size_t(at)] = r;
+        vals[size_t(at)] = data[size_t(k)];
+    });
+    blocks.colptr.upload(ptr, what);
+    blocks.row_of.upload(row_of, what);
+    blocks.vals.upload(vals, what);
+}
 inline void build_feature_blocks(const FeatureView &f, SparseFeatureBlocks &blocks) {
     if (f.kind != FeatureKind::Csr) return;
-    const int64_t nnz = f.nnz;
-    std::vector<int64_t> indptr(static_cast<size_t>(f.rows + 1));
-    std::vector<int32_t> indices(static_cast<size_t>(nnz));
-    std::vector<float> data(static_cast<size_t>(nnz));
-    cuda::check(cudaMemcpy(indptr.data(), f.indptr, sizeof(int64_t) * indptr.size(), cudaMemcpyDeviceToHost), "features");
-    cuda::check(cudaMemcpy(indices.data(), f.indices, sizeof(int32_t) * size_t(nnz), cudaMemcpyDeviceToHost), "features");
-    cuda::check(cudaMemcpy(data.data(), f.data, sizeof(float) * size_t(nnz), cudaMemcpyDeviceToHost), "features");
-    std::vector<int64_t> colptr(static_cast<size_t>(f.cols + 1), 0), row_of(static_cast<size_t>(nnz));
-    std::vector<float> vals(static_cast<size_t>(nnz));
-    for (int64_t k = 0; k < nnz; ++k) {
-        if (indices[size_t(k)] < 0 || indices[size_t(k)] >= f.cols) throw Error("sparse features: a column index is out of range");
-        colptr[size_t(indices[size_t(k)]) + 1] += 1;
-    }
-    for (int64_t c = 0; c < f.cols; ++c) colptr[size_t(c + 1)] += colptr[size_t(c)];
-    std::vector<int64_t> next(colptr.begin(), colptr.end() - 1);
-    for (int64_t r = 0; r < f.rows; ++r)
-        for (int64_t k = indptr[size_t(r)]; k < indptr[size_t(r + 1)]; ++k) {
-            const int64_t at = next[size_t(indices[size_t(k)])]++;
-            row_of[size_t(at)] = r;
-            vals[size_t(at)] = data[size_t(k)];
-        }
-    blocks.colptr.upload(colptr, "uploading the transposed features");
-    blocks.row_of.upload(row_of, "uploading the transposed features");
-    blocks.vals.upload(vals, "uploading the transposed features");
+    const HostCsr h = download_csr(f);
+    group_nonzeros(blocks, f.cols, h.data, [&](auto visit) {      // by column: the transposed features
+        for (int64_t r = 0; r < f.rows; ++r)
+            for (int64_t k = h.indptr[size_t(r)]; k < h.indptr[size_t(r + 1)]; ++k) visit(h.indices[size_t(k)], r, k);
+    }, "uploading the transposed features");
 }
 inline cuda::FeatureDrop feature_drop(const FeatureView &f) {
     cuda::FeatureDrop d;
@@ -612,9 +628,6 @@ inline double accuracy(const float *logits, const int64_t *labels, const uint8_t
 }
 
 // ---- link prediction: DistMult over the epoch's triples (kernels/link.cuh) ---------------------------
-inline void require_triples(const int64_t *triples, idx_t count) {
-    if (count > 0 && !triples) throw Error("no triples were set (mg_set_triples) for the link-prediction loss");
-}
 inline void link_loss(const float *z, idx_t rows, const float *R, idx_t rel_rows, idx_t H, const int64_t *triples,
                       idx_t count, float reg, float *loss) {
     require_triples(triples, count);
@@ -784,37 +797,15 @@ inline void edge_typed_linear_features(EdgeTypedRows &p, const FeatureView &f, c
 inline void edge_typed_feature_columns(EdgeTypedRows &p, const FeatureView &f) {
     if (p.by_type_column.colptr.size() == p.groups.types * f.cols + 1) return;
     const std::vector<idx_t> row_node = p.row_node_.download(), type_ptr = p.groups.ptr_.download();
-    std::vector<int64_t> indptr(static_cast<size_t>(f.rows + 1));
-    std::vector<int32_t> indices(static_cast<size_t>(f.nnz));
-    std::vector<float> data(static_cast<size_t>(f.nnz));
-    cuda::check(cudaMemcpy(indptr.data(), f.indptr, sizeof(int64_t) * indptr.size(), cudaMemcpyDeviceToHost), "features");
-    cuda::check(cudaMemcpy(indices.data(), f.indices, sizeof(int32_t) * indices.size(), cudaMemcpyDeviceToHost), "features");
-    cuda::check(cudaMemcpy(data.data(), f.data, sizeof(float) * data.size(), cudaMemcpyDeviceToHost), "features");
-    // visit(group, row, k) for every nonzero k of every product row, rows in order
-    auto each_nonzero = [&](auto visit) {
+    const HostCsr h = download_csr(f);
+    group_nonzeros(p.by_type_column, p.groups.types * f.cols, h.data, [&](auto visit) {
         for (idx_t t = 0; t < p.groups.types; ++t)
             for (idx_t r = type_ptr[size_t(t)]; r < type_ptr[size_t(t + 1)]; ++r) {
                 const idx_t x = row_node[size_t(r)];
-                for (int64_t k = indptr[size_t(x)]; k < indptr[size_t(x + 1)]; ++k)
-                    visit(t * f.cols + indices[size_t(k)], r, k);
+                for (int64_t k = h.indptr[size_t(x)]; k < h.indptr[size_t(x + 1)]; ++k)
+                    visit(t * f.cols + h.indices[size_t(k)], r, k);
             }
-    };
-    const idx_t groups = p.groups.types * f.cols;
-    std::vector<int64_t> ptr(static_cast<size_t>(groups + 1), 0);
-    for (int64_t k = 0; k < f.nnz; ++k)
-        if (indices[size_t(k)] < 0 || indices[size_t(k)] >= f.cols) throw Error("sparse features: a column index is out of range");
-    each_nonzero([&](idx_t g, idx_t, int64_t) { ptr[size_t(g + 1)] += 1; });
-    for (idx_t g = 0; g < groups; ++g) ptr[size_t(g + 1)] += ptr[size_t(g)];
-    std::vector<int64_t> next(ptr.begin(), ptr.end() - 1), row_of(static_cast<size_t>(ptr.back()));
-    std::vector<float> vals(static_cast<size_t>(ptr.back()));
-    each_nonzero([&](idx_t g, idx_t r, int64_t k) {
-        const int64_t at = next[size_t(g)]++;
-        row_of[size_t(at)] = r;
-        vals[size_t(at)] = data[size_t(k)];
-    });
-    p.by_type_column.colptr.upload(ptr, "uploading the edge typed rows' feature columns");
-    p.by_type_column.row_of.upload(row_of, "uploading the edge typed rows' feature columns");
-    p.by_type_column.vals.upload(vals, "uploading the edge typed rows' feature columns");
+    }, "uploading the edge typed rows' feature columns");
 }
 // dW [T, K, M]: dW[t][c, :] = sum over the rows r of type t whose feature row x_r has column c of
 // x_r[c] times the sum of r's edge gradients: one group of threads per (t, c), its rows in order

@@ -313,20 +313,6 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
     sent.bytes += p.halo_bytes - before;
 }
 
-// A mean over out-edges: each rank summed the edges it holds (those into its own nodes) and the
-// owners added the ranks' sums (halo_reverse); the owned rows become means over the global
-// out-degree, scaled as one process scales them (scatter_src: the sum times 1 / count).
-inline void divide_by_out_degree(const Partition &p, float *X, int64_t F) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < p.num_owned; ++r) {
-        const float count = p.out_degree[size_t(r)];
-        if (!(count > 0.f)) continue;
-        const float inv = 1.0f / count;
-        float *row = X + r * F;
-        for (int64_t c = 0; c < F; ++c) row[c] *= inv;
-    }
-}
-
 // Weight gradients: each is handed to MPI_Iallreduce as soon as the backward has produced it,
 // the backward goes on while it travels, and the optimizer waits for it before its step.
 //
@@ -501,15 +487,11 @@ inline double accuracy(Partition &p, const float *logits, const int64_t *labels,
 
 // ---- link prediction: the triples name nodes anywhere in the graph ----------------------------
 // Every rank gathers the embeddings of the whole graph from their owners (one all-gather of
-// N x H floats per call) and scores its share of the triples (a contiguous slice, rank by rank)
+// N x H floats per forward pass; the backward reads the same rows) and scores its share of the triples (a contiguous slice, rank by rank)
 // with one process's kernels.  The loss shares add up (the mean divides by the whole count;
 // the L2 term is rank 0's), the embeddings' gradient of each share goes to the rows' owners by a
 // reduce-scatter, and the relations' gradient of each share is summed by the gradient
 // all-reduce.  The losses and gradients are one process's up to the order of the sums.
-
-inline void require_triples(const int64_t *triples, int64_t count) {
-    if (count > 0 && !triples) throw Error("no triples were set (mg_set_triples) for the link-prediction loss");
-}
 
 // The owners of the global ids, once: every rank's owned global ids in rank order, how many
 // each rank owns and where its rows start.
@@ -553,6 +535,14 @@ inline const float *gather_global_rows(Partition &p, const float *X, int64_t F) 
     return p.global_rows.data();
 }
 
+// The rows the training forward's link_loss gathered: the backward reads the same embeddings
+// (their buffer is live until it has), so it does not gather them again.
+inline const float *forward_rows(const Partition &p, int64_t F) {
+    if (int64_t(p.global_rows.size()) != p.global_nodes * F)
+        throw Error("link-prediction gradient: the forward pass has not gathered the embeddings");
+    return p.global_rows.data();
+}
+
 // This rank's share of the triples: [first, first + count).
 struct TripleShare {
     int64_t first, count;
@@ -574,10 +564,10 @@ inline void link_loss(Partition &p, const float *z, int64_t /*rows*/, const floa
 }
 
 // dz [local rows, H]: the owned rows of the sum of every rank's share; ghost rows zero.
-inline void link_loss_grad(Partition &p, const float *z, int64_t /*rows*/, const float *R, int64_t H,
+inline void link_loss_grad(Partition &p, const float * /*z: gathered by the forward*/, int64_t /*rows*/, const float *R, int64_t H,
                            const int64_t *triples, int64_t count, float reg, float *dz) {
     require_triples(triples, count);
-    const float *all = gather_global_rows(p, z, H);
+    const float *all = forward_rows(p, H);
     const TripleShare s = triple_share(p, count);
     p.global_grad.resize(size_t(p.global_nodes * H));
     distmult_loss_grad(all, p.global_nodes, R, 0, H, triples + 4 * s.first, s.count, p.rank == 0 ? reg : 0.f,
@@ -593,10 +583,10 @@ inline void link_loss_grad(Partition &p, const float *z, int64_t /*rows*/, const
 }
 
 // dR: this rank's share (the gradient all-reduce sums the shares).
-inline void link_loss_rel_grad(Partition &p, const float *z, const float *R, int64_t rel_rows, int64_t H,
+inline void link_loss_rel_grad(Partition &p, const float * /*z: gathered by the forward*/, const float *R, int64_t rel_rows, int64_t H,
                                const int64_t *triples, int64_t count, float reg, float *dR) {
     require_triples(triples, count);
-    const float *all = gather_global_rows(p, z, H);
+    const float *all = forward_rows(p, H);
     const TripleShare s = triple_share(p, count);
     distmult_loss_grad(all, 0, R, rel_rows, H, triples + 4 * s.first, s.count, p.rank == 0 ? reg : 0.f, nullptr, dR,
                        count);

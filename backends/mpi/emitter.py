@@ -11,8 +11,8 @@ adds, driven by the IR (docs/backends.md, "MPI"):
   exchange travels;
 - a reverse exchange after every op that writes partial sums into source rows (transposed
   aggregations, scatters to sources, the max aggregation's backward, the input gradient of a
-  typed linear of source rows): ghost rows go to their owners, who add them (and divide a mean
-  over out-edges by the global out-degree);
+  typed linear of source rows): ghost rows go to their owners, who add them (a mean over
+  out-edges divides each rank's share by the global out-degree: the Graph's degrees);
 - node-wise kernels on owned rows only (ghost rows come from exchanges, or are computed on every
   row for values each rank can compute itself), and sums over rows over owned rows only;
 - each weight gradient handed to MPI_Iallreduce as soon as it is complete, the optimizer
@@ -24,7 +24,7 @@ adds, driven by the IR (docs/backends.md, "MPI"):
 """
 from __future__ import annotations
 
-from morphgen.backends.openmp.emitter import _REDUCE, TIMERS, OpenMPEmitter, UnsupportedInput, _float, _Identity
+from morphgen.backends.openmp.emitter import TIMERS, OpenMPEmitter, UnsupportedInput, _float, _Identity
 from morphgen.ir import Value
 
 # Ops whose output row r depends on row r of their node inputs only (and on weights): run on a
@@ -100,8 +100,6 @@ class MPIEmitter(OpenMPEmitter):
         if self._writes_sources(op):
             before += self._ghost_rows_read_by_transpose(op)
             after.append(self._halo("halo_reverse", op.output))
-            if self._mean_over_out_edges(op):
-                after.append(f"mg::mpi::divide_by_out_degree(m.part, {self.ptr(op.output)}, {self.width(op.output)})")
         if op.output is not None and op.output.id in self.backward_ids:
             after += self._start_gradient_reductions(op.output.id)
         for vid, writer in self.extra_writes:      # gradients a fused kernel writes (batch norm's affine)
@@ -181,19 +179,6 @@ class MPIEmitter(OpenMPEmitter):
         if (out_aggregate or (op.opcode == "scatter" and to_sources)) and op.attrs.get("reduce") == "max":
             raise self._unsupported(op, "a max over out-neighbours")
         return out_aggregate or to_sources or op.opcode == "aggregate_max_grad"
-
-    def _mean_over_out_edges(self, op) -> bool:
-        """A mean over each node's out-edges (`Mean(e in v.outgoing_edges(): ...)`).  A rank holds
-        only the edges into its own nodes, so it counts a part of a source's edges: it sums them
-        (op_scatter), the owner adds the ranks' sums (halo_reverse) and divides by the global
-        out-degree."""
-        return op.opcode == "scatter" and op.attrs.get("end", "dst") == "src" and op.attrs.get("reduce") == "mean"
-
-    def op_scatter(self, op, msg):
-        if not self._mean_over_out_edges(op):
-            return super().op_scatter(op, msg)
-        return self.timed("edges", f"mg::op::scatter(m.g, false, {_REDUCE['sum']}, {self.ptr(msg)}, {self.width(msg)}, "
-                          f"{self.ptr(op.output)}, nullptr)", f"4.0 * ({self.numel(msg)} + {self.numel(op.output)})")
 
     def _ghost_rows_read_by_transpose(self, op) -> list:
         """A transposed aggregation also reads its input at ghost rows: the self-loop term of a

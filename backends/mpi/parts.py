@@ -83,8 +83,8 @@ def assign_nodes(graph, num_parts: int, partitioner: str, chooser=None, progress
 def _task_arrays(dataset) -> dict:
     """What a node classifier trains on (its masks), or a link predictor (its triples, by split)."""
     if getattr(dataset, "task", "") == "link":
-        return {f"{split}_triples": getattr(dataset, f"{split}_triples").astype(np.int64)
-                for split in ("train", "valid", "test")}
+        from morphgen.data.link import SPLITS
+        return {f"{split}_triples": getattr(dataset, f"{split}_triples").astype(np.int64) for split in SPLITS}
     return {"train_mask": dataset.train_mask, "val_mask": dataset.val_mask, "test_mask": dataset.test_mask}
 
 

@@ -92,7 +92,8 @@ def _link_metrics(session, part, comm, link: dict) -> dict:
     """Filtered MRR and Hits@k of the held-out triples (morphgen/link_eval.py), ranked on rank 0
     against the embeddings of every node, gathered from their owners; None on the other ranks.
     Collective: every rank runs the forward."""
-    from morphgen.link_eval import ranking_metrics
+    from morphgen.data.link import SPLITS
+    from morphgen.link_eval import held_out_metrics
     loss = session.evaluate()["loss"]
     owned = int(part["num_owned"])
     z_local = session.predict(part.num_local, link["width"])[:owned]
@@ -103,11 +104,7 @@ def _link_metrics(session, part, comm, link: dict) -> dict:
     for gid, rows in pieces:
         z[gid] = rows
     rel = session.get_params()[link["relation_weight"]].reshape(-1, z.shape[1])
-    known = np.concatenate([part[f"{s}_triples"] for s in ("train", "valid", "test")])
-    out = {"loss": loss}
-    for split in ("valid", "test"):
-        out.update(ranking_metrics(z, rel, part[f"{split}_triples"], known, f"{split}_"))
-    return out
+    return {"loss": loss, **held_out_metrics(z, rel, {split: part[f"{split}_triples"] for split in SPLITS})}
 
 
 def _progress_thread_setting(comm, threads: int) -> None:

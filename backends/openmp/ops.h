@@ -85,9 +85,13 @@ struct Graph {
     std::vector<idx_t> zero_etype, zero_ntype;
     TypeGroups etypes, ntypes;
 
-    // in_degree: the nodes' degrees when the CSR does not hold all in-edges (distributed runs).
-    void build(const GraphView &g, const float *in_degree = nullptr) {
+    const float *out_degree = nullptr;     // see build()
+
+    // in_degree, out_degree: the nodes' degrees when the CSR does not hold all their edges
+    // (distributed runs: a rank holds the in-edges of its own nodes, part of their out-edges).
+    void build(const GraphView &g, const float *in_degree = nullptr, const float *out_degree_of = nullptr) {
         view = &g;
+        out_degree = out_degree_of;
         gcn_scale_self.resize(size_t(g.num_nodes));
         gcn_scale_plain.resize(size_t(g.num_nodes));
         gcn_node_scale(g.num_nodes, g.indptr, true, gcn_scale_self.data(), in_degree);
@@ -468,7 +472,7 @@ inline void gather(const Graph &g, bool from_src, const float *X, idx_t F, float
 inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t F, float *out, idx_t *argmax) {
     const GraphView &v = *g.view;
     if (to_dst) scatter_dst(r, m, v.indptr, v.num_nodes, F, out, argmax);
-    else scatter_src(r, m, v.t_indptr, v.t_eid, v.num_nodes, F, out, argmax);
+    else scatter_src(r, m, v.t_indptr, v.t_eid, v.num_nodes, F, out, argmax, g.out_degree);
 }
 // scatter(sum) of gather(x) scaled by per-head edge weights w [E, H], the gather and the scatter at
 // opposite ends (to_dst: x read at sources, summed at destinations; else the transpose).
@@ -582,9 +586,6 @@ inline void cross_entropy_grad(const float *logits, const int64_t *labels, const
     softmax_cross_entropy(logits, labels, mask, rows, C, dlogits);
 }
 // link prediction (kernels/link.h): the triples are the context's, set for each epoch
-inline void require_triples(const int64_t *triples, idx_t count) {
-    if (count > 0 && !triples) throw Error("no triples were set (mg_set_triples) for the link-prediction loss");
-}
 inline void link_loss(const float *z, idx_t rows, const float *R, idx_t rel_rows, idx_t H, const int64_t *triples,
                       idx_t count, float reg, float *loss) {
     require_triples(triples, count);

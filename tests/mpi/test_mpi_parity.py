@@ -83,9 +83,10 @@ function outMean(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
 
 
 def test_a_mean_over_out_edges_matches_one_process(tmp_path):
-    """A rank holds only the edges into its own nodes, so it sees part of a node's out-edges: the
-    ranks' sums go to the owner, which divides by the global out-degree (each rank's own mean,
-    summed, was wrong from the first loss on; found by tests/fuzz/mpi_campaign.py, seed 26)."""
+    """A rank holds only the edges into its own nodes, so it sees part of a node's out-edges: each
+    rank divides its share's sum by the global out-degree and the owner adds the shares (each
+    rank's own mean, summed, was wrong from the first loss on; found by tests/fuzz/mpi_campaign.py,
+    seed 26)."""
     program = tmp_path / "out_mean.mp"
     program.write_text(MEAN_OVER_OUT_EDGES)
     reference = train(tmp_path, program, SYNTHETIC)

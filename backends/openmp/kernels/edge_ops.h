@@ -102,14 +102,29 @@ inline void scatter_dst(const float* m, const int64_t* indptr, int64_t num_nodes
     }
 }
 
-// out[u, :] = reduce over u's outgoing edges of m[e, :], through the transpose CSR.
+// out[u, :] = reduce over u's outgoing edges of m[e, :], through the transpose CSR.  A mean
+// divides by counts[u] when given (a node's out-degree when the CSR holds only part of its
+// out-edges: a distributed rank's share, whose owner adds the ranks' shares).
 template <Reduce R>
 inline void scatter_src(const float* m, const int64_t* t_indptr, const int64_t* t_eid, int64_t num_nodes,
-                        int64_t F, float* out, int64_t* argmax = nullptr) {
+                        int64_t F, float* out, int64_t* argmax = nullptr, const float* counts = nullptr) {
+    constexpr Reduce kSegment = R == Reduce::Mean ? Reduce::Sum : R;
 #pragma omp parallel for schedule(dynamic, 64) if (t_indptr[num_nodes] * F > edge_detail::kParallelMin)
     for (int64_t u = 0; u < num_nodes; ++u) {
-        edge_detail::reduce_segment<R>(m, t_indptr[u], t_indptr[u + 1], F, [t_eid](int64_t k) { return t_eid[k]; },
-                                       out + u * F, argmax ? argmax + u * F : nullptr);
+        float* o = out + u * F;
+        if (R == Reduce::Mean && counts == nullptr) {
+            edge_detail::reduce_segment<R>(m, t_indptr[u], t_indptr[u + 1], F, [t_eid](int64_t k) { return t_eid[k]; },
+                                           o, nullptr);
+            continue;
+        }
+        edge_detail::reduce_segment<kSegment>(m, t_indptr[u], t_indptr[u + 1], F,
+                                              [t_eid](int64_t k) { return t_eid[k]; }, o,
+                                              argmax ? argmax + u * F : nullptr);
+        if (R == Reduce::Mean && counts[u] > 0.0f) {
+            const float inv = 1.0f / counts[u];
+#pragma omp simd
+            for (int64_t f = 0; f < F; ++f) o[f] *= inv;
+        }
     }
 }
 
@@ -189,10 +204,10 @@ inline void scatter_dst_bwd(Reduce r, const float* g, const int64_t* indptr, int
     }
 }
 inline void scatter_src(Reduce r, const float* m, const int64_t* t_indptr, const int64_t* t_eid, int64_t N,
-                        int64_t F, float* out, int64_t* argmax) {
+                        int64_t F, float* out, int64_t* argmax, const float* counts = nullptr) {
     switch (r) {
         case Reduce::Sum: scatter_src<Reduce::Sum>(m, t_indptr, t_eid, N, F, out); break;
-        case Reduce::Mean: scatter_src<Reduce::Mean>(m, t_indptr, t_eid, N, F, out); break;
+        case Reduce::Mean: scatter_src<Reduce::Mean>(m, t_indptr, t_eid, N, F, out, nullptr, counts); break;
         case Reduce::Max: scatter_src<Reduce::Max>(m, t_indptr, t_eid, N, F, out, argmax); break;
     }
 }
