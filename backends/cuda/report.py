@@ -1,7 +1,7 @@
 """`morphgen compile --emit report`: every kernel's registers, spills and shared memory as ptxas
 reports them, with an occupancy estimate per architecture.
 
-nvcc runs with -Xptxas=-v (toolchain.NVCC_FLAGS), so the build.log beside every cached library
+nvcc runs with -Xptxas=-v (toolchain.NVCC_BASE_FLAGS), so the build.log beside every cached library
 holds, per kernel and architecture:
 
     ptxas info    : Compiling entry function '_ZN2mg4cuda16aggregate_kernelILi1EEEv...' for 'sm_80'

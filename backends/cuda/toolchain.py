@@ -19,13 +19,31 @@ from morphgen.errors import UserError
 
 EMULATION_ENV = "MORPHGEN_CUDA_EMULATION"
 ARCHITECTURES = ("80", "90")
+# A build for one GPU only (e.g. MORPHGEN_CUDA_ARCHS=90): ptxas runs once instead of twice.
+ARCHITECTURES_ENV = "MORPHGEN_CUDA_ARCHS"
 # -Xptxas=-v: ptxas writes every kernel's registers, spills and shared memory into build.log,
 # which `morphgen compile --emit report` reads (backends/cuda/report.py).
-NVCC_FLAGS = ("-std=c++17", "-shared", "-Xcompiler", "-fPIC,-fopenmp,-march=native", "-lineinfo", "-Xptxas=-v",
-              *(f"-gencode=arch=compute_{a},code=sm_{a}" for a in ARCHITECTURES))
+NVCC_BASE_FLAGS = ("-std=c++17", "-shared", "-Xcompiler", "-fPIC,-fopenmp,-march=native", "-lineinfo", "-Xptxas=-v")
 # -O1: the emulation is for checking kernels, not for speed; -O3 takes 1.8x as long to build
 # (6.5 s against 3.7 s for GAT) for an epoch 4x faster on tests' graphs of a few hundred nodes.
 EMULATION_FLAGS = ("-DMORPHGEN_SIMT_EMULATION", "-O1")
+
+
+def architectures() -> tuple:
+    """The compute capabilities the fat binary holds: $MORPHGEN_CUDA_ARCHS (comma-separated, e.g.
+    "90"), else sm_80 and sm_90."""
+    value = os.environ.get(ARCHITECTURES_ENV, "").strip()
+    if not value:
+        return ARCHITECTURES
+    archs = tuple(a.strip().removeprefix("sm_") for a in value.split(","))
+    if not all(a.isdigit() and len(a) in (2, 3) for a in archs):
+        raise UserError(f"morphgen: error: ${ARCHITECTURES_ENV}: expected compute capabilities such as "
+                        f"'80,90', got {value!r}")
+    return archs
+
+
+def nvcc_flags() -> tuple:
+    return NVCC_BASE_FLAGS + tuple(f"-gencode=arch=compute_{a},code=sm_{a}" for a in architectures())
 
 
 def emulated() -> bool:
@@ -89,5 +107,5 @@ def build(sources: dict, name: str, nvcc: str, sanitize: bool = False, emulation
     if paths is None:
         raise UserError(f"morphgen: error: the cuda backend: {nvcc_missing(nvcc)}")
     include, lib = paths
-    return compile_shared(sources, name=name, include_dirs=dirs + [include], cxx=nvcc, base_flags=NVCC_FLAGS,
+    return compile_shared(sources, name=name, include_dirs=dirs + [include], cxx=nvcc, base_flags=nvcc_flags(),
                           link_flags=_cublas_link(lib), kernel_headers=False)

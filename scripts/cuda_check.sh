@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks on a machine with a GPU (CI has none, so they are not in `make test`):
+#   tests     tests/cuda on the device itself (conftest.py drops the SIMT emulation there)
+#   sanitize  compute-sanitizer: memcheck over every example, racecheck and initcheck over a few
+#   bench     morphgen against PyG on the same GPU, ms/epoch and peak device memory
+#
+# Usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench]      (default: all three)
+# Every step writes its log into OUT_DIR and one line into OUT_DIR/summary.txt; a step that fails
+# or runs out of time is reported and the next one still runs.  The exit status is the number of
+# failed steps.
+# Environment: DATA_DIR (default ../shared/datasets), JOBS (pytest workers, default: all cores),
+# EPOCHS (benchmark epochs, default 20), BENCH (the "model:graph" runs, space-separated),
+# MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
+# {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
+# for this GPU alone, half the ptxas time).
+set -uo pipefail
+
+OUT=$(realpath -m "${1:?usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench]}")
+shift
+STEPS=${*:-tests sanitize bench}
+DATA_DIR=$(realpath -m "${DATA_DIR:-../shared/datasets}")
+JOBS=${JOBS:-$(nproc)}
+EPOCHS=${EPOCHS:-20}
+PY=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+failed=0
+
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+result() {   # result RC WHAT DETAIL: one summary line; a non-zero RC counts as a failed step
+    local rc=$1 what=$2 detail=${3:-}
+    if [ "$rc" -eq 0 ]; then note "ok    $what  $detail"; else note "FAIL  $what (exit $rc)  $detail"; failed=$((failed + 1)); fi
+}
+
+note "== $(date -u +%FT%TZ)  $(nvidia-smi -L 2>&1 | head -1)  $(nvcc --version 2>&1 | tail -1)"
+note "   $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; archs ${MORPHGEN_CUDA_ARCHS:-80,90}"
+
+# Examples and the data each trains on in the sanitizer runs (small graphs: the tools are slow).
+declare -A DATA=([gcn]=cora [gcn3]=cora [sage]=cora [sage_layers]=cora [gin]=cora [gat]=cora [appnp]=cora
+                 [sgc]=cora [rgcn]=aifb [rgcn_bases]=aifb [rgat]=acm_heco [hgt]=acm_heco [rgcn_link]=wn18rr)
+
+run_tests() {
+    timeout "${TESTS_TIMEOUT:-420}" "$PY" -m pytest tests/cuda -n "$JOBS" -q -p no:cacheprovider -rf \
+        > "$OUT/tests.log" 2>&1
+    result $? "tests/cuda on the GPU" "$(tail -1 "$OUT/tests.log")"
+}
+
+sanitize() {   # sanitize TOOL EXAMPLE: two epochs under compute-sanitizer --tool TOOL
+    local tool=$1 name=$2 log="$OUT/sanitize-$1-$2.log"
+    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 30 \
+        "$PY" -m morphgen train "examples/$name.mp" --backend cuda --dataset "${DATA[$name]}" \
+        --data-dir "$DATA_DIR" --epochs 2 --quiet > "$log" 2>&1
+    result $? "compute-sanitizer $tool $name" "$(grep -m1 'ERROR SUMMARY' "$log")"
+}
+
+run_sanitize() {
+    if ! command -v compute-sanitizer > /dev/null; then result 1 "compute-sanitizer" "not on PATH"; return; fi
+    local memcheck=${MEMCHECK:-$(printf '%s\n' "${!DATA[@]}" | sort)}
+    for name in $memcheck; do "$PY" -m morphgen compile "examples/$name.mp" --backend cuda \
+        --dataset "${DATA[$name]}" --data-dir "$DATA_DIR" -o "$OUT/build-$name" > /dev/null 2>&1 & done
+    wait   # the nvcc builds in parallel, into the cache the runs below read
+    for name in $memcheck; do sanitize memcheck "$name"; done
+    for name in ${RACECHECK:-gat sage rgat rgcn_link}; do sanitize racecheck "$name"; done
+    for name in ${INITCHECK:-gcn gat rgcn}; do sanitize initcheck "$name"; done
+}
+
+# The PyG reference shapes (docs/benchmarks.md, GPU runs): GCN 3x32, SAGE-mean, GAT 8 heads.
+syn() { echo "synthetic:nodes=$1,edges=$2,features=$3,classes=$4,seed=0"; }
+declare -A GRAPH=([arxiv-like]=$(syn 169343 1166243 128 40) [flickr-like]=$(syn 89250 899756 500 7)
+                  [reddit-1/8]=$(syn 29120 14326986 602 41) [products-1/8]=$(syn 306128 7732392 100 47)
+                  [cora]=cora [aifb]=aifb [mutag]=mutag [acm_heco]=acm_heco)
+BENCH=${BENCH:-"gcn3:arxiv-like gcn3:flickr-like gcn3:reddit-1/8 gcn3:products-1/8 sage:arxiv-like sage:reddit-1/8 gat:arxiv-like gcn3:cora rgcn:aifb rgcn:mutag hgt:acm_heco rgat:acm_heco"}
+
+run_bench() {
+    for run in $BENCH; do
+        local model=${run%%:*} graph=${run#*:} dir="$OUT/bench/${run//[:\/]/_}"
+        timeout "${BENCH_TIMEOUT:-240}" "$PY" -m morphgen bench "examples/$model.mp" --backend cuda --peers pyg \
+            --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" --epochs "$EPOCHS" --warmup 3 --quick-machine \
+            --out "$dir" > "$dir.log" 2>&1
+        result $? "bench $model on $graph" "$(grep -m2 -E 'morphgen|pyg' "$dir.log" | tr -s ' ' | tr '\n' '|')"
+    done
+}
+
+for step in $STEPS; do
+    case $step in
+        tests) run_tests ;;
+        sanitize) run_sanitize ;;
+        bench) mkdir -p "$OUT/bench"; run_bench ;;
+        *) note "unknown step '$step' (tests, sanitize, bench)"; failed=$((failed + 1)) ;;
+    esac
+done
+note "== $(date -u +%FT%TZ)  $failed failed"
+exit "$failed"
