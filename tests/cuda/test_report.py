@@ -1,8 +1,9 @@
 """`morphgen compile --backend cuda --emit report`: ptxas' registers, spills and shared memory per
 kernel, read from the nvcc build log (backends/cuda/report.py)."""
 
-from morphgen.backends.cuda import report
+import pytest
 
+from morphgen.backends.cuda import report
 from tests.cuda.conftest import require_nvcc
 from tests.e2e.support import assert_clean_failure, example, run_cli
 
@@ -89,7 +90,8 @@ def test_report_on_gcn(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines()]
     aggregation = {r[1]: int(r[2]) for r in rows if r and r[0].startswith("aggregate_kernel<")}
-    assert set(aggregation) == {"sm_80", "sm_90"} and min(aggregation.values()) > 0, proc.stdout
+    from morphgen.backends.cuda.toolchain import architectures
+    assert set(aggregation) == {f"sm_{a}" for a in architectures()} and min(aggregation.values()) > 0, proc.stdout
     assert proc.stdout.splitlines()[-1].endswith("no register spills"), proc.stdout
     assert (tmp_path / "report.txt").read_text() == proc.stdout
 
@@ -104,3 +106,17 @@ def test_report_names_a_missing_nvcc_even_under_emulation(tmp_path):
     proc = run_cli("compile", example("gcn"), "--backend", "cuda", "--emit", "report",
                    env={"MORPHGEN_NVCC": str(tmp_path / "nvcc"), "MORPHGEN_CUDA_EMULATION": "1"})
     assert_clean_failure(proc, 2, "--emit report builds with nvcc", "is not on PATH", "MORPHGEN_NVCC")
+
+
+def test_the_architectures_follow_the_environment(monkeypatch):
+    from morphgen.backends.cuda import toolchain
+    from morphgen.errors import UserError
+    monkeypatch.delenv(toolchain.ARCHITECTURES_ENV, raising=False)
+    assert toolchain.architectures() == ("80", "90")
+    monkeypatch.setenv(toolchain.ARCHITECTURES_ENV, "sm_90")
+    assert [f for f in toolchain.nvcc_flags() if f.startswith("-gencode")] == ["-gencode=arch=compute_90,code=sm_90"]
+    monkeypatch.setenv(toolchain.ARCHITECTURES_ENV, "80, 90")
+    assert toolchain.architectures() == ("80", "90")
+    monkeypatch.setenv(toolchain.ARCHITECTURES_ENV, "hopper")
+    with pytest.raises(UserError, match="MORPHGEN_CUDA_ARCHS.*'hopper'"):
+        toolchain.architectures()
