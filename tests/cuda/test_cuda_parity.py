@@ -50,6 +50,15 @@ def test_models_match_the_interpreter(name, width):
     _check(CASES[name](), graph, x, labels, mask, classes=4)
 
 
+@pytest.mark.parametrize("name,width", [("gcn", 3), ("gcn_mean", 40), ("sage_mean", 300)])
+def test_rows_of_many_edge_chunks_match_the_interpreter(name, width):
+    """Rows of 38 edges on average: the aggregation walks them in chunks of up to 32 edges, per
+    group narrower than a warp (width 3), per warp of a two-warp row (40) and of an eight-warp row."""
+    graph = random_graph(n=80, e=3000, seed=width)
+    x, labels, mask = random_data(graph, width, classes=4)
+    _check(CASES[name](), graph, x, labels, mask, classes=4)
+
+
 @pytest.mark.parametrize("features", ["dense", "csr"])
 def test_dense_and_sparse_feature_paths_match_the_interpreter(features):
     graph = random_graph(n=12, e=30, seed=7)

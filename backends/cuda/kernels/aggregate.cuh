@@ -36,32 +36,60 @@ inline int threads_per_row(int64_t F) {
     return t;
 }
 
+// c(u -> v) of the CSR entry e whose neighbour is u (the transposed mean divides by u's count).
+__device__ inline float edge_coefficient(const AggArgs &a, int64_t e, int64_t u) {
+    float c = a.edge_weight ? a.edge_weight[a.eid ? a.eid[e] : e] : 1.f;
+    if (a.node_scale) c *= a.node_scale[u];
+    if (a.transpose && a.mean) c /= float(a.fwd_indptr[u + 1] - a.fwd_indptr[u] + (a.self_loop ? 1 : 0));
+    return c;
+}
+
+// A row's edges are walked a chunk of up to 32 at a time: each lane of a warp's share of the row
+// first loads one edge's neighbour and coefficient into shared memory (coalesced, independent
+// loads), then every lane reads the chunk back and gathers the neighbours' feature rows.  The
+// gathers of consecutive edges no longer wait on each other's index loads, so several are in
+// flight per thread: walking edge by edge put two dependent memory latencies on every edge (6.7
+// ms per 32-wide aggregation of a 14M-edge graph on an H100, against 0.2 ms of memory traffic).
+// Lanes of a group narrower than a warp share their own slots; a group wider than a warp loads
+// the chunk once per warp.  Only __syncwarp orders the slots: rows of one block end at
+// different chunks.
 template <int K>   // features per thread in registers
 __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *X, float *Y, Epilogue epi,
                                                           int tpr) {
+    __shared__ int64_t chunk_u[kThreads];
+    __shared__ float chunk_c[kThreads];
     const int64_t row = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
-    if (row >= a.rows) return;
+    if (row >= a.rows) return;   // a whole group at once: tpr divides the block
+    const int width = tpr < 32 ? tpr : 32;                 // the lanes sharing one chunk
+    const int first = int(threadIdx.x) - int(threadIdx.x) % width;
+    const unsigned mask = width == 32 ? 0xffffffffu : ((1u << width) - 1u) << (first % 32);
     const int64_t start = a.indptr[row], end = a.indptr[row + 1];
     const float s_row = a.node_scale ? a.node_scale[row] : 1.f;
     for (int64_t f0 = 0; f0 < a.F; f0 += int64_t(tpr) * K) {
         float acc[K];
 #pragma unroll
         for (int k = 0; k < K; ++k) acc[k] = 0.f;
-        for (int64_t e = start; e < end; ++e) {
-            const int64_t u = a.col[e];
-            float c = a.edge_weight ? a.edge_weight[a.eid ? a.eid[e] : e] : 1.f;
-            if (a.node_scale) c *= a.node_scale[u];
-            if (a.transpose && a.mean) {
-                const int64_t d = a.fwd_indptr[u + 1] - a.fwd_indptr[u] + (a.self_loop ? 1 : 0);
-                c /= float(d);
+        for (int64_t e0 = start; e0 < end; e0 += width) {
+            const int n = int(end - e0 < width ? end - e0 : width);
+            const int slot = int(threadIdx.x) - first;
+            if (slot < n) {
+                const int64_t u = a.col[e0 + slot];
+                chunk_u[threadIdx.x] = u;
+                chunk_c[threadIdx.x] = edge_coefficient(a, e0 + slot, u);
             }
-            const float *xr = X + u * a.F;
+            __syncwarp(mask);
+#pragma unroll 4
+            for (int j = 0; j < n; ++j) {
+                const float c = chunk_c[first + j];
+                const float *xr = X + chunk_u[first + j] * a.F;
 #pragma unroll
-            for (int k = 0; k < K; ++k) {
-                const int64_t f = f0 + lane + int64_t(k) * tpr;
-                if (f < a.F) acc[k] += c * __ldg(xr + f);
+                for (int k = 0; k < K; ++k) {
+                    const int64_t f = f0 + lane + int64_t(k) * tpr;
+                    if (f < a.F) acc[k] += c * __ldg(xr + f);
+                }
             }
+            __syncwarp(mask);      // the chunk is read before the next one overwrites it
         }
         // Y = (sum + self_c * X[row]) * row_f: forward, row_f carries the mean's 1/count; the
         // transpose divides each neighbour's term by that neighbour's count, and the self term by
@@ -99,6 +127,7 @@ __global__ void __launch_bounds__(256) aggregate_max_kernel(AggArgs a, const flo
             best = s_row * X[row * a.F + f];
             arg = row;
         }
+#pragma unroll 4
         for (int64_t e = start; e < end; ++e) {
             const int64_t u = a.col[e];
             float c = a.edge_weight ? a.edge_weight[e] : 1.f;
@@ -127,6 +156,7 @@ __global__ void __launch_bounds__(256) aggregate_max_grad_kernel(AggArgs a, cons
     const float su = a.node_scale ? a.node_scale[u] : 1.f;
     for (int64_t f = lane; f < a.F; f += tpr) {
         float acc = 0.f;
+#pragma unroll 4
         for (int64_t k = start; k < end; ++k) {
             const int64_t v = a.col[k];
             if (k > start && a.col[k - 1] == v) continue;   // parallel edge: counted once

@@ -104,6 +104,8 @@ __global__ void __launch_bounds__(256) weighted_segment_sum_kernel(const float *
     for (int64_t f = lane; f < F; f += tpr) {
         const int64_t h = f / D;
         float acc = 0.f;
+        // unrolled: the loads of several edges in flight, not one edge's two dependent reads at a time
+#pragma unroll 4
         for (int64_t k = b; k < end; ++k) acc += w[(eid ? eid[k] : k) * H + h] * x[other[k] * F + f];
         out[v * F + f] = acc;
     }

@@ -23,6 +23,8 @@ struct FeatureDrop {
 };
 
 // Y[r, :] = sum_k val[k] * keep(r, c_k) * W[c_k, :] over row r's nonzeros, one group per row.
+// The nonzero loops here are unrolled so that several nonzeros' loads are in flight at once: a
+// loop that takes one nonzero at a time waits on two dependent memory reads for each one.
 __global__ void __launch_bounds__(256) csr_linear_kernel(const int64_t *indptr, const int32_t *indices,
                                                            const float *vals, int64_t rows, int64_t cols,
                                                            const float *W, int64_t M, float *Y, FeatureDrop drop,
@@ -31,9 +33,11 @@ __global__ void __launch_bounds__(256) csr_linear_kernel(const int64_t *indptr, 
     const int lane = threadIdx.x % tpr;
     if (r >= rows) return;
     const int64_t id = drop.row_ids ? drop.row_ids[r] : r;
+    const int64_t first = indptr[r], end = indptr[r + 1];
     for (int64_t f = lane; f < M; f += tpr) {
         float acc = 0.f;
-        for (int64_t k = indptr[r]; k < indptr[r + 1]; ++k) {
+#pragma unroll 4
+        for (int64_t k = first; k < end; ++k) {
             const int64_t c = indices[k];
             float v = vals[k];
             if (drop.on) v = dropout_detail::keep(drop.base, uint64_t(id * cols + c), drop.thr) ? v * drop.scale : 0.f;
@@ -50,9 +54,11 @@ __global__ void __launch_bounds__(256) csc_weight_grad_kernel(const int64_t *col
     const int64_t c = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
     if (c >= cols) return;
+    const int64_t first = colptr[c], end = colptr[c + 1];
     for (int64_t f = lane; f < M; f += tpr) {
         float acc = 0.f;
-        for (int64_t k = colptr[c]; k < colptr[c + 1]; ++k) {
+#pragma unroll 4
+        for (int64_t k = first; k < end; ++k) {
             const int64_t r = row_of[k];
             float v = vals[k];
             if (drop.on) {
@@ -84,10 +90,11 @@ __global__ void __launch_bounds__(256) csr_typed_rows_kernel(const int64_t *indp
         else hi = mid - 1;
     }
     const float *Wt = W + lo * cols * M;
-    const int64_t x = x_rows[r];
+    const int64_t x = x_rows[r], first = indptr[x], end = indptr[x + 1];
     for (int64_t f = lane; f < M; f += tpr) {
         float acc = 0.f;
-        for (int64_t k = indptr[x]; k < indptr[x + 1]; ++k) acc += vals[k] * Wt[int64_t(indices[k]) * M + f];
+#pragma unroll 4
+        for (int64_t k = first; k < end; ++k) acc += vals[k] * Wt[int64_t(indices[k]) * M + f];
         Y[r * M + f] = acc;
     }
 }
