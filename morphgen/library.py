@@ -235,6 +235,11 @@ class Session:
     def reset_timers(self):
         self.lib.mg_reset_timers(self.ctx)
 
+    def time_kernels(self, on: bool):
+        """Whether the kernel timers read the clock (on by default); calls, bytes and flops are
+        counted either way.  Off spares a GPU two events per kernel call."""
+        self.lib.mg_time_kernels(self.ctx, 1 if on else 0)
+
     def close(self):
         if getattr(self, "ctx", None) is not None and self.ctx != self.ffi.NULL:
             self.lib.mg_destroy(self.ctx)

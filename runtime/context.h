@@ -85,6 +85,8 @@ inline void dropout_feature_view(bool training, const FeatureView &in, FeatureVi
 struct Timer {
     double seconds = 0, bytes = 0, flops = 0;
     int64_t calls = 0;
+    bool clock = true;        // false: calls, bytes and flops are counted, the time is not read
+    void reset() { *this = Timer{0, 0, 0, 0, clock}; }
 };
 
 #ifndef MG_DEVICE_TIMERS   // a device backend times its kernels with its own events
@@ -93,10 +95,10 @@ struct Timer {
 class ScopedTimer {
   public:
     ScopedTimer(Timer &t, double bytes, double flops)
-        : t_(t), bytes_(bytes), flops_(flops), start_(std::chrono::steady_clock::now()) {}
+        : t_(t), bytes_(bytes), flops_(flops), start_(t.clock ? std::chrono::steady_clock::now()
+                                                             : std::chrono::steady_clock::time_point{}) {}
     ~ScopedTimer() {
-        auto end = std::chrono::steady_clock::now();
-        t_.seconds += std::chrono::duration<double>(end - start_).count();
+        if (t_.clock) t_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
         t_.bytes += bytes_;
         t_.flops += flops_;
         t_.calls += 1;

@@ -91,6 +91,9 @@ int mg_num_timers(void);
 const char *mg_timer_name(int i);
 int mg_read_timer(mg_ctx *ctx, int i, double *seconds, double *bytes, double *flops, int64_t *calls);
 void mg_reset_timers(mg_ctx *ctx);
+/* Whether the timers read the clock (1, the default) or only count calls, bytes and flops (0).
+ * On a GPU a timed call records two events, read back after the epoch. */
+void mg_time_kernels(mg_ctx *ctx, int on);
 /* END CDEF */
 
 #ifdef __cplusplus

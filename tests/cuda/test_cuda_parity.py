@@ -171,3 +171,20 @@ def test_an_op_the_cuda_op_layer_lacks_is_refused_with_its_location(monkeypatch)
     program = lower(example("rgcn"), {"F": 7, "C": 3, "N": 64, "etypes": 3, "ntypes": 2})
     with pytest.raises(UnsupportedInput, match=r"rgcn\.mp:\d+:\d+: error: .*not available on the cuda backend yet"):
         cuda_emitter.CUDAEmitter(program).emit()
+
+
+def test_kernel_timers_can_count_without_reading_the_clock():
+    """`morphgen train` without --profile turns the CUDA timers' events off (time_kernels(False)):
+    calls, bytes and flops are still counted, no time is read; on again, time is read."""
+    import morphgen
+    from morphgen.data import load_dataset
+    model = morphgen.compile(example("gcn"), backend="cuda", threads=1)
+    model.bind(load_dataset(SYNTHETIC))
+    model.session.time_kernels(False)
+    model.session.train_epoch()
+    rows = [r for r in model.session.timers() if r["calls"]]
+    assert rows and all(r["seconds"] == 0 and r["bytes"] > 0 for r in rows)
+    model.session.time_kernels(True)
+    model.session.reset_timers()
+    model.session.train_epoch()
+    assert sum(r["seconds"] for r in model.session.timers()) > 0
