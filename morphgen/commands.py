@@ -214,9 +214,10 @@ def train_command(args) -> int:
     times = [r["epoch_time_s"] for r in result.history]
     print(f"final: {final_metrics(final)} loss {result.history[-1]['loss']:.4f} "
           f"median epoch {np.median(times) * 1e3:.2f} ms")
+    first_timed = 2 if epochs > 1 else 1
     if args.profile:
-        print(f"kernel timers: epochs {2 if epochs > 1 else 1}-{len(result.history)}"
-              f"{' (the first, with its one-off library and module loading, left out)' if epochs > 1 else ''}")
+        left_out = " (the first, with its one-off library and module loading, left out)" if first_timed == 2 else ""
+        print(f"kernel timers: epochs {first_timed}-{len(result.history)}{left_out}")
         print_profile(model.session.timers())
     if args.checkpoint:
         model.save_checkpoint(args.checkpoint)
@@ -239,7 +240,7 @@ def train_command(args) -> int:
         }
         if args.profile:
             report["profile"] = model.session.timers()
-            report["profile_epochs"] = [2 if epochs > 1 else 1, len(result.history)]
+            report["profile_epochs"] = [first_timed, len(result.history)]
         write_atomically(Path(args.json_out), json.dumps(report, indent=2) + "\n")
     return 0
 

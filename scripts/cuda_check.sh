@@ -40,7 +40,7 @@ declare -A DATA=([gcn]=cora [gcn3]=cora [sage]=cora [sage_layers]=cora [gin]=cor
                  [sgc]=cora [rgcn]=aifb [rgcn_bases]=aifb [rgat]=acm_heco [hgt]=acm_heco [rgcn_link]=wn18rr)
 
 run_tests() {
-    timeout "${TESTS_TIMEOUT:-420}" "$PY" -m pytest tests/cuda -n "$JOBS" -q -p no:cacheprovider -rf \
+    timeout "${TESTS_TIMEOUT:-420}" "$PY" -m pytest tests/cuda -n "$JOBS" -p no:cacheprovider -rfs \
         > "$OUT/tests.log" 2>&1
     result $? "tests/cuda on the GPU" "$(tail -1 "$OUT/tests.log")"
 }
