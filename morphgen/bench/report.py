@@ -66,6 +66,18 @@ def kernel_limits(profile: Sequence[dict], machine: Optional[dict]) -> list:
     return rows
 
 
+def _gpu_limits_lines(gpu: Optional[dict]) -> list:
+    """What a GPU run's kernels are held against (morphgen.bench.gpu_limits); nothing for a CPU run."""
+    if gpu is None:
+        return []
+    if gpu.get("error"):
+        return [f"GPU ceilings: not measured ({gpu['error']}); the kernels' rates are not held against a limit.", ""]
+    quick = " (quick measurement)" if gpu.get("quick") else ""
+    return [f"GPU ({gpu['device_name']}): device-to-device copy {gpu['device_copy_gbs']:.0f} GB/s (read + write), "
+            f"sgemm {gpu['sgemm_gflops']:.0f} GFLOP/s (FP32, TF32 off){quick}; the kernel table's "
+            f"\"% of limit\" is against these.", ""]
+
+
 def write_json(report: dict, path) -> Path:
     path = Path(path)
     path.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
@@ -178,6 +190,7 @@ def markdown(report: dict) -> str:
                 f"{m.get('threads')} threads): STREAM copy "
                 f"{m['copy_gbs']:.2f} GB/s, triad {m['triad_gbs']:.2f} GB/s, sgemm {m['sgemm_gflops']:.1f} GFLOP/s"
                 f"{quick}.", ""]
+    out += _gpu_limits_lines(report.get("gpu_limits"))
     if report.get("kernels"):
         out += ["| kernel | calls | seconds | GB/s | GFLOP/s | bound | % of limit |",
                 "|---|---:|---:|---:|---:|---|---:|"]

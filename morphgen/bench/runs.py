@@ -147,12 +147,18 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
         "threads": threads, "epochs": args.epochs, "warmup": args.warmup, "seed": args.seed,
         "memory_cap_gib": cap, "peer_features": "sparse" if sparse else "dense",
         "systems": systems, "machine": machine, "analytic_minimum_bytes": analytic,
-        # the machine's ceilings are the CPU's: a GPU kernel's rates are listed, not held against them
         "kernels": rep.kernel_limits(systems[0].get("profile") or [], machine if backend == "openmp" else None),
         "notes": notes,
     }
     if backend != "openmp":               # an openmp report keeps the keys it always had
-        report.update(backend=backend, device=harness.device_name(backend, device))
+        # the machine's ceilings are the CPU's: a GPU kernel is held against the GPU's own, measured
+        # on that GPU (none under the SIMT emulation, whose kernels ran on the CPU)
+        from morphgen.backends.cuda.toolchain import emulated
+        from .gpu_limits import as_ceilings, measure_gpu_limits
+        gpu = ({"error": "the SIMT emulation ran morphgen's kernels"} if emulated()
+               else measure_gpu_limits(device, bool(getattr(args, "quick_machine", False))))
+        report.update(backend=backend, device=harness.device_name(backend, device), gpu_limits=gpu,
+                      kernels=rep.kernel_limits(systems[0].get("profile") or [], as_ceilings(gpu)))
         report["notes"] = notes + gpu_notes(systems[0], cap)
     return report
 

@@ -163,6 +163,7 @@ def test_bench_cuda_end_to_end_in_emulation(tmp_path, monkeypatch):
     assert m["config"]["profiled"] == "kernel timers from a separate run of 3 epochs" and data["kernels"]
     md = (out / "bench.md").read_text()
     assert "Backend: cuda, GPU cuda:0" in md and "peak device (MiB)" in md and "SIMT emulation" in md
+    assert "GPU ceilings: not measured (the SIMT emulation ran morphgen's kernels)" in md
     assert (out / "peak_device_memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -216,3 +217,27 @@ def test_suite_table_device_columns():
     assert "morphgen device MiB" in lines[0] and "dgl device MiB" in lines[0]
     assert "| 10 | 30 | – |" in lines[2]
     assert np.all([line.count("|") == lines[0].count("|") for line in lines])
+
+
+def test_gpu_ceilings_are_measured_on_the_gpu_or_say_why_not():
+    from morphgen.bench.gpu_limits import measure_gpu_limits
+    from tests.cuda.conftest import gpu_present
+    limits = measure_gpu_limits(0, quick=True)
+    if gpu_present():
+        assert limits["device_copy_gbs"] > 100 and limits["sgemm_gflops"] > 1000, limits
+    else:
+        assert "no CUDA device" in limits["error"], limits
+
+
+def test_gpu_kernels_are_held_against_the_gpu_ceilings():
+    from morphgen.bench.gpu_limits import as_ceilings
+    gpu = {"device_name": "NVIDIA H100", "device_copy_gbs": 3000.0, "sgemm_gflops": 50000.0, "quick": False}
+    profile = [{"kernel": "aggregate", "calls": 4, "seconds": 0.001, "bytes": 1.5e9, "flops": 1e8},
+               {"kernel": "gemm", "calls": 2, "seconds": 0.001, "bytes": 1e8, "flops": 2.5e10}]
+    rows = {r["kernel"]: r for r in report.kernel_limits(profile, as_ceilings(gpu))}
+    assert rows["aggregate"]["bound"] == "memory" and rows["aggregate"]["fraction_of_limit"] == pytest.approx(0.5)
+    assert rows["gemm"]["bound"] == "compute" and rows["gemm"]["fraction_of_limit"] == pytest.approx(0.5)
+    assert as_ceilings({"error": "torch has no CUDA device here"}) is None
+    lines = report._gpu_limits_lines(gpu)
+    assert "device-to-device copy 3000 GB/s" in lines[0] and "sgemm 50000 GFLOP/s" in lines[0]
+    assert "not measured (no torch)" in report._gpu_limits_lines({"error": "no torch"})[0]
