@@ -682,11 +682,35 @@ inline void row_concat(const float *const *parts, const idx_t *rows, int n, idx_
 
 // ---- typed linear (Hector's gather/scatter GEMM) and featureless rows --------------------------------
 // a_rows: a second gather list (C's row r reads A's row a_rows[r]), or nullptr.
+// Output columns per thread of the typed GEMMs (1, 2 or 4): enough for one block to cover up to
+// 64 columns.  $MORPHGEN_CUDA_TYPED_COARSEN=1|2|4 forces one, to time the choices on a GPU.
+inline int typed_coarsening(idx_t N) {
+    static const int forced = [] {
+        const char *s = std::getenv("MORPHGEN_CUDA_TYPED_COARSEN");
+        if (!s || !*s) return 0;
+        const std::string v(s);
+        if (v != "1" && v != "2" && v != "4")
+            throw Error("$MORPHGEN_CUDA_TYPED_COARSEN must be 1, 2 or 4, not '" + v + "'");
+        return std::stoi(v);
+    }();
+    if (forced) return forced;
+    constexpr int T = cuda::kTypedTile;
+    return N > 2 * T ? 4 : N > T ? 2 : 1;
+}
+template <int CN>
+inline void typed_gemm_with(const char *name, const TypeGroups &tg, const float *A, idx_t K, cuda::TypedB B, idx_t N,
+                            float *C, const idx_t *a_rows) {
+    constexpr int T = cuda::kTypedTile;
+    cuda::launch(name, cuda::typed_gemm_kernel<T, CN>, dim3(unsigned(tg.tiles), unsigned((N + T * CN - 1) / (T * CN))),
+                 dim3(T, T), A, K, B, C, N, tg.perm, tg.ptr, tg.tile_type(), tg.tile_start(), a_rows);
+}
 inline void typed_gemm(const char *name, const TypeGroups &tg, const float *A, idx_t K, cuda::TypedB B, idx_t N,
                        float *C, const idx_t *a_rows = nullptr) {
-    constexpr int T = cuda::kTypedTile;
-    cuda::launch(name, cuda::typed_gemm_kernel<T>, dim3(unsigned(tg.tiles), unsigned((N + T - 1) / T)), dim3(T, T), A,
-                 K, B, C, N, tg.perm, tg.ptr, tg.tile_type(), tg.tile_start(), a_rows);
+    switch (typed_coarsening(N)) {
+        case 4: return typed_gemm_with<4>(name, tg, A, K, B, N, C, a_rows);
+        case 2: return typed_gemm_with<2>(name, tg, A, K, B, N, C, a_rows);
+        default: return typed_gemm_with<1>(name, tg, A, K, B, N, C, a_rows);
+    }
 }
 inline void typed_linear(const TypeGroups &tg, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
     typed_gemm("typed linear (typed_gemm_kernel)", tg, X, K, cuda::TypedB{W, K * M, M, 1}, M, Y);
@@ -699,9 +723,16 @@ inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const
                             const idx_t *x_rows = nullptr) {
     constexpr int T = cuda::kTypedTile;
     const idx_t k_tiles = (K + T - 1) / T;
-    cuda::launch("typed linear weight gradient (typed_weight_grad_kernel)", cuda::typed_weight_grad_kernel<T>,
-                 dim3(unsigned(tg.types * k_tiles), unsigned((M + T - 1) / T)), dim3(T, T), X, K, G, M, tg.perm,
-                 tg.ptr, k_tiles, dW, x_rows);
+    auto run = [&](auto kernel, int cn) {
+        cuda::launch("typed linear weight gradient (typed_weight_grad_kernel)", kernel,
+                     dim3(unsigned(tg.types * k_tiles), unsigned((M + T * cn - 1) / (T * cn))), dim3(T, T), X, K, G,
+                     M, tg.perm, tg.ptr, k_tiles, dW, x_rows);
+    };
+    switch (typed_coarsening(M)) {
+        case 4: return run(cuda::typed_weight_grad_kernel<T, 4>, 4);
+        case 2: return run(cuda::typed_weight_grad_kernel<T, 2>, 2);
+        default: return run(cuda::typed_weight_grad_kernel<T, 1>, 1);
+    }
 }
 inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {
     cuda::map("typed row sum", tg.types * K, cuda::TypedRowSumOp{G, tg.perm, tg.ptr, K, out});

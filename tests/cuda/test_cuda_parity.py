@@ -149,6 +149,26 @@ def test_relational_examples_train_as_on_openmp(tmp_path, model, featureless):
                     f"{model} ({'featureless' if featureless else 'features'}) on cuda")
 
 
+@pytest.mark.parametrize("coarsening", ["1", "2", "4"])
+def test_every_typed_gemm_coarsening_trains_as_on_openmp(tmp_path, monkeypatch, coarsening):
+    """HGT's typed products (64 and 3 columns, their input and weight gradients) with each column
+    coarsening forced: the choice changes the blocks, never the sums."""
+    data = save_npz(typed_dataset(features=7, nodes=64, edges=320), tmp_path / "typed.npz")
+    reference = train(tmp_path, "hgt", data, epochs=2)
+    monkeypatch.setenv("MORPHGEN_CUDA_TYPED_COARSEN", coarsening)
+    assert_same_run(reference, train(tmp_path, "hgt", data, backend="cuda", epochs=2), 1e-4,
+                    f"hgt on cuda, coarsening {coarsening}")
+
+
+def test_a_bad_typed_gemm_coarsening_is_refused(tmp_path, monkeypatch):
+    from tests.e2e.support import run_cli
+    data = save_npz(typed_dataset(features=7, nodes=64, edges=320), tmp_path / "typed.npz")
+    monkeypatch.setenv("MORPHGEN_CUDA_TYPED_COARSEN", "3")
+    proc = run_cli("train", example("rgcn"), "--backend", "cuda", "--dataset", data, "--epochs", 1, "--quiet")
+    assert proc.returncode != 0 and "MORPHGEN_CUDA_TYPED_COARSEN must be 1, 2 or 4, not '3'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_link_prediction_trains_as_on_openmp(tmp_path):
     """DistMult's loss and gradients on the device (kernels/link.cuh), triples uploaded every epoch:
     the losses of every epoch and the ranking of the held-out triples as with --backend openmp (the

@@ -27,57 +27,90 @@ struct TypedB {
 };
 
 // C[perm[i], c] = sum_k A[a(perm[i]), k] B(t, k, c) for the rows i of tile blockIdx.x (type t),
-// a(r) = a_rows[r] (a second gather list: the node row a typed edge row reads) or r.
-template <int TILE>
+// a(r) = a_rows[r] (a second gather list: the node row a typed edge row reads) or r.  A block
+// covers TILE rows by TILE * CN columns, each thread CN of them (columns tx, tx + TILE, ...): the
+// A tile in shared memory serves CN times as many columns as one output per thread would let it
+// (Hector's coarsening).  Every output sums its k in the same order whatever CN is.
+template <int TILE, int CN>
 __global__ void __launch_bounds__(TILE *TILE) typed_gemm_kernel(const float *A, int64_t K, TypedB B, float *C,
                                                                  int64_t N, const int64_t *perm, const int64_t *ptr,
                                                                  const int64_t *tile_type, const int64_t *tile_start,
                                                                  const int64_t *a_rows) {
     __shared__ float As[TILE][TILE + 1];
-    __shared__ float Bs[TILE][TILE + 1];
+    __shared__ float Bs[TILE][TILE * CN + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t t = tile_type[blockIdx.x], r0 = tile_start[blockIdx.x];
     const int64_t r_end = ptr[t + 1];
-    const int64_t c = int64_t(blockIdx.y) * TILE + tx;
+    const int64_t c0 = int64_t(blockIdx.y) * TILE * CN;
     const int64_t i = r0 + ty;
     const int64_t row = i < r_end ? perm[i] : -1;
     const int64_t a_row = row >= 0 && a_rows ? a_rows[row] : row;
-    float acc = 0.f;
+    float acc[CN];
+#pragma unroll
+    for (int j = 0; j < CN; ++j) acc[j] = 0.f;
     for (int64_t k0 = 0; k0 < K; k0 += TILE) {
         As[ty][tx] = (row >= 0 && k0 + tx < K) ? A[a_row * K + k0 + tx] : 0.f;
-        const int64_t kb = k0 + ty, cb = int64_t(blockIdx.y) * TILE + tx;
-        Bs[ty][tx] = (kb < K && cb < N) ? B.w[t * B.b_type + kb * B.b_k + cb * B.b_c] : 0.f;
+        const int64_t kb = k0 + ty;
+#pragma unroll
+        for (int j = 0; j < CN; ++j) {
+            const int64_t cb = c0 + tx + j * TILE;
+            Bs[ty][tx + j * TILE] = (kb < K && cb < N) ? B.w[t * B.b_type + kb * B.b_k + cb * B.b_c] : 0.f;
+        }
         __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < TILE; ++kk) acc += As[ty][kk] * Bs[kk][tx];
+        for (int kk = 0; kk < TILE; ++kk) {
+            const float a = As[ty][kk];
+#pragma unroll
+            for (int j = 0; j < CN; ++j) acc[j] += a * Bs[kk][tx + j * TILE];
+        }
         __syncthreads();
     }
-    if (row >= 0 && c < N) C[row * N + c] = acc;
+#pragma unroll
+    for (int j = 0; j < CN; ++j) {
+        const int64_t c = c0 + tx + j * TILE;
+        if (row >= 0 && c < N) C[row * N + c] = acc[j];
+    }
 }
 
-// dW[t, k, c] = sum over the rows r of type t of X[x(r), k] G[r, c], x(r) = x_rows[r] or r.
-template <int TILE>
+// dW[t, k, c] = sum over the rows r of type t of X[x(r), k] G[r, c], x(r) = x_rows[r] or r.  A
+// block owns (type, TILE rows of k, TILE * CN columns), each thread CN columns as above.
+template <int TILE, int CN>
 __global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const float *X, int64_t K, const float *G,
                                                                         int64_t M, const int64_t *perm,
                                                                         const int64_t *ptr, int64_t k_tiles,
                                                                         float *dW, const int64_t *x_rows) {
     __shared__ float Xs[TILE][TILE + 1];
-    __shared__ float Gs[TILE][TILE + 1];
+    __shared__ float Gs[TILE][TILE * CN + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int64_t t = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * TILE, c0 = int64_t(blockIdx.y) * TILE;
-    float acc = 0.f;
+    const int64_t t = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * TILE;
+    const int64_t c0 = int64_t(blockIdx.y) * TILE * CN;
+    float acc[CN];
+#pragma unroll
+    for (int j = 0; j < CN; ++j) acc[j] = 0.f;
     for (int64_t i0 = ptr[t]; i0 < ptr[t + 1]; i0 += TILE) {
         const int64_t i = i0 + ty;
         const int64_t row = i < ptr[t + 1] ? perm[i] : -1;
         const int64_t x_row = row >= 0 && x_rows ? x_rows[row] : row;
         Xs[ty][tx] = (row >= 0 && k0 + tx < K) ? X[x_row * K + k0 + tx] : 0.f;
-        Gs[ty][tx] = (row >= 0 && c0 + tx < M) ? G[row * M + c0 + tx] : 0.f;
+#pragma unroll
+        for (int j = 0; j < CN; ++j) {
+            const int64_t c = c0 + tx + j * TILE;
+            Gs[ty][tx + j * TILE] = (row >= 0 && c < M) ? G[row * M + c] : 0.f;
+        }
         __syncthreads();
 #pragma unroll
-        for (int j = 0; j < TILE; ++j) acc += Xs[j][ty] * Gs[j][tx];
+        for (int jj = 0; jj < TILE; ++jj) {
+            const float x = Xs[jj][ty];
+#pragma unroll
+            for (int j = 0; j < CN; ++j) acc[j] += x * Gs[jj][tx + j * TILE];
+        }
         __syncthreads();
     }
-    if (k0 + ty < K && c0 + tx < M) dW[t * K * M + (k0 + ty) * M + c0 + tx] = acc;
+#pragma unroll
+    for (int j = 0; j < CN; ++j) {
+        const int64_t c = c0 + tx + j * TILE;
+        if (k0 + ty < K && c < M) dW[t * K * M + (k0 + ty) * M + c] = acc[j];
+    }
 }
 
 // A typed linear of node rows read at edge ends (runtime/edge_rows.h): products are made per
