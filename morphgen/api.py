@@ -82,13 +82,20 @@ class CompiledModel:
         # Dropped sparse features stay in the features' own format: no buffer of the plan holds them.
         kept_sparse = set(self._emitter.feature_like) if path[0] == "sparse" else set()
         unstored = kept_sparse | self._emitter.unstored_values()
-        check_run_fits(self.program, dataset, path[0], unstored)      # before minutes of compiling
+        check_run_fits(self.program, dataset, path[0], unstored, self._gpu())   # before minutes of compiling
         self.library_path = build_library(sources, self._backend, sanitize=self.sanitize)
         load(str(self.library_path), self.backend)
         self.compile_seconds = time.perf_counter() - t0
         self.feature_path = path
         self._built_for = self._build_key(dataset, sparsity=path[1])
         return self
+
+    def _gpu(self) -> Optional[int]:
+        """The GPU whose memory the buffers take, or None (host memory, or the CUDA emulation)."""
+        if not self._backend.capabilities.device_memory:
+            return None
+        from morphgen.backends.cuda.toolchain import device_index
+        return device_index()
 
     def _choose_path_and_emit(self, dataset) -> tuple:
         """(generated sources, feature path) for a dataset whose graph option is applied.

@@ -231,18 +231,21 @@ def edge_row_layout_bytes(program, graph) -> int:
     return total
 
 
-def check_run_fits(program, dataset, feature_path: str, unstored=frozenset()) -> None:
-    """Refuse, before allocating anything, a run that cannot fit in the memory left."""
-    from .resources import available_memory, gib
-    free = available_memory()
-    if free is None:
-        return
+def check_run_fits(program, dataset, feature_path: str, unstored=frozenset(), gpu: Optional[int] = None) -> None:
+    """Refuse, before allocating anything, a run that cannot fit in the memory left: the host's,
+    and with ``gpu`` (a device index) that GPU's too, whose buffers hold the same values."""
+    from .resources import available_memory, gib, gpu_free_memory
     parts = run_memory_estimate(program, dataset, feature_path, unstored)
     need = sum(parts.values())
-    if need > free:
-        detail = ", ".join(f"{name} {gib(b)}" for name, b in parts.items())
+    detail = ", ".join(f"{name} {gib(b)}" for name, b in parts.items())
+    free = available_memory()
+    if free is not None and need > free:
         raise UserError(f"morphgen: error: training {program.name} on {dataset.name} needs about "
                         f"{gib(need)} ({detail}), but only {gib(free)} of memory is available")
+    free_gpu = gpu_free_memory(gpu) if gpu is not None else None
+    if free_gpu is not None and need > free_gpu:
+        raise UserError(f"morphgen: error: training {program.name} on {dataset.name} needs about "
+                        f"{gib(need)} of GPU memory ({detail}), but GPU {gpu} has only {gib(free_gpu)} free")
 
 
 def include_dirs(backend=None):

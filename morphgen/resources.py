@@ -5,6 +5,8 @@ Used to refuse, before allocating, a dataset or a run that cannot fit, with the 
 than grow until the kernel's OOM killer ends the process without a word."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Optional
 
@@ -63,6 +65,23 @@ def available_memory() -> Optional[int]:
     """Bytes this process may still allocate, or None when the system does not say."""
     figures = [f for f in (_mem_available(), _cgroup_headroom()) if f is not None]
     return min(figures) if figures else None
+
+
+def gpu_free_memory(device: int) -> Optional[int]:
+    """Bytes free on GPU `device` as nvidia-smi reports them, or None when it cannot say (no
+    nvidia-smi, no such GPU, an answer that is not a number)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        proc = subprocess.run([smi, "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", str(device)],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = proc.stdout.strip().splitlines()[:1]
+    if proc.returncode != 0 or not first or not first[0].strip().isdigit():
+        return None
+    return int(first[0].strip()) << 20             # MiB
 
 
 def gib(nbytes: float) -> str:

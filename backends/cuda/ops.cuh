@@ -115,7 +115,10 @@ inline void set_threads(int threads) {
 // $MORPHGEN_CUDA_DEVICE (set by `morphgen train --device N`), default 0.
 inline void select_device() {
     const char *env = std::getenv("MORPHGEN_CUDA_DEVICE");
-    const int device = env ? std::atoi(env) : 0;
+    const std::string value = env ? env : "";
+    if (value.find_first_not_of("0123456789") != std::string::npos || value.size() > 6)
+        throw Error("$MORPHGEN_CUDA_DEVICE must be a GPU number, not '" + value + "'");
+    const int device = value.empty() ? 0 : std::stoi(value);
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess || count == 0)

@@ -46,6 +46,18 @@ def nvcc_flags() -> tuple:
     return NVCC_BASE_FLAGS + tuple(f"-gencode=arch=compute_{a},code=sm_{a}" for a in architectures())
 
 
+DEVICE_ENV = "MORPHGEN_CUDA_DEVICE"
+
+
+def device_index() -> Optional[int]:
+    """The GPU the library opens ($MORPHGEN_CUDA_DEVICE, which `train --device` sets; default 0), or
+    None under the emulation, which uses no GPU.  A value that is not a number is refused."""
+    value = os.environ.get(DEVICE_ENV, "").strip() or "0"
+    if not value.isdigit():
+        raise UserError(f"morphgen: error: ${DEVICE_ENV} must be a GPU number, not {value!r}")
+    return None if emulated() else int(value)
+
+
 def emulated() -> bool:
     """Whether CUDA models are built for the SIMT emulation instead of a GPU."""
     return os.environ.get(EMULATION_ENV, "") not in ("", "0")
