@@ -3,21 +3,23 @@
 #   tests     tests/cuda on the device itself (conftest.py drops the SIMT emulation there)
 #   sanitize  compute-sanitizer: memcheck over every example, racecheck and initcheck over a few
 #   bench     morphgen against PyG on the same GPU, ms/epoch and peak device memory
+#   parity    the first-epoch loss of morphgen and PyG from identical weights, dropout off (--parity)
 #
-# Usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench]      (default: all three)
+# Usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench] [parity]   (default: all four)
 # Every step writes its log into OUT_DIR and one line into OUT_DIR/summary.txt; a step that fails
 # or runs out of time is reported and the next one still runs.  The exit status is the number of
 # failed steps.
 # Environment: DATA_DIR (default ../shared/datasets), JOBS (pytest workers, default: all cores),
 # EPOCHS (benchmark epochs, default 20), BENCH (the "model:graph" runs, space-separated),
 # MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
+# PARITY (the "model:graph" parity checks),
 # {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
 # for this GPU alone, half the ptxas time).
 set -uo pipefail
 
-OUT=$(realpath -m "${1:?usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench]}")
+OUT=$(realpath -m "${1:?usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench] [parity]}")
 shift
-STEPS=${*:-tests sanitize bench}
+STEPS=${*:-tests sanitize bench parity}
 DATA_DIR=$(realpath -m "${DATA_DIR:-../shared/datasets}")
 JOBS=${JOBS:-$(nproc)}
 EPOCHS=${EPOCHS:-20}
@@ -81,12 +83,26 @@ run_bench() {
     done
 }
 
+run_parity() {   # the benchmark's parity check: one epoch each, dropout off, morphgen's initial weights
+    for run in ${PARITY:-gcn3:cora sage:cora gat:cora rgcn:aifb}; do
+        local model=${run%%:*} graph=${run#*:} dir="$OUT/parity/${run//[:\/]/_}"
+        mkdir -p "$OUT/parity"
+        timeout "${BENCH_TIMEOUT:-240}" "$PY" -m morphgen bench "examples/$model.mp" --backend cuda --peers pyg \
+            --parity --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" --epochs 4 --warmup 1 --quick-machine \
+            --out "$dir" > "$dir.log" 2>&1
+        local rc=$?
+        grep -q "| pyg | .* | yes |" "$dir/bench.md" 2>/dev/null || rc=$((rc == 0 ? 1 : rc))
+        result "$rc" "parity $model on $graph" "$(grep '^| pyg |' "$dir/bench.md" 2>/dev/null | tail -1)"
+    done
+}
+
 for step in $STEPS; do
     case $step in
         tests) run_tests ;;
         sanitize) run_sanitize ;;
         bench) mkdir -p "$OUT/bench"; run_bench ;;
-        *) note "unknown step '$step' (tests, sanitize, bench)"; failed=$((failed + 1)) ;;
+        parity) run_parity ;;
+        *) note "unknown step '$step' (tests, sanitize, bench, parity)"; failed=$((failed + 1)) ;;
     esac
 done
 note "== $(date -u +%FT%TZ)  $failed failed"
