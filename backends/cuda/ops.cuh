@@ -684,7 +684,6 @@ inline void row_concat(const float *const *parts, const idx_t *rows, int n, idx_
 }
 
 // ---- typed linear (Hector's gather/scatter GEMM) and featureless rows --------------------------------
-// a_rows: a second gather list (C's row r reads A's row a_rows[r]), or nullptr.
 // Output columns per thread of the typed GEMMs (1, 2 or 4): enough for one block to cover up to
 // 64 columns.  $MORPHGEN_CUDA_TYPED_COARSEN=1|2|4 forces one, to time the choices on a GPU.
 inline int typed_coarsening(idx_t N) {
@@ -707,6 +706,7 @@ inline void typed_gemm_with(const char *name, const TypeGroups &tg, const float 
     cuda::launch(name, cuda::typed_gemm_kernel<T, CN>, dim3(unsigned(tg.tiles), unsigned((N + T * CN - 1) / (T * CN))),
                  dim3(T, T), A, K, B, C, N, tg.perm, tg.ptr, tg.tile_type(), tg.tile_start(), a_rows);
 }
+// a_rows: a second gather list (C's row r reads A's row a_rows[r]), or nullptr.
 inline void typed_gemm(const char *name, const TypeGroups &tg, const float *A, idx_t K, cuda::TypedB B, idx_t N,
                        float *C, const idx_t *a_rows = nullptr) {
     switch (typed_coarsening(N)) {
