@@ -149,15 +149,15 @@ def test_relational_examples_train_as_on_openmp(tmp_path, model, featureless):
                     f"{model} ({'featureless' if featureless else 'features'}) on cuda")
 
 
-@pytest.mark.parametrize("coarsening", ["1", "2", "4"])
-def test_every_typed_gemm_coarsening_trains_as_on_openmp(tmp_path, monkeypatch, coarsening):
+def test_every_typed_gemm_coarsening_trains_as_on_openmp(tmp_path, monkeypatch):
     """HGT's typed products (64 and 3 columns, their input and weight gradients) with each column
     coarsening forced: the choice changes the blocks, never the sums."""
     data = save_npz(typed_dataset(features=7, nodes=64, edges=320), tmp_path / "typed.npz")
     reference = train(tmp_path, "hgt", data, epochs=2)
-    monkeypatch.setenv("MORPHGEN_CUDA_TYPED_COARSEN", coarsening)
-    assert_same_run(reference, train(tmp_path, "hgt", data, backend="cuda", epochs=2), 1e-4,
-                    f"hgt on cuda, coarsening {coarsening}")
+    for coarsening in ("1", "2", "4"):
+        monkeypatch.setenv("MORPHGEN_CUDA_TYPED_COARSEN", coarsening)
+        assert_same_run(reference, train(tmp_path, "hgt", data, backend="cuda", epochs=2, tag=coarsening), 1e-4,
+                        f"hgt on cuda, coarsening {coarsening}")
 
 
 def test_a_bad_typed_gemm_coarsening_is_refused(tmp_path, monkeypatch):
