@@ -151,7 +151,8 @@ def train_command(args) -> int:
             raise UserError(f"morphgen: error: --device picks a GPU for --backend cuda, not for {args.backend}")
         if args.device < 0:
             raise UserError(f"morphgen: error: --device must be 0 or more, not {args.device}")
-        os.environ["MORPHGEN_CUDA_DEVICE"] = str(args.device)     # read by the library when it prepares
+        from morphgen.backends.cuda.toolchain import DEVICE_ENV
+        os.environ[DEVICE_ENV] = str(args.device)     # read by the library when it prepares
     if backend.capabilities.distributed:
         return _train_distributed(args)
     if args.ranks is not None or args.parts_dir is not None or args.partitioner is not None:

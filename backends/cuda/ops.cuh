@@ -318,9 +318,12 @@ struct HostCsr {
 inline HostCsr download_csr(const FeatureView &f) {
     HostCsr h{std::vector<int64_t>(static_cast<size_t>(f.rows + 1)), std::vector<int32_t>(static_cast<size_t>(f.nnz)),
               std::vector<float>(static_cast<size_t>(f.nnz))};
-    cuda::check(cudaMemcpy(h.indptr.data(), f.indptr, sizeof(int64_t) * h.indptr.size(), cudaMemcpyDeviceToHost), "features");
-    cuda::check(cudaMemcpy(h.indices.data(), f.indices, sizeof(int32_t) * h.indices.size(), cudaMemcpyDeviceToHost), "features");
-    cuda::check(cudaMemcpy(h.data.data(), f.data, sizeof(float) * h.data.size(), cudaMemcpyDeviceToHost), "features");
+    auto copy = [](auto &to, const void *from) {
+        cuda::check(cudaMemcpy(to.data(), from, sizeof(to[0]) * to.size(), cudaMemcpyDeviceToHost), "features");
+    };
+    copy(h.indptr, f.indptr);
+    copy(h.indices, f.indices);
+    copy(h.data, f.data);
     for (int32_t c : h.indices)
         if (c < 0 || c >= f.cols) throw Error("sparse features: a column index is out of range");
     return h;
@@ -721,20 +724,22 @@ inline void typed_linear(const TypeGroups &tg, const float *X, idx_t K, const fl
 inline void typed_matmul_nt(const TypeGroups &tg, const float *G, idx_t M, const float *W, idx_t K, float *dX) {
     typed_gemm("typed linear input gradient (typed_gemm_kernel)", tg, G, M, cuda::TypedB{W, K * M, 1, M}, K, dX);
 }
+template <int CN>
+inline void typed_weight_grad_with(const TypeGroups &tg, const float *X, idx_t K, const float *G, idx_t M, float *dW,
+                                   const idx_t *x_rows) {
+    constexpr int T = cuda::kTypedTile;
+    const idx_t k_tiles = (K + T - 1) / T;
+    cuda::launch("typed linear weight gradient (typed_weight_grad_kernel)", cuda::typed_weight_grad_kernel<T, CN>,
+                 dim3(unsigned(tg.types * k_tiles), unsigned((M + T * CN - 1) / (T * CN))), dim3(T, T), X, K, G, M,
+                 tg.perm, tg.ptr, k_tiles, dW, x_rows);
+}
 // x_rows: X's row for G's row r is x_rows[r] (nullptr: r).
 inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const float *G, idx_t M, float *dW,
                             const idx_t *x_rows = nullptr) {
-    constexpr int T = cuda::kTypedTile;
-    const idx_t k_tiles = (K + T - 1) / T;
-    auto run = [&](auto kernel, int cn) {
-        cuda::launch("typed linear weight gradient (typed_weight_grad_kernel)", kernel,
-                     dim3(unsigned(tg.types * k_tiles), unsigned((M + T * cn - 1) / (T * cn))), dim3(T, T), X, K, G,
-                     M, tg.perm, tg.ptr, k_tiles, dW, x_rows);
-    };
     switch (typed_coarsening(M)) {
-        case 4: return run(cuda::typed_weight_grad_kernel<T, 4>, 4);
-        case 2: return run(cuda::typed_weight_grad_kernel<T, 2>, 2);
-        default: return run(cuda::typed_weight_grad_kernel<T, 1>, 1);
+        case 4: return typed_weight_grad_with<4>(tg, X, K, G, M, dW, x_rows);
+        case 2: return typed_weight_grad_with<2>(tg, X, K, G, M, dW, x_rows);
+        default: return typed_weight_grad_with<1>(tg, X, K, G, M, dW, x_rows);
     }
 }
 inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {

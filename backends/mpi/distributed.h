@@ -487,8 +487,8 @@ inline double accuracy(Partition &p, const float *logits, const int64_t *labels,
 
 // ---- link prediction: the triples name nodes anywhere in the graph ----------------------------
 // Every rank gathers the embeddings of the whole graph from their owners (one all-gather of
-// N x H floats per forward pass; the backward reads the same rows) and scores its share of the triples (a contiguous slice, rank by rank)
-// with one process's kernels.  The loss shares add up (the mean divides by the whole count;
+// N x H floats per forward pass; the backward reads the same rows) and scores its share of the
+// triples (a contiguous slice, rank by rank) with one process's kernels.  The loss shares add up (the mean divides by the whole count;
 // the L2 term is rank 0's), the embeddings' gradient of each share goes to the rows' owners by a
 // reduce-scatter, and the relations' gradient of each share is summed by the gradient
 // all-reduce.  The losses and gradients are one process's up to the order of the sums.
@@ -564,7 +564,8 @@ inline void link_loss(Partition &p, const float *z, int64_t /*rows*/, const floa
 }
 
 // dz [local rows, H]: the owned rows of the sum of every rank's share; ghost rows zero.
-inline void link_loss_grad(Partition &p, const float * /*z: gathered by the forward*/, int64_t /*rows*/, const float *R, int64_t H,
+// z is not read: the backward reads the rows the forward gathered (forward_rows).
+inline void link_loss_grad(Partition &p, const float * /*z*/, int64_t /*rows*/, const float *R, int64_t H,
                            const int64_t *triples, int64_t count, float reg, float *dz) {
     require_triples(triples, count);
     const float *all = forward_rows(p, H);
@@ -583,8 +584,8 @@ inline void link_loss_grad(Partition &p, const float * /*z: gathered by the forw
 }
 
 // dR: this rank's share (the gradient all-reduce sums the shares).
-inline void link_loss_rel_grad(Partition &p, const float * /*z: gathered by the forward*/, const float *R, int64_t rel_rows, int64_t H,
-                               const int64_t *triples, int64_t count, float reg, float *dR) {
+inline void link_loss_rel_grad(Partition &p, const float * /*z: as above*/, const float *R, int64_t rel_rows,
+                               int64_t H, const int64_t *triples, int64_t count, float reg, float *dR) {
     require_triples(triples, count);
     const float *all = forward_rows(p, H);
     const TripleShare s = triple_share(p, count);

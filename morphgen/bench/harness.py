@@ -37,13 +37,14 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from morphgen.backends.cuda.toolchain import DEVICE_ENV
 
 from .peers.spec import PYG_RGCN_CONVS, BenchSpec, parse_spec
 from .program_shape import BenchError, PeerModel, program_shape, without_dropout  # noqa: F401 (also harness API)
 
 PARITY_TOLERANCE = 1e-4
 PROFILE_EPOCHS = 6                        # the separate kernel-timer run of a GPU benchmark (the first left out)
-CUDA_DEVICE_ENV = "MORPHGEN_CUDA_DEVICE"     # the GPU morphgen's CUDA library opens (train --device)
+CUDA_DEVICE_ENV = DEVICE_ENV                 # the GPU morphgen's CUDA library opens (train --device)
 GiB = 1 << 30
 KNOWN_PEERS = ("pyg", "dgl")
 

@@ -10,6 +10,7 @@ from typing import Optional
 from morphgen.errors import UserError
 
 from . import harness, report as rep
+from .gpu_limits import as_ceilings, measure_gpu_limits
 
 
 def parse_peers(text: str) -> tuple:
@@ -142,25 +143,30 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
                                           relations=data.num_relations if relational else 0,
                                           bases=shape.num_bases if relational else None,
                                           identity_input=data.featureless)
+    # The machine's ceilings are the CPU's: a GPU kernel is held against the GPU's own, measured on
+    # that GPU (none under the SIMT emulation, whose kernels ran on the CPU).
+    gpu = gpu_limits(args, device) if backend != "openmp" else None
+    ceilings = machine if backend == "openmp" else as_ceilings(gpu)
     report = {
         "model": str(args.model), "command": command_line(args), "dataset": data.describe(),
         "threads": threads, "epochs": args.epochs, "warmup": args.warmup, "seed": args.seed,
         "memory_cap_gib": cap, "peer_features": "sparse" if sparse else "dense",
         "systems": systems, "machine": machine, "analytic_minimum_bytes": analytic,
-        "kernels": rep.kernel_limits(systems[0].get("profile") or [], machine if backend == "openmp" else None),
+        "kernels": rep.kernel_limits(systems[0].get("profile") or [], ceilings),
         "notes": notes,
     }
     if backend != "openmp":               # an openmp report keeps the keys it always had
-        # the machine's ceilings are the CPU's: a GPU kernel is held against the GPU's own, measured
-        # on that GPU (none under the SIMT emulation, whose kernels ran on the CPU)
-        from morphgen.backends.cuda.toolchain import emulated
-        from .gpu_limits import as_ceilings, measure_gpu_limits
-        gpu = ({"error": "the SIMT emulation ran morphgen's kernels"} if emulated()
-               else measure_gpu_limits(device, bool(getattr(args, "quick_machine", False))))
-        report.update(backend=backend, device=harness.device_name(backend, device), gpu_limits=gpu,
-                      kernels=rep.kernel_limits(systems[0].get("profile") or [], as_ceilings(gpu)))
+        report.update(backend=backend, device=harness.device_name(backend, device), gpu_limits=gpu)
         report["notes"] = notes + gpu_notes(systems[0], cap)
     return report
+
+
+def gpu_limits(args, device: int) -> dict:
+    """The GPU's ceilings (morphgen.bench.gpu_limits), or why there are none."""
+    from morphgen.backends.cuda.toolchain import emulated
+    if emulated():
+        return {"error": "the SIMT emulation ran morphgen's kernels"}
+    return measure_gpu_limits(device, bool(getattr(args, "quick_machine", False)))
 
 
 def gpu_notes(morphgen_entry: dict, cap: Optional[float]) -> list:

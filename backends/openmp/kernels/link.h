@@ -85,7 +85,8 @@ inline void distmult_loss_grad(const float* z, int64_t nodes, const float* R, in
     if (dR) link_detail::l2_grad(R, rel_rows * H, reg, dR);
     std::vector<float> d(size_t(count > 0 ? count : 0));
 #pragma omp parallel for schedule(static) if (count > 4096)
-    for (int64_t i = 0; i < count; ++i) d[size_t(i)] = float(link_detail::score_grad(z, R, triples + 4 * i, H, mean_over));
+    for (int64_t i = 0; i < count; ++i)
+        d[size_t(i)] = float(link_detail::score_grad(z, R, triples + 4 * i, H, mean_over));
 #pragma omp parallel if (count > 4096)
     {
         const int64_t T = omp_get_num_threads(), id = omp_get_thread_num();
