@@ -509,7 +509,7 @@ inline void dropout_act_grad_loop(const float *G, const float *Y, idx_t rows, id
                                   float *dX, uint64_t base, uint64_t thr, float s, D d) {
     dropout_detail::for_keep_rows(rows, cols, row_ids, base, thr, [&](int64_t i, const uint32_t *k, int64_t m) {
 #pragma omp simd
-        for (int64_t j = 0; j < m; ++j) dX[i + j] = d(select_bits(k[j] != 0u, G[i + j] * s, 0.f), Y[i + j]);
+        for (int64_t j = 0; j < m; ++j) dX[i + j] = d(keep_bits(k[j], G[i + j] * s), Y[i + j]);
     });}
 // Calls run(d) with d(g, y) = g * act'(x), written with the forward output y: for alpha > 0,
 // y > 0 exactly when x > 0, and for elu alpha * exp(x) = y + alpha on the negative side.  One

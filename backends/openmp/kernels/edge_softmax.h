@@ -138,14 +138,14 @@ void softmax_act_rows(const float* g, float p, DropoutKey key, const int64_t* ed
                     const int64_t m = hi - i < kBlock ? hi - i : kBlock;
                     keep_masks(base, static_cast<uint64_t>(i), m, thr, k);
 #pragma omp simd
-                    for (int64_t j = 0; j < m; ++j) de[i + j] = select_bits(k[j] != 0u, g[i + j] * scale, 0.0f);
+                    for (int64_t j = 0; j < m; ++j) de[i + j] = keep_bits(k[j], g[i + j] * scale);
                 }
             } else if (drop) {                      // one run per edge, at its global id
                 for (int64_t e = b0; e < e_end; ++e)
                     for (int64_t h = 0; h < H; h += kBlock) {
                         const int64_t m = H - h < kBlock ? H - h : kBlock, i = e * H + h;
                         keep_masks(base, static_cast<uint64_t>(edge_ids[e] * H + h), m, thr, k);
-                        for (int64_t j = 0; j < m; ++j) de[i + j] = select_bits(k[j] != 0u, g[i + j] * scale, 0.0f);
+                        for (int64_t j = 0; j < m; ++j) de[i + j] = keep_bits(k[j], g[i + j] * scale);
                     }
             }
             const float* gd = drop ? de : g;   // g', in de when the dropout's mask applied

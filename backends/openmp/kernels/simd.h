@@ -46,6 +46,15 @@ MG_INLINE float select_bits(bool c, float a, float b) {
     return a;
 }
 
+// v where the lane mask k is ~0, +0 where it is 0: one AND (dropout's keep masks are ~0 or 0).
+MG_INLINE float keep_bits(std::uint32_t k, float v) {
+    std::uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    u &= k;
+    std::memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 }  // namespace mg
 
 namespace mg::simd {
