@@ -131,16 +131,21 @@ MG_INLINE void tn_slice(const float* X, idx_t K, const float* G, idx_t M, idx_t 
 constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as with the tiles
 #endif
 
-// dW[K x M] += X^T G over rows [r0, r1), in chunks of kTnRows rows: the chunk of X (16 rows x K)
-// stays in L1/L2 while every slice of G's columns passes over it, and each tile's accumulators
-// are added into dW once per chunk.  On the AMD EPYC (AVX2), 2 threads, 89,250 x 500 through
-// 64 columns: 16-row chunks 42 ms, 32 rows 43, 64 rows 58, 128 rows 94 (the chunk of X no longer
-// stays close, and G's slice competes with it).
+// dW[K x M] += X^T G over rows [r0, r1), in chunks of rows: the chunk of X (rows x K) stays in
+// L1/L2 while every slice of G's columns passes over it, and each tile's accumulators are added
+// into dW once per chunk.  Chunk sizes, 2 threads, 89,250 x 500 through 64 columns: on an AMD
+// EPYC with AVX2, 16 rows 42 ms, 32 rows 43, 64 rows 58, 128 rows 94 (the chunk of X no longer
+// stays close, and G's slice competes with it); on an AMD EPYC with AVX-512, where a tile's 16
+// row steps were too few to pay for zeroing and adding its 16 accumulators, 16 rows 25.1 ms, 32
+// rows 19.4, 64 rows 17.6, 256 rows 29.7 (169,343 x 128 through 64: 13.2 ms against 9.5; but
+// 89,250 x 64 through 64: 2.2 against 2.5, so narrow X keeps 16).
+inline idx_t tn_chunk_rows(idx_t K) { return simd::kLanes == 16 && K >= 128 ? 64 : 16; }
+
 inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW, idx_t r0, idx_t r1) {
 #if MG_HAVE_SIMD
-    constexpr idx_t kTnRows = 16;
-    for (idx_t c0 = r0; c0 < r1; c0 += kTnRows) {
-        const idx_t c1 = std::min(r1, c0 + kTnRows);
+    const idx_t chunk = tn_chunk_rows(K);
+    for (idx_t c0 = r0; c0 < r1; c0 += chunk) {
+        const idx_t c1 = std::min(r1, c0 + chunk);
         idx_t m0 = 0;
         for (; m0 + kCols <= M; m0 += kCols) tn_slice<2, true>(X, K, G, M, m0, c0, c1, dW);
         // The last columns: one vector when they fit in one (class counts: 7, 40 = 32 + 8).
