@@ -85,6 +85,15 @@ inline int gemm_rows(idx_t rows, idx_t N, idx_t K, const float* A, const float* 
     // Narrow outputs (the hidden widths of GNN layers) skip BLAS's packing of A: measured on a
     // 89,250 x 500 input through 500 x 32, 42 ms with OpenBLAS, 29 ms with tall_skinny_nn.
     if (!trans_b && N <= kSkinnyMaxWidth) return tall_skinny_nn(rows, K, N, A, B, C, epi);
+    // So do the input gradients G W^T of narrow layers, through a transposed copy of the small
+    // B (N x K): on an AMD EPYC with AVX-512, 2 threads, 169,343 x 40 through 40 x 64 took 5.96 ms
+    // with OpenBLAS and 2.31 ms this way, 89,250 x 7 through 7 x 64 7.09 ms and 0.35 ms.
+    if (trans_b && N <= kSkinnyMaxWidth) {
+        std::vector<float> bt(size_t(K * N));
+        for (idx_t n = 0; n < N; ++n)
+            for (idx_t k = 0; k < K; ++k) bt[size_t(k * N + n)] = B[n * K + k];
+        return tall_skinny_nn(rows, K, N, A, bt.data(), C, epi);
+    }
 #pragma omp parallel
     {
         const idx_t T = omp_get_num_threads(), t = omp_get_thread_num();
