@@ -986,7 +986,7 @@ def test_typed_linear_segment_mm(lib, K, M):
     directional_fd(fwd, [X, W], [dX, dW], G, rng)
 
 
-@pytest.mark.parametrize("K,M", [(1, 1), (3, 7), (33, 31), (7, 47), (64, 64), (9, 70)])
+@pytest.mark.parametrize("K,M", [(1, 1), (3, 7), (33, 31), (7, 47), (64, 64), (9, 70), (70, 9)])
 @pytest.mark.parametrize("own_workspace", [False, True])
 def test_typed_linear_gather_scatter(lib, K, M, own_workspace):
     rng = np.random.default_rng(K * 100 + M + own_workspace)

@@ -83,7 +83,7 @@ inline int edge_typed_linear_fwd(EdgeTypedRows& p, const float* X, idx_t K, cons
                 const float* s = X + L.row_node[size_t(r0 + k)] * K;
                 copy_row(s, xbuf + k * K, K);
             }
-            sgemm_block(false, false, n, M, K, xbuf, K, W + L.tile_type[size_t(i)] * K * M, M, 0.f, ybuf, M);
+            tile_nn(n, M, K, xbuf, W + L.tile_type[size_t(i)] * K * M, ybuf);
             for (idx_t k = 0; k < n; ++k) {
                 const float* y = ybuf + k * M;
                 for (idx_t j = L.edge_ptr[size_t(r0 + k)]; j < L.edge_ptr[size_t(r0 + k + 1)]; ++j)
@@ -123,8 +123,7 @@ inline int edge_typed_linear_weight_bwd(EdgeTypedRows& p, const float* X, idx_t 
                     const float* s = X + L.row_node[size_t(c0 + k)] * K + k0;
                     copy_row(s, xbuf + k * kw, kw);
                 }
-                sgemm_block(true, false, kw, M, n, xbuf, kw, grad + c0 * M, M,
-                            c0 == L.type_ptr[size_t(t)] ? 0.f : 1.f, out, M);
+                tile_tn(n, kw, M, xbuf, grad + c0 * M, c0 != L.type_ptr[size_t(t)], out);
             }
         }
     }
@@ -141,11 +140,15 @@ inline int edge_typed_linear_input_bwd(EdgeTypedRows& p, const float* G, idx_t M
     et_detail::grow(p.row_dx, L.rows * K);
     const float* grad = p.row_grad.data();
     float* dx_rows = p.row_dx.data();
-#pragma omp parallel for schedule(dynamic, 1)
-    for (idx_t i = 0; i < L.tiles(); ++i) {
-        const idx_t r0 = L.tile_row[size_t(i)], n = L.tile_row[size_t(i + 1)] - r0;
-        sgemm_block(false, true, n, K, M, grad + r0 * M, M, W + L.tile_type[size_t(i)] * K * M, M, 0.f,
-                    dx_rows + r0 * K, K);
+#pragma omp parallel
+    {
+        std::vector<float> wt(size_t(K <= kSkinnyMaxWidth ? K * M : 0));  // W_tᵀ (tile_nt)
+        const float* wt_of = nullptr;
+#pragma omp for schedule(dynamic, 1)
+        for (idx_t i = 0; i < L.tiles(); ++i) {
+            const idx_t r0 = L.tile_row[size_t(i)], n = L.tile_row[size_t(i + 1)] - r0;
+            tile_nt(n, K, M, grad + r0 * M, W + L.tile_type[size_t(i)] * K * M, dx_rows + r0 * K, wt.data(), &wt_of);
+        }
     }
     segment_row_sums(L.node_ptr.data(), L.node_rows.data(), L.node_count, dx_rows, K, dX);
     return kOk;

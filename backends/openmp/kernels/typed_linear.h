@@ -189,7 +189,7 @@ inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, con
                 const float* x = X + (x_rows ? x_rows[row] : row) * K;
                 copy_row(x, xbuf + k * K, K);
             }
-            sgemm_block(false, false, s.n, M, K, xbuf, K, W + s.type * K * M, M, 0.f, ybuf, M);
+            tile_nn(s.n, M, K, xbuf, W + s.type * K * M, ybuf);
             for (idx_t k = 0; k < s.n; ++k) copy_row(ybuf + k * M, Y + perm[s.r0 + k] * M, M);
         }
     }
@@ -230,6 +230,8 @@ inline int typed_linear_gather_bwd(const float* X, const float* W, const float* 
     {
         float* xbuf = workspace + idx_t(omp_get_thread_num()) * stride;
         float* gbuf = xbuf + std::max(kTileRows, block) * K;
+        std::vector<float> wt(size_t(dX && K <= kSkinnyMaxWidth ? K * M : 0));  // W_tᵀ (tile_nt)
+        const float* wt_of = nullptr;
         // dX: per tile G_t W_tᵀ, scattered to the tile's rows (one writer per row)
 #pragma omp for schedule(dynamic, 1) nowait
         for (size_t i = 0; i < tiles.size(); ++i) {
@@ -238,7 +240,7 @@ inline int typed_linear_gather_bwd(const float* X, const float* W, const float* 
                 const float* g = G + perm[s.r0 + k] * M;
                 copy_row(g, gbuf + k * M, M);
             }
-            sgemm_block(false, true, s.n, K, M, gbuf, M, W + s.type * K * M, M, 0.f, xbuf, K);
+            tile_nt(s.n, K, M, gbuf, W + s.type * K * M, xbuf, wt.data(), &wt_of);
             for (idx_t k = 0; k < s.n; ++k) copy_row(xbuf + k * K, dX + perm[s.r0 + k] * K, K);
         }
         // dW: per chunk X_cᵀ G_c into its slot, block by block
@@ -254,7 +256,7 @@ inline int typed_linear_gather_bwd(const float* X, const float* W, const float* 
                     copy_row(x, xbuf + k * K, K);
                     copy_row(g, gbuf + k * M, M);
                 }
-                sgemm_block(true, false, K, M, n, xbuf, K, gbuf, M, b0 == 0 ? 0.f : 1.f, slot[c], M);
+                tile_tn(n, K, M, xbuf, gbuf, b0 != 0, slot[c]);
             }
         }
         // dW[t] += its other chunks' partials, in chunk order; zero for a type without rows
