@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .toolchain import _cpu_identity, cache_root, compile_shared, kernel_include_dir
+from .toolchain import _cpu_identity, cache_root, compile_shared, isa_flags, kernel_include_dir
 
 CDEF = """
 double mg_stream_triad_gbs(int64_t n, int reps);
@@ -91,7 +91,9 @@ def _kernels_digest() -> str:
 
 
 def _machine_prefix(threads: int) -> str:
-    return f"{hashlib.sha256(_cpu_identity().encode()).hexdigest()[:16]}-t{threads}-"
+    # The kernels' ISA ($MORPHGEN_ISA) is part of it: an AVX2 build's crossover is its own.
+    isa = "".join(isa_flags())
+    return f"{hashlib.sha256((_cpu_identity() + isa).encode()).hexdigest()[:16]}-t{threads}-"
 
 
 def _machine_key(threads: int) -> str:

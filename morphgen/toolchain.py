@@ -126,6 +126,30 @@ def optimisation_flags() -> tuple:
     return (f"-O{level}",)
 
 
+ISA_ENV = "MORPHGEN_ISA"
+# What each value of $MORPHGEN_ISA adds to -march=native.  avx2 turns AVX-512 off for the whole
+# build (simd.h's 8-lane kernels and g++'s own vectorisation alike), so an AVX-512 machine can
+# measure the code an AVX2-only CPU runs; portable builds the scalar kernels.
+ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",), "portable": ("-DMG_NO_SIMD",)}
+
+
+def isa_flags() -> tuple:
+    """The flags of the vector ISA $MORPHGEN_ISA asks for (native, the default: all this CPU has)."""
+    isa = os.environ.get(ISA_ENV, "").strip() or "native"
+    if isa not in ISA_FLAGS:
+        raise UserError(f"morphgen: error: ${ISA_ENV} is {isa!r}; it takes {', '.join(ISA_FLAGS)}")
+    if isa == "avx2" and not {"avx2", "fma"} <= _cpu_flags():
+        raise UserError(f"morphgen: error: ${ISA_ENV}=avx2, but this CPU has no AVX2 and FMA")
+    return ISA_FLAGS[isa]
+
+
+def _cpu_flags() -> set:
+    for line in _cpu_identity().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
 def openblas_flags() -> list[str]:
     """Compile + link flags for scipy-openblas32 (symbols carry the `scipy_` prefix)."""
     inc, libdir, lib = _openblas_paths()
@@ -252,7 +276,7 @@ def compile_shared(
         Path(d).resolve() for d in include_dirs]
     opt = SANITIZE_FLAGS if sanitize else optimisation_flags()
     user_flags = [str(f) for f in flags]
-    base = tuple(BASE_FLAGS if base_flags is None else base_flags)
+    base = BASE_FLAGS + isa_flags() if base_flags is None else tuple(base_flags)
     blas = openblas_flags() if link_flags is None else list(link_flags)
 
     h = hashlib.sha256()

@@ -48,6 +48,30 @@ def test_the_optimisation_level_is_part_of_the_build_and_checked(tmp_path, monke
         _build(tmp_path)
 
 
+ISA_PROBE = {"isa.cpp": '#include "common.h"\nextern "C" int mg_answer() { return MG_SIMD_LANES; }\n'}
+
+
+def test_the_kernel_isa_is_chosen_by_env_and_part_of_the_build(tmp_path, monkeypatch):
+    """$MORPHGEN_ISA=avx2 builds the 8-lane kernels even where the CPU has AVX-512 (how an AVX-512
+    machine measures what AVX2-only CPUs run); portable, the scalar ones; each its own entry."""
+    lanes = {}
+    for isa in ("native", "avx2", "portable"):
+        monkeypatch.setenv(toolchain.ISA_ENV, isa)
+        if isa == "avx2" and not {"avx2", "fma"} <= toolchain._cpu_flags():
+            with pytest.raises(UserError, match="no AVX2"):
+                _build(tmp_path, ISA_PROBE)
+            continue
+        lanes[isa] = (_answer(_build(tmp_path, ISA_PROBE)))
+    assert lanes["portable"] == 1
+    if "avx2" in lanes:
+        assert lanes["avx2"] == 8
+    assert lanes["native"] == (16 if "avx512f" in toolchain._cpu_flags() else lanes.get("avx2", 1))
+    assert len(list(tmp_path.iterdir())) == len(lanes)
+    monkeypatch.setenv(toolchain.ISA_ENV, "sse")
+    with pytest.raises(UserError, match=r"MORPHGEN_ISA is 'sse'; it takes native, avx2, portable"):
+        _build(tmp_path)
+
+
 @pytest.mark.parametrize("damage", ["truncate", "empty", "random", "missing", "other_library", "no_stamp"])
 def test_a_damaged_entry_is_rebuilt_not_loaded(tmp_path, damage):
     so = _build(tmp_path)
