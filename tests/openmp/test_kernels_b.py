@@ -440,7 +440,8 @@ def test_gather_and_backward(lib, width):
 # per-head dot of two gathered rows, in numpy; heads x head width as GAT uses them and odd ones
 # (heads narrower than a vector, up to a vector of heads and one more).
 @pytest.mark.parametrize("heads, dim", [(1, 1), (1, 7), (8, 8), (3, 5), (2, 33), (2, 16), (1, 40), (1, 72), (4, 32),
-                                       (16, 2), (17, 2), (8, 3), (3, 4), (32, 4)])
+                                       (16, 2), (17, 2), (8, 3), (3, 4), (32, 4), (2, 8), (12, 4), (5, 2),
+                                       (16, 1)])
 @pytest.mark.parametrize("to_dst", [True, False])
 def test_weighted_gather_scatter_and_edge_dot(lib, heads, dim, to_dst):
     rng = np.random.default_rng(heads * 100 + dim + to_dst)

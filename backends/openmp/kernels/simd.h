@@ -84,6 +84,8 @@ MG_INLINE void store_mask(std::int32_t* p, mask m) { store_i32(p, _mm512_maskz_s
 MG_INLINE vi load_i32(const std::int32_t* p) { return _mm512_loadu_si512(p); }
 // Lane l of the result is lane index[l] of table (index in [0, 16)).
 MG_INLINE vf permute(vf table, vi index) { return _mm512_permutexvar_ps(index, table); }
+// lane i = lane index[i] of the 32 lanes a then b
+MG_INLINE vf permute2(vf a, vf b, vi index) { return _mm512_permutex2var_ps(a, index, b); }
 MG_INLINE vf add(vf a, vf b) { return _mm512_add_ps(a, b); }
 MG_INLINE vf mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 MG_INLINE vf fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
@@ -140,6 +142,11 @@ MG_INLINE void store_mask(std::int32_t* p, mask m) { store_i32(p, m); }  // ~0 o
 MG_INLINE vi load_i32(const std::int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 // Lane l of the result is lane index[l] of table (index in [0, 8)).
 MG_INLINE vf permute(vf table, vi index) { return _mm256_permutevar8x32_ps(table, index); }
+// lane i = lane index[i] of the 16 lanes a then b: both permuted by the low 3 bits, bit 3 picks b
+MG_INLINE vf permute2(vf a, vf b, vi index) {
+    const __m256 pick_b = _mm256_castsi256_ps(_mm256_slli_epi32(index, 28));
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(a, index), _mm256_permutevar8x32_ps(b, index), pick_b);
+}
 MG_INLINE vf add(vf a, vf b) { return _mm256_add_ps(a, b); }
 MG_INLINE vf mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 MG_INLINE vf fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
