@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "common.h"  // mg::Reduce
 
