@@ -142,7 +142,7 @@ inline int edge_typed_linear_input_bwd(EdgeTypedRows& p, const float* G, idx_t M
     float* dx_rows = p.row_dx.data();
 #pragma omp parallel
     {
-        std::vector<float> wt(size_t(K <= kSkinnyMaxWidth ? K * M : 0));  // W_tᵀ (tile_nt)
+        std::vector<float> wt(size_t(K * M));  // W_tᵀ (tile_nt)
         const float* wt_of = nullptr;
 #pragma omp for schedule(dynamic, 1)
         for (idx_t i = 0; i < L.tiles(); ++i) {

@@ -230,7 +230,7 @@ inline int typed_linear_gather_bwd(const float* X, const float* W, const float* 
     {
         float* xbuf = workspace + idx_t(omp_get_thread_num()) * stride;
         float* gbuf = xbuf + std::max(kTileRows, block) * K;
-        std::vector<float> wt(size_t(dX && K <= kSkinnyMaxWidth ? K * M : 0));  // W_tᵀ (tile_nt)
+        std::vector<float> wt(size_t(dX ? K * M : 0));  // W_tᵀ (tile_nt)
         const float* wt_of = nullptr;
         // dX: per tile G_t W_tᵀ, scattered to the tile's rows (one writer per row)
 #pragma omp for schedule(dynamic, 1) nowait
