@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .toolchain import cpu_flags
 
 
 def _run(cmd, timeout=20):
@@ -46,7 +47,7 @@ def _cpu() -> str:
         key, _, value = ln.partition(":")
         first.setdefault(key.strip(), value.strip())
     model = first.get("model name") or platform.processor() or platform.machine()
-    flags = set(first.get("flags", "").split())
+    flags = cpu_flags()
     if not flags:
         simd = "SIMD unknown (no flags in /proc/cpuinfo)"
     elif "avx512f" in flags:

@@ -138,12 +138,13 @@ def isa_flags() -> tuple:
     isa = os.environ.get(ISA_ENV, "").strip() or "native"
     if isa not in ISA_FLAGS:
         raise UserError(f"morphgen: error: ${ISA_ENV} is {isa!r}; it takes {', '.join(ISA_FLAGS)}")
-    if isa == "avx2" and not {"avx2", "fma"} <= _cpu_flags():
+    if isa == "avx2" and not {"avx2", "fma"} <= cpu_flags():
         raise UserError(f"morphgen: error: ${ISA_ENV}=avx2, but this CPU has no AVX2 and FMA")
     return ISA_FLAGS[isa]
 
 
-def _cpu_flags() -> set:
+def cpu_flags() -> set:
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where it cannot be read)."""
     for line in _cpu_identity().splitlines():
         if line.startswith("flags"):
             return set(line.split(":", 1)[1].split())

@@ -7,7 +7,7 @@ from pathlib import Path
 import cffi
 import numpy as np
 
-from morphgen.toolchain import compile_shared
+from morphgen.toolchain import compile_shared, cpu_flags
 
 SHIM_PATH = Path(__file__).with_name("shim_a.cpp")
 
@@ -73,18 +73,9 @@ ffi.cdef(CDEF)
 VARIANT_FLAGS = {"native": (), "avx2": ("-DMG_NO_AVX512",), "portable": ("-DMG_NO_SIMD",)}
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
-
-
 # Every distinct code path this CPU can run: the AVX2 build differs from the native one only on
 # an AVX-512 machine, and is the native one elsewhere (built once, not twice).
-VARIANTS = ("native", "avx2", "portable") if "avx512f" in _cpu_flags() else ("native", "portable")
+VARIANTS = ("native", "avx2", "portable") if "avx512f" in cpu_flags() else ("native", "portable")
 
 
 def build(variant: str = "native", sanitize: bool = False, cache_dir=None) -> Path:
