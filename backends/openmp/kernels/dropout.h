@@ -66,31 +66,16 @@ MG_INLINE void keep_masks(uint64_t base, uint64_t first, int64_t n, uint64_t thr
 }
 
 // Calls body(i, k, m) for the blocks [i, i + m) of [0, n), m <= kBlock, with k[j] the keep mask
-// of element first + i + j (see keep_masks).  Each thread takes one contiguous run of blocks and
-// carries its hash counters from block to block: the 89,250 x 500 input dropout of a
-// Flickr-shaped graph (2 threads, AVX-512, masks applied by keep_bits) took 7.9-8.4 ms with the
-// counters set up per block, 4.6-4.8 ms carried.
+// of element first + i + j (see keep_masks): threads take whole blocks.
 template <class Body>
 inline void for_keep_blocks(int64_t n, uint64_t first, uint64_t base, uint64_t threshold, Body body) {
     const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel if (n > kParallelMin)
-    {
-        const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t b0 = blocks * t / T, b1 = blocks * (t + 1) / T;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t i = b * kBlock, m = n - i < kBlock ? n - i : kBlock;
         alignas(64) uint32_t k[kBlock];
-#if MG_HAVE_SIMD
-        static_assert(kBlock % simd::kLanes == 0, "a block is whole vectors of masks");
-        KeepLanes lanes(base, first + uint64_t(b0 * kBlock), threshold);
-#endif
-        for (int64_t b = b0; b < b1; ++b) {
-            const int64_t i = b * kBlock, m = n - i < kBlock ? n - i : kBlock;
-#if MG_HAVE_SIMD
-            for (int64_t j = 0; j < m; j += simd::kLanes) simd::store_mask(reinterpret_cast<int32_t*>(k + j), lanes.next());
-#else
-            keep_masks(base, first + uint64_t(i), m, threshold, k);
-#endif
-            body(i, k, m);
-        }
+        keep_masks(base, first + uint64_t(i), m, threshold, k);
+        body(i, k, m);
     }
 }
 
