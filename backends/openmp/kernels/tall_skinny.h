@@ -16,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -35,18 +36,26 @@ using namespace simd;
 constexpr int kRows = kLanes == 16 ? 8 : 6;
 constexpr int kTnBlock = kRows;
 constexpr idx_t kCols = 2 * kLanes;    // columns of Y (forward) or dW (gradient) per tile
+constexpr idx_t kLineFloats = 16;      // floats per 64-byte cache line
 
 // Y[0..R) x [m0, m0+kCols) = X[0..R) . W[:, m0..m0+kCols), X rows of length K (row-major).
 // FULL: all 2 * kLanes columns exist, so W is read with plain loads (a masked load costs more
 // than a load on AMD cores, and this one runs for every k).
+// PREFETCH: the R rows after these are fetched into L1 while these are multiplied, one line of
+// each per 16 values of k (the hardware prefetcher does not follow the 8 row streams a tile
+// reads; see nn_rows).
 template <int R, bool FULL>
 MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT W, idx_t M, idx_t m0,
-                       float* MG_RESTRICT Y) {
+                       float* MG_RESTRICT Y, bool prefetch_next = false) {
     const mask k0 = lanes(M - m0), k1 = lanes(M - m0 - kLanes);
     vf acc[R][2];
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = zero();
     for (idx_t k = 0; k < K; ++k) {
+        if (prefetch_next && k % kLineFloats == 0) {
+#pragma GCC unroll 8
+            for (int i = 0; i < R; ++i) prefetch_l1<64>(X + (R + i) * K + k);
+        }
         const float* w = W + k * M + m0;
         const vf w0 = FULL ? load(w) : load(k0, w), w1 = FULL ? load(w + kLanes) : load(k1, w + kLanes);
 #pragma GCC unroll 8
@@ -71,10 +80,11 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
 // The weight gradient, in dW's own orientation (the mirror image of nn_tile):
 // dW[k0..k0+KB) x [m0, m0 + NV vectors) += X[r0..r1, k0..k0+KB)^T G[r0..r1, m0..).  Per row of
 // X: NV contiguous loads of G, KB broadcasts of X, KB x NV FMAs into registers.  FULL: every
-// column of the NV vectors exists (plain loads, as in nn_tile).
+// column of the NV vectors exists (plain loads, as in nn_tile).  ahead > 0: each row's values
+// `ahead` floats further on (the same columns of the next chunk of rows) are fetched into L1.
 template <int KB, int NV, bool FULL>
 MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT G, idx_t M, idx_t m0,
-                       idx_t k0, idx_t r0, idx_t r1, float* MG_RESTRICT dW) {
+                       idx_t k0, idx_t r0, idx_t r1, float* MG_RESTRICT dW, idx_t ahead = 0) {
     mask q[NV];
     vf acc[KB][NV];
 #pragma GCC unroll 4
@@ -86,6 +96,7 @@ MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     const float* x = X + r0 * K + k0;
     const float* g = G + r0 * M + m0;
     for (idx_t r = r0; r < r1; ++r, x += K, g += M) {
+        if (ahead) prefetch_l1<64>(x + ahead);
         vf gv[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) gv[v] = FULL ? load(g + v * kLanes) : load(q[v], g + v * kLanes);
@@ -121,9 +132,9 @@ MG_INLINE void tn_tile_upto(int kb, const float* X, idx_t K, const float* G, idx
 // [m0, m0 + NV vectors).
 template <int NV, bool FULL>
 MG_INLINE void tn_slice(const float* X, idx_t K, const float* G, idx_t M, idx_t m0, idx_t r0, idx_t r1,
-                        float* dW) {
+                        float* dW, idx_t ahead = 0) {
     idx_t k0 = 0;
-    for (; k0 + kTnBlock <= K; k0 += kTnBlock) tn_tile<kTnBlock, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW);
+    for (; k0 + kTnBlock <= K; k0 += kTnBlock) tn_tile<kTnBlock, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW, ahead);
     if (k0 < K) tn_tile_upto<kTnBlock - 1, NV, FULL>(int(K - k0), X, K, G, M, m0, k0, r0, r1, dW);
 }
 
@@ -141,17 +152,31 @@ constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as wi
 // 89,250 x 64 through 64: 2.2 against 2.5, so narrow X keeps 16).
 inline idx_t tn_chunk_rows(idx_t K) { return simd::kLanes == 16 && K >= 128 ? 64 : 16; }
 
+// Whether tn_rows fetches the next chunk of X while it works on one.  A tile reads a few values
+// from each of the chunk's rows, one row after another: with long rows that is one stream per
+// row, more than the hardware prefetcher follows, and the first pass over each line waited on
+// memory.  Fetching the next chunk's lines during the first slice of columns, 2 threads, AMD EPYC:
+// AVX-512, 89,250 x 500 through 64 18.0 -> 12.0 ms (316 -> 476 GFLOP/s), through 32 12.1 -> 6.2;
+// 169,343 x 128 through 64 9.4 -> 7.2, through 40 8.4 -> 5.7; 100,000 x 100 through 47 3.3 ->
+// 3.0; AVX2 (-mno-avx512f, same machine) 89,250 x 500 through 32 18.3 -> 11.7, 169,343 x 128
+// through 64 18.0 -> 13.8.  Rows of 64 values (256 bytes) make a 16-row chunk one contiguous 4 KiB
+// that the hardware follows itself: there the extra hints cost (89,250 x 64 through 64: 2.2-2.4
+// -> 2.3-2.8 ms), hence the bound.
+inline bool tn_prefetches(idx_t K) { return K >= 96; }
+
 inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW, idx_t r0, idx_t r1) {
 #if MG_HAVE_SIMD
     const idx_t chunk = tn_chunk_rows(K);
     for (idx_t c0 = r0; c0 < r1; c0 += chunk) {
         const idx_t c1 = std::min(r1, c0 + chunk);
+        // The first slice of columns fetches the next chunk (the others find this one in cache).
+        idx_t ahead = tn_prefetches(K) && c1 + chunk <= r1 ? chunk * K : 0;
         idx_t m0 = 0;
-        for (; m0 + kCols <= M; m0 += kCols) tn_slice<2, true>(X, K, G, M, m0, c0, c1, dW);
+        for (; m0 + kCols <= M; m0 += kCols) tn_slice<2, true>(X, K, G, M, m0, c0, c1, dW, std::exchange(ahead, 0));
         // The last columns: one vector when they fit in one (class counts: 7, 40 = 32 + 8).
-        if (M - m0 > kLanes) tn_slice<2, false>(X, K, G, M, m0, c0, c1, dW);
-        else if (M - m0 == kLanes) tn_slice<1, true>(X, K, G, M, m0, c0, c1, dW);
-        else if (m0 < M) tn_slice<1, false>(X, K, G, M, m0, c0, c1, dW);
+        if (M - m0 > kLanes) tn_slice<2, false>(X, K, G, M, m0, c0, c1, dW, ahead);
+        else if (M - m0 == kLanes) tn_slice<1, true>(X, K, G, M, m0, c0, c1, dW, ahead);
+        else if (m0 < M) tn_slice<1, false>(X, K, G, M, m0, c0, c1, dW, ahead);
     }
 #else
     for (idx_t r = r0; r < r1; ++r)
@@ -171,9 +196,16 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
 #if MG_HAVE_SIMD
     idx_t r = r0;
     for (; r + kRows <= r1; r += kRows) {
+        // The first tile of columns fetches the next block of rows (the others find these in L1):
+        // 2 threads, AMD EPYC, AVX-512: 89,250 x 500 through 64 13.4 -> 11.3 ms (424 -> 505
+        // GFLOP/s), 169,343 x 128 through 64 9.1 -> 5.2, 89,250 x 64 through 64 1.9-2.0 ->
+        // 1.4-1.6; AVX2 (-mno-avx512f) 24.2 -> 21.9, 14.5 -> 10.2; 2,708 x 1,433 through 16
+        // unchanged (0.48 ms).
+        bool prefetch_next = r + 2 * kRows <= r1;
         idx_t m0 = 0;
-        for (; m0 + kCols <= M; m0 += kCols) nn_tile<kRows, true>(X + r * K, K, W, M, m0, Y + r * M);
-        if (m0 < M) nn_tile<kRows, false>(X + r * K, K, W, M, m0, Y + r * M);
+        for (; m0 + kCols <= M; m0 += kCols)
+            nn_tile<kRows, true>(X + r * K, K, W, M, m0, Y + r * M, std::exchange(prefetch_next, false));
+        if (m0 < M) nn_tile<kRows, false>(X + r * K, K, W, M, m0, Y + r * M, prefetch_next);
         apply_epilogue_rows(epi, Y, M, r, r + kRows);
     }
     for (; r < r1; ++r) {
