@@ -1024,6 +1024,31 @@ def test_typed_linear_gather_scatter(lib, K, M, own_workspace):
     directional_fd(fwd, [X, W], [dX, dW], G, rng)
 
 
+@pytest.mark.parametrize("K,M", [(64, 64), (130, 33), (9, 70)])
+def test_typed_linear_rows_laid_out_by_type_are_multiplied_in_place(lib, K, M):
+    """Rows sorted by type (the loaders' node order): every tile is a block of consecutive rows,
+    multiplied where it lies; one row out of order in the middle of type 2 sends its tiles (and
+    the weight-gradient blocks around it) back through the gather buffers."""
+    rng = np.random.default_rng(K + M)
+    R, T = 700, 5
+    types = np.sort(typed_case(rng, R, T, K, M)[0])
+    out_of_order = int(np.flatnonzero(types == 2)[40])
+    types[out_of_order], types[out_of_order + 200] = types[out_of_order + 200], types[out_of_order]
+    for case in (np.sort(types), types):
+        X, W, G = rand(rng, R, K), rand(rng, T, K, M), rand(rng, R, M)
+        perm, ptr = np.empty(R, np.int64), np.empty(T + 1, np.int64)
+        assert lib.mgb_group_rows_by_type(I(case), R, T, I(perm), I(ptr)) == 0
+        Y = np.empty((R, M), np.float32)
+        assert lib.mgb_tl_gather_fwd(F(X), F(W), F(Y), I(perm), I(ptr), T, K, M, ffi.NULL, ffi.NULL) == 0
+        np.testing.assert_allclose(Y, np_typed_linear(X, W, case), rtol=1e-4, atol=1e-4)
+        dX, dW = np.full_like(X, 9.0), np.full_like(W, 9.0)
+        assert lib.mgb_tl_gather_bwd(F(X), F(W), F(G), I(perm), I(ptr), T, K, M, F(dX), F(dW), ffi.NULL,
+                                     ffi.NULL) == 0
+        rdX, rdW = np_typed_linear_grads(X, W, G, case)
+        np.testing.assert_allclose(dX, rdX, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(dW, rdW, rtol=1e-4, atol=1e-3)
+
+
 def test_typed_linear_large_parallel_gather(lib):
     rng = np.random.default_rng(21)
     R, T, K, M = 3000, 4, 33, 47
