@@ -124,24 +124,63 @@ MG_INLINE void copy_row(const float* src, float* dst, idx_t n) {
     for (idx_t j = 0; j < n; ++j) dst[j] = src[j];
 }
 
+namespace seg_detail {
+// The rows of idx's entries this many places ahead are fetched while a row is added: the edge
+// typed linear's sums read G's rows by edge id grouped by (node, type) row, which jumps through G
+// in its CSR order, and each row waited on memory.
+inline constexpr idx_t kLookahead = 8;
+
+#if MG_HAVE_SIMD
+// out = the sum of src[idx[i]] over [i0, i1), rows of NV vectors, summed in registers.
+template <int NV>
+MG_INLINE void sum_rows(const idx_t* idx, idx_t i0, idx_t i1, idx_t total, const float* src, float* out) {
+    using namespace simd;
+    constexpr idx_t m = NV * kLanes;
+    vf acc[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[v] = zero();
+    for (idx_t i = i0; i < i1; ++i) {
+        if (i + kLookahead < total) prefetch_l1<m * 4>(src + idx[i + kLookahead] * m);
+        const float* r = src + idx[i] * m;
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[v] = add(acc[v], load(r + v * kLanes));
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) store(out + v * kLanes, acc[v]);
+}
+#endif
+}  // namespace seg_detail
+
 // out[s] = the sum of src[idx[i]] over i in [ptr[s], ptr[s+1]), width floats each; 0 for an empty
 // segment, in index order (the same bits at any thread count).  Typed parameter rows' gradients
-// (ops.h typed_row_sum), the edge typed linear's edges-to-rows and rows-to-nodes sums.  A row's
-// sum stays in registers for the widths with_width knows.
+// (ops.h typed_row_sum), the edge typed linear's edges-to-rows and rows-to-nodes sums.  Rows whose
+// width is a whole number of vectors (16, 32, 64 with AVX-512) are summed in vector registers with
+// the next rows fetched ahead (the loop below left GCC's accumulators on the stack, partly in
+// scalar adds).  2 threads, AVX-512: 34,852 rows of 64 into 15,265 sums 0.21 -> 0.07 ms; HGT on
+// acm_heco, two interleaved runs of 30 epochs, the typed-linear family (whose edge sums these
+// are) 9.1 -> 7.2-7.6 ms an epoch, the epoch 17.7-18.2 -> 15.3-16.5 ms.
 inline void segment_row_sums(const idx_t* ptr, const idx_t* idx, idx_t segments, const float* src, idx_t width,
                              float* out) {
     with_width(width, [&](auto constant) {
         constexpr int MC = decltype(constant)::value;
         const idx_t m = MC ? MC : width;
+        const idx_t total = ptr[segments];
 #pragma omp parallel    // guided: a few big segments (types) or many small ones (rows, nodes)
         {
             RowBuffer<MC> row(m);
             float* acc = row.data;
 #pragma omp for schedule(guided)
             for (idx_t s = 0; s < segments; ++s) {
+#if MG_HAVE_SIMD
+                if constexpr (MC > 0 && MC % MG_SIMD_LANES == 0) {
+                    seg_detail::sum_rows<MC / MG_SIMD_LANES>(idx, ptr[s], ptr[s + 1], total, src, out + s * m);
+                    continue;
+                }
+#endif
 #pragma omp simd
                 for (idx_t j = 0; j < m; ++j) acc[j] = 0.f;
                 for (idx_t i = ptr[s]; i < ptr[s + 1]; ++i) {
+                    if (i + seg_detail::kLookahead < total) prefetch_l1<64>(src + idx[i + seg_detail::kLookahead] * m);
                     const float* r = src + idx[i] * m;
 #pragma omp simd
                     for (idx_t j = 0; j < m; ++j) acc[j] += r[j];
