@@ -48,9 +48,9 @@ constexpr idx_t kLineFloats = 16;      // floats per 64-byte cache line
 // Y[0..R) x [m0, m0 + NV vectors) = X[0..R) . W[:, m0..), X rows of length K (row-major).
 // FULL: all NV * kLanes columns exist, so W is read with plain loads (a masked load costs more
 // than a load on AMD cores, and this one runs for every k).
-// PREFETCH: the R rows after these are fetched into L1 while these are multiplied, one line of
-// each per 16 values of k (the hardware prefetcher does not follow the 8 row streams a tile
-// reads; see nn_rows).
+// prefetch_next: the R rows after these are fetched into L1 while these are multiplied, one
+// line of each per 16 values of k (the hardware prefetcher does not follow the R row streams a
+// tile reads; see nn_rows).
 template <int R, bool FULL, int NV = 2>
 MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT W, idx_t M, idx_t m0,
                        float* MG_RESTRICT Y, bool prefetch_next = false) {
