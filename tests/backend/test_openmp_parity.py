@@ -87,6 +87,14 @@ def test_typed_linears_of_gathered_rows_match_interpreter_in_every_layout(name, 
     _check(getattr(models, name)(), graph, x, labels, mask, classes=3, edge_typed_layout=layout)
 
 
+def test_typed_linear_of_wide_gathered_rows_matches_interpreter():
+    """Node rows wider than one column block of the weight gradient's work units (100 > 64): the
+    kernels read each block of the gathered rows where it lies."""
+    graph = random_graph(n=300, e=4000, seed=11, etypes=4, ntypes=2)
+    x, labels, mask = random_data(graph, 100, classes=3)
+    _check(models.rgat(), graph, x, labels, mask, classes=3, edge_typed_layout="compact")
+
+
 @pytest.mark.parametrize("features", ["csr", "csr_unsorted"])
 @pytest.mark.parametrize("layout", ["compact", "edge"])
 def test_typed_linears_of_sparse_feature_rows_match_interpreter(layout, features):

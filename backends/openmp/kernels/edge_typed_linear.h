@@ -79,11 +79,13 @@ inline int edge_typed_linear_fwd(EdgeTypedRows& p, const float* X, idx_t K, cons
 #pragma omp for schedule(dynamic, 1)
         for (idx_t i = 0; i < L.tiles(); ++i) {
             const idx_t r0 = L.tile_row[size_t(i)], n = L.tile_row[size_t(i + 1)] - r0;
-            for (idx_t k = 0; k < n; ++k) {
-                const float* s = X + L.row_node[size_t(r0 + k)] * K;
-                copy_row(s, xbuf + k * K, K);
+            const float* Wt = W + L.tile_type[size_t(i)] * K * M;
+            if (M <= kSkinnyMaxWidth) {   // the nodes' rows read where they lie
+                tile_nn_gathered(n, M, K, X, L.row_node.data() + r0, Wt, ybuf);
+            } else {
+                for (idx_t k = 0; k < n; ++k) copy_row(X + L.row_node[size_t(r0 + k)] * K, xbuf + k * K, K);
+                tile_nn(n, M, K, xbuf, Wt, ybuf);
             }
-            tile_nn(n, M, K, xbuf, W + L.tile_type[size_t(i)] * K * M, ybuf);
             for (idx_t k = 0; k < n; ++k) {
                 const float* y = ybuf + k * M;
                 for (idx_t j = L.edge_ptr[size_t(r0 + k)]; j < L.edge_ptr[size_t(r0 + k + 1)]; ++j)
@@ -119,11 +121,13 @@ inline int edge_typed_linear_weight_bwd(EdgeTypedRows& p, const float* X, idx_t 
             }
             for (idx_t c0 = L.type_ptr[size_t(t)]; c0 < L.type_ptr[size_t(t + 1)]; c0 += kGradChunk) {
                 const idx_t n = std::min(kGradChunk, L.type_ptr[size_t(t + 1)] - c0);
-                for (idx_t k = 0; k < n; ++k) {
-                    const float* s = X + L.row_node[size_t(c0 + k)] * K + k0;
-                    copy_row(s, xbuf + k * kw, kw);
+                const bool accumulate = c0 != L.type_ptr[size_t(t)];
+                if (M <= kSkinnyMaxWidth) {   // the nodes' rows read where they lie
+                    tile_tn_gathered(n, kw, M, X + k0, K, L.row_node.data() + c0, grad + c0 * M, accumulate, out);
+                    continue;
                 }
-                tile_tn(n, kw, M, xbuf, grad + c0 * M, c0 != L.type_ptr[size_t(t)], out);
+                for (idx_t k = 0; k < n; ++k) copy_row(X + L.row_node[size_t(c0 + k)] * K + k0, xbuf + k * kw, kw);
+                tile_tn(n, kw, M, xbuf, grad + c0 * M, accumulate, out);
             }
         }
     }

@@ -50,10 +50,19 @@ constexpr idx_t kLineFloats = 16;      // floats per 64-byte cache line
 // than a load on AMD cores, and this one runs for every k).
 // prefetch_next: the R rows after these are fetched into L1 while these are multiplied, one
 // line of each per 16 values of k (the hardware prefetcher does not follow the R row streams a
-// tile reads; see nn_rows).
-template <int R, bool FULL, int NV = 2>
+// tile reads; see nn_rows).  INDEXED: row i of the tile is X + index[i] * K (rows gathered where
+// they lie), else X + i * K.
+template <int R, bool FULL, int NV = 2, bool INDEXED = false>
 MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT W, idx_t M, idx_t m0,
-                       float* MG_RESTRICT Y, bool prefetch_next = false) {
+                       float* MG_RESTRICT Y, bool prefetch_next = false, const idx_t* index = nullptr) {
+    const float* xr[INDEXED ? R : 1];
+    if constexpr (INDEXED)
+        for (int i = 0; i < R; ++i) xr[i] = X + index[i] * K;
+    auto x_at = [&](int i, idx_t k) -> float {
+        if constexpr (INDEXED) return xr[i][k];
+        else return X[i * K + k];
+    };
+    auto next_row = [&](int i) -> const float* { return INDEXED ? X + index[R + i] * K : X + (R + i) * K; };
     mask q[NV];
     vf acc[R][NV];
 #pragma GCC unroll 2
@@ -65,7 +74,7 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     for (idx_t k = 0; k < K; ++k) {
         if (prefetch_next && k % kLineFloats == 0) {
 #pragma GCC unroll 16
-            for (int i = 0; i < R; ++i) prefetch_l1<64>(X + (R + i) * K + k);
+            for (int i = 0; i < R; ++i) prefetch_l1<64>(next_row(i) + k);
         }
         const float* w = W + k * M + m0;
         vf wv[NV];
@@ -73,7 +82,7 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
         for (int v = 0; v < NV; ++v) wv[v] = FULL ? load(w + v * kLanes) : load(q[v], w + v * kLanes);
 #pragma GCC unroll 16
         for (int i = 0; i < R; ++i) {
-            const vf x = set1(X[i * K + k]);
+            const vf x = set1(x_at(i, k));
 #pragma GCC unroll 2
             for (int v = 0; v < NV; ++v) acc[i][v] = fmadd(x, wv[v], acc[i][v]);
         }
@@ -92,9 +101,11 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
 // X: NV contiguous loads of G, KB broadcasts of X, KB x NV FMAs into registers.  FULL: every
 // column of the NV vectors exists (plain loads, as in nn_tile).  ahead > 0: each row's values
 // `ahead` floats further on (the same columns of the next chunk of rows) are fetched into L1.
+// index: row r of X is X + index[r] * ld (rows gathered where they lie), else X + r * K.
 template <int KB, int NV, bool FULL>
 MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT G, idx_t M, idx_t m0,
-                       idx_t k0, idx_t r0, idx_t r1, float* MG_RESTRICT dW, idx_t ahead = 0) {
+                       idx_t k0, idx_t r0, idx_t r1, float* MG_RESTRICT dW, idx_t ahead = 0,
+                       const idx_t* index = nullptr, idx_t ld = 0) {
     mask q[NV];
     vf acc[KB][NV];
 #pragma GCC unroll 4
@@ -106,6 +117,7 @@ MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     const float* x = X + r0 * K + k0;
     const float* g = G + r0 * M + m0;
     for (idx_t r = r0; r < r1; ++r, x += K, g += M) {
+        if (index) x = X + index[r] * ld + k0;
         if (ahead) prefetch_l1<64>(x + ahead);
         vf gv[NV];
 #pragma GCC unroll 4
@@ -131,10 +143,10 @@ MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
 // tn_tile<KB> for a run-time KB in [1, B]: the last columns of X when kTnBlock does not divide K.
 template <int B, int NV, bool FULL>
 MG_INLINE void tn_tile_upto(int kb, const float* X, idx_t K, const float* G, idx_t M, idx_t m0, idx_t k0,
-                            idx_t r0, idx_t r1, float* dW) {
+                            idx_t r0, idx_t r1, float* dW, const idx_t* index, idx_t ld) {
     if constexpr (B >= 1) {
-        if (kb == B) tn_tile<B, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW);
-        else tn_tile_upto<B - 1, NV, FULL>(kb, X, K, G, M, m0, k0, r0, r1, dW);
+        if (kb == B) tn_tile<B, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW, 0, index, ld);
+        else tn_tile_upto<B - 1, NV, FULL>(kb, X, K, G, M, m0, k0, r0, r1, dW, index, ld);
     }
 }
 
@@ -142,10 +154,11 @@ MG_INLINE void tn_tile_upto(int kb, const float* X, idx_t K, const float* G, idx
 // [m0, m0 + NV vectors).
 template <int NV, bool FULL>
 MG_INLINE void tn_slice(const float* X, idx_t K, const float* G, idx_t M, idx_t m0, idx_t r0, idx_t r1,
-                        float* dW, idx_t ahead = 0) {
+                        float* dW, idx_t ahead, const idx_t* index, idx_t ld) {
     idx_t k0 = 0;
-    for (; k0 + kTnBlock <= K; k0 += kTnBlock) tn_tile<kTnBlock, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW, ahead);
-    if (k0 < K) tn_tile_upto<kTnBlock - 1, NV, FULL>(int(K - k0), X, K, G, M, m0, k0, r0, r1, dW);
+    for (; k0 + kTnBlock <= K; k0 += kTnBlock)
+        tn_tile<kTnBlock, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW, ahead, index, ld);
+    if (k0 < K) tn_tile_upto<kTnBlock - 1, NV, FULL>(int(K - k0), X, K, G, M, m0, k0, r0, r1, dW, index, ld);
 }
 
 #else
@@ -174,24 +187,27 @@ inline idx_t tn_chunk_rows(idx_t K) { return simd::kLanes == 16 && K >= 128 ? 64
 // -> 2.3-2.8 ms), hence the bound.
 inline bool tn_prefetches(idx_t K) { return K >= 96; }
 
-inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW, idx_t r0, idx_t r1) {
+// index: row r of X is X + index[r] * ld, K of its values read (rows gathered where they lie).
+inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW, idx_t r0, idx_t r1,
+                    const idx_t* index = nullptr, idx_t ld = 0) {
 #if MG_HAVE_SIMD
     const idx_t chunk = tn_chunk_rows(K);
     for (idx_t c0 = r0; c0 < r1; c0 += chunk) {
         const idx_t c1 = std::min(r1, c0 + chunk);
         // The first slice of columns fetches the next chunk (the others find this one in cache).
-        idx_t ahead = tn_prefetches(K) && c1 + chunk <= r1 ? chunk * K : 0;
+        idx_t ahead = !index && tn_prefetches(K) && c1 + chunk <= r1 ? chunk * K : 0;
         idx_t m0 = 0;
-        for (; m0 + kCols <= M; m0 += kCols) tn_slice<2, true>(X, K, G, M, m0, c0, c1, dW, std::exchange(ahead, 0));
+        for (; m0 + kCols <= M; m0 += kCols)
+            tn_slice<2, true>(X, K, G, M, m0, c0, c1, dW, std::exchange(ahead, 0), index, ld);
         // The last columns: one vector when they fit in one (class counts: 7, 40 = 32 + 8).
-        if (M - m0 > kLanes) tn_slice<2, false>(X, K, G, M, m0, c0, c1, dW, ahead);
-        else if (M - m0 == kLanes) tn_slice<1, true>(X, K, G, M, m0, c0, c1, dW, ahead);
-        else if (m0 < M) tn_slice<1, false>(X, K, G, M, m0, c0, c1, dW, ahead);
+        if (M - m0 > kLanes) tn_slice<2, false>(X, K, G, M, m0, c0, c1, dW, ahead, index, ld);
+        else if (M - m0 == kLanes) tn_slice<1, true>(X, K, G, M, m0, c0, c1, dW, ahead, index, ld);
+        else if (m0 < M) tn_slice<1, false>(X, K, G, M, m0, c0, c1, dW, ahead, index, ld);
     }
 #else
     for (idx_t r = r0; r < r1; ++r)
         for (idx_t k = 0; k < K; ++k) {
-            const float x = X[r * K + k];
+            const float x = index ? X[index[r] * ld + k] : X[r * K + k];
             const float* g = G + r * M;
             float* w = dW + k * M;
 #pragma omp simd
@@ -201,19 +217,26 @@ inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW,
 }
 
 // Rows [r0, r1) of Y = epi(X W): the epilogue runs on each block of rows right after it is written.
+// index: row r of X is X + index[r] * K (rows gathered where they lie), else X + r * K.
+template <bool INDEXED = false>
 inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, idx_t r0, idx_t r1,
-                    const Epilogue& epi) {
+                    const Epilogue& epi, const idx_t* index = nullptr) {
 #if MG_HAVE_SIMD
+    // The tile's rows: its first row (dense) or its index entries (gathered).
+    auto tile_x = [&](idx_t r) { return INDEXED ? X : X + r * K; };
+    auto tile_index = [&](idx_t r) { return INDEXED ? index + r : nullptr; };
     if (M <= kLanes) {  // one vector of columns: more rows per tile instead of a second, empty vector
         idx_t r = r0;
         for (; r + kNarrowRows <= r1; r += kNarrowRows) {
             const bool prefetch_next = r + 2 * kNarrowRows <= r1;
-            if (M == kLanes) nn_tile<kNarrowRows, true, 1>(X + r * K, K, W, M, 0, Y + r * M, prefetch_next);
-            else nn_tile<kNarrowRows, false, 1>(X + r * K, K, W, M, 0, Y + r * M, prefetch_next);
+            if (M == kLanes)
+                nn_tile<kNarrowRows, true, 1, INDEXED>(tile_x(r), K, W, M, 0, Y + r * M, prefetch_next, tile_index(r));
+            else
+                nn_tile<kNarrowRows, false, 1, INDEXED>(tile_x(r), K, W, M, 0, Y + r * M, prefetch_next, tile_index(r));
             apply_epilogue_rows(epi, Y, M, r, r + kNarrowRows);
         }
         for (; r < r1; ++r) {
-            nn_tile<1, false, 1>(X + r * K, K, W, M, 0, Y + r * M);
+            nn_tile<1, false, 1, INDEXED>(tile_x(r), K, W, M, 0, Y + r * M, false, tile_index(r));
             apply_epilogue_rows(epi, Y, M, r, r + 1);
         }
         return;
@@ -228,23 +251,26 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
         bool prefetch_next = r + 2 * kRows <= r1;
         idx_t m0 = 0;
         for (; m0 + kCols <= M; m0 += kCols)
-            nn_tile<kRows, true>(X + r * K, K, W, M, m0, Y + r * M, std::exchange(prefetch_next, false));
-        if (m0 < M) nn_tile<kRows, false>(X + r * K, K, W, M, m0, Y + r * M, prefetch_next);
+            nn_tile<kRows, true, 2, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, std::exchange(prefetch_next, false),
+                                            tile_index(r));
+        if (m0 < M)
+            nn_tile<kRows, false, 2, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, prefetch_next, tile_index(r));
         apply_epilogue_rows(epi, Y, M, r, r + kRows);
     }
     for (; r < r1; ++r) {
-        for (idx_t m0 = 0; m0 < M; m0 += kCols) nn_tile<1, false>(X + r * K, K, W, M, m0, Y + r * M);
+        for (idx_t m0 = 0; m0 < M; m0 += kCols)
+            nn_tile<1, false, 2, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, false, tile_index(r));
         apply_epilogue_rows(epi, Y, M, r, r + 1);
     }
 #else
     for (idx_t r = r0; r < r1; ++r) {
         float* y = Y + r * M;
+        const float* x = X + (INDEXED ? index[r] : r) * K;
         for (idx_t m = 0; m < M; ++m) y[m] = 0.f;
         for (idx_t k = 0; k < K; ++k) {
-            const float x = X[r * K + k];
             const float* w = W + k * M;
 #pragma omp simd
-            for (idx_t m = 0; m < M; ++m) y[m] += x * w[m];
+            for (idx_t m = 0; m < M; ++m) y[m] += x[k] * w[m];
         }
         apply_epilogue_rows(epi, Y, M, r, r + 1);
     }
