@@ -5,8 +5,10 @@
 // without the E x K copy of X a gather would write first.  The products are made per row of the
 // layout built once at load time (runtime/edge_rows.h: one row per distinct (node, type) pair,
 // compact, or per edge), type-major and node-ordered inside a type, so a tile of rows is one
-// sgemm with one W_t and its X reads go forward through memory; each product is copied to its
-// row's edges, and the edges' gradients are summed into rows first.
+// product with one W_t and its X reads go forward through memory (outputs of 64 or fewer read
+// the tile's node rows where they lie, gemm.h: tile_nn_gathered; wider ones gather them into a
+// buffer for BLAS); each product is copied to its row's edges, and the edges' gradients are
+// summed into rows first.
 //
 // Parallel over tiles of rows (forward, input gradient) or over (type, column block) of dW
 // (weight gradient): every output element has one writer, and every sum runs in a fixed order, so

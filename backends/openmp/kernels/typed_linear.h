@@ -10,7 +10,9 @@
 //     rows of a type are gathered into a contiguous buffer, multiplied with one sgemm, and the
 //     result is scattered back.  An optional input row list x_rows makes the gather read
 //     X[x_rows[r]] for output row r (Hector's gather list: e.g. the source node of edge r), so
-//     per-edge copies of node features are never materialised.
+//     per-edge copies of node features are never materialised.  A tile whose rows are
+//     consecutive (node types laid out one after another) is multiplied where it lies, with
+//     neither the gather nor the scatter.
 // Backward: dW[t] = X_tᵀ G_t and dX_t = G_t W[t]ᵀ.  A type without rows gets dW[t] = 0.
 //
 // Featureless input (X = identity, an "embedding lookup"): Y[r] = table[type[r]*P + src_row[r]]
