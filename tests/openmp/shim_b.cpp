@@ -174,6 +174,10 @@ void mgb_sgd_step(float* p, const float* g, float* buf, int64_t n, double lr, do
 }
 
 // ---- typed linear -----------------------------------------------------------------------
+void mgb_segment_row_sums(const int64_t* ptr, const int64_t* idx, int64_t segments, const float* src,
+                          int64_t width, float* out) {
+    mg::segment_row_sums(ptr, idx, segments, src, width, out);
+}
 int mgb_group_rows_by_type(const int64_t* type, int64_t R, int64_t T, int64_t* perm, int64_t* type_ptr) {
     return mg::group_rows_by_type(type, R, T, perm, type_ptr);
 }
