@@ -10,9 +10,10 @@
 # or runs out of time is reported and the next one still runs.  The exit status is the number of
 # failed steps.
 # Environment: DATA_DIR (default ../shared/datasets), JOBS (pytest workers, default: all cores),
+# TESTS_K (pytest -k expression: a subset of tests/cuda),
 # EPOCHS (benchmark epochs, default 20), BENCH (the "model:graph" runs, space-separated),
 # MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
-# PARITY (the "model:graph" parity checks),
+# PARITY (the "model:graph" parity checks), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
 # {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
 # for this GPU alone, half the ptxas time).
 set -uo pipefail
@@ -37,13 +38,25 @@ result() {   # result RC WHAT DETAIL: one summary line; a non-zero RC counts as 
 note "== $(date -u +%FT%TZ)  $(nvidia-smi -L 2>&1 | head -1)  $(nvcc --version 2>&1 | tail -1)"
 note "   $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; archs ${MORPHGEN_CUDA_ARCHS:-80,90}"
 
+# Builds EXAMPLE for DATA into the cache in the background (one epoch: what a build for that data
+# is, `train` makes; the epoch count is not part of the build), so that nvcc runs in parallel.
+prebuild() {
+    "$PY" -m morphgen train "examples/$1.mp" --backend cuda --dataset "$2" --data-dir "$DATA_DIR" --epochs 1 \
+        --quiet > "$OUT/prebuild-${1//\//_}-${2//[:\/=,]/_}.log" 2>&1 &
+}
+
 # Examples and the data each trains on in the sanitizer runs (small graphs: the tools are slow).
 declare -A DATA=([gcn]=cora [gcn3]=cora [sage]=cora [sage_layers]=cora [gin]=cora [gat]=cora [appnp]=cora
                  [sgc]=cora [rgcn]=aifb [rgcn_bases]=aifb [rgat]=acm_heco [hgt]=acm_heco [rgcn_link]=wn18rr)
 
+# The tests run from a copy of the folders they read, beside a link to the datasets: in the
+# checkout, Python would import its morphgen/ folder, which is not the installed package.
 run_tests() {
-    timeout "${TESTS_TIMEOUT:-420}" "$PY" -m pytest tests/cuda -n "$JOBS" -p no:cacheprovider -rfs \
-        > "$OUT/tests.log" 2>&1
+    local suite="$OUT/suite/repo"
+    mkdir -p "$suite" "$OUT/suite/shared" && cp -r tests examples backends runtime "$suite/" &&
+        ln -sfn "$DATA_DIR" "$OUT/suite/shared/datasets"
+    (cd "$suite" && timeout "${TESTS_TIMEOUT:-420}" "$PY" -m pytest tests/cuda ${TESTS_K:+-k "$TESTS_K"} -n "$JOBS" \
+        -p no:cacheprovider -rfs) > "$OUT/tests.log" 2>&1
     result $? "tests/cuda on the GPU" "$(tail -1 "$OUT/tests.log")"
 }
 
@@ -58,8 +71,7 @@ sanitize() {   # sanitize TOOL EXAMPLE: two epochs under compute-sanitizer --too
 run_sanitize() {
     if ! command -v compute-sanitizer > /dev/null; then result 1 "compute-sanitizer" "not on PATH"; return; fi
     local memcheck=${MEMCHECK:-$(printf '%s\n' "${!DATA[@]}" | sort)}
-    for name in $memcheck; do "$PY" -m morphgen compile "examples/$name.mp" --backend cuda \
-        --dataset "${DATA[$name]}" --data-dir "$DATA_DIR" -o "$OUT/build-$name" > /dev/null 2>&1 & done
+    for name in $memcheck; do prebuild "$name" "${DATA[$name]}"; done
     wait   # the nvcc builds in parallel, into the cache the runs below read
     for name in $memcheck; do sanitize memcheck "$name"; done
     for name in ${RACECHECK:-gat sage rgat rgcn_link}; do sanitize racecheck "$name"; done
@@ -74,11 +86,13 @@ declare -A GRAPH=([arxiv-like]=$(syn 169343 1166243 128 40) [flickr-like]=$(syn 
 BENCH=${BENCH:-"gcn3:arxiv-like gcn3:flickr-like gcn3:reddit-1/8 gcn3:products-1/8 sage:arxiv-like sage:reddit-1/8 gat:arxiv-like gcn3:cora rgcn:aifb rgcn:mutag hgt:acm_heco rgat:acm_heco"}
 
 run_bench() {
+    for run in $BENCH; do prebuild "${run%%:*}" "${GRAPH[${run#*:}]}"; done
+    wait
     for run in $BENCH; do
         local model=${run%%:*} graph=${run#*:} dir="$OUT/bench/${run//[:\/]/_}"
         timeout "${BENCH_TIMEOUT:-240}" "$PY" -m morphgen bench "examples/$model.mp" --backend cuda --peers pyg \
             --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" --epochs "$EPOCHS" --warmup 3 --quick-machine \
-            --out "$dir" > "$dir.log" 2>&1
+            ${BENCH_FLAGS:-} --out "$dir" > "$dir.log" 2>&1
         result $? "bench $model on $graph" "$(grep -m2 -E 'morphgen|pyg' "$dir.log" | tr -s ' ' | tr '\n' '|')"
     done
 }

@@ -166,6 +166,60 @@ struct TypeGroups {
     int64_t bytes() const { return perm_.bytes() + ptr_.bytes() + tile_type_.bytes() + tile_start_.bytes(); }
 };
 
+// ---- split rows: the segments of a CSR's long rows (aggregate.cuh, RowSplit) ----------------------
+// $MORPHGEN_CUDA_SPLIT_EDGES sets the longest row walked whole (default 256 edges; 0: never split).
+inline int64_t split_edges_setting() {
+    const char *env = std::getenv("MORPHGEN_CUDA_SPLIT_EDGES");
+    if (!env || !*env) return 256;
+    char *end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (*end || v < 0) throw Error(std::string("$MORPHGEN_CUDA_SPLIT_EDGES must be a number of edges >= 0, not '") +
+                                   env + "'");
+    return int64_t(v);
+}
+
+class RowSplitPlan {
+  public:
+    void build(const idx_t *indptr, int64_t rows, int64_t edges) {
+        std::vector<idx_t> seg_row, seg_first;
+        for (int64_t r = 0; edges > 0 && r < rows; ++r) {
+            const int64_t degree = indptr[r + 1] - indptr[r];
+            if (degree <= edges) continue;
+            const idx_t first = idx_t(seg_row.size());
+            for (int64_t k = 0; k < (degree + edges - 1) / edges; ++k) {
+                seg_row.push_back(r);
+                seg_first.push_back(first);
+            }
+        }
+        segments_ = int64_t(seg_row.size());
+        edges_ = segments_ ? edges : 0;
+        if (!segments_) return;
+        seg_row_.upload(seg_row, "uploading split rows");
+        seg_first_.upload(seg_first, "uploading split rows");
+        arrivals_.upload(std::vector<unsigned>(size_t(segments_) * cuda::kMaxWarpsPerRow, 0u), "uploading split rows");
+    }
+    // The split for rows of F features; the partial sums grow to the widest F asked for.
+    cuda::RowSplit view(int64_t F) {
+        cuda::RowSplit s;
+        if (!segments_) return s;
+        if (partial_.size() < segments_ * F) partial_.allocate(segments_ * F);
+        s.seg_row = seg_row_.data();
+        s.seg_first = seg_first_.data();
+        s.partial = partial_.data();
+        s.arrivals = arrivals_.data();
+        s.segments = segments_;
+        s.edges = edges_;
+        return s;
+    }
+    int64_t bytes() const { return seg_row_.bytes() + seg_first_.bytes() + arrivals_.bytes() + partial_.bytes(); }
+
+  private:
+    cuda::DeviceArray<idx_t> seg_row_, seg_first_;
+    cuda::DeviceArray<unsigned> arrivals_;
+    cuda::DeviceArray<float> partial_;
+    int64_t segments_ = 0, edges_ = 0;
+};
+
 // ---- graph: uploaded once; derived arrays built on the host, then uploaded --------------------------
 struct Graph {
     GraphView host;                     // the caller's arrays (host memory), valid while prepared
@@ -174,6 +228,7 @@ struct Graph {
     cuda::DeviceArray<idx_t> edge_dst, node_ids;   // built when the program asks (build_*)
     cuda::DeviceArray<float> gcn_scale_self, gcn_scale_plain;
     TypeGroups etypes, ntypes;
+    mutable RowSplitPlan by_dst_split, by_src_split;   // long rows of the CSR and of its transpose
 
     void build(const GraphView &g, const float *in_degree = nullptr) {
         host = g;
@@ -186,6 +241,9 @@ struct Graph {
         dev.t_eid = t_eid.upload(g.t_eid, e, "uploading the graph");
         dev.etype = etype_.upload(g.etype, e, "uploading the graph");
         dev.ntype = ntype_.upload(g.ntype, n, "uploading the graph");
+        const int64_t split = split_edges_setting();
+        by_dst_split.build(g.indptr, n, split);
+        by_src_split.build(g.t_indptr, n, split);
         std::vector<float> s(static_cast<size_t>(n));
         for (bool self : {true, false}) {
             for (int64_t v = 0; v < n; ++v) {
@@ -224,7 +282,7 @@ struct Graph {
     int64_t bytes() const {
         return indptr.bytes() + col.bytes() + t_indptr.bytes() + t_col.bytes() + t_eid.bytes() + etype_.bytes() +
                ntype_.bytes() + edge_dst.bytes() + node_ids.bytes() + gcn_scale_self.bytes() +
-               gcn_scale_plain.bytes() + etypes.bytes() + ntypes.bytes();
+               gcn_scale_plain.bytes() + etypes.bytes() + ntypes.bytes() + by_dst_split.bytes() + by_src_split.bytes();
     }
 };
 
@@ -447,6 +505,7 @@ inline cuda::AggArgs agg_args(const Graph &g, const AggSpec &s, idx_t F, bool tr
     a.transpose = transpose;
     a.rows = v.num_nodes;
     a.F = F;
+    if (s.reduce != Reduce::Max) a.split = (transpose ? g.by_src_split : g.by_dst_split).view(F);
     return a;
 }
 inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,

@@ -1323,6 +1323,10 @@ template <class T>
 inline T __ldg(const T *p) {
     return *p;
 }
+template <class T>
+inline T __ldcg(const T *p) {
+    return *p;
+}
 
 inline int __float_as_int(float x) {
     int i;

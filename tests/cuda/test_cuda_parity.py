@@ -59,6 +59,42 @@ def test_rows_of_many_edge_chunks_match_the_interpreter(name, width):
     _check(CASES[name](), graph, x, labels, mask, classes=4)
 
 
+@pytest.mark.parametrize("split_edges", ["1", "5", "64"])
+@pytest.mark.parametrize("name,width", [("gcn", 3), ("gcn_mean", 40), ("sage_mean", 300), ("gcn", 1100)])
+def test_split_rows_match_the_interpreter(monkeypatch, name, width, split_edges):
+    """Rows longer than $MORPHGEN_CUDA_SPLIT_EDGES edges are walked in segments whose partial
+    sums the last segment to finish adds up (aggregate.cuh, RowSplit), forward and transposed:
+    one-edge segments, rows of 2-14 segments, and only the longest rows split (64), per group
+    narrower than a warp (width 3), of two warps (40), of eight warps (300); rows wider than one
+    pass over their features (1100) stay whole."""
+    monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", split_edges)
+    graph = random_graph(n=80, e=3000, seed=width)
+    x, labels, mask = random_data(graph, width, classes=4)
+    _check(CASES[name](), graph, x, labels, mask, classes=4)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_split_rows_train_as_on_openmp_under_shuffled_schedules(tmp_path, monkeypatch, model):
+    """Two-edge segments finishing in shuffled orders (threads and blocks): the sums are still
+    left to the last segment of each row, and the arrival counts are ready for the next launch."""
+    from tests.cuda.conftest import gpu_present
+    if gpu_present():
+        pytest.skip("runs the SIMT emulation; on a GPU compute-sanitizer's racecheck does this")
+    reference_run = train(tmp_path, model, SYNTHETIC, epochs=2)
+    monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", "2")
+    monkeypatch.setenv("MORPHGEN_SIMT_SHUFFLE", "11")
+    assert_same_run(reference_run, train(tmp_path, model, SYNTHETIC, backend="cuda", epochs=2), 1e-4,
+                    f"{model} on cuda, split rows, shuffled schedules")
+
+
+def test_a_bad_split_length_is_refused(monkeypatch):
+    monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", "many")
+    graph = random_graph(n=12, e=30, seed=1)
+    x, labels, mask = random_data(graph, 3, classes=4)
+    with pytest.raises(Exception, match="MORPHGEN_CUDA_SPLIT_EDGES must be a number of edges"):
+        _check(CASES["gcn"](), graph, x, labels, mask, classes=4)
+
+
 @pytest.mark.parametrize("features", ["dense", "csr"])
 def test_dense_and_sparse_feature_paths_match_the_interpreter(features):
     graph = random_graph(n=12, e=30, seed=7)

@@ -19,6 +19,22 @@
 namespace mg {
 namespace cuda {
 
+// Rows longer than `edges` edges are cut into segments of `edges` edges, each walked by its own
+// group of threads: a row of a hub (25,088 in-edges in the 14M-edge reddit-1/8 graph, 8,782 in
+// products-1/8) walked by one warp finished long after the rest of the grid, so that one row set
+// the time of the whole aggregation.  Every segment writes its partial sums into its row of
+// `partial`; the last segment of a row to finish (counted in `arrivals`, which it resets for
+// the next launch) adds the partials in segment order, so the result does not depend on which
+// segment ran first, and applies the row's epilogue.  edges == 0: no row is split.
+struct RowSplit {
+    const int64_t *seg_row = nullptr;     // the row of each segment (segments of a row are consecutive)
+    const int64_t *seg_first = nullptr;   // the first segment of that row
+    float *partial = nullptr;             // [segments x F] partial sums
+    unsigned *arrivals = nullptr;         // [segments x kMaxWarpsPerRow]: finished segments, per warp of a group
+    int64_t segments = 0, edges = 0;
+};
+constexpr int kMaxWarpsPerRow = 8;        // 256 threads per row at most (threads_per_row)
+
 // Coefficients of one aggregation: c(u -> v) = w[e] * s[u], row factor s[v] (/ count for mean).
 struct AggArgs {
     const int64_t *indptr, *col, *eid;   // the CSR walked (eid: edge-weight index, nullptr = position)
@@ -26,6 +42,7 @@ struct AggArgs {
     const float *edge_weight, *node_scale;
     bool mean, self_loop, transpose;
     int64_t rows, F;
+    RowSplit split;
 };
 
 // Threads per row: the smallest power of two >= F between 8 and 256 threads (whole feature rows
@@ -53,33 +70,49 @@ __device__ inline float edge_coefficient(const AggArgs &a, int64_t e, int64_t u)
 // Lanes of a group narrower than a warp share their own slots; a group wider than a warp loads
 // the chunk once per warp.  Only __syncwarp orders the slots: rows of one block end at
 // different chunks.
+// Groups [0, split.segments) take one segment of a split row each, the groups after them one
+// whole row each (a split row's own group does nothing).
 template <int K>   // features per thread in registers
 __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *X, float *Y, Epilogue epi,
                                                           int tpr) {
     __shared__ int64_t chunk_u[kThreads];
     __shared__ float chunk_c[kThreads];
-    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const RowSplit &sp = a.split;
+    const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
+    const int64_t seg = group < sp.segments ? group : -1;
+    const int64_t row = seg >= 0 ? sp.seg_row[seg] : group - sp.segments;
     if (row >= a.rows) return;   // a whole group at once: tpr divides the block
+    int64_t start = a.indptr[row], end = a.indptr[row + 1];
+    const int64_t row_edges = end - start;
+    if (seg >= 0) {
+        start += (seg - sp.seg_first[seg]) * sp.edges;
+        end = end - start < sp.edges ? end : start + sp.edges;
+    } else if (sp.edges && row_edges > sp.edges) {
+        return;   // walked by its segments' groups
+    }
     const int width = tpr < 32 ? tpr : 32;                 // the lanes sharing one chunk
     const int first = int(threadIdx.x) - int(threadIdx.x) % width;
     const unsigned mask = width == 32 ? 0xffffffffu : ((1u << width) - 1u) << (first % 32);
-    const int64_t start = a.indptr[row], end = a.indptr[row + 1];
     const float s_row = a.node_scale ? a.node_scale[row] : 1.f;
     for (int64_t f0 = 0; f0 < a.F; f0 += int64_t(tpr) * K) {
         float acc[K];
 #pragma unroll
         for (int k = 0; k < K; ++k) acc[k] = 0.f;
+        // This lane's neighbour index is loaded one chunk ahead, so that the index stream's
+        // memory latency passes while the previous chunk's rows are gathered; its coefficient
+        // (node_scale[u] depends on u) is computed when the chunk is stored.
+        const int slot = int(threadIdx.x) - first;
+        int64_t u_ahead = start + slot < end ? a.col[start + slot] : 0;
         for (int64_t e0 = start; e0 < end; e0 += width) {
             const int n = int(end - e0 < width ? end - e0 : width);
-            const int slot = int(threadIdx.x) - first;
             if (slot < n) {
-                const int64_t u = a.col[e0 + slot];
-                chunk_u[threadIdx.x] = u;
-                chunk_c[threadIdx.x] = edge_coefficient(a, e0 + slot, u);
+                chunk_u[threadIdx.x] = u_ahead;
+                chunk_c[threadIdx.x] = edge_coefficient(a, e0 + slot, u_ahead);
             }
+            if (e0 + width + slot < end) u_ahead = a.col[e0 + width + slot];
             __syncwarp(mask);
-#pragma unroll 4
+#pragma unroll 8   // eight rows in flight per thread (58 registers on sm_90, 50% occupancy)
             for (int j = 0; j < n; ++j) {
                 const float c = chunk_c[first + j];
                 const float *xr = X + chunk_u[first + j] * a.F;
@@ -90,6 +123,34 @@ __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *
                 }
             }
             __syncwarp(mask);      // the chunk is read before the next one overwrites it
+        }
+        // A segment (the launch splits rows only when one pass covers F): its partial sums out;
+        // the warp (part) that finishes its row's segments last goes on with the row's sums.
+        if (seg >= 0) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const int64_t f = lane + int64_t(k) * tpr;
+                if (f < a.F) sp.partial[seg * a.F + f] = acc[k];
+            }
+            __threadfence();        // the partials are visible before the count says they are there
+            __syncwarp(mask);
+            const int leader = first % 32;
+            const int64_t first_seg = sp.seg_first[seg];
+            unsigned *count = sp.arrivals + first_seg * kMaxWarpsPerRow + lane / 32;
+            unsigned done = 0;
+            if (int(threadIdx.x % 32) == leader) done = atomicAdd(count, 1u) + 1u;
+            done = __shfl_sync(mask, done, leader, 32);
+            const int64_t segments = (row_edges + sp.edges - 1) / sp.edges;
+            if (int64_t(done) < segments) return;
+            __threadfence();
+            if (int(threadIdx.x % 32) == leader) *count = 0u;   // ready for the next launch
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const int64_t f = lane + int64_t(k) * tpr;
+                acc[k] = 0.f;
+                if (f < a.F)
+                    for (int64_t s = first_seg; s < first_seg + segments; ++s) acc[k] += __ldcg(sp.partial + s * a.F + f);
+            }
         }
         // Y = (sum + self_c * X[row]) * row_f: forward, row_f carries the mean's 1/count; the
         // transpose divides each neighbour's term by that neighbour's count, and the self term by
@@ -170,10 +231,12 @@ __global__ void __launch_bounds__(256) aggregate_max_grad_kernel(AggArgs a, cons
     }
 }
 
-inline void launch_aggregate(const char *name, const AggArgs &a, const float *X, float *Y, const Epilogue &epi) {
+inline void launch_aggregate(const char *name, AggArgs a, const float *X, float *Y, const Epilogue &epi) {
     const int tpr = threads_per_row(a.F);
-    const unsigned grid = blocks_for(a.rows, kThreads / tpr);
-    if (a.F <= tpr) launch(name, aggregate_kernel<1>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
+    const int K = a.F <= tpr ? 1 : 4;
+    if (a.F > int64_t(tpr) * K) a.split = RowSplit{};   // several passes over F: rows stay whole
+    const unsigned grid = blocks_for(a.split.segments + a.rows, kThreads / tpr);
+    if (K == 1) launch(name, aggregate_kernel<1>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
     else launch(name, aggregate_kernel<4>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
 }
 
