@@ -50,27 +50,41 @@ def test_models_match_the_interpreter(name, width):
     _check(CASES[name](), graph, x, labels, mask, classes=4)
 
 
-@pytest.mark.parametrize("name,width", [("gcn", 3), ("gcn_mean", 40), ("sage_mean", 300)])
-def test_rows_of_many_edge_chunks_match_the_interpreter(name, width):
+# Models whose aggregations run at a chosen width (the rewrites aggregate a layer's narrower
+# side, so the input width alone does not choose it): the input is aggregated at width 3 (groups
+# of 8 threads, narrower than a warp); hidden layers of 40 (two-warp groups), 300 (eight warps)
+# and 1100 (eight warps, several passes over the features), forward and transposed.
+AGGREGATION_WIDTHS = {
+    3: (lambda: models.gcn(dropout=0.0), 3),
+    40: (lambda: models.gcn(dropout=0.0, norm="mean", hidden=40, layers=3), 40),
+    300: (lambda: models.sage("mean", hidden=300, layers=3), 300),
+    1100: (lambda: models.gcn(dropout=0.0, hidden=1100, layers=3), 1100),
+}
+
+
+@pytest.mark.parametrize("width", [3, 40, 300])
+def test_rows_of_many_edge_chunks_match_the_interpreter(width):
     """Rows of 38 edges on average: the aggregation walks them in chunks of up to 32 edges, per
     group narrower than a warp (width 3), per warp of a two-warp row (40) and of an eight-warp row."""
+    make, features = AGGREGATION_WIDTHS[width]
     graph = random_graph(n=80, e=3000, seed=width)
-    x, labels, mask = random_data(graph, width, classes=4)
-    _check(CASES[name](), graph, x, labels, mask, classes=4)
+    x, labels, mask = random_data(graph, features, classes=4)
+    _check(make(), graph, x, labels, mask, classes=4)
 
 
 @pytest.mark.parametrize("split_edges", ["1", "5", "64"])
-@pytest.mark.parametrize("name,width", [("gcn", 3), ("gcn_mean", 40), ("sage_mean", 300), ("gcn", 1100)])
-def test_split_rows_match_the_interpreter(monkeypatch, name, width, split_edges):
+@pytest.mark.parametrize("width", [3, 40, 300, 1100])
+def test_split_rows_match_the_interpreter(monkeypatch, width, split_edges):
     """Rows longer than $MORPHGEN_CUDA_SPLIT_EDGES edges are walked in segments whose partial
     sums the last segment to finish adds up (aggregate.cuh, RowSplit), forward and transposed:
-    one-edge segments, rows of 2-14 segments, and only the longest rows split (64), per group
-    narrower than a warp (width 3), of two warps (40), of eight warps (300); rows wider than one
-    pass over their features (1100) stay whole."""
+    one-edge segments, rows of 2-14 segments, and only the longest rows split (64), for groups
+    of 8 threads, two warps and eight warps; rows wider than one pass over their features (1100)
+    stay whole."""
     monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", split_edges)
+    make, features = AGGREGATION_WIDTHS[width]
     graph = random_graph(n=80, e=3000, seed=width)
-    x, labels, mask = random_data(graph, width, classes=4)
-    _check(CASES[name](), graph, x, labels, mask, classes=4)
+    x, labels, mask = random_data(graph, features, classes=4)
+    _check(make(), graph, x, labels, mask, classes=4)
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage"])
