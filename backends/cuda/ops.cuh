@@ -607,13 +607,14 @@ inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t
 // x_at_src: over the in-edges of each destination (x read at sources); else the transpose.
 inline void weighted_gather_scatter(const Graph &g, bool x_at_src, const float *X, const float *w, idx_t H, idx_t D,
                                     float *out) {
-    const GraphView &v = g.dev;
-    const int tpr = cuda::threads_per_row(H * D);
-    cuda::launch(x_at_src ? "attention-weighted sum to destinations (weighted_segment_sum_kernel)"
-                          : "attention-weighted sum to sources (weighted_segment_sum_kernel)",
-                 cuda::weighted_segment_sum_kernel, dim3(cuda::blocks_for(v.num_nodes, cuda::kThreads / tpr)),
-                 dim3(cuda::kThreads), X, w, x_at_src ? v.indptr : v.t_indptr, x_at_src ? v.col : v.t_col,
-                 x_at_src ? nullptr : v.t_eid, v.num_nodes, H, D, out, tpr);
+    // The aggregation kernel with per-head edge weights: the same chunked walk and split rows.
+    cuda::AggArgs a = agg_args(g, AggSpec{}, H * D, !x_at_src);
+    a.head_weight = w;
+    a.heads = H;
+    a.head_dim = D;
+    cuda::launch_aggregate(x_at_src ? "attention-weighted sum to destinations (aggregate_kernel, head weights)"
+                                    : "attention-weighted sum to sources (aggregate_kernel, head weights)",
+                           a, X, out, Epilogue{});
 }
 // Per-head dot of two node values read at an end of every edge (src when *_src).
 inline void edge_dot(const Graph &g, const float *A, bool a_src, const float *B, bool b_src, idx_t H, idx_t D,

@@ -87,6 +87,17 @@ def test_split_rows_match_the_interpreter(monkeypatch, width, split_edges):
     _check(make(), graph, x, labels, mask, classes=4)
 
 
+@pytest.mark.parametrize("split_edges", ["0", "1", "5"])
+@pytest.mark.parametrize("name", ["gat_heads", "gat_heads_dropped"])
+def test_attention_weighted_sums_of_split_rows_match_the_interpreter(monkeypatch, name, split_edges):
+    """GAT's messages and their transpose: the aggregation kernel with a weight per edge and head,
+    rows whole (0) and split."""
+    monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", split_edges)
+    graph = random_graph(n=80, e=3000, seed=5)
+    x, labels, mask = random_data(graph, 5, classes=4)
+    _check(CASES[name](), graph, x, labels, mask, classes=4)
+
+
 @pytest.mark.parametrize("model", ["gcn", "sage"])
 def test_split_rows_train_as_on_openmp_under_shuffled_schedules(tmp_path, monkeypatch, model):
     """Two-edge segments finishing in shuffled orders (threads and blocks): the sums are still

@@ -43,6 +43,10 @@ struct AggArgs {
     bool mean, self_loop, transpose;
     int64_t rows, F;
     RowSplit split;
+    // Per-head edge weights instead of one coefficient per edge (GAT's attention-weighted sum):
+    // feature f of the edge at CSR position k is weighted by head_weight[eid(k) * heads + f / head_dim].
+    const float *head_weight = nullptr;
+    int64_t heads = 1, head_dim = 1;
 };
 
 // Threads per row: the smallest power of two >= F between 8 and 256 threads (whole feature rows
@@ -72,11 +76,14 @@ __device__ inline float edge_coefficient(const AggArgs &a, int64_t e, int64_t u)
 // different chunks.
 // Groups [0, split.segments) take one segment of a split row each, the groups after them one
 // whole row each (a split row's own group does nothing).
-template <int K>   // features per thread in registers
+// HEADS: each edge's weight per head (AggArgs::head_weight): the chunk holds the edges' weight
+// rows, and each lane reads its own head's weight.
+template <int K, bool HEADS>   // K: features per thread in registers
 __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *X, float *Y, Epilogue epi,
                                                           int tpr) {
     __shared__ int64_t chunk_u[kThreads];
     __shared__ float chunk_c[kThreads];
+    __shared__ int64_t chunk_w[HEADS ? kThreads : 1];
     const RowSplit &sp = a.split;
     const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
@@ -97,8 +104,12 @@ __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *
     const float s_row = a.node_scale ? a.node_scale[row] : 1.f;
     for (int64_t f0 = 0; f0 < a.F; f0 += int64_t(tpr) * K) {
         float acc[K];
+        int64_t head[K];   // the head of each of this thread's features (HEADS)
 #pragma unroll
-        for (int k = 0; k < K; ++k) acc[k] = 0.f;
+        for (int k = 0; k < K; ++k) {
+            acc[k] = 0.f;
+            head[k] = HEADS && a.head_dim > 0 ? (f0 + lane + int64_t(k) * tpr) / a.head_dim : 0;
+        }
         // This lane's neighbour index is loaded one chunk ahead, so that the index stream's
         // memory latency passes while the previous chunk's rows are gathered; its coefficient
         // (node_scale[u] depends on u) is computed when the chunk is stored.
@@ -108,18 +119,20 @@ __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *
             const int n = int(end - e0 < width ? end - e0 : width);
             if (slot < n) {
                 chunk_u[threadIdx.x] = u_ahead;
-                chunk_c[threadIdx.x] = edge_coefficient(a, e0 + slot, u_ahead);
+                if (HEADS) chunk_w[threadIdx.x] = (a.eid ? a.eid[e0 + slot] : e0 + slot) * a.heads;
+                else chunk_c[threadIdx.x] = edge_coefficient(a, e0 + slot, u_ahead);
             }
             if (e0 + width + slot < end) u_ahead = a.col[e0 + width + slot];
             __syncwarp(mask);
-#pragma unroll 8   // eight rows in flight per thread (58 registers on sm_90, 50% occupancy)
+#pragma unroll 8   // eight rows in flight per thread
             for (int j = 0; j < n; ++j) {
-                const float c = chunk_c[first + j];
+                const float c = HEADS ? 0.f : chunk_c[first + j];
+                const float *wr = HEADS ? a.head_weight + chunk_w[first + j] : nullptr;
                 const float *xr = X + chunk_u[first + j] * a.F;
 #pragma unroll
                 for (int k = 0; k < K; ++k) {
                     const int64_t f = f0 + lane + int64_t(k) * tpr;
-                    if (f < a.F) acc[k] += c * __ldg(xr + f);
+                    if (f < a.F) acc[k] += (HEADS ? __ldg(wr + head[k]) : c) * __ldg(xr + f);
                 }
             }
             __syncwarp(mask);      // the chunk is read before the next one overwrites it
@@ -236,8 +249,11 @@ inline void launch_aggregate(const char *name, AggArgs a, const float *X, float 
     const int K = a.F <= tpr ? 1 : 4;
     if (a.F > int64_t(tpr) * K) a.split = RowSplit{};   // several passes over F: rows stay whole
     const unsigned grid = blocks_for(a.split.segments + a.rows, kThreads / tpr);
-    if (K == 1) launch(name, aggregate_kernel<1>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
-    else launch(name, aggregate_kernel<4>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
+    const bool heads = a.head_weight != nullptr;
+    if (K == 1 && !heads) launch(name, aggregate_kernel<1, false>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
+    else if (!heads) launch(name, aggregate_kernel<4, false>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
+    else if (K == 1) launch(name, aggregate_kernel<1, true>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
+    else launch(name, aggregate_kernel<4, true>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
 }
 
 }  // namespace cuda

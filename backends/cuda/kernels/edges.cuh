@@ -89,28 +89,9 @@ struct ScatterSrcGradOp {
 };
 
 // The in-place traversals (GAT's messages and attention gradient without an E x F gathered copy):
+// the attention-weighted sum of x at each edge's other end is the aggregation kernel with
+// per-head edge weights (aggregate.cuh, AggArgs::head_weight); the per-edge dot is here.
 //
-// out[v, f] = sum over v's segment of w[e(k), f / D] * x[other[k], f]: the attention-weighted
-// sum, reading x at each edge's other end.  A group of tpr threads per output row strides its F
-// features and accumulates in registers; one write per element, no atomics.
-__global__ void __launch_bounds__(256) weighted_segment_sum_kernel(const float *x, const float *w,
-                                                                     const int64_t *indptr, const int64_t *other,
-                                                                     const int64_t *eid, int64_t rows, int64_t H,
-                                                                     int64_t D, float *out, int tpr) {
-    const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
-    const int lane = threadIdx.x % tpr;
-    if (v >= rows) return;
-    const int64_t F = H * D, b = indptr[v], end = indptr[v + 1];
-    for (int64_t f = lane; f < F; f += tpr) {
-        const int64_t h = f / D;
-        float acc = 0.f;
-        // unrolled: the loads of several edges in flight, not one edge's two dependent reads at a time
-#pragma unroll 4
-        for (int64_t k = b; k < end; ++k) acc += w[(eid ? eid[k] : k) * H + h] * x[other[k] * F + f];
-        out[v * F + f] = acc;
-    }
-}
-
 // out[e, h] = sum_d a[a-end of e, h*D + d] * b[b-end of e, h*D + d], edges in destination CSR
 // order (the destination of position e is the segment's row v, the source col[e]).  A group of
 // tpr threads per destination takes the segment's (edge, head) pairs in turn.
