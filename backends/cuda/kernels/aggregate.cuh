@@ -7,6 +7,8 @@
 // t_eid): each source row gathers from its out-neighbours, again without atomics.  Max keeps
 // its argmax (the neighbour's node id, the node itself for the self term, -1 for none) and its
 // backward walks the by-source CSR too.  Semantics match backends/openmp/kernels/spmm.h.
+// With a weight per edge and head (AggArgs::head_weight) the same kernel is GAT's
+// attention-weighted sum of messages, forward and transposed.
 #ifndef MORPHGEN_CUDA_AGGREGATE_CUH
 #define MORPHGEN_CUDA_AGGREGATE_CUH
 
