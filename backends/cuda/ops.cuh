@@ -225,7 +225,8 @@ struct Graph {
     GraphView host;                     // the caller's arrays (host memory), valid while prepared
     GraphView dev;                      // the same graph in device memory
     cuda::DeviceArray<idx_t> indptr, col, t_indptr, t_col, t_eid, etype_, ntype_;
-    cuda::DeviceArray<idx_t> edge_dst, node_ids;   // built when the program asks (build_*)
+    mutable cuda::DeviceArray<idx_t> edge_dst;     // built when the program asks (build_*) or on first use
+    cuda::DeviceArray<idx_t> node_ids;             // built when the program asks
     cuda::DeviceArray<float> gcn_scale_self, gcn_scale_plain;
     TypeGroups etypes, ntypes;
     mutable RowSplitPlan by_dst_split, by_src_split;   // long rows of the CSR and of its transpose
@@ -253,11 +254,16 @@ struct Graph {
             (self ? gcn_scale_self : gcn_scale_plain).upload(s, "uploading the GCN scales");
         }
     }
-    void build_edge_dst() {
+    void build_edge_dst() const {
         std::vector<idx_t> dst(static_cast<size_t>(host.num_edges));
         for (idx_t v = 0; v < host.num_nodes; ++v)
             for (idx_t e = host.indptr[v]; e < host.indptr[v + 1]; ++e) dst[size_t(e)] = v;
         edge_dst.upload(dst, "uploading edge destinations");
+    }
+    // The destination of each CSR position (edge_dst), built on first use.
+    const idx_t *edge_destinations() const {
+        if (!edge_dst.data() && host.num_edges > 0) build_edge_dst();
+        return edge_dst.data();
     }
     void build_node_ids() {
         std::vector<idx_t> ids(static_cast<size_t>(host.num_nodes));
@@ -619,11 +625,8 @@ inline void weighted_gather_scatter(const Graph &g, bool x_at_src, const float *
 // Per-head dot of two node values read at an end of every edge (src when *_src).
 inline void edge_dot(const Graph &g, const float *A, bool a_src, const float *B, bool b_src, idx_t H, idx_t D,
                      float *out) {
-    const GraphView &v = g.dev;
-    const int tpr = cuda::threads_per_row(H);
-    cuda::launch("per-edge head dot (edge_dot_kernel)", cuda::edge_dot_kernel,
-                 dim3(cuda::blocks_for(v.num_nodes, cuda::kThreads / tpr)), dim3(cuda::kThreads), A, a_src, B, b_src,
-                 v.indptr, v.col, v.num_nodes, H, D, out, tpr);
+    const idx_t *dst = a_src && b_src ? nullptr : g.edge_destinations();
+    cuda::map("per-edge head dot (EdgeDotOp)", g.dev.num_edges * H, cuda::EdgeDotOp{A, a_src, B, b_src, g.dev.col, dst, H, D, out});
 }
 inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, const idx_t *argmax, float *gm) {
     if (to_dst)

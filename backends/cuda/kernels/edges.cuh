@@ -90,27 +90,29 @@ struct ScatterSrcGradOp {
 
 // The in-place traversals (GAT's messages and attention gradient without an E x F gathered copy):
 // the attention-weighted sum of x at each edge's other end is the aggregation kernel with
-// per-head edge weights (aggregate.cuh, AggArgs::head_weight); the per-edge dot is here.
+// per-head edge weights (aggregate.cuh, AggArgs::head_weight); the per-edge dot is EdgeDotOp.
 //
 // out[e, h] = sum_d a[a-end of e, h*D + d] * b[b-end of e, h*D + d], edges in destination CSR
-// order (the destination of position e is the segment's row v, the source col[e]).  A group of
-// tpr threads per destination takes the segment's (edge, head) pairs in turn.
-__global__ void __launch_bounds__(256) edge_dot_kernel(const float *a, bool a_src, const float *b, bool b_src,
-                                                         const int64_t *indptr, const int64_t *col, int64_t rows,
-                                                         int64_t H, int64_t D, float *out, int tpr) {
-    const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
-    const int lane = threadIdx.x % tpr;
-    if (v >= rows) return;
-    const int64_t F = H * D, first = indptr[v], pairs = (indptr[v + 1] - first) * H;
-    for (int64_t p = lane; p < pairs; p += tpr) {
-        const int64_t e = first + p / H, h = p % H;
-        const float *ra = a + (a_src ? col[e] : v) * F + h * D;
-        const float *rb = b + (b_src ? col[e] : v) * F + h * D;
+// order (the source of position e is col[e], its destination dst[e]).  Edge-parallel, one
+// thread per (edge, head): a group of threads per destination row left a hub's thousands of
+// (edge, head) pairs to its 8 threads, one dependent row read after another.
+struct EdgeDotOp {
+    const float *a;
+    bool a_src;
+    const float *b;
+    bool b_src;
+    const int64_t *col, *dst;
+    int64_t H, D;
+    float *out;
+    __device__ void operator()(int64_t k) const {
+        const int64_t e = k / H, h = k % H, F = H * D, u = col[e];
+        const float *ra = a + (a_src ? u : dst[e]) * F + h * D;
+        const float *rb = b + (b_src ? u : dst[e]) * F + h * D;
         float acc = 0.f;
         for (int64_t d = 0; d < D; ++d) acc += ra[d] * rb[d];
-        out[e * H + h] = acc;
+        out[k] = acc;
     }
-}
+};
 
 // Softmax over the segment [first, end) of score(e) for one (destination, head) pair, by one
 // warp: three passes (max, sum of exponentials, normalise) with shuffles; the scores are written
