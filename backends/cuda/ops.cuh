@@ -548,8 +548,8 @@ inline const float *aggregate_features_once(const Graph &g, const AggSpec &s, co
     if (s.reduce == Reduce::Max) {
         aggregate(g, s, x.dense, x.cols, own.data, nullptr);
     } else {
-        // Once, so its time matters less than the partial sums a split would keep for the
-        // features' width (602 floats per segment on Reddit-shaped graphs: 134 MB).
+        // Once, so its time matters less than the partial sums a split would keep at the
+        // features' width (602 floats a segment on reddit-1/8: 179 MiB more device memory).
         cuda::launch_aggregate("aggregate (aggregate_kernel)", agg_args(g, s, x.cols, false, false), x.dense,
                                own.data, Epilogue{});
     }
@@ -626,7 +626,8 @@ inline void weighted_gather_scatter(const Graph &g, bool x_at_src, const float *
 inline void edge_dot(const Graph &g, const float *A, bool a_src, const float *B, bool b_src, idx_t H, idx_t D,
                      float *out) {
     const idx_t *dst = a_src && b_src ? nullptr : g.edge_destinations();
-    cuda::map("per-edge head dot (EdgeDotOp)", g.dev.num_edges * H, cuda::EdgeDotOp{A, a_src, B, b_src, g.dev.col, dst, H, D, out});
+    cuda::map("per-edge head dot (EdgeDotOp)", g.dev.num_edges * H,
+              cuda::EdgeDotOp{A, a_src, B, b_src, g.dev.col, dst, H, D, out});
 }
 inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, const idx_t *argmax, float *gm) {
     if (to_dst)

@@ -1,6 +1,8 @@
 """`morphgen compile --backend cuda --emit report`: ptxas' registers, spills and shared memory per
 kernel, read from the nvcc build log (backends/cuda/report.py)."""
 
+import re
+
 import pytest
 
 from morphgen.backends.cuda import report
@@ -88,8 +90,9 @@ def test_report_on_gcn(tmp_path):
     # conftest sets MORPHGEN_CUDA_EMULATION=1 without a GPU: the report still builds with nvcc
     proc = run_cli("compile", example("gcn"), "--backend", "cuda", "--emit", "report", "-o", tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [line.split() for line in proc.stdout.splitlines()]
-    aggregation = {r[1]: int(r[2]) for r in rows if r and r[0].startswith("aggregate_kernel<")}
+    # a row: kernel name (template arguments may hold spaces), architecture, registers, ...
+    rows = [re.match(r"(\S.*?)\s+(sm_\d+)\s+(\d+)\s", line) for line in proc.stdout.splitlines()]
+    aggregation = {r[2]: int(r[3]) for r in rows if r and r[1].startswith("aggregate_kernel<")}
     from morphgen.backends.cuda.toolchain import architectures
     assert set(aggregation) == {f"sm_{a}" for a in architectures()} and min(aggregation.values()) > 0, proc.stdout
     assert proc.stdout.splitlines()[-1].endswith("no register spills"), proc.stdout

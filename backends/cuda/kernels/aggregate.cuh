@@ -81,7 +81,7 @@ __device__ inline float edge_coefficient(const AggArgs &a, int64_t e, int64_t u)
 // HEADS: each edge's weight per head (AggArgs::head_weight): the chunk holds the edges' weight
 // rows, and each lane reads its own head's weight.
 template <int K, bool HEADS>   // K: features per thread in registers
-__global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *X, float *Y, Epilogue epi,
+__global__ void __launch_bounds__(256, K == 1 ? 4 : 2) aggregate_kernel(AggArgs a, const float *X, float *Y, Epilogue epi,
                                                           int tpr) {
     __shared__ int64_t chunk_u[kThreads];
     __shared__ float chunk_c[kThreads];
@@ -106,11 +106,11 @@ __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *
     const float s_row = a.node_scale ? a.node_scale[row] : 1.f;
     for (int64_t f0 = 0; f0 < a.F; f0 += int64_t(tpr) * K) {
         float acc[K];
-        int64_t head[K];   // the head of each of this thread's features (HEADS)
+        int64_t head[HEADS ? K : 1] = {};   // the head of each of this thread's features (HEADS)
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             acc[k] = 0.f;
-            head[k] = HEADS && a.head_dim > 0 ? (f0 + lane + int64_t(k) * tpr) / a.head_dim : 0;
+            if (HEADS && a.head_dim > 0) head[HEADS ? k : 0] = (f0 + lane + int64_t(k) * tpr) / a.head_dim;
         }
         // This lane's neighbour index is loaded one chunk ahead, so that the index stream's
         // memory latency passes while the previous chunk's rows are gathered; its coefficient
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *
             }
             if (e0 + width + slot < end) u_ahead = a.col[e0 + width + slot];
             __syncwarp(mask);
-#pragma unroll 8   // eight rows in flight per thread
+#pragma unroll (K == 1 ? 8 : 4)   // rows in flight per thread: 8, or 4 of four features each
             for (int j = 0; j < n; ++j) {
                 const float c = HEADS ? 0.f : chunk_c[first + j];
                 const float *wr = HEADS ? a.head_weight + chunk_w[first + j] : nullptr;
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *
 #pragma unroll
                 for (int k = 0; k < K; ++k) {
                     const int64_t f = f0 + lane + int64_t(k) * tpr;
-                    if (f < a.F) acc[k] += (HEADS ? __ldg(wr + head[k]) : c) * __ldg(xr + f);
+                    if (f < a.F) acc[k] += (HEADS ? __ldg(wr + head[HEADS ? k : 0]) : c) * __ldg(xr + f);
                 }
             }
             __syncwarp(mask);      // the chunk is read before the next one overwrites it
@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(256) aggregate_kernel(AggArgs a, const float *
                 const int64_t f = lane + int64_t(k) * tpr;
                 acc[k] = 0.f;
                 if (f < a.F)
-                    for (int64_t s = first_seg; s < first_seg + segments; ++s) acc[k] += __ldcg(sp.partial + s * a.F + f);
+                    for (int64_t s = first_seg; s < first_seg + segments; ++s)
+                        acc[k] += __ldcg(sp.partial + s * a.F + f);
             }
         }
         // Y = (sum + self_c * X[row]) * row_f: forward, row_f carries the mean's 1/count; the
