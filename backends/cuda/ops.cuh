@@ -516,8 +516,8 @@ inline cuda::AggArgs agg_args(const Graph &g, const AggSpec &s, idx_t F, bool tr
     return a;
 }
 inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,
-                      const Epilogue &epi = Epilogue{}) {
-    const cuda::AggArgs a = agg_args(g, s, F, false);
+                      const Epilogue &epi = Epilogue{}, bool split_rows = true) {
+    const cuda::AggArgs a = agg_args(g, s, F, false, split_rows);
     if (s.reduce == Reduce::Max) {
         const int tpr = cuda::threads_per_row(F);
         cuda::launch("aggregate max (aggregate_max_kernel)", cuda::aggregate_max_kernel,
@@ -545,14 +545,9 @@ inline const float *aggregate_features_once(const Graph &g, const AggSpec &s, co
                                             Buffer &own, int64_t &accounted) {
     if (x.kind != FeatureKind::Dense) throw Error("an aggregation of the input features needs dense features");
     own.allocate(g.dev.num_nodes * x.cols, accounted);
-    if (s.reduce == Reduce::Max) {
-        aggregate(g, s, x.dense, x.cols, own.data, nullptr);
-    } else {
-        // Once, so its time matters less than the partial sums a split would keep at the
-        // features' width (602 floats a segment on reddit-1/8: 179 MiB more device memory).
-        cuda::launch_aggregate("aggregate (aggregate_kernel)", agg_args(g, s, x.cols, false, false), x.dense,
-                               own.data, Epilogue{});
-    }
+    // Rows whole: once, so its time matters less than the partial sums a split would keep at the
+    // features' width (602 floats a segment on reddit-1/8: 179 MiB more device memory).
+    aggregate(g, s, x.dense, x.cols, own.data, nullptr, Epilogue{}, false);
     return own.data;
 }
 

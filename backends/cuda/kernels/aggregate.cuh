@@ -106,11 +106,11 @@ __global__ void __launch_bounds__(256, K == 1 ? 4 : 2) aggregate_kernel(AggArgs 
     const float s_row = a.node_scale ? a.node_scale[row] : 1.f;
     for (int64_t f0 = 0; f0 < a.F; f0 += int64_t(tpr) * K) {
         float acc[K];
-        int64_t head[HEADS ? K : 1] = {};   // the head of each of this thread's features (HEADS)
+        int64_t head[K];   // the head of each of this thread's features (HEADS)
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             acc[k] = 0.f;
-            if (HEADS && a.head_dim > 0) head[HEADS ? k : 0] = (f0 + lane + int64_t(k) * tpr) / a.head_dim;
+            head[k] = HEADS && a.head_dim > 0 ? (f0 + lane + int64_t(k) * tpr) / a.head_dim : 0;
         }
         // This lane's neighbour index is loaded one chunk ahead, so that the index stream's
         // memory latency passes while the previous chunk's rows are gathered; its coefficient
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(256, K == 1 ? 4 : 2) aggregate_kernel(AggArgs 
 #pragma unroll
                 for (int k = 0; k < K; ++k) {
                     const int64_t f = f0 + lane + int64_t(k) * tpr;
-                    if (f < a.F) acc[k] += (HEADS ? __ldg(wr + head[HEADS ? k : 0]) : c) * __ldg(xr + f);
+                    if (f < a.F) acc[k] += (HEADS ? __ldg(wr + head[k]) : c) * __ldg(xr + f);
                 }
             }
             __syncwarp(mask);      // the chunk is read before the next one overwrites it
@@ -251,12 +251,10 @@ inline void launch_aggregate(const char *name, AggArgs a, const float *X, float 
     const int tpr = threads_per_row(a.F);
     const int K = a.F <= tpr ? 1 : 4;
     if (a.F > int64_t(tpr) * K) a.split = RowSplit{};   // several passes over F: rows stay whole
-    const unsigned grid = blocks_for(a.split.segments + a.rows, kThreads / tpr);
-    const bool heads = a.head_weight != nullptr;
-    if (K == 1 && !heads) launch(name, aggregate_kernel<1, false>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
-    else if (!heads) launch(name, aggregate_kernel<4, false>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
-    else if (K == 1) launch(name, aggregate_kernel<1, true>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
-    else launch(name, aggregate_kernel<4, true>, dim3(grid), dim3(kThreads), a, X, Y, epi, tpr);
+    const dim3 grid(blocks_for(a.split.segments + a.rows, kThreads / tpr));
+    auto run = [&](auto kernel) { launch(name, kernel, grid, dim3(kThreads), a, X, Y, epi, tpr); };
+    if (a.head_weight) K == 1 ? run(aggregate_kernel<1, true>) : run(aggregate_kernel<4, true>);
+    else K == 1 ? run(aggregate_kernel<1, false>) : run(aggregate_kernel<4, false>);
 }
 
 }  // namespace cuda
