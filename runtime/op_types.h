@@ -25,6 +25,10 @@ struct Epilogue {
     const float *bias = nullptr;  // [F] or nullptr
     Act act = Act::None;
     float alpha = 0.01f;
+    // [rows, F] laid out as the output, added before the bias, or nullptr: the other operand of
+    // an add whose one input this kernel computes (SAGE's sum of its two products).  Only the
+    // CPU kernels read it; the CUDA backend never plans one.
+    const float *residual = nullptr;
 };
 
 // Broadcast shape of a binary op's operand relative to its [rows, cols] result: Full

@@ -46,6 +46,8 @@ class CUDAEmitter(OpenMPEmitter):
     device_memory = True
     source_name = "model.cu"
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
+    residual_epilogues = False       # the add stays one kernel with its tail: cuBLAS's product would need
+                                     # a pass of its own to add the residual, as the add does
 
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""

@@ -89,6 +89,7 @@ class OpenMPEmitter:
     fuses_batch_norm_affine = True   # batch norm with its affine part and activation: one forward kernel
     spmm_tile_by_width = True        # aggregations of rows wider than 32 use 64-float tiles (spmm_tile)
     fuses_edge_attention = True      # GAT's scores and edge softmax, and their backward: one walk each
+    residual_epilogues = True        # a product or aggregation adds the other operand of its one add
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -133,6 +134,7 @@ class OpenMPEmitter:
         self.batch_norm_affine: dict = {}  # id(batch_standardize) -> (the mul by gamma it runs, gamma)
         self.unwritten: set = set()      # ids of values every reader recomputes: never stored
         self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
+        self.residuals: dict = {}        # id(op) -> the value its kernel adds before its epilogue
 
     # -- shapes ------------------------------------------------------------------------------
     def dim(self, d) -> str:
@@ -315,10 +317,11 @@ class OpenMPEmitter:
         self.plan_edge_typed_row_sums()
         self.plan_batch_norm_grads()
         self.plan_batch_norm_affine()
+        self.plan_residual_adds()
         self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
-        unrun = [op for op in p.forward if id(op) in self.epilogues and id(op) not in self.epilogues_run]
+        unrun = [op for op in p.forward + p.backward if id(op) in self.epilogues and id(op) not in self.epilogues_run]
         if unrun:       # a fused tail that its head's kernel never ran would silently vanish
             raise InternalError(f"the OpenMP backend planned a bias/activation epilogue for "
                                 f"'{unrun[0].opcode}' (%{unrun[0].output.id}) that its kernel does not run")
@@ -792,6 +795,64 @@ class OpenMPEmitter:
             self.fused_into[id(op)] = reader
             self.extra_reads += [(x.id, reader), (s.id, reader)]
 
+    def plan_residual_adds(self) -> None:
+        """An add of two node values, one computed by a dense product or an aggregation that only
+        this add reads, runs inside that op's kernel: the kernel adds the other operand (the
+        residual, computed earlier) to each row it has just written, then the add's own fused bias
+        and activation, if any.  SAGE's sum of its two products, forward and backward, takes no
+        pass of its own (three fewer reads and writes of a [nodes, hidden] array per layer).
+        Planned last, so the add keeps any other kernel that claimed it (a head product)."""
+        if not self.residual_epilogues:
+            return
+        order = {id(op): i for i, op in enumerate(self.p.forward + self.p.backward)}
+        section = {id(op): "forward" for op in self.p.forward}
+        section.update((id(op), "backward") for op in self.p.backward)
+        for add in self.p.forward + self.p.backward:
+            if (add.opcode != "add" or id(add) in self.absorbed or id(add) in self.head_products
+                    or add.inputs[0] is add.inputs[1]):
+                continue
+            out = add.output
+            if out.assoc != "node" or any(v.assoc != "node" or v.shape != out.shape for v in add.inputs):
+                continue
+            position = [order.get(id(self.producer.get(v.id)), -1) for v in add.inputs]
+            late = 0 if position[0] > position[1] else 1
+            product, residual = self.producer.get(add.inputs[late].id), add.inputs[1 - late]
+            if (product is None or section.get(id(product), "invariant") != section[id(add)]
+                    or not self._takes_residual(product) or self._sole_reader(product.output) is not add
+                    or not self._stored_plainly(residual)):
+                continue
+            bias, act, final = self.epilogues.pop(id(add), (None, None, out))
+            self.epilogues[id(product)] = (bias, act, final)
+            self.residuals[id(product)] = residual
+            self.absorbed.add(id(add))
+            for op, into in list(self.fused_into.items()):
+                if into is add:
+                    self.fused_into[op] = product
+            self.fused_into[id(add)] = product
+            self.extra_reads.append((residual.id, product))
+
+    def _takes_residual(self, op) -> bool:
+        """Whether ``op``'s kernel runs an epilogue with a residual: a dense product (input
+        features included, in either format) or a forward sum/mean aggregation without edge
+        weights, not already fused with anything."""
+        if id(op) in self.absorbed or id(op) in self.epilogues or op.output.assoc != "node":
+            return False
+        if op.opcode == "linear":
+            return op.inputs[0].assoc == "node" and self._identity_rows(op.inputs[0]) is None
+        if op.opcode == "matmul_nt":
+            return True
+        return (op.opcode == "aggregate" and len(op.inputs) == 1 and op.attrs.get("direction", "in") == "in"
+                and op.attrs["reduce"] != "max")
+
+    def _stored_plainly(self, v: Value) -> bool:
+        """Whether ``v`` is a [rows, width] array in memory when its kernels run (a buffer or an
+        invariant's view), not features in their own format, identity rows or a fused value."""
+        producer = self.producer.get(v.id)
+        finals = {final.id for (_, _, final) in self.epilogues.values()}
+        fused = producer is not None and (id(producer) in self.absorbed or id(producer) in self.epilogues)
+        return (v.id not in self.feature_like and self._identity_rows(v) is None and v.id not in self.unwritten
+                and (not fused or v.id in finals))
+
     @staticmethod
     def _fusable_aggregate(group) -> bool:
         head = group.ops[0]
@@ -824,7 +885,9 @@ class OpenMPEmitter:
         self.epilogues_run.add(id(op))
         kind = _EPILOGUE_ACT[act.opcode] if act is not None else "mg::Act::None"
         alpha = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act.opcode, 0.0))) if act else "0.0"
-        return f"mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f}}", final
+        residual = f", {self.ptr(self.residuals[id(op)])}" if id(op) in self.residuals else ""
+        return (f"mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f{residual}}}",
+                final)
 
     def share_buffers(self) -> dict:
         """Let values whose lifetimes do not overlap share one buffer (liveness over the epoch).
@@ -928,19 +991,19 @@ class OpenMPEmitter:
         K = self.width(x)
         flops = f"2.0 * {self.rows(x)} * {K} * {M}"
         bytes_ = f"4.0 * ({self.rows(x)} * ({K} + {M}) + {K} * {M})"
+        epilogue, out = self._epilogue(op)
         if x.id in self.feature_like:
             fv = self.feature_like[x.id]
             return self.timed("input_features", f"mg::op::linear_features({fv}, {self.feature_blocks()}, {self.ptr(w)}, "
-                              f"{M}, {self.ptr(out)})", *self._feature_cost(fv, M))
-        epilogue, out = self._epilogue(op)
+                              f"{M}, {self.ptr(out)}{epilogue})", *self._feature_cost(fv, M))
         return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
                           f"{self.ptr(out)}{epilogue})", bytes_, flops)
 
     def op_matmul_nt(self, op, g, w):
-        out = op.output
-        K, M = self.width(out), self.width(g)
+        K, M = self.width(op.output), self.width(g)
+        epilogue, out = self._epilogue(op)
         return self.timed("gemm", f"mg::op::matmul_nt({self.ptr(g)}, {self.rows(g)}, {M}, {self.ptr(w)}, {K}, "
-                          f"{self.ptr(out)})", f"4.0 * ({self.rows(g)} * ({K} + {M}) + {K} * {M})",
+                          f"{self.ptr(out)}{epilogue})", f"4.0 * ({self.rows(g)} * ({K} + {M}) + {K} * {M})",
                           f"2.0 * {self.rows(g)} * {K} * {M}")
 
     def op_matmul_tn(self, op, x, g):

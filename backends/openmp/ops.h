@@ -165,8 +165,10 @@ inline void linear(const float *X, idx_t rows, idx_t K, const float *W, idx_t M,
                    const Epilogue &epi = Epilogue{}) {
     op::gemm_rows(rows, M, K, X, W, false, Y, epi);     // op::, not mg:: found through Epilogue
 }
-inline void matmul_nt(const float *G, idx_t rows, idx_t M, const float *W, idx_t K, float *dX) {
-    gemm_rows(rows, K, M, G, W, true, dX);
+// dX = G W^T, then the epilogue (a residual: the other operand of an add, SAGE's backward).
+inline void matmul_nt(const float *G, idx_t rows, idx_t M, const float *W, idx_t K, float *dX,
+                      const Epilogue &epi = Epilogue{}) {
+    op::gemm_rows(rows, K, M, G, W, true, dX, epi);
 }
 inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t M, float *dW) {
     gemm_tn_rows(rows, K, M, X, G, dW);
@@ -177,16 +179,22 @@ inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t
 inline FeatureDropout feature_dropout(const FeatureView &f) {
     return FeatureDropout{f.drop_p, DropoutKey{f.drop_seed, f.drop_epoch, f.drop_site}, f.drop_row_ids};
 }
+// The epilogue (a residual: SAGE's sum of its two products) runs inside the dense product, after
+// the others.
 inline void linear_features(const FeatureView &f, const SparseFeatureBlocks &blocks, const float *W, idx_t M,
-                            float *Y) {
+                            float *Y, const Epilogue &epi = Epilogue{}) {
     switch (f.kind) {
-        case FeatureKind::Dense: linear(f.dense, f.rows, f.cols, W, M, Y); break;
+        case FeatureKind::Dense: return linear(f.dense, f.rows, f.cols, W, M, Y, epi);
         case FeatureKind::Csr:
             check(sparse_linear_forward(blocks, W, M, Y, feature_dropout(f)), "sparse feature linear");
             break;
         case FeatureKind::Identity: std::memcpy(Y, W, sizeof(float) * size_t(f.rows * M)); break;
         default: throw Error("features are not set");
     }
+    if (!epi.bias && epi.act == Act::None && !epi.residual) return;
+    const idx_t rows = f.rows;
+#pragma omp parallel for schedule(static)
+    for (idx_t r0 = 0; r0 < rows; r0 += 64) apply_epilogue_rows(epi, Y, M, r0, std::min(rows, r0 + 64));
 }
 inline void matmul_tn_features(const FeatureView &f, SparseFeatureBlocks &blocks, const float *G, idx_t M,
                                float *dW) {

@@ -56,6 +56,16 @@ def test_dense_and_sparse_feature_paths_agree(features):
     _check(models.gcn(dropout=0.0), graph, x, labels, mask, classes=3, features=features)
 
 
+@pytest.mark.parametrize("features", ["dense", "csr"])
+def test_sage_sums_inside_their_products_match_interpreter_on_both_feature_paths(features):
+    """The first layer's add runs inside the product of the input features, which adds the
+    residual after its dense product or its sparse blocks (plan_residual_adds)."""
+    graph = random_graph(n=12, e=30, seed=5)
+    x, labels, mask = random_data(graph, 47, classes=3)
+    x[np.random.default_rng(1).random(x.shape) < 0.8] = 0.0
+    _check(models.sage("mean"), graph, x, labels, mask, classes=3, features=features)
+
+
 @pytest.mark.parametrize("name", ["rgcn", "rgcn_bases", "rgat", "hgt"])
 def test_relational_models_match_interpreter(name):
     graph = random_graph(n=12, e=30, seed=3, etypes=3, ntypes=2)
@@ -249,3 +259,39 @@ def test_an_edge_weight_that_is_itself_a_gather_is_stored():
     graph = random_graph(n=12, e=30, seed=5)
     x, labels, mask = random_data(graph, 6, classes=3)
     _check(program(), graph, x, labels, mask, classes=3)
+
+
+def test_an_add_runs_inside_the_product_or_aggregation_that_computes_its_later_operand():
+    """SAGE's sums of its two products (forward: with the bias and relu; backward: the two input
+    gradients) and GIN's h + sum of neighbours: the later operand's kernel adds the earlier one
+    to its rows; the add has no pass and the later operand is never stored."""
+    program = models.sage("mean")
+    ran, emitter = _openmp_plan(program)
+    adds = [op for op in program.forward + program.backward if op.opcode == "add"]
+    into = {op.opcode for op in (emitter.fused_into.get(id(add)) for add in adds)}
+    assert len(adds) == 3 and into == {"linear", "matmul_nt"}     # no input gradient of the first layer
+    for add in adds:
+        product = emitter.fused_into[id(add)]
+        assert ran[id(add)] == [] and product.output.id in emitter.unstored_values()
+        assert emitter.residuals[id(product)] in add.inputs and product.output in add.inputs
+    program = _skip_sum()
+    ran, emitter = _openmp_plan(program)
+    add = next(op for op in program.forward if op.opcode == "add")
+    aggregate = emitter.fused_into[id(add)]
+    assert aggregate.opcode == "aggregate" and ran[id(aggregate)] == ["mg::op::aggregate"] and ran[id(add)] == []
+
+
+def _skip_sum():
+    """relu(x W1) W2 + sum of the in-neighbours' relu(x W1), through a classifier: an add whose
+    later operand is an aggregation (GIN's own adds become self loops in the passes)."""
+    m = models.ModelBuilder("skip_sum")
+    w1, w2, w3 = (m.param(f"W{i}", shape) for i, shape in ((1, ("F", 8)), (2, (8, 8)), (3, (8, "C"))))
+    h = m.emit("relu", m.emit("linear", m.x, w1))
+    s = m.emit("add", m.emit("linear", h, w2), m.emit("aggregate", h, reduce="sum"))
+    return m.finish(m.emit("linear", m.emit("relu", s), w3))
+
+
+def test_an_add_inside_an_aggregation_matches_interpreter():
+    graph = random_graph(n=40, e=120, seed=3)
+    x, labels, mask = random_data(graph, 6, classes=3)
+    _check(_skip_sum(), graph, x, labels, mask, classes=3)

@@ -76,10 +76,21 @@ MG_INLINE void apply_epilogue(Act act, float alpha, const float* bias, float* MG
     }
 }
 
-// The epilogue of a dense product on rows [r0, r1) of a row-major [*, M] matrix it has just written.
+// v[0..n) += residual[0..n) when there is one: the epilogue's first step.
+MG_INLINE void add_residual(const float* residual, float* MG_RESTRICT v, std::int64_t n) {
+    if (!residual) return;
+#pragma omp simd
+    for (std::int64_t i = 0; i < n; ++i) v[i] += residual[i];
+}
+
+// The epilogue of a dense product on rows [r0, r1) of a row-major [*, M] matrix it has just written
+// (the residual, when there is one, has the same layout).
 inline void apply_epilogue_rows(const Epilogue& epi, float* Y, std::int64_t M, std::int64_t r0, std::int64_t r1) {
-    if (!epi.bias && epi.act == Act::None) return;
-    for (std::int64_t r = r0; r < r1; ++r) apply_epilogue(epi.act, epi.alpha, epi.bias, Y + r * M, M);
+    if (!epi.bias && epi.act == Act::None && !epi.residual) return;
+    for (std::int64_t r = r0; r < r1; ++r) {
+        add_residual(epi.residual ? epi.residual + r * M : nullptr, Y + r * M, M);
+        apply_epilogue(epi.act, epi.alpha, epi.bias, Y + r * M, M);
+    }
 }
 
 inline int max_threads() { return omp_get_max_threads(); }

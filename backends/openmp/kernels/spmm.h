@@ -184,10 +184,12 @@ MG_INLINE void gather_max(const idx_t* MG_RESTRICT nbr, idx_t deg, const Coef& c
 #endif
 }
 
-// y[f] = act((vals[f] + selfc*self_row[f]) * rowf + bias[f]); accumulate adds to y instead.
+// y[f] = act((vals[f] + selfc*self_row[f]) * rowf + residual[f] + bias[f]) (residual and bias
+// may be nullptr); accumulate adds to y instead.
 MG_INLINE void finish_tile(const float* MG_RESTRICT vals, int width, float rowf,
                            const float* self_row, float selfc, const Epilogue& epi,
-                           const float* bias, bool accumulate, float* MG_RESTRICT y) {
+                           const float* bias, bool accumulate, float* MG_RESTRICT y,
+                           const float* residual = nullptr) {
     float t[256];  // width <= TILE <= 256 (checked by the callers' static_assert)
 #pragma omp simd
     for (int f = 0; f < width; ++f) t[f] = vals[f];
@@ -197,6 +199,7 @@ MG_INLINE void finish_tile(const float* MG_RESTRICT vals, int width, float rowf,
     }
 #pragma omp simd
     for (int f = 0; f < width; ++f) t[f] *= rowf;
+    add_residual(residual, t, width);
     apply_epilogue(epi.act, epi.alpha, bias, t, width);
     if (accumulate) {
 #pragma omp simd
@@ -241,13 +244,15 @@ void forward_impl(idx_t n_rows, const idx_t* rows, idx_t count, const idx_t* ind
         for (idx_t f0 = 0; f0 < F; f0 += TILE) {
             const int width = static_cast<int>(F - f0 < TILE ? F - f0 : TILE);
             const float* bias = epi.bias ? epi.bias + f0 : nullptr;
+            const float* residual = epi.residual ? epi.residual + v * ldy + f0 : nullptr;
             if (!is_max) {
                 if (width == TILE)
                     gather_sum<TILE, LA, false>(nbr, deg, avail, coef, X, ldx, f0, width, vals);
                 else
                     gather_sum<TILE, LA, true>(nbr, deg, avail, coef, X, ldx, f0, width, vals);
                 const float rowf = (is_mean && cnt > 0 ? 1.f / static_cast<float>(cnt) : 1.f) * sv;
-                finish_tile(vals, width, rowf, self ? xself + f0 : nullptr, sv, epi, bias, false, yrow + f0);
+                finish_tile(vals, width, rowf, self ? xself + f0 : nullptr, sv, epi, bias, false, yrow + f0,
+                            residual);
             } else {
                 const float* self_row = self ? xself + f0 : nullptr;
                 if (width == TILE)
@@ -256,7 +261,7 @@ void forward_impl(idx_t n_rows, const idx_t* rows, idx_t count, const idx_t* ind
                     gather_max<TILE, LA, true>(nbr, deg, coef, X, ldx, f0, width, self_row, sv, vals, arg);
                 for (int f = 0; f < width; ++f)
                     if (arg[f] < 0) vals[f] = 0.f;  // no candidate: defined as 0, not -inf
-                finish_tile(vals, width, sv, nullptr, 0.f, epi, bias, false, yrow + f0);
+                finish_tile(vals, width, sv, nullptr, 0.f, epi, bias, false, yrow + f0, residual);
                 if (argmax) {
                     idx_t* arow = argmax + v * ld_arg + f0;
                     for (int f = 0; f < width; ++f) {
