@@ -158,8 +158,10 @@ int mgt_tall_skinny_nn(idx_t rows, idx_t K, idx_t M, const float* X, const float
     return mg::tall_skinny_nn(rows, K, M, X, W, Y);
 }
 int mgt_gemm_rows_epilogue(idx_t rows, idx_t K, idx_t M, const float* X, const float* W, float* Y,
-                           const float* bias, int act, float alpha) {
-    return mg::gemm_rows(rows, M, K, X, W, false, Y, make_epi(bias, act, alpha));
+                           const float* bias, int act, float alpha, const float* residual) {
+    mg::Epilogue epi = make_epi(bias, act, alpha);
+    epi.residual = residual;
+    return mg::gemm_rows(rows, M, K, X, W, false, Y, epi);
 }
 int mgt_tall_skinny_tn(idx_t rows, idx_t K, idx_t M, const float* X, const float* G, float* dW) {
     return mg::tall_skinny_tn(rows, K, M, X, G, dW);

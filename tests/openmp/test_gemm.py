@@ -164,9 +164,11 @@ def test_blas_thread_count_is_settable():
 @pytest.mark.parametrize("variant", sh.VARIANTS)
 # Outputs of one vector (M <= 16 with AVX-512, <= 8 with AVX2) take taller tiles: full and
 # partial vectors, several tiles per thread (fetching the next) and a remainder.
+# Wider outputs end on a last tile of two vectors, of one full vector (AVX-512 48, AVX2 24 and 40)
+# or of one partial vector (AVX-512 33 and 40).
 @pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
                                         (100, 9, 64), (29, 50, 7), (0, 4, 8), (90, 20, 16), (301, 70, 8),
-                                        (77, 33, 5)])
+                                        (77, 33, 5), (45, 21, 40), (50, 12, 48), (33, 10, 24)])
 def test_tall_skinny_matches_numpy(variant, rows, K, M):
     lib = sh.load(variant)
     rng = np.random.default_rng(rows + K + M)
@@ -184,8 +186,8 @@ def test_tall_skinny_rejects_a_wide_output():
     assert lib.mgt_tall_skinny_tn(4, 2, 65, f32(X), f32(Y), f32(W)) == 1
 
 
-def _epilogue_reference(Y, bias, act, alpha):
-    Y = Y + (bias if bias is not None else 0.0)
+def _epilogue_reference(Y, bias, act, alpha, residual=None):
+    Y = Y + (residual if residual is not None else 0.0) + (bias if bias is not None else 0.0)
     if act == 1:
         return np.maximum(Y, 0.0)
     if act == 2:
@@ -195,21 +197,25 @@ def _epilogue_reference(Y, bias, act, alpha):
     return Y
 
 
-# M <= 64 runs the tall-skinny kernel, M = 80 OpenBLAS on row blocks; both apply the epilogue.
+# M <= 64 runs the tall-skinny kernel, M = 80 OpenBLAS on row blocks; both apply the epilogue,
+# the residual (the other operand of a fused add) first.
 @pytest.mark.parametrize("variant", sh.VARIANTS)
 @pytest.mark.parametrize("M", [7, 32, 80])
-@pytest.mark.parametrize("act, with_bias", [(0, True), (1, True), (1, False), (2, True), (3, True)])
-def test_dense_product_epilogue(variant, M, act, with_bias):
+@pytest.mark.parametrize("act, with_bias, with_residual", [(0, True, False), (1, True, False), (1, False, False),
+                                                           (2, True, False), (3, True, False), (1, True, True),
+                                                           (0, False, True)])
+def test_dense_product_epilogue(variant, M, act, with_bias, with_residual):
     lib = sh.load(variant)
     rng = np.random.default_rng(M + act)
     rows, K, alpha = 37, 19, 0.2
     X = rng.standard_normal((rows, K)).astype(np.float32)
     W = rng.standard_normal((K, M)).astype(np.float32)
     bias = rng.standard_normal(M).astype(np.float32) if with_bias else None
+    residual = rng.standard_normal((rows, M)).astype(np.float32) if with_residual else None
     Y = np.full((rows, M), np.nan, np.float32)
     assert lib.mgt_gemm_rows_epilogue(rows, K, M, f32(X), f32(W), f32(Y),
-                                      f32(bias), act, alpha) == 0
-    want = _epilogue_reference(X.astype(np.float64) @ W, bias, act, alpha)
+                                      f32(bias), act, alpha, f32(residual)) == 0
+    want = _epilogue_reference(X.astype(np.float64) @ W, bias, act, alpha, residual)
     np.testing.assert_allclose(Y, want, rtol=1e-5, atol=1e-4)
 
 

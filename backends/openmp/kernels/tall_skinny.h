@@ -172,8 +172,16 @@ constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as wi
 // stays close, and G's slice competes with it); on an AMD EPYC with AVX-512, where a tile's 16
 // row steps were too few to pay for zeroing and adding its 16 accumulators, 16 rows 25.1 ms, 32
 // rows 19.4, 64 rows 17.6, 256 rows 29.7 (169,343 x 128 through 64: 13.2 ms against 9.5; but
-// 89,250 x 64 through 64: 2.2 against 2.5, so narrow X keeps 16).
-inline idx_t tn_chunk_rows(idx_t K) { return simd::kLanes == 16 && K >= 128 ? 64 : 16; }
+// 89,250 x 64 through 64: 2.2 against 2.5, so narrow X keeps 16 for wide G).  Everywhere else
+// 32 rows: a narrow G makes few slices of columns, so each tile's set-up and flush is spread over
+// too few row steps at 16.  2 threads, AMD EPYC, AVX2 (-mno-avx512f): 89,250 x 500 through 7
+// 8.9 -> 6.1 ms, 169,343 x 128 through 40 9.9 -> 9.1, through 64 14.4 -> 14.0, 169,343 x 64
+// through 40 5.4 -> 5.0, 89,250 x 64 through 7 1.34 -> 0.99 (64 rows: 5.6, 9.4, 14.2, 5.0,
+// 1.27); AVX-512, 169,343 x 64 through 40 4.1 -> 3.8, 89,250 x 64 through 7 1.34 -> 0.82.
+inline idx_t tn_chunk_rows(idx_t K, idx_t M) {
+    if (simd::kLanes == 16 && K >= 128) return 64;
+    return K < 128 && M > 48 ? 16 : 32;
+}
 
 // Whether tn_rows fetches the next chunk of X while it works on one.  A tile reads a few values
 // from each of the chunk's rows, one row after another: with long rows that is one stream per
@@ -191,7 +199,7 @@ inline bool tn_prefetches(idx_t K) { return K >= 96; }
 inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW, idx_t r0, idx_t r1,
                     const idx_t* index = nullptr, idx_t ld = 0) {
 #if MG_HAVE_SIMD
-    const idx_t chunk = tn_chunk_rows(K);
+    const idx_t chunk = tn_chunk_rows(K, M);
     for (idx_t c0 = r0; c0 < r1; c0 += chunk) {
         const idx_t c1 = std::min(r1, c0 + chunk);
         // The first slice of columns fetches the next chunk (the others find this one in cache).
@@ -253,8 +261,14 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
         for (; m0 + kCols <= M; m0 += kCols)
             nn_tile<kRows, true, 2, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, std::exchange(prefetch_next, false),
                                             tile_index(r));
-        if (m0 < M)
+        // The last columns: one vector when they fit in one (40 = 32 + 8 with AVX-512, 16 + 16 + 8
+        // with AVX2), not two of which the second is empty.
+        if (M - m0 > kLanes)
             nn_tile<kRows, false, 2, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, prefetch_next, tile_index(r));
+        else if (M - m0 == kLanes)
+            nn_tile<kRows, true, 1, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, prefetch_next, tile_index(r));
+        else if (m0 < M)
+            nn_tile<kRows, false, 1, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, prefetch_next, tile_index(r));
         apply_epilogue_rows(epi, Y, M, r, r + kRows);
     }
     for (; r < r1; ++r) {
