@@ -179,8 +179,8 @@ inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t
 inline FeatureDropout feature_dropout(const FeatureView &f) {
     return FeatureDropout{f.drop_p, DropoutKey{f.drop_seed, f.drop_epoch, f.drop_site}, f.drop_row_ids};
 }
-// The epilogue (a residual: SAGE's sum of its two products) runs inside the dense product, after
-// the others.
+// The epilogue (bias, activation, residual: SAGE's sum of its two products) runs inside the dense
+// product; after the sparse blocks' product or the identity's copy, as one pass over Y.
 inline void linear_features(const FeatureView &f, const SparseFeatureBlocks &blocks, const float *W, idx_t M,
                             float *Y, const Epilogue &epi = Epilogue{}) {
     switch (f.kind) {
