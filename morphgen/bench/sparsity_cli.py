@@ -8,7 +8,9 @@ ratio t_sparse / t_dense; the measured crossover is the sparsity where that rati
 (linear interpolation between the two grid points around the sign change). It is compared with
 tau = 1 - rho, the threshold morphgen's calibration microbenchmark predicts (morphgen.calibrate).
 A run whose reported feature path is not the one asked for (sparsity exactly 0 cannot take the
-sparse path) is recorded as such, not timed.
+sparse path) is recorded as such, not timed.  Beside the two runs, the path morphgen picks by
+itself on each graph (lowered as `train` lowers it, which counts hoisting) is recorded, with the
+forced time of that path over the faster one's.
 """
 from __future__ import annotations
 
@@ -106,6 +108,24 @@ def _time_path(args, data, work, threshold: float, want: str, threads: int) -> d
             "error": entry.get("error")}
 
 
+def _auto_path(model: str, data_path, threads: int) -> str:
+    """The feature path morphgen takes by itself on this graph (no --sparsity-threshold): the
+    program lowered as `train` would lower it, neither compiled nor run."""
+    from morphgen.api import compile as compile_model
+    from morphgen.data.resolve import load_dataset
+    compiled = compile_model(model, threads=threads)
+    compiled.lower_for(load_dataset(str(data_path)))
+    return compiled.feature_path[0]
+
+
+def auto_ratio(row: dict):
+    """The epoch time of the path morphgen picks over the faster of the two (1: it picked the
+    faster), from the two forced runs; None when the pick or both paths were not timed."""
+    times = {p: row[p]["epoch_time_s"] for p in ("dense", "sparse") if row[p]["epoch_time_s"]}
+    picked = times.get(row.get("auto"))
+    return picked / min(times.values()) if picked and times else None
+
+
 def markdown(summary: dict) -> str:
     cal = summary["calibration"]
     tau_text = (f"rho = {cal['rho']:.4f}, tau = 1 - rho = {cal['tau']:.4f}" if cal.get("tau") is not None
@@ -114,13 +134,22 @@ def markdown(summary: dict) -> str:
              f"{summary['nodes']:,} nodes, {summary['edges']:,} edges, {summary['classes']} classes; "
              f"{summary['threads']} threads; median epoch over {summary['epochs']} epochs after "
              f"{summary['warmup']} warm-up. Calibration: {tau_text}.", "",
-             "| width | sparsity | dense (ms) | sparse (ms) | sparse / dense |", "|---:|---:|---:|---:|---:|"]
+             "| width | sparsity | dense (ms) | sparse (ms) | sparse / dense | morphgen picks | picked / faster |",
+             "|---:|---:|---:|---:|---:|---|---:|"]
     for r in summary["runs"]:
         d, s = r["dense"], r["sparse"]
         dt = f"{d['epoch_time_s'] * 1e3:.2f}" if d["epoch_time_s"] else f"({d['error']})"
         st = f"{s['epoch_time_s'] * 1e3:.2f}" if s["epoch_time_s"] else f"({s['error']})"
         ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "–"
-        lines.append(f"| {r['width']} | {r['sparsity']:g} | {dt} | {st} | {ratio} |")
+        picked = auto_ratio(r)
+        lines.append(f"| {r['width']} | {r['sparsity']:g} | {dt} | {st} | {ratio} | {r.get('auto') or '–'} | "
+                     f"{_f(picked, '.3f')} |")
+    ratios = [auto_ratio(r) for r in summary["runs"]]
+    ratios = [x for x in ratios if x is not None]
+    if ratios:
+        lines += ["", f"morphgen's own pick (no `--sparsity-threshold`) is within 5% of the faster path at "
+                      f"{sum(x <= 1.05 for x in ratios)} of {len(ratios)} points; at most "
+                      f"{max(ratios):.3f}x the faster path's time."]
     lines += ["", "| width | measured crossover sparsity | tau | difference |", "|---:|---:|---:|---:|"]
     for w, c in summary["crossovers"].items():
         if c["sparsity"] is None:
@@ -159,11 +188,13 @@ def run(args) -> int:
                 data = harness.prepare_dataset(spec, None, tmp)
                 dense = _time_path(args, data, Path(tmp), FORCE_DENSE, "dense", threads)
                 sparse = _time_path(args, data, Path(tmp), FORCE_SPARSE, "sparse", threads)
+                auto = _auto_path(args.model, data.path, threads)
             ratio = (sparse["epoch_time_s"] / dense["epoch_time_s"]
                      if sparse["epoch_time_s"] and dense["epoch_time_s"] else None)
             runs.append({"width": width, "sparsity": s, "measured_sparsity": data.feature_sparsity,
-                         "dense": dense, "sparse": sparse, "ratio": ratio})
-            print(f"width {width:>5} sparsity {s:<6g} dense {_ms(dense)} sparse {_ms(sparse)}", flush=True)
+                         "dense": dense, "sparse": sparse, "ratio": ratio, "auto": auto})
+            print(f"width {width:>5} sparsity {s:<6g} dense {_ms(dense)} sparse {_ms(sparse)} picks {auto}",
+                  flush=True)
     crossovers = {}
     for width in widths:
         rows = [r for r in runs if r["width"] == width]

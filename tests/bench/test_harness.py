@@ -249,6 +249,24 @@ def test_crossover_interpolates_the_sign_change():
     assert c["kind"] == "interpolated" and 0.5 < c["sparsity"] < 0.9
 
 
+def test_the_picked_path_is_timed_against_the_faster_one():
+    def row(dense, sparse, auto):
+        return {"dense": {"epoch_time_s": dense, "error": None}, "sparse": {"epoch_time_s": sparse, "error": None},
+                "auto": auto}
+    assert sparsity_cli.auto_ratio(row(0.02, 0.01, "sparse")) == 1.0
+    assert sparsity_cli.auto_ratio(row(0.02, 0.01, "dense")) == pytest.approx(2.0)
+    assert sparsity_cli.auto_ratio(row(0.02, None, "dense")) == 1.0       # sparsity 0: no sparse run
+    assert sparsity_cli.auto_ratio(row(0.02, None, "sparse")) is None     # the pick was not timed
+    summary = {"model": "m.mp", "command": "morphgen sweep-sparsity m.mp", "nodes": 10, "edges": 20, "classes": 2,
+               "threads": 2, "epochs": 5, "warmup": 1, "calibration": {"rho": 0.4, "tau": 0.6},
+               "runs": [dict(row(0.02, 0.01, "dense"), width=8, sparsity=0.9, ratio=0.5),
+                        dict(row(0.02, 0.03, "dense"), width=8, sparsity=0.5, ratio=1.5)],
+               "crossovers": {"8": {"sparsity": 0.7, "kind": "interpolated"}}}
+    text = sparsity_cli.markdown(summary)
+    assert "| 8 | 0.9 | 20.00 | 10.00 | 0.500 | dense | 2.000 |" in text
+    assert "within 5% of the faster path at 1 of 2 points; at most 2.000x" in text
+
+
 def test_ratios_and_kernel_limits():
     systems = [{"system": "morphgen", "epoch_time_s": 0.1, "peak_rss_bytes": 100, "error": None},
                {"system": "pyg", "epoch_time_s": 0.3, "peak_rss_bytes": 400, "error": None},
