@@ -263,8 +263,8 @@ def test_an_edge_weight_that_is_itself_a_gather_is_stored():
 
 def test_an_add_runs_inside_the_product_or_aggregation_that_computes_its_later_operand():
     """SAGE's sums of its two products (forward: with the bias and relu; backward: the two input
-    gradients) and GIN's h + sum of neighbours: the later operand's kernel adds the earlier one
-    to its rows; the add has no pass and the later operand is never stored."""
+    gradients) and a product plus an aggregation (_skip_sum): the later operand's kernel adds the
+    earlier one to its rows; the add has no pass and the later operand is never stored."""
     program = models.sage("mean")
     ran, emitter = _openmp_plan(program)
     adds = [op for op in program.forward + program.backward if op.opcode == "add"]
