@@ -805,8 +805,7 @@ class OpenMPEmitter:
         if not self.residual_epilogues:
             return
         order = {id(op): i for i, op in enumerate(self.p.forward + self.p.backward)}
-        section = {id(op): "forward" for op in self.p.forward}
-        section.update((id(op), "backward") for op in self.p.backward)
+        in_forward = lambda op: order[id(op)] < len(self.p.forward)      # noqa: E731
         for add in self.p.forward + self.p.backward:
             if (add.opcode != "add" or id(add) in self.absorbed or id(add) in self.head_products
                     or add.inputs[0] is add.inputs[1]):
@@ -817,7 +816,7 @@ class OpenMPEmitter:
             position = [order.get(id(self.producer.get(v.id)), -1) for v in add.inputs]
             late = 0 if position[0] > position[1] else 1
             product, residual = self.producer.get(add.inputs[late].id), add.inputs[1 - late]
-            if (product is None or section.get(id(product), "invariant") != section[id(add)]
+            if (product is None or id(product) not in order or in_forward(product) != in_forward(add)
                     or not self._takes_residual(product) or self._sole_reader(product.output) is not add
                     or not self._stored_plainly(residual)):
                 continue
@@ -847,11 +846,7 @@ class OpenMPEmitter:
     def _stored_plainly(self, v: Value) -> bool:
         """Whether ``v`` is a [rows, width] array in memory when its kernels run (a buffer or an
         invariant's view), not features in their own format, identity rows or a fused value."""
-        producer = self.producer.get(v.id)
-        finals = {final.id for (_, _, final) in self.epilogues.values()}
-        fused = producer is not None and (id(producer) in self.absorbed or id(producer) in self.epilogues)
-        return (v.id not in self.feature_like and self._identity_rows(v) is None and v.id not in self.unwritten
-                and (not fused or v.id in finals))
+        return v.id not in self.feature_like and self._identity_rows(v) is None and v.id not in self.unstored_values()
 
     @staticmethod
     def _fusable_aggregate(group) -> bool:

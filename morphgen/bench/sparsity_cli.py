@@ -108,12 +108,11 @@ def _time_path(args, data, work, threshold: float, want: str, threads: int) -> d
             "error": entry.get("error")}
 
 
-def _auto_path(model: str, data_path, threads: int) -> str:
+def _auto_path(compiled, data_path) -> str:
     """The feature path morphgen takes by itself on this graph (no --sparsity-threshold): the
-    program lowered as `train` would lower it, neither compiled nor run."""
-    from morphgen.api import compile as compile_model
+    program (``compiled``, read once for the sweep) lowered as `train` would lower it, neither
+    compiled nor run."""
     from morphgen.data.resolve import load_dataset
-    compiled = compile_model(model, threads=threads)
     compiled.lower_for(load_dataset(str(data_path)))
     return compiled.feature_path[0]
 
@@ -179,6 +178,8 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     threads = resolve_threads(args)
     calibration = calibrated_tau(threads)
+    from morphgen.api import compile as compile_model
+    model = compile_model(args.model, threads=threads)
     runs = []
     for width in widths:
         for s in sparsities:
@@ -188,7 +189,7 @@ def run(args) -> int:
                 data = harness.prepare_dataset(spec, None, tmp)
                 dense = _time_path(args, data, Path(tmp), FORCE_DENSE, "dense", threads)
                 sparse = _time_path(args, data, Path(tmp), FORCE_SPARSE, "sparse", threads)
-                auto = _auto_path(args.model, data.path, threads)
+                auto = _auto_path(model, data.path)
             ratio = (sparse["epoch_time_s"] / dense["epoch_time_s"]
                      if sparse["epoch_time_s"] and dense["epoch_time_s"] else None)
             runs.append({"width": width, "sparsity": s, "measured_sparsity": data.feature_sparsity,

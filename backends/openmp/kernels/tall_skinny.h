@@ -16,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -140,6 +141,16 @@ MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     }
 }
 
+// Calls f(NV, FULL) (compile-time constants) for the last `left` columns of a product whose tiles
+// are two vectors wide: one vector when they fit in one (40 = 32 + 8 with AVX-512, 16 + 16 + 8
+// with AVX2), not two of which the second is empty.  Nothing when left is 0.
+template <class F>
+MG_INLINE void last_columns(idx_t left, F f) {
+    if (left > kLanes) f(std::integral_constant<int, 2>{}, std::false_type{});
+    else if (left == kLanes) f(std::integral_constant<int, 1>{}, std::true_type{});
+    else if (left > 0) f(std::integral_constant<int, 1>{}, std::false_type{});
+}
+
 // tn_tile<KB> for a run-time KB in [1, B]: the last columns of X when kTnBlock does not divide K.
 template <int B, int NV, bool FULL>
 MG_INLINE void tn_tile_upto(int kb, const float* X, idx_t K, const float* G, idx_t M, idx_t m0, idx_t k0,
@@ -207,10 +218,9 @@ inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW,
         idx_t m0 = 0;
         for (; m0 + kCols <= M; m0 += kCols)
             tn_slice<2, true>(X, K, G, M, m0, c0, c1, dW, std::exchange(ahead, 0), index, ld);
-        // The last columns: one vector when they fit in one (class counts: 7, 40 = 32 + 8).
-        if (M - m0 > kLanes) tn_slice<2, false>(X, K, G, M, m0, c0, c1, dW, ahead, index, ld);
-        else if (M - m0 == kLanes) tn_slice<1, true>(X, K, G, M, m0, c0, c1, dW, ahead, index, ld);
-        else if (m0 < M) tn_slice<1, false>(X, K, G, M, m0, c0, c1, dW, ahead, index, ld);
+        last_columns(M - m0, [&](auto nv, auto full) {      // class counts: 7, 40 = 32 + 8
+            tn_slice<nv(), full()>(X, K, G, M, m0, c0, c1, dW, ahead, index, ld);
+        });
     }
 #else
     for (idx_t r = r0; r < r1; ++r)
@@ -261,14 +271,9 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
         for (; m0 + kCols <= M; m0 += kCols)
             nn_tile<kRows, true, 2, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, std::exchange(prefetch_next, false),
                                             tile_index(r));
-        // The last columns: one vector when they fit in one (40 = 32 + 8 with AVX-512, 16 + 16 + 8
-        // with AVX2), not two of which the second is empty.
-        if (M - m0 > kLanes)
-            nn_tile<kRows, false, 2, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, prefetch_next, tile_index(r));
-        else if (M - m0 == kLanes)
-            nn_tile<kRows, true, 1, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, prefetch_next, tile_index(r));
-        else if (m0 < M)
-            nn_tile<kRows, false, 1, INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, prefetch_next, tile_index(r));
+        last_columns(M - m0, [&](auto nv, auto full) {
+            nn_tile<kRows, full(), nv(), INDEXED>(tile_x(r), K, W, M, m0, Y + r * M, prefetch_next, tile_index(r));
+        });
         apply_epilogue_rows(epi, Y, M, r, r + kRows);
     }
     for (; r < r1; ++r) {
