@@ -82,8 +82,11 @@ run_sanitize() {
 syn() { echo "synthetic:nodes=$1,edges=$2,features=$3,classes=$4,seed=0"; }
 declare -A GRAPH=([arxiv-like]=$(syn 169343 1166243 128 40) [flickr-like]=$(syn 89250 899756 500 7)
                   [reddit-1/8]=$(syn 29120 14326986 602 41) [products-1/8]=$(syn 306128 7732392 100 47)
-                  [cora]=cora [aifb]=aifb [mutag]=mutag [acm_heco]=acm_heco)
-BENCH=${BENCH:-"gcn3:arxiv-like gcn3:flickr-like gcn3:reddit-1/8 gcn3:products-1/8 sage:arxiv-like sage:reddit-1/8 gat:arxiv-like gcn3:cora rgcn:aifb rgcn:mutag hgt:acm_heco rgat:acm_heco"}
+                  [cora]=cora [aifb]=aifb [mutag]=mutag [acm_heco]=acm_heco
+                  [typed-16]="synthetic:nodes=10000,edges=100000,features=64,classes=8,etypes=16,seed=0"
+                  [typed-500]="synthetic:nodes=10000,edges=100000,features=64,classes=8,etypes=500,seed=0")
+# The relational rows first: they are the ones the homogeneous rows have pushed out of a short run.
+BENCH=${BENCH:-"rgcn:aifb rgcn:mutag rgcn:acm_heco rgcn:typed-500 rgcn_bases:aifb hgt:acm_heco bench/rgat_pyg:acm_heco bench/rgat_pyg:typed-16 gcn3:arxiv-like gcn3:flickr-like gcn3:reddit-1/8 gcn3:products-1/8 sage:arxiv-like sage:reddit-1/8 gat:arxiv-like gcn3:cora"}
 
 run_bench() {
     for run in $BENCH; do prebuild "${run%%:*}" "${GRAPH[${run#*:}]}"; done
