@@ -22,13 +22,17 @@ enum class Act : int { None = 0, Relu = 1, LeakyRelu = 2, Elu = 3 };
 
 // Bias add + activation fused into the final write of a kernel's output.
 struct Epilogue {
-    const float *bias = nullptr;  // [F] or nullptr
+    const float *bias = nullptr;  // [F], [T, F] with bias_type, or nullptr
     Act act = Act::None;
     float alpha = 0.01f;
     // [rows, F] laid out as the output, added before the bias, or nullptr: the other operand of
     // an add whose one input this kernel computes (SAGE's sum of its two products).  Only the
     // CPU kernels read it; the CUDA backend never plans one.
     const float *residual = nullptr;
+    // The type of each output row, or nullptr: with it, row r adds bias row bias_type[r] of a
+    // [T, F] bias (a per-type bias, HGT's b[v.ntype]).  Only the CPU dense and typed products
+    // read it (apply_epilogue_rows); the CUDA backend never plans one.
+    const idx_t *bias_type = nullptr;
 };
 
 // Broadcast shape of a binary op's operand relative to its [rows, cols] result: Full

@@ -48,6 +48,12 @@ class CUDAEmitter(OpenMPEmitter):
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
     residual_epilogues = False       # the add stays one kernel with its tail: cuBLAS's product would need
                                      # a pass of its own to add the residual, as the add does
+    typed_bias_epilogues = False     # ops.cuh's products take a bias per column only
+    traverses_edge_rows = False      # ops.cuh's traversals read node rows at an edge end only
+
+    def row_at(self, end: str) -> str:
+        """ops.cuh's edge kernels take whether a row is read at the source."""
+        return "true" if end == "src" else "false"
 
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""

@@ -90,6 +90,8 @@ class OpenMPEmitter:
     spmm_tile_by_width = True        # aggregations of rows wider than 32 use 64-float tiles (spmm_tile)
     fuses_edge_attention = True      # GAT's scores and edge softmax, and their backward: one walk each
     residual_epilogues = True        # a product or aggregation adds the other operand of its one add
+    typed_bias_epilogues = True      # a dense or typed product adds a per-type bias row (typed_param)
+    traverses_edge_rows = True       # edge traversals read stored edge rows in place and write scaled gathers
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -125,6 +127,7 @@ class OpenMPEmitter:
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
         self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
         self.edge_dots: dict = {}        # id(dot | feature_sum) -> (a, a's end, b, b's end, heads)
+        self.weighted_gathers: dict = {}  # id(head_mul) -> (node value, end): head_mul(gather(x), w) in one pass
         self.edge_attention: dict = {}   # id(edge_softmax) -> (a read at sources, b at destinations, act)
         self.softmax_grads: dict = {}    # id(edge_softmax_grad) -> (dropout_grad, act_grad, dst scatter)
         self.head_products: dict = {}    # id(row_sum | add) -> the head_mul it runs (plan_head_products)
@@ -135,6 +138,7 @@ class OpenMPEmitter:
         self.unwritten: set = set()      # ids of values every reader recomputes: never stored
         self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
         self.residuals: dict = {}        # id(op) -> the value its kernel adds before its epilogue
+        self.bias_types: dict = {}       # id(op) -> C++ row-type array: its epilogue's bias is per type
 
     # -- shapes ------------------------------------------------------------------------------
     def dim(self, d) -> str:
@@ -317,6 +321,7 @@ class OpenMPEmitter:
         self.plan_edge_typed_row_sums()
         self.plan_batch_norm_grads()
         self.plan_batch_norm_affine()
+        self.plan_typed_biases()
         self.plan_residual_adds()
         self.lower_invariant()
         forward = self.lower(p.forward)
@@ -620,7 +625,9 @@ class OpenMPEmitter:
         heads) written once and read once or twice.  A sum-scatter of a gathered value scaled by
         edge weights becomes one traversal (weighted_gather_scatter) and a dot of two gathered
         values one per-edge dot (edge_dot), both reading x at the edge's end; a gather whose
-        readers are all such kernels is never run.
+        readers are all such kernels is never run.  A sum-scatter of a stored edge value scaled
+        by edge weights (HGT's messages times their attention) is the same traversal reading each
+        edge's own row (weighted_edge_scatter): the scaled [E, F] product is never written.
         """
         if not self.fuses_edge_traversals:
             return
@@ -637,6 +644,7 @@ class OpenMPEmitter:
             return x, op.attrs["end"]
 
         in_place = set()       # (id(op), input position): a gathered input that op reads in place
+        scaled_gathers = []    # head_mul(gather(x), w) that may write its product from x directly
         for op in self.p.forward + self.p.backward:
             if op.opcode == "scatter" and op.attrs["reduce"] == "sum":
                 msg = op.inputs[0]
@@ -650,13 +658,17 @@ class OpenMPEmitter:
                     heads = 1
                 src = gathered(rows)
                 end = op.attrs.get("end", "dst")
-                if (src is None or w.assoc != "edge" or w.width != heads or rows.shape != msg.shape
-                        or src[1] == end):
+                if w.assoc != "edge" or w.width != heads or rows.shape != msg.shape:
+                    continue
+                if src is None and self._edge_rows(rows):
+                    src = (rows, "edge")       # the edge's own row, read where it lies
+                if src is None or src[1] == end:
                     continue
                 self.edge_scatters[id(op)] = (src[0], src[1], w, heads)
                 self.absorbed.add(id(scale))
                 self.fused_into[id(scale)] = op
-                in_place.add((id(scale), scale.inputs.index(rows)))    # w itself is read as stored
+                if src[1] != "edge":
+                    in_place.add((id(scale), scale.inputs.index(rows)))    # w itself is read as stored
                 self.extra_reads += [(src[0].id, op), (w.id, op)]
             elif op.opcode in ("dot", "feature_sum"):
                 pair, heads = op.inputs, op.attrs.get("heads", 1)
@@ -665,8 +677,8 @@ class OpenMPEmitter:
                     if prod is None or prod.opcode != "mul" or self._sole_reader(prod.output) is not op:
                         continue
                     pair = prod.inputs
-                a, b = (gathered(v) for v in pair)
-                if a is None or b is None or pair[0].shape != pair[1].shape:
+                a, b = (gathered(v) or ((v, "edge") if self._edge_rows(v) else None) for v in pair)
+                if a is None or b is None or pair[0].shape != pair[1].shape or a[1] == b[1] == "edge":
                     continue
                 self.edge_dots[id(op)] = (a[0], a[1], b[0], b[1], heads)
                 reader = op
@@ -674,13 +686,33 @@ class OpenMPEmitter:
                     self.absorbed.add(id(prod))
                     self.fused_into[id(prod)] = op
                     reader = prod
-                in_place.update({(id(reader), 0), (id(reader), 1)})
+                in_place.update({(id(reader), k) for k, end in enumerate((a[1], b[1])) if end != "edge"})
                 self.extra_reads += [(a[0].id, op), (b[0].id, op)]
+            elif op.opcode == "head_mul" and self.traverses_edge_rows:
+                (rows, w), heads = op.inputs, op.attrs["heads"]
+                src = gathered(rows)
+                if src is None or w.assoc != "edge" or w.width != heads or id(op) in self.absorbed:
+                    continue
+                scaled_gathers.append(op)
+                in_place.add((id(op), 0))
         for op in self.p.forward + self.p.backward:
             readers = self.readers.get(op.output.id, []) if op.opcode == "gather" else []
             if readers and all((id(r), k) in in_place for r, k in readers) and gathered(op.output) is not None:
                 self.absorbed.add(id(op))
                 self.fused_into[id(op)] = readers[0][0]
+        # a scaled gather reads x itself only where no other reader needs the gathered copy
+        for op in scaled_gathers:
+            if id(self.producer[op.inputs[0].id]) in self.absorbed:
+                x, end = self.weighted_gathers[id(op)] = gathered(op.inputs[0])
+                self.extra_reads.append((x.id, op))
+
+    def _edge_rows(self, v: Value) -> bool:
+        """Whether an edge traversal may read ``v`` as stored edge rows (RowAt::Edge)."""
+        return self.traverses_edge_rows and v.assoc == "edge" and self._stored_plainly(v)
+
+    def row_at(self, end: str) -> str:
+        """The C++ of where a traversal reads an operand's row (kernels/edge_ops.h: RowAt)."""
+        return {"src": "mg::RowAt::Source", "dst": "mg::RowAt::Destination", "edge": "mg::RowAt::Edge"}[end]
 
     def _sole_reader(self, v: Value):
         """The one op that reads ``v`` (None if several, none, or the ABI reads it)."""
@@ -773,7 +805,7 @@ class OpenMPEmitter:
         (dx += a * g, da = row_sum(x * g)): GAT's two attention vectors per layer take four passes
         over node rows instead of eight."""
         for op in self.p.forward + self.p.backward:
-            if op.opcode != "head_mul" or id(op) in self.absorbed:
+            if op.opcode != "head_mul" or id(op) in self.absorbed or id(op) in self.weighted_gathers:
                 continue
             reader = self._sole_reader(op.output)
             x, s = op.inputs
@@ -794,6 +826,59 @@ class OpenMPEmitter:
             self.absorbed.add(id(op))
             self.fused_into[id(op)] = reader
             self.extra_reads += [(x.id, reader), (s.id, reader)]
+
+    def plan_typed_biases(self) -> None:
+        """An add of a per-type bias (``typed_param``: row r is b[type of r]) to a dense or typed
+        product, each read by this add alone, runs inside the product's kernel: the kernel adds
+        row r's type's bias row as it writes row r, then the add's own activation.  HGT's four
+        ``h * K[v.ntype] + bK[v.ntype]`` and its input projection's ``+ bin[v.ntype]`` take no
+        pass of their own, and the [nodes, width] bias rows are never materialised."""
+        if not self.typed_bias_epilogues:
+            return
+        for add in self.p.forward + self.p.backward:
+            if add.opcode != "add" or id(add) in self.absorbed or id(add) in self.head_products:
+                continue
+            ops = [self.producer.get(v.id) for v in add.inputs]
+            if any(op is None for op in ops) or add.inputs[0] is add.inputs[1]:
+                continue
+            kinds = [op.opcode == "typed_param" for op in ops]
+            if kinds.count(True) != 1:
+                continue
+            param, product = (ops[0], ops[1]) if kinds[0] else (ops[1], ops[0])
+            out = add.output
+            if (out.assoc != "node" or any(v.assoc != "node" or v.shape != out.shape for v in add.inputs)
+                    or id(param) in self.absorbed or not self._takes_epilogue(product)
+                    or self._sole_reader(param.output) is not add or self._sole_reader(product.output) is not add):
+                continue
+            bias, act, final = self.epilogues.get(id(add), (None, None, out))
+            if bias is not None:
+                continue
+            self.epilogues.pop(id(add), None)
+            table = param.inputs[0]
+            self.epilogues[id(product)] = (table, act, final)
+            self.bias_types[id(product)] = self.type_expr(table.domain)
+            self._run_inside(add, product)
+            self.absorbed.add(id(param))
+            self.fused_into[id(param)] = product
+
+    def _run_inside(self, add, product) -> None:
+        """``add`` runs in ``product``'s kernel, with whatever had been fused into the add."""
+        self.absorbed.add(id(add))
+        for op, into in list(self.fused_into.items()):
+            if into is add:
+                self.fused_into[op] = product
+        self.fused_into[id(add)] = product
+
+    def _takes_epilogue(self, op) -> bool:
+        """Whether ``op``'s kernel runs an epilogue written per row (apply_epilogue_rows: bias,
+        per-type bias, activation, residual) and none is planned for it yet: a dense product
+        (input features included, in either format), its input gradient, and the typed linear
+        and its input gradient."""
+        if id(op) in self.absorbed or id(op) in self.epilogues or op.output.assoc != "node":
+            return False
+        if op.opcode in ("linear", "typed_linear"):
+            return op.inputs[0].assoc == "node" and self._identity_rows(op.inputs[0]) is None
+        return op.opcode in ("matmul_nt", "typed_matmul_nt")
 
     def plan_residual_adds(self) -> None:
         """An add of two node values, one computed by a dense product or an aggregation that only
@@ -823,25 +908,18 @@ class OpenMPEmitter:
             bias, act, final = self.epilogues.pop(id(add), (None, None, out))
             self.epilogues[id(product)] = (bias, act, final)
             self.residuals[id(product)] = residual
-            self.absorbed.add(id(add))
-            for op, into in list(self.fused_into.items()):
-                if into is add:
-                    self.fused_into[op] = product
-            self.fused_into[id(add)] = product
+            self._run_inside(add, product)
             self.extra_reads.append((residual.id, product))
 
     def _takes_residual(self, op) -> bool:
-        """Whether ``op``'s kernel runs an epilogue with a residual: a dense product (input
-        features included, in either format) or a forward sum/mean aggregation without edge
-        weights, not already fused with anything."""
-        if id(op) in self.absorbed or id(op) in self.epilogues or op.output.assoc != "node":
-            return False
-        if op.opcode == "linear":
-            return op.inputs[0].assoc == "node" and self._identity_rows(op.inputs[0]) is None
-        if op.opcode == "matmul_nt":
+        """Whether ``op``'s kernel runs an epilogue with a residual: a dense or typed product
+        (_takes_epilogue) or a forward sum/mean aggregation without edge weights, not already
+        fused with anything."""
+        if self._takes_epilogue(op):
             return True
-        return (op.opcode == "aggregate" and len(op.inputs) == 1 and op.attrs.get("direction", "in") == "in"
-                and op.attrs["reduce"] != "max")
+        return (op.opcode == "aggregate" and id(op) not in self.absorbed and id(op) not in self.epilogues
+                and op.output.assoc == "node" and len(op.inputs) == 1
+                and op.attrs.get("direction", "in") == "in" and op.attrs["reduce"] != "max")
 
     def _stored_plainly(self, v: Value) -> bool:
         """Whether ``v`` is a [rows, width] array in memory when its kernels run (a buffer or an
@@ -880,8 +958,10 @@ class OpenMPEmitter:
         self.epilogues_run.add(id(op))
         kind = _EPILOGUE_ACT[act.opcode] if act is not None else "mg::Act::None"
         alpha = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act.opcode, 0.0))) if act else "0.0"
-        residual = f", {self.ptr(self.residuals[id(op)])}" if id(op) in self.residuals else ""
-        return (f"mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f{residual}}}",
+        residual = self.ptr(self.residuals[id(op)]) if id(op) in self.residuals else "nullptr"
+        tail = f", {residual}" if id(op) in self.residuals or id(op) in self.bias_types else ""
+        tail += f", {self.bias_types[id(op)]}" if id(op) in self.bias_types else ""
+        return (f"mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f{tail}}}",
                 final)
 
     def share_buffers(self) -> dict:
@@ -1046,14 +1126,16 @@ class OpenMPEmitter:
             return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, {self.type_expr(w.domain)}, "
                               f"{idx}, {self.rows(out)}, {self.identity_nodes}, {M}, {self.ptr(out)})",
                               f"8.0 * {self.numel(out)}")
+        epilogue, out = self._epilogue(op)
         return self.timed("typed_linear", f"mg::op::typed_linear({self.groups(w.domain)}, {self.ptr(x)}, {K}, "
-                          f"{self.ptr(w)}, {M}, {self.ptr(out)})",
+                          f"{self.ptr(w)}, {M}, {self.ptr(out)}{epilogue})",
                           f"4.0 * {self.rows(x)} * (2.0 * {K} + 2.0 * {M})", f"2.0 * {self.rows(x)} * {K} * {M}")
 
     def op_typed_matmul_nt(self, op, g, w):
         K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        epilogue, out = self._epilogue(op)
         return self.timed("typed_linear", f"mg::op::typed_matmul_nt({self.groups(w.domain)}, {self.ptr(g)}, {M}, "
-                          f"{self.ptr(w)}, {K}, {self.ptr(op.output)})", "0", f"2.0 * {self.rows(g)} * {K} * {M}")
+                          f"{self.ptr(w)}, {K}, {self.ptr(out)}{epilogue})", "0", f"2.0 * {self.rows(g)} * {K} * {M}")
 
     def op_typed_matmul_tn(self, op, x, g):
         out = op.output
@@ -1193,7 +1275,11 @@ class OpenMPEmitter:
         if id(op) in self.edge_scatters:
             x, x_end, w, heads = self.edge_scatters[id(op)]
             F = self.width(out)
-            return self.timed("edges", f"mg::op::weighted_gather_scatter(m.g, {'true' if x_end == 'src' else 'false'}, "
+            if x_end == "edge":
+                kernel, to_dst = "weighted_edge_scatter", op.attrs.get("end", "dst") == "dst"
+            else:
+                kernel, to_dst = "weighted_gather_scatter", x_end == "src"
+            return self.timed("edges", f"mg::op::{kernel}(m.g, {'true' if to_dst else 'false'}, "
                               f"{self.ptr(x)}, {self.ptr(w)}, {heads}, ({F}) / {heads}, {self.ptr(out)})",
                               f"(4.0 * m.graph.num_edges * ({F} + {heads} + 2) + 4.0 * {self.numel(out)})",
                               f"2.0 * m.graph.num_edges * {F}")
@@ -1366,8 +1452,8 @@ class OpenMPEmitter:
         """A dot of two gathered node values, read at their edge ends (plan_edge_traversals)."""
         a, a_end, b, b_end, heads = self.edge_dots[id(op)]
         F = self.width(a)
-        return self.timed("edges", f"mg::op::edge_dot(m.g, {self.ptr(a)}, {'true' if a_end == 'src' else 'false'}, "
-                          f"{self.ptr(b)}, {'true' if b_end == 'src' else 'false'}, {heads}, ({F}) / {heads}, "
+        return self.timed("edges", f"mg::op::edge_dot(m.g, {self.ptr(a)}, {self.row_at(a_end)}, "
+                          f"{self.ptr(b)}, {self.row_at(b_end)}, {heads}, ({F}) / {heads}, "
                           f"{self.ptr(op.output)})", f"(8.0 * m.graph.num_edges * ({F} + 1))",
                           f"2.0 * m.graph.num_edges * {F}")
 
@@ -1453,6 +1539,11 @@ class OpenMPEmitter:
 
     def op_head_mul(self, op, x, s):
         heads = op.attrs["heads"]
+        if id(op) in self.weighted_gathers:
+            x, end = self.weighted_gathers[id(op)]
+            return self.timed("edges", f"mg::op::weighted_gather(m.g, {self.row_at(end)}, {self.ptr(x)}, "
+                              f"{self.ptr(s)}, {heads}, {self.head_dim(x, heads)}, {self.ptr(op.output)})",
+                              f"4.0 * m.graph.num_edges * (2.0 * {self.width(x)} + {heads})")
         is_row = "true" if x.assoc == "param" else "false"
         return self.timed("elementwise", f"mg::head_mul({self.ptr(x)}, {is_row}, {self.ptr(s)}, {self.ptr(op.output)}, "
                           f"{self.rows(s)}, {heads}, {self.head_dim(x, heads)})", f"12.0 * {self.numel(op.output)}")

@@ -191,7 +191,7 @@ inline void linear_features(const FeatureView &f, const SparseFeatureBlocks &blo
         case FeatureKind::Identity: std::memcpy(Y, W, sizeof(float) * size_t(f.rows * M)); break;
         default: throw Error("features are not set");
     }
-    if (!epi.bias && epi.act == Act::None && !epi.residual) return;
+    if (!has_epilogue(epi)) return;
     const idx_t rows = f.rows;
 #pragma omp parallel for schedule(static)
     for (idx_t r0 = 0; r0 < rows; r0 += 64) apply_epilogue_rows(epi, Y, M, r0, std::min(rows, r0 + 64));
@@ -279,11 +279,17 @@ inline void basis_lookup_bases_grad(const BasisLookupPlan &plan, const float *A,
 }
 
 // ---- typed linear (Hector) -----------------------------------------------------------------------
-inline void typed_linear(const TypeGroups &tg, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
-    check(typed_linear_gather_fwd(X, W, Y, tg.perm.data(), tg.ptr.data(), tg.types, K, M), "typed linear");
+// The epilogues: a per-type bias (HGT's h K[t] + bK[t]), an activation, a residual (the other
+// operand of an add, the backward's sum of two input gradients), on each row as it is written.
+inline void typed_linear(const TypeGroups &tg, const float *X, idx_t K, const float *W, idx_t M, float *Y,
+                         const Epilogue &epi = Epilogue{}) {
+    check(typed_linear_gather_fwd(X, W, Y, tg.perm.data(), tg.ptr.data(), tg.types, K, M, nullptr, nullptr, epi),
+          "typed linear");
 }
-inline void typed_matmul_nt(const TypeGroups &tg, const float *G, idx_t M, const float *W, idx_t K, float *dX) {
-    check(typed_linear_gather_bwd(nullptr, W, G, tg.perm.data(), tg.ptr.data(), tg.types, K, M, dX, nullptr),
+inline void typed_matmul_nt(const TypeGroups &tg, const float *G, idx_t M, const float *W, idx_t K, float *dX,
+                            const Epilogue &epi = Epilogue{}) {
+    check(typed_linear_gather_bwd(nullptr, W, G, tg.perm.data(), tg.ptr.data(), tg.types, K, M, dX, nullptr,
+                                  nullptr, nullptr, epi),
           "typed linear input gradient");
 }
 inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const float *G, idx_t M, float *dW) {
@@ -490,11 +496,25 @@ inline void weighted_gather_scatter(const Graph &g, bool to_dst, const float *X,
     if (to_dst) mg::weighted_gather_scatter(true, X, w, v.indptr, v.col, nullptr, v.num_nodes, H, D, out);
     else mg::weighted_gather_scatter(false, X, w, v.t_indptr, v.t_col, v.t_eid, v.num_nodes, H, D, out);
 }
+// The same sum of an edge value X [E, F] scaled by per-head edge weights (HGT's messages times
+// their attention), each edge's row read where it lies: no head_mul pass, no [E, F] product.
+inline void weighted_edge_scatter(const Graph &g, bool to_dst, const float *X, const float *w, idx_t H, idx_t D,
+                                  float *out) {
+    const GraphView &v = *g.view;
+    if (to_dst) mg::weighted_gather_scatter(true, X, w, v.indptr, nullptr, nullptr, v.num_nodes, H, D, out);
+    else mg::weighted_gather_scatter(false, X, w, v.t_indptr, nullptr, v.t_eid, v.num_nodes, H, D, out);
+}
 // Per-head dot of two node values read at an end of every edge (src when *_src).
-inline void edge_dot(const Graph &g, const float *A, bool a_src, const float *B, bool b_src, idx_t H, idx_t D,
+inline void edge_dot(const Graph &g, const float *A, RowAt a_at, const float *B, RowAt b_at, idx_t H, idx_t D,
                      float *out) {
     const GraphView &v = *g.view;
-    mg::edge_dot(A, a_src, B, b_src, v.indptr, v.col, v.num_nodes, H, D, out);
+    mg::edge_dot(A, a_at, B, b_at, v.indptr, v.col, v.num_nodes, H, D, out);
+}
+// head_mul(gather(X), w): the gathered rows scaled per head, written once as an edge value.
+inline void weighted_gather(const Graph &g, RowAt x_at, const float *X, const float *w, idx_t H, idx_t D,
+                            float *out) {
+    const GraphView &v = *g.view;
+    mg::weighted_gather(x_at, X, w, v.indptr, v.col, v.num_nodes, H, D, out);
 }
 inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, const idx_t *argmax, float *gm) {
     const GraphView &v = *g.view;

@@ -3,13 +3,17 @@
 Forward (loss) and generated backward (weight gradients, read back through one SGD step with
 learning rate 1) on small directed graphs with isolated and zero in-degree nodes.
 """
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from morphgen.frontend import compile_file
 from tests.backend.harness import assert_matches_interpreter
 from tests.ir import models
 from tests.ir.helpers import random_data, random_graph
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CASES = {
     "gcn": lambda: models.gcn(dropout=0.0),
     "gcn_mean": lambda: models.gcn(dropout=0.0, norm="mean"),
@@ -75,6 +79,56 @@ def test_relational_models_match_interpreter(name):
     _check(program, graph, x, labels, mask, classes=3)
 
 
+@pytest.mark.parametrize("types", ["scattered", "in_blocks"])
+@pytest.mark.parametrize("features", ["dense", "csr"])
+def test_hgt_example_with_per_type_biases_in_its_products_matches_interpreter(features, types):
+    """examples/hgt.mp: each ``h * K[v.ntype] + bK[v.ntype]`` adds its per-type bias rows inside
+    the typed linear, the input projection's ``+ bin[v.ntype]`` and relu inside the product of
+    the input features (either format), and the backward's sums of input gradients inside the
+    typed input gradients (plan_typed_biases, plan_residual_adds).  Node types scattered over
+    the rows (the kernels' gathered tiles) and laid out in blocks (tiles multiplied in place).
+    The attention's dots, the weighted sums of the messages and the scaled gathers of their
+    gradient read stored edge rows and node rows in place (plan_edge_traversals)."""
+    graph = random_graph(n=300, e=2500, seed=13, etypes=3, ntypes=3)
+    if types == "in_blocks":
+        graph.ntype = np.sort(graph.ntype)
+    x, labels, mask = random_data(graph, 40, classes=3)
+    x[np.random.default_rng(2).random(x.shape) < 0.8] = 0.0
+    _check(compile_file(EXAMPLES / "hgt.mp"), graph, x, labels, mask, classes=3, features=features)
+
+
+def test_per_type_biases_and_edge_rows_run_inside_their_kernels():
+    """HGT's five ``product + b[v.ntype]`` adds take no pass: their typed_param rows are never
+    materialised, and the typed linears' three backward adds run in the input gradients.  Its
+    edge traversals read the stored edge rows and node rows in place (plan_edge_traversals)."""
+    program = compile_file(EXAMPLES / "hgt.mp")
+    ran, emitter = _openmp_plan(program, {"etypes": 3, "ntypes": 2})
+    params = [op for op in program.forward if op.opcode == "typed_param" and op.output.assoc == "node"
+              and id(op) in emitter.absorbed]
+    into = sorted(emitter.fused_into[id(op)].opcode for op in params)
+    assert into == ["linear"] + ["typed_linear"] * 4
+    for op in params:
+        product = emitter.fused_into[id(op)]
+        assert ran[id(op)] == [] and op.output.id in emitter.unstored_values()
+        assert id(product) in emitter.bias_types and emitter.epilogues[id(product)][0] is op.inputs[0]
+    adds = [op for op in program.backward if op.opcode == "add" and op.output.width == 64]
+    assert len(adds) == 3 and {emitter.fused_into[id(op)].opcode for op in adds} == {"typed_matmul_nt"}
+    # the messages times their attention, summed at destinations (forward) and the keys' share of
+    # the attention gradient (backward): one traversal each, reading the stored edge rows in place
+    scatters = [op for op in program.forward + program.backward
+                if op.opcode == "scatter" and emitter.producer[op.inputs[0].id].opcode == "head_mul"]
+    assert [ran[id(op)] for op in scatters] == [["mg::op::weighted_edge_scatter"]] * 2
+    for op in scatters:
+        scale = emitter.producer[op.inputs[0].id]
+        assert scale.opcode == "head_mul" and ran[id(scale)] == [] and scale.output.id in emitter.unstored_values()
+    # the queries and the aggregate's gradient gathered at destinations are read where they lie
+    # by the attention's dots and the scaled gathers (head_mul(gather(g), alpha)): never copied
+    gathers = [op for op in program.forward + program.backward if op.opcode == "gather" and op.attrs["end"] == "dst"]
+    assert len(gathers) == 2 and all(ran[id(op)] == [] for op in gathers)
+    kernels = [ran[id(op)] for op in program.forward + program.backward if op.opcode in ("dot", "head_mul")]
+    assert kernels.count(["mg::op::edge_dot"]) == 2 and kernels.count(["mg::op::weighted_gather"]) == 2
+
+
 def test_bases_read_per_lookup_match_interpreter_on_threads():
     """R-GCN with bases on featureless input reads the bases per (type, source) lookup
     (passes/basis_lookup.py): a graph large enough for those kernels to run on the thread team,
@@ -137,12 +191,12 @@ def test_gat_reads_gathered_rows_in_place():
     assert {"mg::op::weighted_gather_scatter", "mg::op::edge_dot"} <= kernels
 
 
-def _openmp_plan(program):
+def _openmp_plan(program, sizes=None):
     """(kernels per op id, the emitter) of the OpenMP lowering of ``program``."""
     from morphgen.backends.openmp.emitter import OpenMPEmitter
     from morphgen.passes import run_default
 
-    program.bind({"F": 5, "C": 3, "N": 12, "etypes": 1, "ntypes": 1})
+    program.bind({"F": 5, "C": 3, "N": 12, "etypes": 1, "ntypes": 1, **(sizes or {})})
     run_default(program)
     emitter = OpenMPEmitter(program)
     emitter.emit()

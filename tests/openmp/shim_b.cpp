@@ -118,7 +118,8 @@ void mgb_weighted_gather_scatter(int to_dst, const float* x, const float* w, con
 }
 void mgb_edge_dot(const float* a, int a_src, const float* b, int b_src, const int64_t* indptr, const int64_t* col,
                   int64_t N, int64_t H, int64_t D, float* out) {
-    mg::edge_dot(a, a_src != 0, b, b_src != 0, indptr, col, N, H, D, out);
+    mg::edge_dot(a, a_src ? mg::RowAt::Source : mg::RowAt::Destination, b,
+                 b_src ? mg::RowAt::Source : mg::RowAt::Destination, indptr, col, N, H, D, out);
 }
 void mgb_scatter_src_bwd(int r, const float* g, const int64_t* col, const int64_t* t_indptr, int64_t E, int64_t F,
                          const int64_t* argmax, float* gm) {

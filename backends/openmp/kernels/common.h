@@ -83,14 +83,21 @@ MG_INLINE void add_residual(const float* residual, float* MG_RESTRICT v, std::in
     for (std::int64_t i = 0; i < n; ++i) v[i] += residual[i];
 }
 
-// The epilogue of a dense product on rows [r0, r1) of a row-major [*, M] matrix it has just written
-// (the residual, when there is one, has the same layout).
+// Whether an epilogue does anything.
+MG_INLINE bool has_epilogue(const Epilogue& epi) { return epi.bias || epi.act != Act::None || epi.residual; }
+
+// The epilogue of row r of a row-major [*, M] matrix a product has just written (the residual,
+// when there is one, has the same layout; a per-type bias gives the row its type's bias row).
+MG_INLINE void apply_epilogue_row(const Epilogue& epi, float* Y, std::int64_t M, std::int64_t r) {
+    add_residual(epi.residual ? epi.residual + r * M : nullptr, Y + r * M, M);
+    const float* bias = epi.bias && epi.bias_type ? epi.bias + epi.bias_type[r] * M : epi.bias;
+    apply_epilogue(epi.act, epi.alpha, bias, Y + r * M, M);
+}
+
+// The epilogue of a dense product on rows [r0, r1).
 inline void apply_epilogue_rows(const Epilogue& epi, float* Y, std::int64_t M, std::int64_t r0, std::int64_t r1) {
-    if (!epi.bias && epi.act == Act::None && !epi.residual) return;
-    for (std::int64_t r = r0; r < r1; ++r) {
-        add_residual(epi.residual ? epi.residual + r * M : nullptr, Y + r * M, M);
-        apply_epilogue(epi.act, epi.alpha, epi.bias, Y + r * M, M);
-    }
+    if (!has_epilogue(epi)) return;
+    for (std::int64_t r = r0; r < r1; ++r) apply_epilogue_row(epi, Y, M, r);
 }
 
 inline int max_threads() { return omp_get_max_threads(); }

@@ -23,6 +23,10 @@ namespace edge_detail {
 inline constexpr int64_t kParallelMin = 1 << 14;
 }
 
+// Where an edge traversal reads an operand's row for the edge at CSR position e: at the edge's
+// destination or source (a node value), or at e itself (an edge value, stored in CSR order).
+enum class RowAt : int { Destination = 0, Source = 1, Edge = 2 };
+
 // out[e, :] = x[col[e], :]   (message from the source)
 inline void gather_src(const float* x, const int64_t* col, int64_t num_edges, int64_t F, float* out) {
 #pragma omp parallel for schedule(static) if (num_edges * F > edge_detail::kParallelMin)
@@ -238,10 +242,16 @@ enum class HeadLanes {
                 // are loaded as one vector and spread to the lanes by a permutation
 };
 
+// The row of x that CSR position k reads: the node at its other end, or (other == nullptr) the
+// edge itself, for edge rows stored in CSR order.
+MG_INLINE int64_t traversal_row(const int64_t* other, const int64_t* eid, int64_t k) {
+    return other ? other[k] : eid ? eid[k] : k;
+}
+
 // One tile of a weighted_gather_scatter output row: o[f0, f0 + NV vectors) = sum over the CSR
-// positions k in [k0, k1) of w[e(k), head] * x[other[k], f], accumulated in registers.  Rows LA
-// positions ahead (up to `avail`, possibly in the next output rows) are prefetched.  MASKED:
-// the tile is the row's narrower last one.
+// positions k in [k0, k1) of w[e(k), head] * x[traversal_row(k), f], accumulated in registers.
+// Rows LA positions ahead (up to `avail`, possibly in the next output rows) are prefetched.
+// MASKED: the tile is the row's narrower last one.
 template <int NV, bool MASKED, HeadLanes HL>
 MG_INLINE void weighted_tile(const int64_t* MG_RESTRICT other, const int64_t* eid, int64_t k0, int64_t k1,
                              int64_t avail, const float* MG_RESTRICT x, const float* MG_RESTRICT w, int64_t H,
@@ -265,8 +275,8 @@ MG_INLINE void weighted_tile(const int64_t* MG_RESTRICT other, const int64_t* ei
     const mask heads = lanes(H);
     constexpr int LA = kTraversalLookahead;
     for (int64_t k = k0; k < k1; ++k) {
-        if (k + LA < avail) prefetch_l1<NV * kLanes * 4>(x + other[k + LA] * F + f0);
-        const float* MG_RESTRICT s = x + other[k] * F + f0;
+        if (k + LA < avail) prefetch_l1<NV * kLanes * 4>(x + traversal_row(other, eid, k + LA) * F + f0);
+        const float* MG_RESTRICT s = x + traversal_row(other, eid, k) * F + f0;
         const float* we = w + (eid ? eid[k] : k) * H;
         vf edge_weights = zero();
         if constexpr (HL == HeadLanes::Permuted) edge_weights = load(heads, we);
@@ -322,8 +332,9 @@ void weighted_rows_by_width(bool to_dst, const float* x, const float* w, const i
 // the fused scatter(sum) of a gathered node value scaled per head (GAT's attention-weighted sum,
 // H = 1 for one weight per edge).  to_dst: over the in-edges of each destination (CSR by
 // destination), reading x at sources; otherwise over the out-edges of each source (the transpose),
-// reading x at destinations.  Each output row is written by one thread; edges in the order of
-// their CSR, as scatter_dst / scatter_src sum them.
+// reading x at destinations.  other == nullptr: x is an edge value instead, [E, F] in CSR order
+// (HGT's per-edge messages), read at each edge's own row.  Each output row is written by one
+// thread; edges in the order of their CSR, as scatter_dst / scatter_src sum them.
 //
 // With vectors (simd.h), the row goes in tiles of 64 floats whose accumulators stay in registers,
 // with the rows of edges 8 positions ahead prefetched (as the SpMM of spmm.h), when each vector
@@ -351,7 +362,7 @@ inline void weighted_gather_scatter(bool to_dst, const float* x, const float* w,
         for (int64_t f = 0; f < F; ++f) o[f] = 0.f;
         for (int64_t k = indptr[v]; k < indptr[v + 1]; ++k) {
             const int64_t e = to_dst ? k : eid[k];
-            const float* MG_RESTRICT s = x + other[k] * F;
+            const float* MG_RESTRICT s = x + (other ? other[k] : e) * F;
             const float* we = w + e * H;
             for (int64_t h = 0; h < H; ++h) {
                 const float c = we[h];
@@ -385,8 +396,14 @@ MG_INLINE float head_dot(const float* MG_RESTRICT a, const float* MG_RESTRICT b,
 // Calls body(e, ra, rb) for every edge e, destination by destination (CSR order), with ra and rb
 // the F-wide rows of a and b at e's ends (its source col[e] when *_src, else its destination v);
 // the source rows of edges LA positions ahead are prefetched.
+// The row of an operand that the edge at CSR position e (destination v) reads: its destination's,
+// its source's or, for an edge value stored in CSR order, its own.
+MG_INLINE int64_t end_row(RowAt at, const int64_t* col, int64_t v, int64_t e) {
+    return at == RowAt::Source ? col[e] : at == RowAt::Edge ? e : v;
+}
+
 template <class Body>
-void for_each_edge_rows(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
+void for_each_edge_rows(const float* a, RowAt a_at, const float* b, RowAt b_at, const int64_t* indptr,
                         const int64_t* col, int64_t num_nodes, int64_t F, const Body& body) {
     const int64_t E = indptr[num_nodes];
     constexpr int LA = kTraversalLookahead;
@@ -394,19 +411,19 @@ void for_each_edge_rows(const float* a, bool a_src, const float* b, bool b_src, 
     for (int64_t v = 0; v < num_nodes; ++v) {
         for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
             if (e + LA < E) {
-                if (a_src) prefetch_l1<64>(a + col[e + LA] * F);
-                if (b_src) prefetch_l1<64>(b + col[e + LA] * F);
+                if (a_at == RowAt::Source) prefetch_l1<64>(a + col[e + LA] * F);
+                if (b_at == RowAt::Source) prefetch_l1<64>(b + col[e + LA] * F);
             }
-            body(e, a + (a_src ? col[e] : v) * F, b + (b_src ? col[e] : v) * F);
+            body(e, a + end_row(a_at, col, v, e) * F, b + end_row(b_at, col, v, e) * F);
         }
     }
 }
 
 // edge_dot with head_dot<WHOLE> per head.
 template <bool WHOLE>
-void edge_dot_rows(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
+void edge_dot_rows(const float* a, RowAt a_at, const float* b, RowAt b_at, const int64_t* indptr,
                    const int64_t* col, int64_t num_nodes, int64_t H, int64_t D, float* out) {
-    for_each_edge_rows(a, a_src, b, b_src, indptr, col, num_nodes, H * D,
+    for_each_edge_rows(a, a_at, b, b_at, indptr, col, num_nodes, H * D,
                        [&](int64_t e, const float* ra, const float* rb) {
                            for (int64_t h = 0; h < H; ++h) out[e * H + h] = head_dot<WHOLE>(ra + h * D, rb + h * D, D);
                        });
@@ -526,7 +543,7 @@ class NarrowHeadSums {
 // Each vector of a*b is summed within its groups of D lanes by log2(D) butterfly steps (lane l
 // adds lane l ^ s), after which lane h*D holds head h's dot; the row's vectors go through a
 // small buffer from which the H sums are picked.
-inline void edge_dot_rows_narrow(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
+inline void edge_dot_rows_narrow(const float* a, RowAt a_at, const float* b, RowAt b_at, const int64_t* indptr,
                                  const int64_t* col, int64_t num_nodes, int64_t H, int64_t D, float* out) {
     using namespace simd;
     constexpr int kMaxVectors = 8;
@@ -544,7 +561,7 @@ inline void edge_dot_rows_narrow(const float* a, bool a_src, const float* b, boo
         auto run = [&](auto vectors) {
             constexpr int NV = decltype(vectors)::value;
             const bool full = F == NV * kLanes;   // a masked load costs more than a load on AMD cores
-            for_each_edge_rows(a, a_src, b, b_src, indptr, col, num_nodes, F,
+            for_each_edge_rows(a, a_at, b, b_at, indptr, col, num_nodes, F,
                                [&](int64_t e, const float* ra, const float* rb) {
                                    vf p[NV];
 #pragma GCC unroll 8
@@ -559,7 +576,7 @@ inline void edge_dot_rows_narrow(const float* a, bool a_src, const float* b, boo
         with_vector_count(head_sums.vectors(), run);
         return;
     }
-    for_each_edge_rows(a, a_src, b, b_src, indptr, col, num_nodes, F, [&](int64_t e, const float* ra, const float* rb) {
+    for_each_edge_rows(a, a_at, b, b_at, indptr, col, num_nodes, F, [&](int64_t e, const float* ra, const float* rb) {
         alignas(64) float sums[kMaxVectors * kLanes];
         for (int j = 0; j < nv; ++j) {
             const mask m = lanes(F - int64_t(kLanes) * j);
@@ -572,10 +589,10 @@ inline void edge_dot_rows_narrow(const float* a, bool a_src, const float* b, boo
 }
 
 // edge_dot with one head of any width: masked vectors summed in one register, one reduction.
-inline void edge_dot_rows_one_head(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
+inline void edge_dot_rows_one_head(const float* a, RowAt a_at, const float* b, RowAt b_at, const int64_t* indptr,
                                    const int64_t* col, int64_t num_nodes, int64_t D, float* out) {
     using namespace simd;
-    for_each_edge_rows(a, a_src, b, b_src, indptr, col, num_nodes, D, [&](int64_t e, const float* ra, const float* rb) {
+    for_each_edge_rows(a, a_at, b, b_at, indptr, col, num_nodes, D, [&](int64_t e, const float* ra, const float* rb) {
         vf acc = zero();
         for (int64_t d = 0; d < D; d += kLanes) {
             const mask m = lanes(D - d);
@@ -588,23 +605,44 @@ inline void edge_dot_rows_one_head(const float* a, bool a_src, const float* b, b
 
 }  // namespace edge_detail
 
-// out[e, h] = sum_d a[a-end of e, h*D + d] * b[b-end of e, h*D + d] for every edge (the end of
-// each operand: its source when *_src, else its destination): the per-head dot of two gathered
-// node values (GAT's attention gradient) without gathering them.  Edges go destination by
+// out[e, h] = sum_d a[row of e, h*D + d] * b[row of e, h*D + d] for every edge (each operand's row
+// where *_at says: its source's, its destination's, or the edge's own for an edge value): the
+// per-head dot of gathered node values (GAT's attention gradient, HGT's attention scores and
+// their gradient) without gathering them.  Edges go destination by
 // destination, so the destination of the edge at CSR position e is the row v being walked; the
 // source rows of edges 8 positions ahead are prefetched.  Heads of whole vectors sum one register
 // per head, one head of any width masked vectors; heads narrower than a vector sum within lane
 // groups (edge_dot_rows_narrow).
-inline void edge_dot(const float* a, bool a_src, const float* b, bool b_src, const int64_t* indptr,
+inline void edge_dot(const float* a, RowAt a_at, const float* b, RowAt b_at, const int64_t* indptr,
                      const int64_t* col, int64_t num_nodes, int64_t H, int64_t D, float* out) {
 #if MG_HAVE_SIMD
     if (D % simd::kLanes == 0)
-        return edge_detail::edge_dot_rows<true>(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
-    if (H == 1) return edge_detail::edge_dot_rows_one_head(a, a_src, b, b_src, indptr, col, num_nodes, D, out);
+        return edge_detail::edge_dot_rows<true>(a, a_at, b, b_at, indptr, col, num_nodes, H, D, out);
+    if (H == 1) return edge_detail::edge_dot_rows_one_head(a, a_at, b, b_at, indptr, col, num_nodes, D, out);
     if (simd::kLanes % D == 0 && H * D <= 8 * simd::kLanes)  // D a power of two below the width
-        return edge_detail::edge_dot_rows_narrow(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
+        return edge_detail::edge_dot_rows_narrow(a, a_at, b, b_at, indptr, col, num_nodes, H, D, out);
 #endif
-    edge_detail::edge_dot_rows<false>(a, a_src, b, b_src, indptr, col, num_nodes, H, D, out);
+    edge_detail::edge_dot_rows<false>(a, a_at, b, b_at, indptr, col, num_nodes, H, D, out);
+}
+
+// out[e, h*D + d] = w[e, h] * x[row of e, h*D + d] for every edge, in CSR order: a gathered node
+// value scaled per head (HGT's gradient of its messages, head_mul(gather(g), alpha)) without the
+// gathered copy.  x_at: RowAt::Source or RowAt::Destination.
+inline void weighted_gather(RowAt x_at, const float* x, const float* w, const int64_t* indptr, const int64_t* col,
+                            int64_t num_nodes, int64_t H, int64_t D, float* out) {
+    const int64_t F = H * D, E = indptr[num_nodes];
+#pragma omp parallel for schedule(dynamic, 64) if (E * F > edge_detail::kParallelMin)
+    for (int64_t v = 0; v < num_nodes; ++v) {
+        for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+            const float* MG_RESTRICT s = x + edge_detail::end_row(x_at, col, v, e) * F;
+            float* MG_RESTRICT o = out + e * F;
+            for (int64_t h = 0; h < H; ++h) {
+                const float c = w[e * H + h];
+#pragma omp simd
+                for (int64_t d = 0; d < D; ++d) o[h * D + d] = c * s[h * D + d];
+            }
+        }
+    }
 }
 
 }  // namespace mg

@@ -175,16 +175,17 @@ inline idx_t typed_linear_workspace_floats(const idx_t* type_ptr, idx_t T, idx_t
     return threads * rows * (K + M) + partials * K * M;
 }
 
-// Y[r] = X[x_rows ? x_rows[r] : r] · W[type of r].
+// Y[r] = X[x_rows ? x_rows[r] : r] · W[type of r], then the epilogue on each row as it is written.
 // workspace: typed_linear_workspace_floats() floats, or nullptr to allocate per call.
 inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, const idx_t* perm,
                                    const idx_t* type_ptr, idx_t T, idx_t K, idx_t M, float* workspace = nullptr,
-                                   const idx_t* x_rows = nullptr) {
+                                   const idx_t* x_rows = nullptr, const Epilogue& epi = Epilogue{}) {
     using tl_detail::kTileRows;
     if (!tl_detail::fits_blas(K, M)) return kErrTooLarge;
     if (omp_in_parallel()) return kErrInParallel;
     if (K == 0 || M == 0) {                         // nothing for BLAS to multiply
         std::fill(Y, Y + type_ptr[T] * M, 0.f);
+        apply_epilogue_rows(epi, Y, M, 0, type_ptr[T]);
         return kOk;
     }
     // the forward needs one tile per thread; a caller's workspace is laid out for the backward
@@ -203,6 +204,7 @@ inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, con
             const idx_t first = tl_detail::consecutive_rows(perm, s.r0, s.n, x_rows);
             if (first >= 0) {
                 tile_nn(s.n, M, K, X + first * K, W + s.type * K * M, Y + first * M);
+                apply_epilogue_rows(epi, Y, M, first, first + s.n);
                 continue;
             }
             for (idx_t k = 0; k < s.n; ++k) {
@@ -211,7 +213,11 @@ inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, con
                 copy_row(x, xbuf + k * K, K);
             }
             tile_nn(s.n, M, K, xbuf, W + s.type * K * M, ybuf);
-            for (idx_t k = 0; k < s.n; ++k) copy_row(ybuf + k * M, Y + perm[s.r0 + k] * M, M);
+            for (idx_t k = 0; k < s.n; ++k) {
+                const idx_t row = perm[s.r0 + k];
+                copy_row(ybuf + k * M, Y + row * M, M);
+                if (has_epilogue(epi)) apply_epilogue_row(epi, Y, M, row);
+            }
         }
     }
     return kOk;
@@ -219,15 +225,18 @@ inline int typed_linear_gather_fwd(const float* X, const float* W, float* Y, con
 
 // dX [R, K] and/or dW [T, K, M]; either may be nullptr.  With x_rows, dX[r] is the gradient of
 // the gathered row X[x_rows[r]] (shape [R, K]); the caller sums it into X's rows with the
-// matching scatter (e.g. gather_src_bwd), which needs no atomics.
+// matching scatter (e.g. gather_src_bwd), which needs no atomics.  dX_epi runs on each row of
+// dX as it is written (a residual: the other operand of an add of input gradients).
 inline int typed_linear_gather_bwd(const float* X, const float* W, const float* G, const idx_t* perm,
                                    const idx_t* type_ptr, idx_t T, idx_t K, idx_t M, float* dX, float* dW,
-                                   float* workspace = nullptr, const idx_t* x_rows = nullptr) {
+                                   float* workspace = nullptr, const idx_t* x_rows = nullptr,
+                                   const Epilogue& dX_epi = Epilogue{}) {
     using tl_detail::kTileRows;
     if (!tl_detail::fits_blas(K, M)) return kErrTooLarge;
     if (omp_in_parallel()) return kErrInParallel;
     if (K == 0 || M == 0) {                         // nothing for BLAS to multiply
         if (dX) std::fill(dX, dX + type_ptr[T] * K, 0.f);
+        if (dX) apply_epilogue_rows(dX_epi, dX, K, 0, type_ptr[T]);
         if (dW) std::fill(dW, dW + T * K * M, 0.f);
         return kOk;
     }
@@ -260,6 +269,7 @@ inline int typed_linear_gather_bwd(const float* X, const float* W, const float* 
             const idx_t first = tl_detail::consecutive_rows(perm, s.r0, s.n, nullptr);
             if (first >= 0) {
                 tile_nt(s.n, K, M, G + first * M, W + s.type * K * M, dX + first * K, wt.data(), &wt_of);
+                apply_epilogue_rows(dX_epi, dX, K, first, first + s.n);
                 continue;
             }
             for (idx_t k = 0; k < s.n; ++k) {
@@ -267,7 +277,11 @@ inline int typed_linear_gather_bwd(const float* X, const float* W, const float* 
                 copy_row(g, gbuf + k * M, M);
             }
             tile_nt(s.n, K, M, gbuf, W + s.type * K * M, xbuf, wt.data(), &wt_of);
-            for (idx_t k = 0; k < s.n; ++k) copy_row(xbuf + k * K, dX + perm[s.r0 + k] * K, K);
+            for (idx_t k = 0; k < s.n; ++k) {
+                const idx_t row = perm[s.r0 + k];
+                copy_row(xbuf + k * K, dX + row * K, K);
+                if (has_epilogue(dX_epi)) apply_epilogue_row(dX_epi, dX, K, row);
+            }
         }
         // dW: per chunk X_cᵀ G_c into its slot, block by block
 #pragma omp for schedule(dynamic, 1)
