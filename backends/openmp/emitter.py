@@ -644,18 +644,17 @@ class OpenMPEmitter:
             return x, op.attrs["end"]
 
         in_place = set()       # (id(op), input position): a gathered input that op reads in place
-        scaled_gathers = []    # head_mul(gather(x), w) that may write its product from x directly
+        scaled_gathers = []    # (op, gathered rows): head_mul(gather(x), w) may write its product from x
         for op in self.p.forward + self.p.backward:
             if op.opcode == "scatter" and op.attrs["reduce"] == "sum":
                 msg = op.inputs[0]
                 scale = self.producer.get(msg.id)
-                if scale is None or self._sole_reader(msg) is not op or scale.opcode not in ("head_mul", "mul"):
+                if scale is None or self._sole_reader(msg) is not op:
                     continue
-                if scale.opcode == "head_mul":
-                    (rows, w), heads = scale.inputs, scale.attrs["heads"]
-                else:          # one weight per edge: the [E, 1] operand of a broadcast product
-                    rows, w = scale.inputs if scale.inputs[1].width == 1 else scale.inputs[::-1]
-                    heads = 1
+                rows_w = self._edge_scaling(scale)
+                if rows_w is None:
+                    continue
+                (rows, w), heads = rows_w, scale.attrs.get("heads", 1)
                 src = gathered(rows)
                 end = op.attrs.get("end", "dst")
                 if w.assoc != "edge" or w.width != heads or rows.shape != msg.shape:
@@ -688,23 +687,53 @@ class OpenMPEmitter:
                     reader = prod
                 in_place.update({(id(reader), k) for k, end in enumerate((a[1], b[1])) if end != "edge"})
                 self.extra_reads += [(a[0].id, op), (b[0].id, op)]
-            elif op.opcode == "head_mul" and self.traverses_edge_rows:
-                (rows, w), heads = op.inputs, op.attrs["heads"]
-                src = gathered(rows)
-                if src is None or w.assoc != "edge" or w.width != heads or id(op) in self.absorbed:
+            elif op.opcode in ("head_mul", "mul", "div") and self.traverses_edge_rows:
+                rows_w = self._edge_scaling(op)
+                if (rows_w is None or id(op) in self.absorbed or id(op) in self.head_products
+                        or id(op) in self.epilogues):
                     continue
-                scaled_gathers.append(op)
-                in_place.add((id(op), 0))
+                (rows, w), heads = rows_w, op.attrs.get("heads", 1)
+                if gathered(rows) is None or w.assoc != "edge" or w.width != heads:
+                    continue
+                scaled_gathers.append((op, rows))
+                in_place.add((id(op), op.inputs.index(rows)))
         for op in self.p.forward + self.p.backward:
             readers = self.readers.get(op.output.id, []) if op.opcode == "gather" else []
             if readers and all((id(r), k) in in_place for r, k in readers) and gathered(op.output) is not None:
                 self.absorbed.add(id(op))
                 self.fused_into[id(op)] = readers[0][0]
         # a scaled gather reads x itself only where no other reader needs the gathered copy
-        for op in scaled_gathers:
-            if id(self.producer[op.inputs[0].id]) in self.absorbed:
-                x, end = self.weighted_gathers[id(op)] = gathered(op.inputs[0])
+        for op, rows in scaled_gathers:
+            if id(self.producer[rows.id]) in self.absorbed:
+                x, end = self.weighted_gathers[id(op)] = gathered(rows)
                 self.extra_reads.append((x.id, op))
+
+    def _edge_scaling(self, op) -> Optional[tuple]:
+        """(rows, weights) when ``op`` scales rows by per-head or per-edge weights: a head_mul, a
+        product with an [E, 1] operand, or (where edge rows are traversed) a division by a graph
+        constant such as 1 / e.rel_degree, whose reciprocal the traversal multiplies by."""
+        if op.opcode == "head_mul":
+            return tuple(op.inputs)
+        a, b = op.inputs
+        if op.opcode == "mul" and (a.width == 1 or b.width == 1):
+            return (a, b) if b.width == 1 else (b, a)
+        if op.opcode == "div" and self.traverses_edge_rows and b.width == 1 and b.assoc == "edge":
+            divisor = self.producer.get(b.id)
+            if divisor is not None and divisor.opcode == "graph_scalar" and a.width != 1:
+                return a, b
+        return None
+
+    def weights(self, op, w: Value) -> str:
+        """The per-edge weights a traversal for ``op`` multiplies by: ``w`` itself, or for a
+        division by a graph constant its reciprocal, computed once at load time."""
+        if op.opcode != "div":
+            return self.ptr(w)
+        name = f"inv{w.id}"
+        if f"mg::Buffer {name};" not in self.members:
+            self.members.append(f"mg::Buffer {name};")
+            self.prepare.append(f"m.{name}.allocate({self.numel(w)}, m.allocated_bytes); "
+                                f"mg::op::reciprocal({self.ptr(w)}, m.{name}.data, {self.numel(w)})")
+        return f"m.{name}.data"
 
     def _edge_rows(self, v: Value) -> bool:
         """Whether an edge traversal may read ``v`` as stored edge rows (RowAt::Edge)."""
@@ -1279,8 +1308,9 @@ class OpenMPEmitter:
                 kernel, to_dst = "weighted_edge_scatter", op.attrs.get("end", "dst") == "dst"
             else:
                 kernel, to_dst = "weighted_gather_scatter", x_end == "src"
+            w_ptr = self.weights(self.producer[op.inputs[0].id], w)
             return self.timed("edges", f"mg::op::{kernel}(m.g, {'true' if to_dst else 'false'}, "
-                              f"{self.ptr(x)}, {self.ptr(w)}, {heads}, ({F}) / {heads}, {self.ptr(out)})",
+                              f"{self.ptr(x)}, {w_ptr}, {heads}, ({F}) / {heads}, {self.ptr(out)})",
                               f"(4.0 * m.graph.num_edges * ({F} + {heads} + 2) + 4.0 * {self.numel(out)})",
                               f"2.0 * m.graph.num_edges * {F}")
         reduce = op.attrs["reduce"]
@@ -1352,6 +1382,8 @@ class OpenMPEmitter:
     def _binary(self, op, a, b, binop: str = ""):
         if id(op) in self.head_products:
             return self._head_mul_add(op)
+        if id(op) in self.weighted_gathers:
+            return self._weighted_gather(op)
         out = op.output
         epilogue, final = self._epilogue(op)     # a fused bias/activation tail writes the chain's value
         return self.timed("elementwise", f"mg::binary_fwd({binop or _BINOP[op.opcode]}, {self.ptr(a)}, "
@@ -1537,13 +1569,20 @@ class OpenMPEmitter:
     def head_dim(self, v: Value, heads: int) -> str:
         return f"({self.width(v)}) / {heads}"
 
+    def _weighted_gather(self, op):
+        """head_mul(gather(x), w), or x's gathered rows times or over an edge weight, in one pass
+        (plan_edge_traversals)."""
+        x, end = self.weighted_gathers[id(op)]
+        heads = op.attrs.get("heads", 1)
+        _, w = self._edge_scaling(op)
+        return self.timed("edges", f"mg::op::weighted_gather(m.g, {self.row_at(end)}, {self.ptr(x)}, "
+                          f"{self.weights(op, w)}, {heads}, {self.head_dim(x, heads)}, {self.ptr(op.output)})",
+                          f"4.0 * m.graph.num_edges * (2.0 * {self.width(x)} + {heads})")
+
     def op_head_mul(self, op, x, s):
         heads = op.attrs["heads"]
         if id(op) in self.weighted_gathers:
-            x, end = self.weighted_gathers[id(op)]
-            return self.timed("edges", f"mg::op::weighted_gather(m.g, {self.row_at(end)}, {self.ptr(x)}, "
-                              f"{self.ptr(s)}, {heads}, {self.head_dim(x, heads)}, {self.ptr(op.output)})",
-                              f"4.0 * m.graph.num_edges * (2.0 * {self.width(x)} + {heads})")
+            return self._weighted_gather(op)
         is_row = "true" if x.assoc == "param" else "false"
         return self.timed("elementwise", f"mg::head_mul({self.ptr(x)}, {is_row}, {self.ptr(s)}, {self.ptr(op.output)}, "
                           f"{self.rows(s)}, {heads}, {self.head_dim(x, heads)})", f"12.0 * {self.numel(op.output)}")

@@ -510,6 +510,11 @@ inline void edge_dot(const Graph &g, const float *A, RowAt a_at, const float *B,
     const GraphView &v = *g.view;
     mg::edge_dot(A, a_at, B, b_at, v.indptr, v.col, v.num_nodes, H, D, out);
 }
+// out = 1 / x: per-edge weights that traversals multiply by where the program divides by a graph
+// constant (1 / e.rel_degree), computed once at load time.
+inline void reciprocal(const float *x, float *out, idx_t n) {
+    for (idx_t i = 0; i < n; ++i) out[i] = 1.0f / x[i];
+}
 // head_mul(gather(X), w): the gathered rows scaled per head, written once as an edge value.
 inline void weighted_gather(const Graph &g, RowAt x_at, const float *X, const float *w, idx_t H, idx_t D,
                             float *out) {
