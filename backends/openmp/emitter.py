@@ -127,7 +127,7 @@ class OpenMPEmitter:
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
         self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
         self.edge_dots: dict = {}        # id(dot | feature_sum) -> (a, a's end, b, b's end, heads)
-        self.weighted_gathers: dict = {}  # id(head_mul) -> (node value, end): head_mul(gather(x), w) in one pass
+        self.weighted_gathers: dict = {}  # id(head_mul | mul | div) -> (x, end): gather(x) scaled, one pass
         self.edge_attention: dict = {}   # id(edge_softmax) -> (a read at sources, b at destinations, act)
         self.softmax_grads: dict = {}    # id(edge_softmax_grad) -> (dropout_grad, act_grad, dst scatter)
         self.head_products: dict = {}    # id(row_sum | add) -> the head_mul it runs (plan_head_products)
@@ -627,7 +627,10 @@ class OpenMPEmitter:
         values one per-edge dot (edge_dot), both reading x at the edge's end; a gather whose
         readers are all such kernels is never run.  A sum-scatter of a stored edge value scaled
         by edge weights (HGT's messages times their attention) is the same traversal reading each
-        edge's own row (weighted_edge_scatter): the scaled [E, F] product is never written.
+        edge's own row (weighted_edge_scatter): the scaled [E, F] product is never written.  A
+        gathered value scaled by edge weights and stored (HGT's and R-GCN's message gradients) is
+        written in one pass from x (weighted_gather), and a division by a graph constant (R-GCN's
+        / e.rel_degree) is a product with its reciprocal in all of these.
         """
         if not self.fuses_edge_traversals:
             return

@@ -626,8 +626,9 @@ inline void edge_dot(const float* a, RowAt a_at, const float* b, RowAt b_at, con
 }
 
 // out[e, h*D + d] = w[e, h] * x[row of e, h*D + d] for every edge, in CSR order: a gathered node
-// value scaled per head (HGT's gradient of its messages, head_mul(gather(g), alpha)) without the
-// gathered copy.  x_at: RowAt::Source or RowAt::Destination.
+// value scaled per head or per edge (HGT's gradient of its messages, head_mul(gather(g), alpha);
+// R-GCN's gradient through / e.rel_degree, w its reciprocal) without the gathered copy.  x_at:
+// RowAt::Source or RowAt::Destination.
 inline void weighted_gather(RowAt x_at, const float* x, const float* w, const int64_t* indptr, const int64_t* col,
                             int64_t num_nodes, int64_t H, int64_t D, float* out) {
     const int64_t F = H * D, E = indptr[num_nodes];
