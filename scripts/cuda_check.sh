@@ -15,7 +15,8 @@
 # MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
 # PARITY (the "model:graph" parity checks), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
 # {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
-# for this GPU alone, half the ptxas time).
+# for this GPU alone, half the ptxas time), PACK=1 (leave OUT_DIR holding summary.txt and one
+# results.tgz of everything else: a remote runner that returns a limited number of files gets all).
 set -uo pipefail
 
 OUT=$(realpath -m "${1:?usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench] [parity]}")
@@ -123,4 +124,11 @@ for step in $STEPS; do
     esac
 done
 note "== $(date -u +%FT%TZ)  $failed failed"
+if [ "${PACK:-0}" = 1 ]; then
+    packed=$(mktemp -d)
+    tar czf "$packed/results.tgz" -C "$OUT" --exclude=summary.txt --exclude='build-*' --exclude=suite . &&
+        find "$OUT" -mindepth 1 -maxdepth 1 ! -name summary.txt -exec rm -rf {} + &&
+        mv "$packed/results.tgz" "$OUT/results.tgz"
+    rmdir "$packed"
+fi
 exit "$failed"
