@@ -129,6 +129,20 @@ def test_per_type_biases_and_edge_rows_run_inside_their_kernels():
     assert kernels.count(["mg::op::edge_dot"]) == 2 and kernels.count(["mg::op::weighted_gather"]) == 2
 
 
+def test_a_division_by_a_graph_constant_runs_inside_the_traversals():
+    """R-GCN's ``/ e.rel_degree``: the sums at destinations and the backward's gathered gradients
+    multiply by the reciprocal, computed once at load time; no division pass, no gathered copy
+    (the parity tests of rgcn above check the numbers)."""
+    program = compile_file(EXAMPLES / "rgcn.mp")
+    ran, emitter = _openmp_plan(program, {"etypes": 3})
+    divs = [op for op in program.forward + program.backward if op.opcode == "div"]
+    into = sorted(ran[id(op)][0] if ran[id(op)] else emitter.fused_into[id(op)].opcode for op in divs)
+    assert into == ["mg::op::weighted_gather"] * 2 + ["scatter"] * 2
+    gathers = [op for op in program.backward if op.opcode == "gather"]
+    assert gathers and all(ran[id(op)] == [] for op in gathers)
+    assert any("mg::op::reciprocal" in line for line in emitter.prepare)
+
+
 def test_bases_read_per_lookup_match_interpreter_on_threads():
     """R-GCN with bases on featureless input reads the bases per (type, source) lookup
     (passes/basis_lookup.py): a graph large enough for those kernels to run on the thread team,
