@@ -50,6 +50,9 @@ def add_device_options(p) -> None:
     p.add_argument("--device", type=int, default=None,
                    help="--backend cuda: the GPU morphgen and the peers train on (default 0, or "
                         "$MORPHGEN_CUDA_DEVICE)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="runs of every system, interleaved (morphgen, the peers, morphgen, ...); the report "
+                        "keeps each system's fastest median and lists every round's (default 1)")
 
 
 def add_parser(subparsers) -> None:
@@ -93,6 +96,8 @@ def check_device(args) -> None:
     if args.device is not None and args.device < 0:
         raise harness.BenchError(f"--device: must be 0 or more, got {args.device}")
     resolve_device(args)                  # a bad $MORPHGEN_CUDA_DEVICE is named before anything runs
+    if args.rounds < 1:
+        raise harness.BenchError(f"--rounds: must be >= 1, got {args.rounds}")
 
 
 def check_args(args) -> None:

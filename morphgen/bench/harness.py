@@ -215,6 +215,16 @@ SYSTEM_KEYS = ("system", "config", "epoch_time_s", "epoch_times_s", "compile_sec
                "error")
 
 
+def faster_run(kept: Optional[dict], entry: dict) -> dict:
+    """The run to report of two of one system (or layout): a failure wins (it must be seen), else
+    the faster."""
+    if kept is None or entry.get("error"):
+        return entry
+    if kept.get("error") or entry["epoch_time_s"] >= kept["epoch_time_s"]:
+        return kept
+    return entry
+
+
 def _empty_system(system: str) -> dict:
     return {k: None for k in SYSTEM_KEYS} | {"system": system, "config": {}, "epoch_times_s": []}
 
@@ -347,15 +357,17 @@ def peer_variants(system: str, shape: PeerModel) -> tuple:
 
 
 def run_peer_fastest(system: str, data_path, spec: dict, work_dir, variants: tuple, *,
-                     cap_gib: Optional[float], timeout_s: Optional[float]) -> dict:
+                     cap_gib: Optional[float], timeout_s: Optional[float], round_tag: str = "") -> dict:
     """run_peer_capped in each configuration of `variants` (peer_variants), one process each; the
     fastest that succeeded is the peer's entry, and "alternatives" lists the others (their time,
-    peak RSS and error). With one configuration, just run_peer_capped."""
+    peak RSS and error). With one configuration, just run_peer_capped.  `round_tag` keeps the
+    files of repeated rounds apart."""
     if len(variants) == 1:
         label, over = variants[0]
-        return run_peer_capped(system, data_path, {**spec, **over}, work_dir, cap_gib=cap_gib, timeout_s=timeout_s)
+        return run_peer_capped(system, data_path, {**spec, **over}, work_dir, cap_gib=cap_gib, timeout_s=timeout_s,
+                               tag=f"{system}{round_tag}")
     runs = [(label, run_peer_capped(system, data_path, {**spec, **over}, work_dir, cap_gib=cap_gib,
-                                    timeout_s=timeout_s, tag=f"{system}_{label}"))
+                                    timeout_s=timeout_s, tag=f"{system}_{label}{round_tag}"))
             for label, over in variants]
     ok = [(label, e) for label, e in runs if e.get("error") is None and e.get("epoch_time_s") is not None]
     if ok:

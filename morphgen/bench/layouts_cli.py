@@ -112,7 +112,7 @@ def measure(args, model: str, graph: LayoutGraph, threads: int, out: Path) -> di
                                              timeout_s=args.timeout, profile=False, tag=f"morphgen_{layout}",
                                              edge_typed_layout=layout)
                 print(f"  {Path(model).stem} {graph.name} {layout:>8}: {_ms(entry)}", flush=True)
-                runs[layout] = _faster(runs.get(layout), entry)
+                runs[layout] = harness.faster_run(runs.get(layout), entry)
     losses = [r.get("first_epoch_loss") for r in runs.values() if r.get("first_epoch_loss") is not None]
     return {"model": model, "graph": graph.name, "shape_of": graph.shape_of, "pairs": pairs,
             "times": {k: r.get("epoch_time_s") for k, r in runs.items()},
@@ -120,15 +120,6 @@ def measure(args, model: str, graph: LayoutGraph, threads: int, out: Path) -> di
             "errors": {k: r.get("error") for k, r in runs.items() if r.get("error")},
             "picked": _picked(runs["auto"]),
             "loss_spread": max(losses) - min(losses) if len(losses) == len(LAYOUTS) else None}
-
-
-def _faster(kept, entry: dict) -> dict:
-    """The run to report of two of one layout: a failure wins (it must be seen), else the faster."""
-    if kept is None or entry.get("error"):
-        return entry
-    if kept.get("error") or entry["epoch_time_s"] >= kept["epoch_time_s"]:
-        return kept
-    return entry
 
 
 def _ms(entry: dict) -> str:

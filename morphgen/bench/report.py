@@ -157,6 +157,10 @@ def backend_line(report: dict) -> list:
             "are read after torch.cuda.synchronize().", ""]
 
 
+def rounds_text(rounds: int) -> str:
+    return f", the fastest of {rounds} interleaved rounds per system" if rounds > 1 else ""
+
+
 def markdown(report: dict) -> str:
     d, m = report["dataset"], report["machine"]
     out = [f"# morphgen bench: {Path(report['model']).name} on {d['name']}", "",
@@ -167,7 +171,8 @@ def markdown(report: dict) -> str:
                 if d.get("featureless") else f"{d['features']} features (sparsity {d['feature_sparsity']:.4f})")
     out += [f"Graph: {d['nodes']:,} nodes, {d['edges']:,} edges{typed}, {features}, {d['classes']} classes. "
             f"{report['threads']} threads, {report['epochs']} epochs, median over epochs after "
-            f"{report['warmup']} warm-up epochs; compile time excluded and reported apart. "
+            f"{report['warmup']} warm-up epochs{rounds_text(report.get('rounds', 1))}; compile time excluded and "
+            f"reported apart. "
             f"{cap_text(report['memory_cap_gib'])}", ""]
     out += systems_table(report["systems"], report.get("analytic_minimum_bytes"),
                          device=report.get("backend", "openmp") != "openmp")

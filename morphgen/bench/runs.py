@@ -108,25 +108,23 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
     threads, cap = resolve_threads(args), resolve_cap(args)
     backend, device = backend_of(args), resolve_device(args)
     peers = parse_peers(args.peers)
-    systems = [harness.run_morphgen(args.model, data.path, work, epochs=args.epochs, warmup=args.warmup,
-                                    seed=args.seed, threads=threads, cap_gib=cap, timeout_s=args.timeout,
-                                    profile=not args.no_profile,
-                                    sparsity_threshold=getattr(args, "sparsity_threshold", None),
-                                    backend=backend, device=device)]
-    sparse = peer_sparse_features(args.peer_features, systems[0], data.feature_sparsity)
+    rounds = getattr(args, "rounds", 1)
     notes = list(shape.notes)
-    for system in peers:
-        why = shape.unsupported or shape.peer_unsupported.get(system)
-        if why:
-            entry = harness._empty_system(system)
-            entry["error"] = f"not comparable: {why}"
-            systems.append(entry)
-            continue
-        spec = harness.peer_spec(shape, data, epochs=args.epochs, warmup=args.warmup, threads=threads,
-                                 sparse_features=sparse, device=harness.device_name(backend, device))
-        systems.append(harness.run_peer_fastest(system, data.peer_path, spec, work,
-                                                harness.peer_variants(system, shape), cap_gib=cap,
-                                                timeout_s=args.timeout))
+    kept: dict = {}                       # system -> the run reported (harness.faster_run)
+    times: dict = {}                      # system -> every round's median epoch (None: failed)
+    # Rounds interleave the systems, so that a slow spell of a shared machine hits each of them.
+    for r in range(rounds):
+        tag = f"_r{r}" if rounds > 1 else ""
+        for entry in run_round(args, data, shape, work, peers, tag, threads, cap, backend, device):
+            kept[entry["system"]] = harness.faster_run(kept.get(entry["system"]), entry)
+            times.setdefault(entry["system"], []).append(entry.get("epoch_time_s"))
+    systems = list(kept.values())
+    sparse = peer_sparse_features(args.peer_features, systems[0], data.feature_sparsity)
+    if rounds > 1:
+        notes.append("every system ran " + str(rounds) + " times, interleaved; the table keeps each one's fastest "
+                     "median (a failure in any round is reported instead). Medians per round: "
+                     + "; ".join(f"{name} " + ", ".join("failed" if t is None else f"{t * 1e3:.2f}" for t in ts)
+                                 + " ms" for name, ts in times.items()))
     rep.add_ratios(systems)
     widths = shape.resolved_layers(data.num_features, data.num_classes)
     morphgen_sparse = (systems[0].get("config") or {}).get("feature_path") == "sparse"
@@ -150,7 +148,7 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
     report = {
         "model": str(args.model), "command": command_line(args), "dataset": data.describe(),
         "threads": threads, "epochs": args.epochs, "warmup": args.warmup, "seed": args.seed,
-        "memory_cap_gib": cap, "peer_features": "sparse" if sparse else "dense",
+        "memory_cap_gib": cap, "peer_features": "sparse" if sparse else "dense", "rounds": rounds,
         "systems": systems, "machine": machine, "analytic_minimum_bytes": analytic,
         "kernels": rep.kernel_limits(systems[0].get("profile") or [], ceilings),
         "notes": notes,
@@ -159,6 +157,30 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
         report.update(backend=backend, device=harness.device_name(backend, device), gpu_limits=gpu)
         report["notes"] = notes + gpu_notes(systems[0], cap)
     return report
+
+
+def run_round(args, data: harness.PreparedData, shape: harness.PeerModel, work: Path, peers: tuple, tag: str,
+              threads: int, cap, backend: str, device) -> list:
+    """One run of morphgen, then of each peer: their system entries, morphgen first."""
+    systems = [harness.run_morphgen(args.model, data.path, work, epochs=args.epochs, warmup=args.warmup,
+                                    seed=args.seed, threads=threads, cap_gib=cap, timeout_s=args.timeout,
+                                    profile=not args.no_profile,
+                                    sparsity_threshold=getattr(args, "sparsity_threshold", None),
+                                    tag=f"morphgen{tag}", backend=backend, device=device)]
+    sparse = peer_sparse_features(args.peer_features, systems[0], data.feature_sparsity)
+    for system in peers:
+        why = shape.unsupported or shape.peer_unsupported.get(system)
+        if why:
+            entry = harness._empty_system(system)
+            entry["error"] = f"not comparable: {why}"
+            systems.append(entry)
+            continue
+        spec = harness.peer_spec(shape, data, epochs=args.epochs, warmup=args.warmup, threads=threads,
+                                 sparse_features=sparse, device=harness.device_name(backend, device))
+        systems.append(harness.run_peer_fastest(system, data.peer_path, spec, work,
+                                                harness.peer_variants(system, shape), cap_gib=cap,
+                                                timeout_s=args.timeout, round_tag=tag))
+    return systems
 
 
 def gpu_limits(args, device: int) -> dict:

@@ -177,7 +177,7 @@ def bench_args(args, graph: SuiteGraph, out: Path, model: str) -> argparse.Names
         warmup=args.warmup, out=str(out), parity=not args.no_parity, peer_features="auto", no_profile=False,
         sparsity_threshold=args.sparsity_threshold, sweep=None, threads=args.threads, seed=args.seed,
         memory_cap_gib=args.memory_cap_gib, timeout=args.timeout, quick_machine=args.quick_machine,
-        backend=args.backend, device=args.device)
+        backend=args.backend, device=args.device, rounds=args.rounds)
 
 
 def run_graph(args, graph: SuiteGraph, out: Path, model: str) -> dict:

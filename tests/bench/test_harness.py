@@ -47,6 +47,20 @@ def test_bench_smoke_without_peers(tmp_path):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_rounds_interleave_the_systems_and_keep_each_ones_fastest_median(tmp_path):
+    out = tmp_path / "b"
+    code = main(["bench", str(GCN), "--dataset", TINY, "--peers", "none", "--epochs", "3", "--warmup", "1",
+                 "--threads", "1", "--out", str(out), "--quick-machine", "--no-profile", "--rounds", "3", *PIN_TAU])
+    assert code == 0
+    data = json.loads((out / "bench.json").read_text())
+    [m] = data["systems"]
+    assert data["rounds"] == 3 and m["error"] is None
+    [note] = [n for n in data["notes"] if "interleaved" in n]
+    medians = [float(t) for t in note.split("morphgen ")[1].split(" ms")[0].split(", ")]
+    assert len(medians) == 3 and m["epoch_time_s"] * 1e3 == pytest.approx(min(medians), abs=0.005)
+    assert "the fastest of 3 interleaved rounds per system" in (out / "bench.md").read_text()
+
+
 def test_parity_with_pyg_and_peer_row(tmp_path):
     """Identical initial weights, dropout 0: first-epoch losses agree within 1e-4 (GCN3, 3 layers)."""
     out = tmp_path / "p"
@@ -220,6 +234,8 @@ def test_bad_input_names_the_option(tmp_path, capsys):
     assert main(["bench", str(GCN), "--dataset", "synthetic:nodes=-5", "--peers", "none",
                  "--quick-machine", "--out", str(tmp_path)]) == 2
     assert "nodes" in capsys.readouterr().err
+    assert main(["bench", str(GCN), "--rounds", "0", "--out", str(tmp_path)]) == 2
+    assert "--rounds: must be >= 1, got 0" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -390,8 +406,8 @@ def test_edge_layouts_refuses_an_unknown_graph(tmp_path):
     assert code != 0
 
 
-def test_edge_layouts_keeps_the_faster_run_of_a_layout_and_any_failure():
-    from morphgen.bench.layouts_cli import _faster
+def test_the_faster_run_of_a_system_or_layout_is_kept_and_any_failure():
+    from morphgen.bench.harness import faster_run as _faster
     fast, slow, failed = {"epoch_time_s": 0.1}, {"epoch_time_s": 0.2}, {"epoch_time_s": None, "error": "x"}
     assert _faster(None, slow) is slow and _faster(slow, fast) is fast and _faster(fast, slow) is fast
     assert _faster(fast, failed) is failed and _faster(failed, fast) is failed
