@@ -357,8 +357,8 @@ def replace_between_markers(text: str, body: str, markers: tuple = (BEGIN_MARK, 
 
 def docs_section(args, programs: list, rows, peers, machine: dict, plot_links: list, command: str) -> str:
     lines = [f"Command: `{command}` (models {', '.join(f'`{m}`' for m in programs)}, {args.epochs} epochs, median after "
-             f"{args.warmup} warm-up epochs, compile time excluded). Other work may have shared the machine "
-             f"while it ran; treat the times as indicative.", ""]
+             f"{args.warmup} warm-up epochs{rep.rounds_text(args.rounds)}, compile time excluded). Other work may "
+             f"have shared the machine while it ran; treat the times as indicative.", ""]
     if machine and not machine.get("error"):
         lines += [f"Machine: {machine.get('cpu_model')}, {machine.get('kernel_isa', 'kernel ISA not recorded')} kernels, "
                   f"{machine.get('threads')} threads; STREAM copy "
@@ -429,7 +429,8 @@ def run(args) -> int:
                           "--epochs", str(args.epochs), "--peers", args.peers,
                           *(["--sparsity-threshold", repr(args.sparsity_threshold)]
                             if args.sparsity_threshold is not None else []),
-                          *(["--backend", "cuda", "--device", str(runs.resolve_device(args))] if gpu else [])])
+                          *(["--backend", "cuda", "--device", str(runs.resolve_device(args))] if gpu else []),
+                          *(["--rounds", str(args.rounds)] if args.rounds > 1 else [])])
     if command == shlex.join(["morphgen", "bench-suite", "--epochs", "50", "--peers", "pyg,dgl"]):
         command = "make bench"
     (out / "suite.json").write_text(json.dumps({"graphs": [{"name": g.name, "model": r.get("suite_model"),
