@@ -124,7 +124,7 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
         notes.append("every system ran " + str(rounds) + " times, interleaved; the table keeps each one's fastest "
                      "median (a failure in any round is reported instead). Medians per round: "
                      + "; ".join(f"{name} " + ", ".join("failed" if t is None else f"{t * 1e3:.2f}" for t in ts)
-                                 + " ms" for name, ts in times.items()))
+                                 + " ms" for name, ts in times.items() if any(t is not None for t in ts)))
     rep.add_ratios(systems)
     widths = shape.resolved_layers(data.num_features, data.num_classes)
     morphgen_sparse = (systems[0].get("config") or {}).get("feature_path") == "sparse"
