@@ -717,6 +717,8 @@ class OpenMPEmitter:
         constant such as 1 / e.rel_degree, whose reciprocal the traversal multiplies by."""
         if op.opcode == "head_mul":
             return tuple(op.inputs)
+        if op.opcode not in ("mul", "div"):
+            return None
         a, b = op.inputs
         if op.opcode == "mul" and (a.width == 1 or b.width == 1):
             return (a, b) if b.width == 1 else (b, a)
