@@ -116,10 +116,14 @@ void mgb_weighted_gather_scatter(int to_dst, const float* x, const float* w, con
                                  float* out) {
     mg::weighted_gather_scatter(to_dst != 0, x, w, indptr, other, eid, N, H, D, out);
 }
-void mgb_edge_dot(const float* a, int a_src, const float* b, int b_src, const int64_t* indptr, const int64_t* col,
+// a_at, b_at, x_at: mg::RowAt (0 destination, 1 source, 2 the edge's own row).
+void mgb_edge_dot(const float* a, int a_at, const float* b, int b_at, const int64_t* indptr, const int64_t* col,
                   int64_t N, int64_t H, int64_t D, float* out) {
-    mg::edge_dot(a, a_src ? mg::RowAt::Source : mg::RowAt::Destination, b,
-                 b_src ? mg::RowAt::Source : mg::RowAt::Destination, indptr, col, N, H, D, out);
+    mg::edge_dot(a, static_cast<mg::RowAt>(a_at), b, static_cast<mg::RowAt>(b_at), indptr, col, N, H, D, out);
+}
+void mgb_weighted_gather(int x_at, const float* x, const float* w, const int64_t* indptr, const int64_t* col,
+                         int64_t N, int64_t H, int64_t D, float* out) {
+    mg::weighted_gather(static_cast<mg::RowAt>(x_at), x, w, indptr, col, N, H, D, out);
 }
 void mgb_scatter_src_bwd(int r, const float* g, const int64_t* col, const int64_t* t_indptr, int64_t E, int64_t F,
                          const int64_t* argmax, float* gm) {

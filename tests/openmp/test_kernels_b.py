@@ -57,8 +57,10 @@ void mgb_scatter_src(int r, const float* m, const int64_t* t_indptr, const int64
 void mgb_weighted_gather_scatter(int to_dst, const float* x, const float* w, const int64_t* indptr,
                                  const int64_t* other, const int64_t* eid, int64_t N, int64_t H, int64_t D,
                                  float* out);
-void mgb_edge_dot(const float* a, int a_src, const float* b, int b_src, const int64_t* indptr, const int64_t* col,
+void mgb_edge_dot(const float* a, int a_at, const float* b, int b_at, const int64_t* indptr, const int64_t* col,
                   int64_t N, int64_t H, int64_t D, float* out);
+void mgb_weighted_gather(int x_at, const float* x, const float* w, const int64_t* indptr, const int64_t* col,
+                         int64_t N, int64_t H, int64_t D, float* out);
 void mgb_scatter_src_bwd(int r, const float* g, const int64_t* col, const int64_t* t_indptr, int64_t E, int64_t F,
                          const int64_t* argmax, float* gm);
 void mgb_dropout_fwd(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t epoch, uint64_t op);
@@ -467,6 +469,28 @@ def test_weighted_gather_scatter_and_edge_dot(lib, heads, dim, to_dst):
     xa = x[G["col"] if to_dst else G["dst"]].reshape(e, heads, dim).astype(np.float64)
     yb = y[G["dst"] if to_dst else G["col"]].reshape(e, heads, dim)
     np.testing.assert_allclose(got, (xa * yb).sum(-1), rtol=1e-5, atol=1e-5)
+
+    # an edge value [E, width] in CSR order, read at each edge's own row: summed at either end,
+    # dotted with node rows read at an end, and node rows gathered and scaled per head
+    SOURCE, EDGE = 1, 2
+    rows = rand(rng, e, width)
+    out = np.full((n, width), 9.0, np.float32)
+    if to_dst:
+        lib.mgb_weighted_gather_scatter(1, F(rows), F(w), I(G["indptr"]), ffi.NULL, ffi.NULL, n, heads, dim, F(out))
+    else:
+        lib.mgb_weighted_gather_scatter(0, F(rows), F(w), I(G["t_indptr"]), ffi.NULL, I(G["t_eid"]), n, heads, dim,
+                                        F(out))
+    scaled = (rows.reshape(e, heads, dim) * w[:, :, None]).reshape(e, width)
+    np.testing.assert_allclose(out, np_scatter(scaled, seg, n, SUM), rtol=1e-5, atol=1e-5)
+    end = SOURCE if to_dst else 0
+    lib.mgb_edge_dot(F(rows), EDGE, F(y), end, I(G["indptr"]), I(G["col"]), n, heads, dim, F(got))
+    yb = y[G["col"] if to_dst else G["dst"]].reshape(e, heads, dim)
+    np.testing.assert_allclose(got, (rows.reshape(e, heads, dim).astype(np.float64) * yb).sum(-1), rtol=1e-5,
+                               atol=1e-5)
+    gathered = np.full((e, width), 9.0, np.float32)
+    lib.mgb_weighted_gather(end, F(x), F(w), I(G["indptr"]), I(G["col"]), n, heads, dim, F(gathered))
+    xs = x[G["col"] if to_dst else G["dst"]].reshape(e, heads, dim)
+    np.testing.assert_allclose(gathered, (xs * w[:, :, None]).reshape(e, width), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
