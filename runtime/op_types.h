@@ -40,6 +40,10 @@ struct Epilogue {
 enum class Bcast : int { Full = 0, Col = 1, Row = 2, Scalar = 3 };
 enum class BinOp : int { Add = 0, Sub = 1, Mul = 2, Div = 3 };
 
+// Where an edge traversal reads an operand's row for the edge at CSR position e: at the edge's
+// destination or source (a node value), or at e itself (an edge value, stored in CSR order).
+enum class RowAt : int { Destination = 0, Source = 1, Edge = 2 };
+
 // Elementwise functions of the language's math (c: pow's exponent, shift's constant).
 enum class MathFn { Sqrt, Rsqrt, Log, Abs, Pow, Gelu, Softplus, Shift };
 

@@ -51,10 +51,6 @@ class CUDAEmitter(OpenMPEmitter):
     typed_bias_epilogues = False     # ops.cuh's products take a bias per column only
     traverses_edge_rows = False      # ops.cuh's traversals read node rows at an edge end only
 
-    def row_at(self, end: str) -> str:
-        """ops.cuh's edge kernels take whether a row is read at the source."""
-        return "true" if end == "src" else "false"
-
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""
         op = self.current_op

@@ -617,9 +617,12 @@ inline void weighted_gather_scatter(const Graph &g, bool x_at_src, const float *
                                     : "attention-weighted sum to sources (aggregate_kernel, head weights)",
                            a, X, out, Epilogue{});
 }
-// Per-head dot of two node values read at an end of every edge (src when *_src).
-inline void edge_dot(const Graph &g, const float *A, bool a_src, const float *B, bool b_src, idx_t H, idx_t D,
+// Per-head dot of two node values read at an end of every edge.  Edge rows (RowAt::Edge) are the
+// CPU kernels' alone: this backend's emitter never plans them (traverses_edge_rows).
+inline void edge_dot(const Graph &g, const float *A, RowAt a_at, const float *B, RowAt b_at, idx_t H, idx_t D,
                      float *out) {
+    if (a_at == RowAt::Edge || b_at == RowAt::Edge) throw Error("internal error: an edge dot of edge rows");
+    const bool a_src = a_at == RowAt::Source, b_src = b_at == RowAt::Source;
     const idx_t *dst = a_src && b_src ? nullptr : g.edge_destinations();
     cuda::map("per-edge head dot (EdgeDotOp)", g.dev.num_edges * H,
               cuda::EdgeDotOp{A, a_src, B, b_src, g.dev.col, dst, H, D, out});

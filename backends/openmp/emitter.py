@@ -127,7 +127,7 @@ class OpenMPEmitter:
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
         self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
         self.edge_dots: dict = {}        # id(dot | feature_sum) -> (a, a's end, b, b's end, heads)
-        self.weighted_gathers: dict = {}  # id(head_mul | mul | div) -> (x, end): gather(x) scaled, one pass
+        self.weighted_gathers: dict = {}  # id(head_mul | mul | div) -> (x, end, w): gather(x) scaled, one pass
         self.edge_attention: dict = {}   # id(edge_softmax) -> (a read at sources, b at destinations, act)
         self.softmax_grads: dict = {}    # id(edge_softmax_grad) -> (dropout_grad, act_grad, dst scatter)
         self.head_products: dict = {}    # id(row_sum | add) -> the head_mul it runs (plan_head_products)
@@ -647,7 +647,7 @@ class OpenMPEmitter:
             return x, op.attrs["end"]
 
         in_place = set()       # (id(op), input position): a gathered input that op reads in place
-        scaled_gathers = []    # (op, gathered rows): head_mul(gather(x), w) may write its product from x
+        scaled_gathers = []    # (op, gathered rows, w): head_mul(gather(x), w) may write its product from x
         for op in self.p.forward + self.p.backward:
             if op.opcode == "scatter" and op.attrs["reduce"] == "sum":
                 msg = op.inputs[0]
@@ -698,7 +698,7 @@ class OpenMPEmitter:
                 (rows, w), heads = rows_w, op.attrs.get("heads", 1)
                 if gathered(rows) is None or w.assoc != "edge" or w.width != heads:
                     continue
-                scaled_gathers.append((op, rows))
+                scaled_gathers.append((op, rows, w))
                 in_place.add((id(op), op.inputs.index(rows)))
         for op in self.p.forward + self.p.backward:
             readers = self.readers.get(op.output.id, []) if op.opcode == "gather" else []
@@ -706,9 +706,10 @@ class OpenMPEmitter:
                 self.absorbed.add(id(op))
                 self.fused_into[id(op)] = readers[0][0]
         # a scaled gather reads x itself only where no other reader needs the gathered copy
-        for op, rows in scaled_gathers:
+        for op, rows, w in scaled_gathers:
             if id(self.producer[rows.id]) in self.absorbed:
-                x, end = self.weighted_gathers[id(op)] = gathered(rows)
+                x, end = gathered(rows)
+                self.weighted_gathers[id(op)] = (x, end, w)
                 self.extra_reads.append((x.id, op))
 
     def _edge_scaling(self, op) -> Optional[tuple]:
@@ -745,7 +746,7 @@ class OpenMPEmitter:
         return self.traverses_edge_rows and v.assoc == "edge" and self._stored_plainly(v)
 
     def row_at(self, end: str) -> str:
-        """The C++ of where a traversal reads an operand's row (kernels/edge_ops.h: RowAt)."""
+        """The C++ of where a traversal reads an operand's row (runtime/op_types.h: RowAt)."""
         return {"src": "mg::RowAt::Source", "dst": "mg::RowAt::Destination", "edge": "mg::RowAt::Edge"}[end]
 
     def _sole_reader(self, v: Value):
@@ -884,19 +885,20 @@ class OpenMPEmitter:
                     or id(param) in self.absorbed or not self._takes_epilogue(product)
                     or self._sole_reader(param.output) is not add or self._sole_reader(product.output) is not add):
                 continue
-            bias, act, final = self.epilogues.get(id(add), (None, None, out))
-            if bias is not None:
-                continue
-            self.epilogues.pop(id(add), None)
+            if self.epilogues.get(id(add), (None,))[0] is not None:
+                continue                  # the add's own bias_add: one bias per epilogue
             table = param.inputs[0]
-            self.epilogues[id(product)] = (table, act, final)
+            self._run_inside(add, product, bias=table)
             self.bias_types[id(product)] = self.type_expr(table.domain)
-            self._run_inside(add, product)
             self.absorbed.add(id(param))
             self.fused_into[id(param)] = product
 
-    def _run_inside(self, add, product) -> None:
-        """``add`` runs in ``product``'s kernel, with whatever had been fused into the add."""
+    def _run_inside(self, add, product, bias: Optional[Value] = None) -> None:
+        """``add`` runs in ``product``'s kernel, with whatever had been fused into the add: its
+        bias and activation become the product's epilogue (``bias``, when given, stands in for
+        the add's missing one), writing the add's value or the tail's last."""
+        own_bias, act, final = self.epilogues.pop(id(add), (None, None, add.output))
+        self.epilogues[id(product)] = (bias if bias is not None else own_bias, act, final)
         self.absorbed.add(id(add))
         for op, into in list(self.fused_into.items()):
             if into is add:
@@ -939,8 +941,6 @@ class OpenMPEmitter:
                     or not self._takes_residual(product) or self._sole_reader(product.output) is not add
                     or not self._stored_plainly(residual)):
                 continue
-            bias, act, final = self.epilogues.pop(id(add), (None, None, out))
-            self.epilogues[id(product)] = (bias, act, final)
             self.residuals[id(product)] = residual
             self._run_inside(add, product)
             self.extra_reads.append((residual.id, product))
@@ -992,11 +992,12 @@ class OpenMPEmitter:
         self.epilogues_run.add(id(op))
         kind = _EPILOGUE_ACT[act.opcode] if act is not None else "mg::Act::None"
         alpha = _float(act.attrs.get("alpha", _ACT_DEFAULT_ALPHA.get(act.opcode, 0.0))) if act else "0.0"
-        residual = self.ptr(self.residuals[id(op)]) if id(op) in self.residuals else "nullptr"
-        tail = f", {residual}" if id(op) in self.residuals or id(op) in self.bias_types else ""
-        tail += f", {self.bias_types[id(op)]}" if id(op) in self.bias_types else ""
-        return (f"mg::Epilogue{{{self.ptr(bias) if bias is not None else 'nullptr'}, {kind}, {alpha}f{tail}}}",
-                final)
+        fields = [self.ptr(bias) if bias is not None else "nullptr", kind, f"{alpha}f",
+                  self.ptr(self.residuals[id(op)]) if id(op) in self.residuals else "nullptr",
+                  self.bias_types.get(id(op), "nullptr")]
+        while len(fields) > 3 and fields[-1] == "nullptr":      # trailing defaults left out
+            fields.pop()
+        return f"mg::Epilogue{{{', '.join(fields)}}}", final
 
     def share_buffers(self) -> dict:
         """Let values whose lifetimes do not overlap share one buffer (liveness over the epoch).
@@ -1577,9 +1578,8 @@ class OpenMPEmitter:
     def _weighted_gather(self, op):
         """head_mul(gather(x), w), or x's gathered rows times or over an edge weight, in one pass
         (plan_edge_traversals)."""
-        x, end = self.weighted_gathers[id(op)]
+        x, end, w = self.weighted_gathers[id(op)]
         heads = op.attrs.get("heads", 1)
-        _, w = self._edge_scaling(op)
         return self.timed("edges", f"mg::op::weighted_gather(m.g, {self.row_at(end)}, {self.ptr(x)}, "
                           f"{self.weights(op, w)}, {heads}, {self.head_dim(x, heads)}, {self.ptr(op.output)})",
                           f"4.0 * m.graph.num_edges * (2.0 * {self.width(x)} + {heads})")

@@ -135,16 +135,15 @@ def markdown(summary: dict) -> str:
              f"{summary['warmup']} warm-up. Calibration: {tau_text}.", "",
              "| width | sparsity | dense (ms) | sparse (ms) | sparse / dense | morphgen picks | picked / faster |",
              "|---:|---:|---:|---:|---:|---|---:|"]
-    for r in summary["runs"]:
+    picked = [auto_ratio(r) for r in summary["runs"]]
+    for r, pick in zip(summary["runs"], picked):
         d, s = r["dense"], r["sparse"]
         dt = f"{d['epoch_time_s'] * 1e3:.2f}" if d["epoch_time_s"] else f"({d['error']})"
         st = f"{s['epoch_time_s'] * 1e3:.2f}" if s["epoch_time_s"] else f"({s['error']})"
         ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "–"
-        picked = auto_ratio(r)
         lines.append(f"| {r['width']} | {r['sparsity']:g} | {dt} | {st} | {ratio} | {r.get('auto') or '–'} | "
-                     f"{_f(picked, '.3f')} |")
-    ratios = [auto_ratio(r) for r in summary["runs"]]
-    ratios = [x for x in ratios if x is not None]
+                     f"{_f(pick, '.3f')} |")
+    ratios = [x for x in picked if x is not None]
     if ratios:
         lines += ["", f"morphgen's own pick (no `--sparsity-threshold`) is within 5% of the faster path at "
                       f"{sum(x <= 1.05 for x in ratios)} of {len(ratios)} points; at most "

@@ -23,10 +23,6 @@ namespace edge_detail {
 inline constexpr int64_t kParallelMin = 1 << 14;
 }
 
-// Where an edge traversal reads an operand's row for the edge at CSR position e: at the edge's
-// destination or source (a node value), or at e itself (an edge value, stored in CSR order).
-enum class RowAt : int { Destination = 0, Source = 1, Edge = 2 };
-
 // out[e, :] = x[col[e], :]   (message from the source)
 inline void gather_src(const float* x, const int64_t* col, int64_t num_edges, int64_t F, float* out) {
 #pragma omp parallel for schedule(static) if (num_edges * F > edge_detail::kParallelMin)
