@@ -378,8 +378,8 @@ inline AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, bool
     s.inv_count = r == Reduce::Mean ? g.inv_count(self_loops) : nullptr;
     return s;
 }
-// TILE: the feature tile of spmm.h, which the code generator widens to 64 floats for rows known
-// to be wider than 32 (each neighbour list is then walked once per row instead of twice).
+// TILE: the feature tile of spmm.h, which the code generator widens for rows known to be wider
+// than 32 (mg::spmm_tile_for: each neighbour list is then walked once per row instead of twice).
 template <int TILE = MG_SPMM_TILE>
 inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,
                       const Epilogue &epi = Epilogue{}) {

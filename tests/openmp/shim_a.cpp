@@ -72,6 +72,34 @@ int mgt_spmm_variant(int tile, int lookahead, idx_t n, const idx_t* indptr, cons
     return -1;
 }
 
+// Forward and transposed aggregation with the tile generated code asks for rows of F floats
+// (mg::spmm_tile_for(F): the width in whole vectors between 32 and 64), for the widths the tests
+// use; -1 for any other width.
+#define MGT_TILED_WIDTHS(X) X(33) X(40) X(47) X(56) X(63)
+int mgt_spmm_tile_for(idx_t F) { return mg::spmm_tile_for(F); }
+int mgt_spmm_width_tiled(idx_t n, const idx_t* indptr, const idx_t* col, const float* X, idx_t F, float* Y,
+                         int reduce, const float* w, const float* scale, int self_loop, idx_t* argmax) {
+#define MGT_FORWARD(W)                                                                                   \
+    if (F == W)                                                                                          \
+        return run_spmm<mg::spmm_tile_for(W), MG_SPMM_LOOKAHEAD>(n, indptr, col, X, F, Y, reduce, w, scale, \
+                                                                 self_loop, nullptr, 0, 0.f, argmax);
+    MGT_TILED_WIDTHS(MGT_FORWARD)
+#undef MGT_FORWARD
+    return -1;
+}
+int mgt_spmm_transpose_width_tiled(idx_t n_src, const idx_t* indptr, const idx_t* t_indptr, const idx_t* t_col,
+                                   const idx_t* t_eid, const float* G, idx_t F, float* dX, int reduce,
+                                   const float* w, const float* scale, int self_loop) {
+#define MGT_TRANSPOSE(W)                                                                                 \
+    if (F == W)                                                                                          \
+        return mg::spmm_transpose<mg::spmm_tile_for(W)>(n_src, indptr, t_indptr, t_col, t_eid, G, F, F, dX, F, \
+                                                        make_spec(reduce, w, scale, self_loop), false);
+    MGT_TILED_WIDTHS(MGT_TRANSPOSE)
+#undef MGT_TRANSPOSE
+    return -1;
+}
+#undef MGT_TILED_WIDTHS
+
 int mgt_spmm_transpose(idx_t n_src, const idx_t* indptr, const idx_t* t_indptr, const idx_t* t_col,
                        const idx_t* t_eid, const float* G, idx_t F, float* dX, int reduce, const float* w,
                        const float* scale, int self_loop, int accumulate) {

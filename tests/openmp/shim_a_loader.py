@@ -25,6 +25,12 @@ int mgt_spmm_rows(int64_t n, const int64_t* rows, int64_t count, const int64_t* 
 int mgt_spmm_variant(int tile, int lookahead, int64_t n, const int64_t* indptr, const int64_t* col,
                      const float* X, int64_t F, float* Y, int reduce, const float* w, const float* scale,
                      int self_loop, const float* bias, int act, float alpha, int64_t* argmax);
+int mgt_spmm_tile_for(int64_t F);
+int mgt_spmm_width_tiled(int64_t n, const int64_t* indptr, const int64_t* col, const float* X, int64_t F, float* Y,
+                         int reduce, const float* w, const float* scale, int self_loop, int64_t* argmax);
+int mgt_spmm_transpose_width_tiled(int64_t n_src, const int64_t* indptr, const int64_t* t_indptr,
+                                   const int64_t* t_col, const int64_t* t_eid, const float* G, int64_t F,
+                                   float* dX, int reduce, const float* w, const float* scale, int self_loop);
 int mgt_spmm_transpose(int64_t n_src, const int64_t* indptr, const int64_t* t_indptr, const int64_t* t_col,
                        const int64_t* t_eid, const float* G, int64_t F, float* dX, int reduce, const float* w,
                        const float* scale, int self_loop, int accumulate);

@@ -237,6 +237,41 @@ def test_tile_and_lookahead_variants_agree(graph, tile, lookahead, reduce):
         np.testing.assert_allclose(Y, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("reduce", [SUM, MEAN, MAX])
+def test_width_rounded_tiles_match_reference(graph, variant, reduce):
+    """Rows between 32 and 64 floats wide take a tile of their width in whole vectors
+    (spmm_tile_for: 40 -> 40 with AVX2, 48 with AVX-512), full or with a masked last part,
+    forward and transposed; the tile's prefetch covers the row's lines only."""
+    lib = sh.load(variant)
+    lanes = lib.mgt_simd_lanes()
+    rng = np.random.default_rng(reduce)
+    for F in (33, 40, 47, 56, 63):
+        tile = lib.mgt_spmm_tile_for(F)
+        assert tile >= F and tile % lanes == 0 and tile - F < lanes, (F, tile, lanes)
+        X = rand(rng, graph.n, F)
+        w = rng.uniform(0.2, 1.5, graph.num_edges).astype(np.float32)
+        Y = np.full((graph.n, F), np.nan, np.float32)
+        arg = np.full((graph.n, F), -7, np.int64)
+        assert lib.mgt_spmm_width_tiled(graph.n, i64(graph.indptr), i64(graph.col), f32(X), F, f32(Y), reduce,
+                                        f32(w), sh.ffi.NULL, 0, i64(arg)) == 0
+        if reduce == MAX:
+            ref, ref_arg, _ = ref_max(graph, X, w, None, False)
+            np.testing.assert_array_equal(arg, ref_arg)
+        else:
+            ref = operator(graph, reduce, w, None, False) @ X.astype(np.float64)
+        np.testing.assert_allclose(Y, ref, rtol=1e-5, atol=1e-5)
+        if reduce == MAX:
+            continue
+        G = rand(rng, graph.n, F)
+        dX = np.full((graph.n, F), np.nan, np.float32)
+        assert lib.mgt_spmm_transpose_width_tiled(graph.n, i64(graph.indptr), i64(graph.t_indptr), i64(graph.t_col),
+                                                  i64(graph.t_eid), f32(G), F, f32(dX), reduce, f32(w),
+                                                  sh.ffi.NULL, 1) == 0
+        ref_t = operator(graph, reduce, w, None, True).T @ G.astype(np.float64)
+        np.testing.assert_allclose(dX, ref_t, rtol=1e-5, atol=1e-5)
+
+
 def test_unknown_variant_is_refused(graph):
     lib = sh.load()
     X = np.zeros((graph.n, 4), np.float32)

@@ -110,6 +110,14 @@ MG_INLINE void prefetch_l1(const void* p) {
     for (int off = 0; off < BYTES; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
 }
 
+// Prefetch into L1 every 64-byte line that [p, p + bytes) touches, for a length known only at
+// run time (a row that does not start on a line spans one line more than bytes / 64).
+MG_INLINE void prefetch_lines(const void* p, int bytes) {
+    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(p) + std::uintptr_t(bytes);
+    for (std::uintptr_t line = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t(63); line < end; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+}
+
 // Calls f with M as a compile-time constant for the usual hidden widths (0: any other width, read
 // at run time). A lookup touches B rows of M floats: at M = 16 the loop set-up for each row cost
 // more than its one vector of work, while a constant M keeps the row's sum in registers.
