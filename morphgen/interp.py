@@ -676,6 +676,15 @@ class Interpreter:
 
 
 # -- parameters and reference optimizers ---------------------------------------------------
+def _fan_in(p) -> int:
+    """The inputs each output of a weight sums: K of a [K, M] matrix (also per type or basis,
+    [T, K, M]); a vector's own length (a [T, K] typed vector: K)."""
+    shape = p.value.shape
+    if p.value.domain is not None:
+        shape = shape[1:]
+    return shape[-2] if len(shape) >= 2 else shape[-1]
+
+
 def init_params(program: Program, seed: int = 0, dtype=np.float64) -> dict:
     """Initial weights by each Param's ``init`` (glorot uniform, zeros, ones, normal, uniform)."""
     rng = np.random.default_rng(seed)
@@ -690,8 +699,8 @@ def init_params(program: Program, seed: int = 0, dtype=np.float64) -> dict:
             arr = np.ones(shape)
         elif p.init == "normal":
             arr = rng.normal(0.0, 1.0, shape)
-        elif p.init == "uniform":
-            bound = 1.0 / np.sqrt(shape[-1])
+        elif p.init == "uniform":             # torch's Linear: +-1/sqrt(fan_in)
+            bound = 1.0 / np.sqrt(_fan_in(p))
             arr = rng.uniform(-bound, bound, shape)
         elif p.init == "glorot":
             fan_in, fan_out = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, shape[0])

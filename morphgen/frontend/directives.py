@@ -23,6 +23,12 @@ def _flag(coord, key: str, v) -> bool:
 
 # What a layer's activation defaults to when the program does not say.
 HIDDEN_DEFAULT = {"GCN": "relu", "SAGE": "relu", "GIN": "relu", "GAT": "elu"}
+# What a layer's weights start from when the program does not say (`init=`): each kind as its
+# paper and PyG's convolution initialise it.  GCNConv and GATConv use glorot; SAGEConv and
+# GINConv's MLP are torch Linear layers, uniform in +-1/sqrt(fan_in).  Glorot made SAGE's first
+# steps far larger on wide inputs (first loss 15.4 against PyG's 4.65 on the arxiv-shaped graph,
+# accuracy 0.76 against 0.92 after 13 epochs; 0.92 with `uniform`).
+INIT_DEFAULT = {"GCN": "glorot", "SAGE": "uniform", "GIN": "uniform", "GAT": "glorot"}
 
 
 class TrainingState:
@@ -170,9 +176,10 @@ class LayerExpander:
         emit, heads = self.b.emit, spec.heads
         per_head = {"heads": heads} if heads > 1 else {}
         width = dim_mul(spec.out_width, heads)
-        z = emit("linear", h, self.param(spec, "W", (spec.in_width, width), spec.init), loc=loc)
-        ss = emit("dot", z, self.param(spec, "a_src", (width,), spec.init), loc=loc, **per_head)
-        sd = emit("dot", z, self.param(spec, "a_dst", (width,), spec.init), loc=loc, **per_head)
+        init = spec.init or INIT_DEFAULT["GAT"]
+        z = emit("linear", h, self.param(spec, "W", (spec.in_width, width), init), loc=loc)
+        ss = emit("dot", z, self.param(spec, "a_src", (width,), init), loc=loc, **per_head)
+        sd = emit("dot", z, self.param(spec, "a_dst", (width,), init), loc=loc, **per_head)
         s = emit("add", emit("gather", ss, loc=loc, end="src"), emit("gather", sd, loc=loc, end="dst"), loc=loc)
         al = emit("edge_softmax", emit("leaky_relu", s, loc=loc, alpha=0.2), loc=loc)
         if spec.attention_dropout > 0:
@@ -189,8 +196,9 @@ class LayerExpander:
         if spec.dropout > 0:
             h = emit("dropout", h, loc=loc, p=float(spec.dropout))
         k, m = spec.in_width, spec.out_width
+        init = spec.init or INIT_DEFAULT.get(kind, "glorot")
         if kind == "GCN":
-            z = emit("linear", h, self.param(spec, "W", (k, m), spec.init), loc=loc)
+            z = emit("linear", h, self.param(spec, "W", (k, m), init), loc=loc)
             # the self term, unless the graph already holds a loop at every node (gnn.addSelfLoops)
             self_term = not self.program.self_loops
             if agg == "sum":
@@ -200,15 +208,15 @@ class LayerExpander:
             out = self.bias(spec, out, loc)
         elif kind == "SAGE":
             n = emit("aggregate", h, loc=loc, reduce=agg, norm="none", self_loops=False)
-            out = emit("add", emit("linear", n, self.param(spec, "W_neigh", (k, m), spec.init), loc=loc),
-                       emit("linear", h, self.param(spec, "W_self", (k, m), spec.init), loc=loc), loc=loc)
+            out = emit("add", emit("linear", n, self.param(spec, "W_neigh", (k, m), init), loc=loc),
+                       emit("linear", h, self.param(spec, "W_self", (k, m), init), loc=loc), loc=loc)
             out = self.bias(spec, out, loc)
         elif kind == "GIN":
             s = emit("add", h, emit("aggregate", h, loc=loc, reduce=agg, norm="none",
                                     self_loops=False), loc=loc)
-            t = emit("linear", s, self.param(spec, "W1", (k, m), spec.init), loc=loc)
+            t = emit("linear", s, self.param(spec, "W1", (k, m), init), loc=loc)
             t = emit("relu", self.normalise(spec, self.bias(spec, t, loc, "b1"), loc, "norm1"), loc=loc)
-            out = emit("linear", t, self.param(spec, "W2", (m, m), spec.init), loc=loc)
+            out = emit("linear", t, self.param(spec, "W2", (m, m), init), loc=loc)
             out = self.bias(spec, out, loc, "b2")
         elif kind == "GAT":
             out = self.attention(spec, h, loc)

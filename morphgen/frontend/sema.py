@@ -302,7 +302,7 @@ class LayerSpec:
     activation: Optional[str] = None     # None: default by position and kind
     dropout: float = 0.0
     bias: bool = True
-    init: str = "glorot"
+    init: Optional[str] = None           # None: the kind's default (directives.INIT_DEFAULT)
     weight_decay: Any = True             # True: the optimizer's; False: none; a number: its own
     heads: int = 1                       # GAT: attention heads
     concat: bool = True                  # GAT: heads concatenated (True) or averaged (False)

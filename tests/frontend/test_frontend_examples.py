@@ -2,7 +2,7 @@
 import pytest
 
 from tests.frontend.frontend_helpers import EXAMPLES, ROOT, SAFE_PARAM
-from morphgen.frontend import compile_file
+from morphgen.frontend import compile_file, compile_source
 from morphgen.grammar.ast import Coord
 from morphgen.frontend.sema import CPP_KEYWORDS
 
@@ -70,6 +70,27 @@ def test_sage_uses_mean_and_two_weights():
     aggs = [op for op in prog.forward if op.opcode == "aggregate"]
     assert all(op.attrs["reduce"] == "mean" and op.attrs["norm"] == "none" for op in aggs)
     assert {"layer0.W_neigh", "layer0.W_self", "layer0.b"} <= {p.name for p in prog.params}
+
+
+@pytest.mark.parametrize("name,weights,init", [
+    ("gcn", ("layer0.W", "layer1.W"), "glorot"),
+    ("gat", ("layer0.W", "layer0.a_src", "layer0.a_dst"), "glorot"),
+    ("sage", ("layer0.W_neigh", "layer0.W_self", "layer1.W_self"), "uniform"),
+    ("gin", ("layer0.W1", "layer0.W2"), "uniform"),
+])
+def test_layer_weights_start_as_the_pyg_convolution_of_their_kind(name, weights, init):
+    prog = compile_file(EXAMPLES[0].parent / f"{name}.mp")
+    assert {prog.param(w).init for w in weights} == {init}
+    biases = [p for p in prog.params if p.name.startswith("layer0.b")]    # gin.mp: batch norm's shift
+    assert all(p.init == "zeros" for p in biases) and (biases or name == "gin")
+
+
+def test_layer_init_argument_overrides_the_kind_default():
+    source = (EXAMPLES[0].parent / "sage.mp").read_text().replace(
+        "gnn.layer(F, 64, dropout = 0.5);", 'gnn.layer(F, 64, dropout = 0.5, init = "glorot");')
+    assert 'init = "glorot"' in source
+    prog = compile_source(source)
+    assert prog.param("layer0.W_neigh").init == "glorot" and prog.param("layer1.W_neigh").init == "uniform"
 
 
 def test_gin_is_sum_plus_self_then_mlp():

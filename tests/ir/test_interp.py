@@ -104,6 +104,22 @@ def test_init_is_seeded_and_glorot_bounded():
         init_params(models.gcn())
 
 
+def test_uniform_init_is_torch_linear_bound_by_fan_in():
+    def max_against_bound(prog, name, fan_in):
+        for p in prog.params:
+            p.init = "uniform"
+        top = np.abs(init_params(prog, seed=1)[name]).max()
+        return top / (1.0 / np.sqrt(fan_in))
+    sage, *_ = _setup(models.sage)
+    # [K, M]: K inputs per output (F = 6, hidden 16); a vector [M]: its own length
+    for name, fan_in in (("layer0.Wn", 6), ("layer1.Ws", 16), ("layer0.b", 16)):
+        assert 0.5 < max_against_bound(sage, name, fan_in) <= 1.0, name
+    # per type [etypes, K, M]: the type dimension is not an input (featureless: K = N = 10)
+    rgcn, *_ = _setup(models.rgcn, N=10)
+    assert rgcn.param("W1").value.shape == ("etypes", "N", 16) or rgcn.param("W1").value.shape == (3, 10, 16)
+    assert 0.5 < max_against_bound(rgcn, "W1", 10) <= 1.0
+
+
 # -- dropout ----------------------------------------------------------------------------
 def test_dropout_training_only_and_reproducible():
     prog, g, x, labels, mask = _setup(models.gcn)
