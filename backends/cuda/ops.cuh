@@ -134,10 +134,23 @@ inline void select_device() {
 // Rows grouped by type for typed linear (kernels/typed_linear.cuh), grouped on the host once:
 // perm lists the rows of type 0, then type 1, ...; tiles list (type, first row) of every
 // kTypedTile-row tile, so that a block never straddles two types.
+// $MORPHGEN_CUDA_TYPED_CHUNK_ROWS sets the fewest rows of a chunk of the typed weight gradients
+// and row sums (default cuda::kTypedChunkRows; tests make it small to get many chunks per type).
+inline int64_t typed_chunk_rows_setting() {
+    const char *env = std::getenv("MORPHGEN_CUDA_TYPED_CHUNK_ROWS");
+    if (!env || !*env) return cuda::kTypedChunkRows;
+    char *end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (*end || v < 1)
+        throw Error(std::string("$MORPHGEN_CUDA_TYPED_CHUNK_ROWS must be a number of rows >= 1, not '") + env + "'");
+    return int64_t(v);
+}
+
 struct TypeGroups {
-    cuda::DeviceArray<idx_t> perm_, ptr_, tile_type_, tile_start_;
+    cuda::DeviceArray<idx_t> perm_, ptr_, tile_type_, tile_start_, chunk_start_, chunk_end_, chunk_ptr_;
+    mutable cuda::DeviceArray<float> partial_;   // the chunks' partial sums, grown to the widest use
     const idx_t *perm = nullptr, *ptr = nullptr;
-    idx_t types = 0, tiles = 0;
+    idx_t types = 0, tiles = 0, chunks = 0;
     void build(const idx_t *type, idx_t rows, idx_t num_types) {   // type: host memory or nullptr
         types = num_types;
         std::vector<idx_t> count(static_cast<size_t>(num_types + 1), 0), order(static_cast<size_t>(rows));
@@ -156,14 +169,41 @@ struct TypeGroups {
                 tile_start.push_back(r0);
             }
         tiles = idx_t(tile_type.size());
+        // Chunks of kTypedChunkRows rows or more, so that about kTypedChunks cover every row: the
+        // partial sums (chunks x K x M floats) stay small next to the rows themselves.
+        const idx_t per_chunk = std::max<idx_t>(typed_chunk_rows_setting(),
+                                                (rows / cuda::kTypedChunks + cuda::kTypedTile) / cuda::kTypedTile *
+                                                    cuda::kTypedTile);
+        std::vector<idx_t> chunk_start, chunk_end, chunk_ptr(1, 0);
+        for (idx_t t = 0; t < num_types; ++t) {
+            for (idx_t r0 = count[size_t(t)]; r0 < count[size_t(t + 1)]; r0 += per_chunk) {
+                chunk_start.push_back(r0);
+                chunk_end.push_back(std::min(r0 + per_chunk, count[size_t(t + 1)]));
+            }
+            chunk_ptr.push_back(idx_t(chunk_start.size()));
+        }
+        chunks = idx_t(chunk_start.size());
         perm = perm_.upload(order, "uploading type groups");
         ptr = ptr_.upload(count, "uploading type groups");
         tile_type_.upload(tile_type, "uploading type groups");
         tile_start_.upload(tile_start, "uploading type groups");
+        chunk_start_.upload(chunk_start, "uploading type groups");
+        chunk_end_.upload(chunk_end, "uploading type groups");
+        chunk_ptr_.upload(chunk_ptr, "uploading type groups");
     }
     const idx_t *tile_type() const { return tile_type_.data(); }
     const idx_t *tile_start() const { return tile_start_.data(); }
-    int64_t bytes() const { return perm_.bytes() + ptr_.bytes() + tile_type_.bytes() + tile_start_.bytes(); }
+    const idx_t *chunk_start() const { return chunk_start_.data(); }
+    const idx_t *chunk_end() const { return chunk_end_.data(); }
+    const idx_t *chunk_ptr() const { return chunk_ptr_.data(); }
+    float *partials(idx_t width) const {        // room for every chunk's `width` partial sums
+        if (partial_.size() < chunks * width) partial_.allocate(chunks * width);
+        return partial_.data();
+    }
+    int64_t bytes() const {
+        return perm_.bytes() + ptr_.bytes() + tile_type_.bytes() + tile_start_.bytes() + chunk_start_.bytes() +
+               chunk_end_.bytes() + chunk_ptr_.bytes() + partial_.bytes();
+    }
 };
 
 // ---- split rows: the segments of a CSR's long rows (aggregate.cuh, RowSplit) ----------------------
@@ -799,9 +839,13 @@ inline void typed_weight_grad_with(const TypeGroups &tg, const float *X, idx_t K
                                    const idx_t *x_rows) {
     constexpr int T = cuda::kTypedTile;
     const idx_t k_tiles = (K + T - 1) / T;
-    cuda::launch("typed linear weight gradient (typed_weight_grad_kernel)", cuda::typed_weight_grad_kernel<T, CN>,
-                 dim3(unsigned(tg.types * k_tiles), unsigned((M + T * CN - 1) / (T * CN))), dim3(T, T), X, K, G, M,
-                 tg.perm, tg.ptr, k_tiles, dW, x_rows);
+    float *partial = tg.partials(K * M);
+    if (tg.chunks > 0)
+        cuda::launch("typed linear weight gradient (typed_weight_grad_kernel)", cuda::typed_weight_grad_kernel<T, CN>,
+                     dim3(unsigned(tg.chunks * k_tiles), unsigned((M + T * CN - 1) / (T * CN))), dim3(T, T), X, K, G,
+                     M, tg.perm, tg.chunk_start(), tg.chunk_end(), k_tiles, partial, x_rows);
+    cuda::map("typed linear weight gradient: the chunks' sums", tg.types * K * M,
+              cuda::TypedChunkSumOp{partial, tg.chunk_ptr(), K * M, dW});
 }
 // x_rows: X's row for G's row r is x_rows[r] (nullptr: r).
 inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const float *G, idx_t M, float *dW,
@@ -813,7 +857,10 @@ inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const
     }
 }
 inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {
-    cuda::map("typed row sum", tg.types * K, cuda::TypedRowSumOp{G, tg.perm, tg.ptr, K, out});
+    float *partial = tg.partials(K);
+    cuda::map("typed row sum: each chunk's rows", tg.chunks * K,
+              cuda::ChunkRowSumOp{G, tg.perm, tg.chunk_start(), tg.chunk_end(), K, partial});
+    cuda::map("typed row sum: the chunks' sums", tg.types * K, cuda::TypedChunkSumOp{partial, tg.chunk_ptr(), K, out});
 }
 
 // ---- typed linear of node rows read at edge ends (runtime/edge_rows.h) --------------------------------

@@ -162,20 +162,28 @@ def test_checkpoints_move_between_cuda_and_openmp(tmp_path):
     assert_same_run(dict(whole, history=whole["history"][2:]), resumed, 1e-4, "openmp from a cuda checkpoint")
 
 
+@pytest.mark.parametrize("chunk_rows", [None, "7"])
 @pytest.mark.parametrize("name", ["rgcn", "rgcn_bases", "rgat", "hgt"])
-def test_relational_models_match_the_interpreter(name):
-    """Typed linear through the gather/scatter GEMM; rgcn featureless (embedding rows)."""
+def test_relational_models_match_the_interpreter(monkeypatch, name, chunk_rows):
+    """Typed linear through the gather/scatter GEMM; rgcn featureless (embedding rows).  The
+    weight gradients and per-type row sums add partial sums of chunks of each type's rows: one
+    chunk per type by default here, several (and a last, shorter one) with 7-row chunks."""
+    if chunk_rows is not None:
+        monkeypatch.setenv("MORPHGEN_CUDA_TYPED_CHUNK_ROWS", chunk_rows)
     graph = random_graph(n=40, e=200, seed=3, etypes=3, ntypes=2)
     x, labels, mask = random_data(graph, None if name.startswith("rgcn") else 7, classes=3)
     program = models.rgcn(bases=2) if name == "rgcn_bases" else getattr(models, name)()
     _check(program, graph, x, labels, mask, classes=3)
 
 
-@pytest.mark.parametrize("layout", ["compact", "edge"])
+@pytest.mark.parametrize("layout,chunk_rows", [("compact", None), ("edge", None), ("compact", "20")])
 @pytest.mark.parametrize("name", ["rgat", "hgt"])
-def test_typed_linears_of_gathered_rows_match_the_interpreter(name, layout):
+def test_typed_linears_of_gathered_rows_match_the_interpreter(monkeypatch, name, layout, chunk_rows):
     """The products of rows read at edge ends (runtime/edge_rows.h) in both layouts: more rows
-    than one 16-row tile, many edges per (source, type) pair, an edge type no edge has."""
+    than one 16-row tile, many edges per (source, type) pair, an edge type no edge has (a type
+    without chunks); 20-row chunks split each type's rows for the weight gradients."""
+    if chunk_rows is not None:
+        monkeypatch.setenv("MORPHGEN_CUDA_TYPED_CHUNK_ROWS", chunk_rows)
     graph = random_graph(n=80, e=600, seed=9, etypes=5, ntypes=2)
     graph.num_etypes = 6
     x, labels, mask = random_data(graph, 37, classes=3)
@@ -211,6 +219,15 @@ def test_every_typed_gemm_coarsening_trains_as_on_openmp(tmp_path, monkeypatch):
         monkeypatch.setenv("MORPHGEN_CUDA_TYPED_COARSEN", coarsening)
         assert_same_run(reference, train(tmp_path, "hgt", data, backend="cuda", epochs=2, tag=coarsening), 1e-4,
                         f"hgt on cuda, coarsening {coarsening}")
+
+
+def test_a_bad_typed_chunk_length_is_refused(tmp_path, monkeypatch):
+    from tests.e2e.support import run_cli
+    data = save_npz(typed_dataset(features=7, nodes=64, edges=320), tmp_path / "typed.npz")
+    monkeypatch.setenv("MORPHGEN_CUDA_TYPED_CHUNK_ROWS", "0")
+    proc = run_cli("train", example("rgcn"), "--backend", "cuda", "--dataset", data, "--epochs", 1, "--quiet")
+    assert proc.returncode != 0 and "MORPHGEN_CUDA_TYPED_CHUNK_ROWS must be a number of rows >= 1, not '0'" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_bad_typed_gemm_coarsening_is_refused(tmp_path, monkeypatch):

@@ -5,8 +5,9 @@
 // rows, and every output row has one writer, so no atomics.  Tiles of a type never mix types:
 // the host lists them once at load time (TypeGroups::build).
 //
-// The weight gradient dW[t] = X_t^T G_t gives every (type, K tile, M tile) one block that walks
-// that type's rows in TILE-row chunks through shared memory.
+// The weight gradient dW[t] = X_t^T G_t gives every (chunk of a type's rows, K tile, M tile) one
+// block that walks the chunk in TILE-row steps through shared memory; the chunks' partial sums are
+// added per type afterwards, in chunk order.
 #ifndef MORPHGEN_CUDA_TYPED_LINEAR_CUH
 #define MORPHGEN_CUDA_TYPED_LINEAR_CUH
 
@@ -18,6 +19,10 @@ namespace mg {
 namespace cuda {
 
 constexpr int kTypedTile = 16;
+// A type's rows are cut into chunks of at least kTypedChunkRows rows for the weight gradient and
+// the row sums, about kTypedChunks chunks in all (ops.cuh: TypeGroups::build).
+constexpr int64_t kTypedChunkRows = 256;
+constexpr int64_t kTypedChunks = 1024;
 
 // B(t, k, c) = W[t * b_type + k * b_k + c * b_c]: W itself (forward) or its transpose (input
 // gradient), read in place.
@@ -72,24 +77,33 @@ __global__ void __launch_bounds__(TILE *TILE) typed_gemm_kernel(const float *A, 
     }
 }
 
-// dW[t, k, c] = sum over the rows r of type t of X[x(r), k] G[r, c], x(r) = x_rows[r] or r.  A
-// block owns (type, TILE rows of k, TILE * CN columns), each thread CN columns as above.
+// The weight gradient and the per-type row sums split each type's rows into chunks (the host's
+// TypeGroups: chunk_type, chunk_start, chunk_end, and chunk_ptr[t] .. chunk_ptr[t+1] the chunks of
+// type t): a block sums one chunk into its own partial, and TypedChunkSumOp adds a type's partials
+// in chunk order.  One block per type walked every row of the type alone: HGT's weight gradients
+// on acm_heco (3 node types, 64 x 64) ran as 12 blocks on a GPU with 132 SMs.  Deterministic: the
+// same sums in the same order whatever the launch.
+//
+// partial[ch, k, c] = sum over the rows r of chunk ch of X[x(r), k] G[r, c], x(r) = x_rows[r] or
+// r.  A block owns (chunk, TILE rows of k, TILE * CN columns), each thread CN columns as above.
 template <int TILE, int CN>
 __global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const float *X, int64_t K, const float *G,
                                                                         int64_t M, const int64_t *perm,
-                                                                        const int64_t *ptr, int64_t k_tiles,
-                                                                        float *dW, const int64_t *x_rows) {
+                                                                        const int64_t *chunk_start,
+                                                                        const int64_t *chunk_end, int64_t k_tiles,
+                                                                        float *partial, const int64_t *x_rows) {
     __shared__ float Xs[TILE][TILE + 1];
     __shared__ float Gs[TILE][TILE * CN + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int64_t t = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * TILE;
+    const int64_t ch = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * TILE;
     const int64_t c0 = int64_t(blockIdx.y) * TILE * CN;
+    const int64_t end = chunk_end[ch];
     float acc[CN];
 #pragma unroll
     for (int j = 0; j < CN; ++j) acc[j] = 0.f;
-    for (int64_t i0 = ptr[t]; i0 < ptr[t + 1]; i0 += TILE) {
+    for (int64_t i0 = chunk_start[ch]; i0 < end; i0 += TILE) {
         const int64_t i = i0 + ty;
-        const int64_t row = i < ptr[t + 1] ? perm[i] : -1;
+        const int64_t row = i < end ? perm[i] : -1;
         const int64_t x_row = row >= 0 && x_rows ? x_rows[row] : row;
         Xs[ty][tx] = (row >= 0 && k0 + tx < K) ? X[x_row * K + k0 + tx] : 0.f;
 #pragma unroll
@@ -109,9 +123,39 @@ __global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const flo
 #pragma unroll
     for (int j = 0; j < CN; ++j) {
         const int64_t c = c0 + tx + j * TILE;
-        if (k0 + ty < K && c < M) dW[t * K * M + (k0 + ty) * M + c] = acc[j];
+        if (k0 + ty < K && c < M) partial[ch * K * M + (k0 + ty) * M + c] = acc[j];
     }
 }
+
+// partial[ch, k] = sum of G[perm[i], k] over the rows i of chunk ch (a typed parameter row's
+// gradient, before TypedChunkSumOp).
+struct ChunkRowSumOp {
+    const float *g;
+    const int64_t *perm, *chunk_start, *chunk_end;
+    int64_t K;
+    float *partial;
+    __device__ void operator()(int64_t j) const {
+        const int64_t ch = j / K, k = j % K;
+        float acc = 0.f;
+        for (int64_t i = chunk_start[ch]; i < chunk_end[ch]; ++i) acc += g[perm[i] * K + k];
+        partial[j] = acc;
+    }
+};
+
+// out[t, j] = sum over the chunks of type t of partial[ch, j], in chunk order; 0 for a type
+// without rows.  `width` values per chunk (K * M for a weight gradient, K for a row sum).
+struct TypedChunkSumOp {
+    const float *partial;
+    const int64_t *chunk_ptr;
+    int64_t width;
+    float *out;
+    __device__ void operator()(int64_t i) const {
+        const int64_t t = i / width, j = i % width;
+        float acc = 0.f;
+        for (int64_t ch = chunk_ptr[t]; ch < chunk_ptr[t + 1]; ++ch) acc += partial[ch * width + j];
+        out[i] = acc;
+    }
+};
 
 // A typed linear of node rows read at edge ends (runtime/edge_rows.h): products are made per
 // row of the layout (a distinct (node, type) pair, or an edge) by typed_gemm_kernel with the
@@ -130,9 +174,9 @@ struct EdgeRowsExpandOp {      // Y[edges[j], c] = P[r, c] for the edges j of ro
     }
 };
 
-// out[t, k] = sum of G[perm[i], k] over i in [ptr[t], ptr[t+1]); 0 for an empty segment: a typed
-// parameter row's gradient (segments = types), and the edge typed linear's sums of edge gradients
-// into rows and of rows into nodes (segments = rows, nodes).
+// out[t, k] = sum of G[perm[i], k] over i in [ptr[t], ptr[t+1]); 0 for an empty segment: the edge
+// typed linear's sums of edge gradients into rows and of rows into nodes (many short segments;
+// the per-type sums go by chunks, ChunkRowSumOp).
 struct TypedRowSumOp {
     const float *g;
     const int64_t *perm, *ptr;
