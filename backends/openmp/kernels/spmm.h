@@ -66,16 +66,6 @@ constexpr int spmm_tile_for(long width) {
 
 namespace spmm_detail {
 
-// Fetch a neighbour's tile into L1: a full tile by its compile-time size, a narrower last tile
-// (MASKED) by the lines its `width` floats touch only, not the next row's (a 40-wide row read
-// through a 64-float tile had prefetched 256 bytes where 160 are used).  The run-time line loop
-// costs more than it saves on full tiles (64-wide rows, AVX2: 8.8 against 10.0 ms).
-template <int TILE, bool MASKED>
-MG_INLINE void prefetch_tile(const float* row, int width) {
-    if constexpr (MASKED) prefetch_lines(row, 4 * width);
-    else prefetch_l1<TILE * 4>(row);
-}
-
 // out[0:TILE) = sum_k coef(k) * X[nbr[k], f0 : f0+width).  MASKED: width < TILE.  The index
 // type is idx_t for graph neighbours and uint16_t for the column-blocked sparse features.
 //
@@ -110,7 +100,7 @@ MG_INLINE void gather_sum(const Index* MG_RESTRICT nbr, idx_t deg, idx_t avail, 
         }
     };
     for (; k < prefetch_end; ++k) {
-        prefetch_tile<TILE, MASKED>(X + nbr[k + LA] * ldx + f0, width);
+        prefetch_tile<TILE * 4, MASKED>(X + nbr[k + LA] * ldx + f0, 4 * width);
         step(k);
     }
     for (; k < deg; ++k) step(k);
@@ -128,7 +118,7 @@ MG_INLINE void gather_sum(const Index* MG_RESTRICT nbr, idx_t deg, idx_t avail, 
         for (int f = 0; f < w; ++f) acc[f] += c * xr[f];
     };
     for (; k < prefetch_end; ++k) {
-        prefetch_tile<TILE, MASKED>(X + nbr[k + LA] * ldx + f0, width);
+        prefetch_tile<TILE * 4, MASKED>(X + nbr[k + LA] * ldx + f0, 4 * width);
         step(k);
     }
     for (; k < deg; ++k) step(k);
@@ -174,7 +164,7 @@ MG_INLINE void gather_max(const idx_t* MG_RESTRICT nbr, idx_t deg, const Coef& c
     };
     if (self_row) consider(self_row, self_coef, static_cast<std::int32_t>(deg));
     for (; k < prefetch_end; ++k) {
-        prefetch_tile<TILE, MASKED>(X + nbr[k + LA] * ldx + f0, width);
+        prefetch_tile<TILE * 4, MASKED>(X + nbr[k + LA] * ldx + f0, 4 * width);
         consider(X + nbr[k] * ldx + f0, coef(k), static_cast<std::int32_t>(k));
     }
     for (; k < deg; ++k) consider(X + nbr[k] * ldx + f0, coef(k), static_cast<std::int32_t>(k));
@@ -200,7 +190,7 @@ MG_INLINE void gather_max(const idx_t* MG_RESTRICT nbr, idx_t deg, const Coef& c
     };
     if (self_row) consider(self_row, self_coef, static_cast<std::int32_t>(deg));
     for (; k < prefetch_end; ++k) {
-        prefetch_tile<TILE, MASKED>(X + nbr[k + LA] * ldx + f0, width);
+        prefetch_tile<TILE * 4, MASKED>(X + nbr[k + LA] * ldx + f0, 4 * width);
         consider(X + nbr[k] * ldx + f0, coef(k), static_cast<std::int32_t>(k));
     }
     for (; k < deg; ++k) consider(X + nbr[k] * ldx + f0, coef(k), static_cast<std::int32_t>(k));
