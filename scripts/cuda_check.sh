@@ -4,8 +4,11 @@
 #   sanitize  compute-sanitizer: memcheck over every example, racecheck and initcheck over a few
 #   bench     morphgen against PyG on the same GPU, ms/epoch and peak device memory
 #   parity    the first-epoch loss of morphgen and PyG from identical weights, dropout off (--parity)
+#   chunks    morphgen alone with the typed weight gradients by chunks of rows (default) and by one
+#             chunk per type (MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000, the former schedule)
 #
-# Usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench] [parity]   (default: all four)
+# Usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench] [parity] [chunks]   (default: all
+# but chunks)
 # Every step writes its log into OUT_DIR and one line into OUT_DIR/summary.txt; a step that fails
 # or runs out of time is reported and the next one still runs.  The exit status is the number of
 # failed steps.
@@ -13,7 +16,7 @@
 # TESTS_K (pytest -k expression: a subset of tests/cuda),
 # EPOCHS (benchmark epochs, default 20), BENCH (the "model:graph" runs, space-separated),
 # MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
-# PARITY (the "model:graph" parity checks), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
+# PARITY (the "model:graph" parity checks), CHUNKS (the "model:graph" runs of chunks), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
 # {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
 # for this GPU alone, half the ptxas time), PACK=1 (leave OUT_DIR holding summary.txt and one
 # results.tgz of everything else: a remote runner that returns a limited number of files gets all).
@@ -114,13 +117,30 @@ run_parity() {   # the benchmark's parity check: one epoch each, dropout off, mo
     done
 }
 
+run_chunks() {   # the chunked typed weight gradients against one chunk per type, interleaved
+    for run in ${CHUNKS:-hgt:acm_heco bench/rgat_pyg:acm_heco rgcn:mutag}; do
+        local model=${run%%:*} graph=${run#*:}
+        for rows in default 1000000000 default 1000000000; do
+            local dir="$OUT/chunks/${run//[:\/]/_}-$rows-$RANDOM"
+            mkdir -p "$OUT/chunks"
+            local setting=()
+            [ "$rows" = default ] || setting=("MORPHGEN_CUDA_TYPED_CHUNK_ROWS=$rows")
+            env "${setting[@]}" timeout "${BENCH_TIMEOUT:-240}" "$PY" -m morphgen bench "examples/$model.mp" --backend cuda \
+                --peers none --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" --epochs "$EPOCHS" --warmup 3 \
+                --quick-machine --out "$dir" > "$dir.log" 2>&1
+            result $? "chunks $model on $graph, chunk rows $rows" "$(grep -m1 -E 'morphgen' "$dir.log" | tr -s ' ')"
+        done
+    done
+}
+
 for step in $STEPS; do
     case $step in
         tests) run_tests ;;
         sanitize) run_sanitize ;;
         bench) mkdir -p "$OUT/bench"; run_bench ;;
         parity) run_parity ;;
-        *) note "unknown step '$step' (tests, sanitize, bench, parity)"; failed=$((failed + 1)) ;;
+        chunks) run_chunks ;;
+        *) note "unknown step '$step' (tests, sanitize, bench, parity, chunks)"; failed=$((failed + 1)) ;;
     esac
 done
 note "== $(date -u +%FT%TZ)  $failed failed"
