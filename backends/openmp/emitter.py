@@ -1614,11 +1614,17 @@ class OpenMPEmitter:
             return self.timed("edges", f"mg::edge_attention_fwd({self.ptr(a)}, {self.ptr(b)}, m.graph.indptr, "
                               f"m.graph.col, m.graph.num_nodes, {self.width(s)}, "
                               f"{_float(act.attrs.get('alpha', _ACT_DEFAULT_ALPHA['leaky_relu']))}f, {scores}, "
-                              f"{self.ptr(op.output)})",
+                              f"{self.ptr(op.output)}{self.softmax_edges_arg()})",
                               f"4.0 * m.graph.num_edges * (2 + {self.width(s)} * {2 if keep_scores else 1})",
                               f"8.0 * {self.numel(s)}")
         return self.timed("edges", f"mg::edge_softmax_fwd({self.ptr(s)}, m.graph.indptr, m.graph.num_nodes, "
-                          f"{self.width(s)}, {self.ptr(op.output)})", f"8.0 * {self.numel(s)}")
+                          f"{self.width(s)}, {self.ptr(op.output)}{self.softmax_edges_arg()})",
+                          f"8.0 * {self.numel(s)}")
+
+    def softmax_edges_arg(self) -> str:
+        """A last argument of the edge softmax calls: none here; the CUDA kernels size their lane
+        groups by the graph's average in-degree and take its edge count."""
+        return ""
 
     def op_edge_softmax_grad(self, op, g, y):
         if id(op) in self.softmax_grads:
@@ -1636,10 +1642,11 @@ class OpenMPEmitter:
             arrays = 3 + (act is not None)
             return self.timed("edges", f"mg::edge_softmax_act_bwd({self.ptr(g)}, {p}f, {key}, {self.edge_ids()}, "
                               f"{self.ptr(y)}, {s}, {slope}f, m.graph.indptr, m.graph.num_nodes, {self.width(g)}, "
-                              f"{self.ptr(de)}, {sums})",
+                              f"{self.ptr(de)}, {sums}{self.softmax_edges_arg()})",
                               f"4.0 * {self.numel(g)} * {arrays}", f"8.0 * {self.numel(g)}")
         return self.timed("edges", f"mg::edge_softmax_bwd({self.ptr(y)}, {self.ptr(g)}, m.graph.indptr, "
-                          f"m.graph.num_nodes, {self.width(g)}, {self.ptr(op.output)})", f"12.0 * {self.numel(g)}")
+                          f"m.graph.num_nodes, {self.width(g)}, {self.ptr(op.output)}{self.softmax_edges_arg()})",
+                          f"12.0 * {self.numel(g)}")
 
     def op_concat(self, op, *parts):
         out = op.output

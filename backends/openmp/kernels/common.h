@@ -110,24 +110,6 @@ MG_INLINE void prefetch_l1(const void* p) {
     for (int off = 0; off < BYTES; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
 }
 
-// Prefetch into L1 every 64-byte line that [p, p + bytes) touches, for a length known only at
-// run time (a row that does not start on a line spans one line more than bytes / 64).
-MG_INLINE void prefetch_lines(const void* p, int bytes) {
-    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(p) + std::uintptr_t(bytes);
-    for (std::uintptr_t line = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t(63); line < end; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
-}
-
-// Fetch a gathered row's tile into L1: a full tile by its compile-time size, a narrower last tile
-// (MASKED) by the lines its `bytes` touch only, not the next row's (a 40-wide row read through a
-// 64-float tile had prefetched 256 bytes where 160 are used).  The run-time line loop costs more
-// than it saves on full tiles (64-wide rows, AVX2: 8.8 against 10.0 ms an aggregation).
-template <int TILE_BYTES, bool MASKED>
-MG_INLINE void prefetch_tile(const void* row, int bytes) {
-    if constexpr (MASKED) prefetch_lines(row, bytes);
-    else prefetch_l1<TILE_BYTES>(row);
-}
-
 // Calls f with M as a compile-time constant for the usual hidden widths (0: any other width, read
 // at run time). A lookup touches B rows of M floats: at M = 16 the loop set-up for each row cost
 // more than its one vector of work, while a constant M keeps the row's sum in registers.

@@ -271,8 +271,7 @@ MG_INLINE void weighted_tile(const int64_t* MG_RESTRICT other, const int64_t* ei
     const mask heads = lanes(H);
     constexpr int LA = kTraversalLookahead;
     for (int64_t k = k0; k < k1; ++k) {
-        if (k + LA < avail)
-            prefetch_tile<NV * kLanes * 4, MASKED>(x + traversal_row(other, eid, k + LA) * F + f0, int(4 * (F - f0)));
+        if (k + LA < avail) prefetch_l1<NV * kLanes * 4>(x + traversal_row(other, eid, k + LA) * F + f0);
         const float* MG_RESTRICT s = x + traversal_row(other, eid, k) * F + f0;
         const float* we = w + (eid ? eid[k] : k) * H;
         vf edge_weights = zero();

@@ -54,11 +54,14 @@ inline void inverse_in_counts(idx_t n, const idx_t* indptr, bool self_loop, floa
 // The feature tile for rows of `width` floats (the code generator's choice, `emitter.spmm_tile`):
 // rows wider than 32 and narrower than 64 get a tile of their width rounded up to whole vectors,
 // walked once per row without a second, mostly empty pass (40 floats: one tile of 40 with AVX2,
-// 48 with AVX-512, not 64 of which 24 are masked off).  SAGE's 40-wide mean aggregations on the
-// arxiv-shaped graph (169,343 nodes, 1.17 M edges), 2 threads, with prefetch_tile: AVX2 10.0 ->
-// 7.5 ms, AVX-512 9.5 -> 8.2 ms, forward and transposed alike.  Rows of 32 or fewer keep the
-// default tile (one vector measured no faster for 7 and 16 columns) and rows of 64 or more the
-// 64-float tile.
+// 48 with AVX-512, not 64 of which 24 are masked off), whose prefetch of the tile's lines no
+// longer pulls in a line of the next row.  A mean aggregation of 40-wide rows on the arxiv-shaped
+// graph (169,343 nodes, 1.17 M edges), 2 threads, three alternations: AVX2 10.8-11.5 -> 7.8-8.0
+// ms, AVX-512 9.2-9.8 -> 8.2-9.1 ms (in SAGE's epoch, AVX2: 10.0 -> 7.5 ms, forward and transposed
+// alike).  Rows of 32 or fewer keep the default tile (one vector measured no faster for 7 and 16
+// columns) and rows of 64 or more the 64-float tile.  (Prefetching only the lines a masked row
+// touches, by a run-time loop, made the 7-wide aggregations twice as slow: its trip count, 1 or
+// 2 by the row's alignment, is a branch mispredicted at random rows.)
 constexpr int spmm_tile_for(long width) {
     return width <= 32 ? MG_SPMM_TILE
                        : width >= 64 ? 64 : int((width + simd::kLanes - 1) / simd::kLanes * simd::kLanes);
@@ -100,7 +103,7 @@ MG_INLINE void gather_sum(const Index* MG_RESTRICT nbr, idx_t deg, idx_t avail, 
         }
     };
     for (; k < prefetch_end; ++k) {
-        prefetch_tile<TILE * 4, MASKED>(X + nbr[k + LA] * ldx + f0, 4 * width);
+        prefetch_l1<TILE * 4>(X + nbr[k + LA] * ldx + f0);
         step(k);
     }
     for (; k < deg; ++k) step(k);
@@ -118,7 +121,7 @@ MG_INLINE void gather_sum(const Index* MG_RESTRICT nbr, idx_t deg, idx_t avail, 
         for (int f = 0; f < w; ++f) acc[f] += c * xr[f];
     };
     for (; k < prefetch_end; ++k) {
-        prefetch_tile<TILE * 4, MASKED>(X + nbr[k + LA] * ldx + f0, 4 * width);
+        prefetch_l1<TILE * 4>(X + nbr[k + LA] * ldx + f0);
         step(k);
     }
     for (; k < deg; ++k) step(k);
@@ -164,7 +167,7 @@ MG_INLINE void gather_max(const idx_t* MG_RESTRICT nbr, idx_t deg, const Coef& c
     };
     if (self_row) consider(self_row, self_coef, static_cast<std::int32_t>(deg));
     for (; k < prefetch_end; ++k) {
-        prefetch_tile<TILE * 4, MASKED>(X + nbr[k + LA] * ldx + f0, 4 * width);
+        prefetch_l1<TILE * 4>(X + nbr[k + LA] * ldx + f0);
         consider(X + nbr[k] * ldx + f0, coef(k), static_cast<std::int32_t>(k));
     }
     for (; k < deg; ++k) consider(X + nbr[k] * ldx + f0, coef(k), static_cast<std::int32_t>(k));
@@ -190,7 +193,7 @@ MG_INLINE void gather_max(const idx_t* MG_RESTRICT nbr, idx_t deg, const Coef& c
     };
     if (self_row) consider(self_row, self_coef, static_cast<std::int32_t>(deg));
     for (; k < prefetch_end; ++k) {
-        prefetch_tile<TILE * 4, MASKED>(X + nbr[k + LA] * ldx + f0, 4 * width);
+        prefetch_l1<TILE * 4>(X + nbr[k + LA] * ldx + f0);
         consider(X + nbr[k] * ldx + f0, coef(k), static_cast<std::int32_t>(k));
     }
     for (; k < deg; ++k) consider(X + nbr[k] * ldx + f0, coef(k), static_cast<std::int32_t>(k));
