@@ -4,11 +4,13 @@
 #   sanitize  compute-sanitizer: memcheck over every example, racecheck and initcheck over a few
 #   bench     morphgen against PyG on the same GPU, ms/epoch and peak device memory
 #   parity    the first-epoch loss of morphgen and PyG from identical weights, dropout off (--parity)
-#   chunks    morphgen alone with the typed weight gradients by chunks of rows (default) and by one
-#             chunk per type (MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000, the former schedule)
+#   ab        morphgen alone, the default schedule against a former one, interleaved: the typed
+#             weight gradients by chunks of rows against one chunk per type
+#             (MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000), the edge softmax by lane groups against a
+#             warp per (destination, head) (MORPHGEN_CUDA_SOFTMAX_LANES=32)
 #
-# Usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench] [parity] [chunks]   (default: all
-# but chunks)
+# Usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench] [parity] [ab]   (default: all but
+# ab)
 # Every step writes its log into OUT_DIR and one line into OUT_DIR/summary.txt; a step that fails
 # or runs out of time is reported and the next one still runs.  The exit status is the number of
 # failed steps.
@@ -16,7 +18,7 @@
 # TESTS_K (pytest -k expression: a subset of tests/cuda),
 # EPOCHS (benchmark epochs, default 20), BENCH (the "model:graph" runs, space-separated),
 # MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
-# PARITY (the "model:graph" parity checks), CHUNKS (the "model:graph" runs of chunks), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
+# PARITY (the "model:graph" parity checks), CHUNKS and SOFTMAX (the "model:graph" runs of ab), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
 # {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
 # for this GPU alone, half the ptxas time), PACK=1 (leave OUT_DIR holding summary.txt and one
 # results.tgz of everything else: a remote runner that returns a limited number of files gets all).
@@ -117,20 +119,24 @@ run_parity() {   # the benchmark's parity check: one epoch each, dropout off, mo
     done
 }
 
-run_chunks() {   # the chunked typed weight gradients against one chunk per type, interleaved
-    for run in ${CHUNKS:-hgt:acm_heco bench/rgat_pyg:acm_heco rgcn:mutag}; do
+ab() {   # ab SETTING RUNS: each run with the default and with SETTING (VAR=VALUE), twice, interleaved
+    local setting=$1 runs=$2
+    mkdir -p "$OUT/ab"
+    for run in $runs; do
         local model=${run%%:*} graph=${run#*:}
-        for rows in default 1000000000 default 1000000000; do
-            local dir="$OUT/chunks/${run//[:\/]/_}-$rows-$RANDOM"
-            mkdir -p "$OUT/chunks"
-            local setting=()
-            [ "$rows" = default ] || setting=("MORPHGEN_CUDA_TYPED_CHUNK_ROWS=$rows")
-            env "${setting[@]}" timeout "${BENCH_TIMEOUT:-240}" "$PY" -m morphgen bench "examples/$model.mp" --backend cuda \
-                --peers none --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" --epochs "$EPOCHS" --warmup 3 \
-                --quick-machine --out "$dir" > "$dir.log" 2>&1
-            result $? "chunks $model on $graph, chunk rows $rows" "$(grep -m1 -E 'morphgen' "$dir.log" | tr -s ' ')"
+        for env_ in default "$setting" default "$setting"; do
+            local dir="$OUT/ab/${run//[:\/]/_}-${env_//=/_}-$RANDOM" extra=()
+            [ "$env_" = default ] || extra=("$env_")
+            env "${extra[@]}" timeout "${BENCH_TIMEOUT:-240}" "$PY" -m morphgen bench "examples/$model.mp" \
+                --backend cuda --peers none --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" --epochs "$EPOCHS" \
+                --warmup 3 --quick-machine --out "$dir" > "$dir.log" 2>&1
+            result $? "ab $model on $graph, $env_" "$(grep -m1 -E 'morphgen' "$dir.log" | tr -s ' ')"
         done
     done
+}
+run_ab() {
+    ab MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000 "${CHUNKS:-hgt:acm_heco bench/rgat_pyg:acm_heco rgcn:mutag}"
+    ab MORPHGEN_CUDA_SOFTMAX_LANES=32 "${SOFTMAX:-gat:arxiv-like gat:cora}"
 }
 
 for step in $STEPS; do
@@ -139,8 +145,8 @@ for step in $STEPS; do
         sanitize) run_sanitize ;;
         bench) mkdir -p "$OUT/bench"; run_bench ;;
         parity) run_parity ;;
-        chunks) run_chunks ;;
-        *) note "unknown step '$step' (tests, sanitize, bench, parity, chunks)"; failed=$((failed + 1)) ;;
+        ab) run_ab ;;
+        *) note "unknown step '$step' (tests, sanitize, bench, parity, ab)"; failed=$((failed + 1)) ;;
     esac
 done
 note "== $(date -u +%FT%TZ)  $failed failed"

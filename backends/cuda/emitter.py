@@ -51,6 +51,9 @@ class CUDAEmitter(OpenMPEmitter):
     typed_bias_epilogues = False     # ops.cuh's products take a bias per column only
     traverses_edge_rows = False      # ops.cuh's traversals read node rows at an edge end only
 
+    def softmax_edges_arg(self) -> str:
+        return ", m.graph.num_edges"     # ops.cuh: softmax_lanes
+
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""
         op = self.current_op

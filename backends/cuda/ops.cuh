@@ -19,6 +19,7 @@
 #include <numeric>
 #include <omp.h>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -1223,26 +1224,61 @@ inline void head_sum(const float *x, float c, float *out, int64_t rows, int64_t 
 inline void head_repeat(const float *g, float c, float *out, int64_t rows, int64_t heads, int64_t dim) {
     cuda::map("copy to every head (HeadRepeatOp)", rows * heads * dim, cuda::HeadRepeatOp{g, c, out, heads, dim});
 }
-inline void edge_softmax_fwd(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H, float *alpha) {
-    cuda::launch("edge softmax (edge_softmax_kernel)", cuda::edge_softmax_kernel, dim3(cuda::warp_blocks(num_nodes * H)),
-                 dim3(cuda::kThreads), s, indptr, num_nodes, H, alpha);
+// Lanes per (destination, head) pair of the edge softmax kernels (edges.cuh, LaneGroup): the
+// fewest of 4, 8, 16 and 32 that give each lane about one in-edge at the graph's average
+// in-degree.  $MORPHGEN_CUDA_SOFTMAX_LANES=4|8|16|32 forces one, to time the choices on a GPU.
+inline int softmax_lanes(int64_t num_nodes, int64_t num_edges) {
+    if (const char *env = std::getenv("MORPHGEN_CUDA_SOFTMAX_LANES"); env && *env) {
+        const std::string v(env);
+        if (v != "4" && v != "8" && v != "16" && v != "32")
+            throw Error("$MORPHGEN_CUDA_SOFTMAX_LANES must be 4, 8, 16 or 32, not '" + v + "'");
+        return std::stoi(v);
+    }
+    const int64_t degree = num_nodes > 0 ? (num_edges + num_nodes - 1) / num_nodes : 0;
+    return degree <= 4 ? 4 : degree <= 8 ? 8 : degree <= 16 ? 16 : 32;
+}
+// Calls fn(G) with G the lanes per pair (a compile-time constant) and the grid of a lane group
+// per (destination, head) pair.
+template <class Fn>
+inline void with_softmax_lanes(int64_t num_nodes, int64_t num_edges, int64_t H, Fn fn) {
+    const int lanes = softmax_lanes(num_nodes, num_edges);
+    const dim3 grid(cuda::blocks_for(num_nodes * H * lanes));
+    switch (lanes) {
+        case 4: return fn(std::integral_constant<int, 4>{}, grid);
+        case 8: return fn(std::integral_constant<int, 8>{}, grid);
+        case 16: return fn(std::integral_constant<int, 16>{}, grid);
+        default: return fn(std::integral_constant<int, 32>{}, grid);
+    }
+}
+
+inline void edge_softmax_fwd(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H, float *alpha,
+                             int64_t num_edges) {
+    with_softmax_lanes(num_nodes, num_edges, H, [&](auto lanes, dim3 grid) {
+        cuda::launch("edge softmax (edge_softmax_kernel)", cuda::edge_softmax_kernel<decltype(lanes)::value>, grid,
+                     dim3(cuda::kThreads), s, indptr, num_nodes, H, alpha);
+    });
 }
 inline void edge_attention_fwd(const float *a, const float *b, const int64_t *indptr, const int64_t *col,
-                               int64_t num_nodes, int64_t H, float slope, float *s, float *alpha) {
-    cuda::launch("attention scores and edge softmax (edge_attention_kernel)", cuda::edge_attention_kernel,
-                 dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads), a, b, indptr, col, num_nodes, H,
-                 slope, s, alpha);
+                               int64_t num_nodes, int64_t H, float slope, float *s, float *alpha, int64_t num_edges) {
+    with_softmax_lanes(num_nodes, num_edges, H, [&](auto lanes, dim3 grid) {
+        cuda::launch("attention scores and edge softmax (edge_attention_kernel)",
+                     cuda::edge_attention_kernel<decltype(lanes)::value>, grid, dim3(cuda::kThreads), a, b, indptr,
+                     col, num_nodes, H, slope, s, alpha);
+    });
 }
 inline void edge_softmax_act_bwd(const float *g, float p, DropoutKey key, const int64_t *edge_ids, const float *alpha,
                                  const float *s, float slope, const int64_t *indptr, int64_t num_nodes, int64_t H,
-                                 float *de, float *dst_sum) {
-    cuda::launch("edge softmax backward with its dropout and leaky_relu (edge_softmax_act_grad_kernel)",
-                 cuda::edge_softmax_act_grad_kernel, dim3(cuda::warp_blocks(num_nodes * H)), dim3(cuda::kThreads),
-                 g, p, key, edge_ids, alpha, s, slope, indptr, num_nodes, H, de, dst_sum);
+                                 float *de, float *dst_sum, int64_t num_edges) {
+    with_softmax_lanes(num_nodes, num_edges, H, [&](auto lanes, dim3 grid) {
+        cuda::launch("edge softmax backward with its dropout and leaky_relu (edge_softmax_act_grad_kernel)",
+                     cuda::edge_softmax_act_grad_kernel<decltype(lanes)::value>, grid, dim3(cuda::kThreads), g, p,
+                     key, edge_ids, alpha, s, slope, indptr, num_nodes, H, de, dst_sum);
+    });
 }
 inline void edge_softmax_bwd(const float *alpha, const float *g, const int64_t *indptr, int64_t num_nodes, int64_t H,
-                             float *ds) {
-    edge_softmax_act_bwd(g, 0.0f, DropoutKey{0, 0, 0}, nullptr, alpha, nullptr, 1.0f, indptr, num_nodes, H, ds, nullptr);
+                             float *ds, int64_t num_edges) {
+    edge_softmax_act_bwd(g, 0.0f, DropoutKey{0, 0, 0}, nullptr, alpha, nullptr, 1.0f, indptr, num_nodes, H, ds, nullptr,
+                         num_edges);
 }
 
 }  // namespace mg

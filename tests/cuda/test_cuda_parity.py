@@ -62,6 +62,27 @@ AGGREGATION_WIDTHS = {
 }
 
 
+@pytest.mark.parametrize("lanes", ["4", "8", "16", "32"])
+@pytest.mark.parametrize("name", ["gat", "gat_heads_dropped"])
+def test_edge_softmax_lane_groups_match_the_interpreter(monkeypatch, name, lanes):
+    """The edge softmaxes give each (destination, head) pair a group of 4-32 lanes of a warp
+    (chosen by the average in-degree, forced here): in-degrees of 0 to past 32 (a group walks a
+    hub's segment in strides), one and several heads, the backward with attention dropout."""
+    monkeypatch.setenv("MORPHGEN_CUDA_SOFTMAX_LANES", lanes)
+    graph = random_graph(n=40, e=1100, seed=5)
+    assert graph.in_degree[0] == 0 and graph.in_degree.max() > 32
+    x, labels, mask = random_data(graph, 9, classes=4)
+    _check(CASES[name](), graph, x, labels, mask, classes=4)
+
+
+def test_a_bad_softmax_lane_count_is_refused(tmp_path, monkeypatch):
+    from tests.e2e.support import run_cli
+    monkeypatch.setenv("MORPHGEN_CUDA_SOFTMAX_LANES", "12")
+    proc = run_cli("train", example("gat"), "--backend", "cuda", "--dataset", SYNTHETIC, "--epochs", 1, "--quiet")
+    assert proc.returncode != 0 and "MORPHGEN_CUDA_SOFTMAX_LANES must be 4, 8, 16 or 32, not '12'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("split_edges", [None, "1", "5", "64"])
 @pytest.mark.parametrize("width", [3, 40, 300, 1100])
 def test_aggregation_rows_match_the_interpreter(monkeypatch, width, split_edges):

@@ -114,54 +114,88 @@ struct EdgeDotOp {
     }
 };
 
+// The edge softmaxes give each (destination, head) pair a group of G lanes of a warp (G = 4, 8,
+// 16 or 32, chosen per launch from the graph's average in-degree, ops.cuh: softmax_lanes): one
+// warp per pair left 25 of its 32 lanes idle at the arxiv-shaped graph's 7 in-edges per node.
+// A group strides its segment by G and reduces with shuffles of width G; every lane of the warp
+// takes part in every shuffle (a lane past the last pair walks an empty segment and writes
+// nothing), so there is no early return.
+template <int G>
+struct LaneGroup {
+    int64_t pair;   // destination * H + head
+    int lane;       // in [0, G)
+    __device__ LaneGroup() {
+        const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+        pair = t / G;
+        lane = int(t % G);
+    }
+    template <class T>
+    __device__ T sum(T v) const {
+        for (int off = G / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off, G);
+        return v;
+    }
+    __device__ float max(float v) const {
+        for (int off = G / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off, G));
+        return v;
+    }
+};
+
 // Softmax over the segment [first, end) of score(e) for one (destination, head) pair, by one
-// warp: three passes (max, sum of exponentials, normalise) with shuffles; the scores are written
-// to `scores` too when it is not nullptr.  Each lane reads back only the elements it wrote, so
-// the passes need no barrier between them; alpha may alias what score reads at (e, h).
-template <class Score>
-__device__ void warp_segment_softmax(int64_t first, int64_t end, int64_t H, int64_t h, int lane, Score score,
-                                     float *scores, float *alpha) {
+// lane group: three passes (max, sum of exponentials, normalise); the scores are written to
+// `scores` too when it is not nullptr.  Each lane reads back only the elements it wrote, so the
+// passes need no barrier between them; alpha may alias what score reads at (e, h).  An empty
+// segment writes nothing.
+template <int G, class Score>
+__device__ void group_segment_softmax(const LaneGroup<G> &grp, int64_t first, int64_t end, int64_t H, int64_t h,
+                                      Score score, float *scores, float *alpha) {
     float mx = -INFINITY;
-    for (int64_t e = first + lane; e < end; e += 32) {
+    for (int64_t e = first + grp.lane; e < end; e += G) {
         const float y = score(e);
         if (scores != nullptr) scores[e * H + h] = y;
         alpha[e * H + h] = y;
         mx = fmaxf(mx, y);
     }
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    mx = grp.max(mx);
     float sum = 0.f;
-    for (int64_t e = first + lane; e < end; e += 32) sum += expf(alpha[e * H + h] - mx);
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    for (int64_t e = first + grp.lane; e < end; e += G) sum += expf(alpha[e * H + h] - mx);
+    sum = grp.sum(sum);
     const float inv = 1.0f / sum;
-    for (int64_t e = first + lane; e < end; e += 32) alpha[e * H + h] = expf(alpha[e * H + h] - mx) * inv;
+    for (int64_t e = first + grp.lane; e < end; e += G) alpha[e * H + h] = expf(alpha[e * H + h] - mx) * inv;
 }
 
-// Edge softmax per (destination, head), one warp per pair (warp_segment_softmax).  alpha may
-// alias s.
+// The segment of a lane group's pair: [first, end) of destination v = pair / H; empty past the
+// last pair.
+template <int G>
+__device__ void group_segment(const LaneGroup<G> &grp, const int64_t *indptr, int64_t num_nodes, int64_t H,
+                              int64_t &v, int64_t &h, int64_t &first, int64_t &end) {
+    const bool real = grp.pair < num_nodes * H;
+    v = real ? grp.pair / H : 0;
+    h = real ? grp.pair % H : 0;
+    first = real ? indptr[v] : 0;
+    end = real ? indptr[v + 1] : 0;
+}
+
+// Edge softmax per (destination, head), one lane group per pair.  alpha may alias s.
+template <int G>
 __global__ void edge_softmax_kernel(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H,
                                     float *alpha) {
-    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (k >= num_nodes * H) return;
-    const int64_t v = k / H, h = k % H;
-    const int64_t first = indptr[v], end = indptr[v + 1];
-    if (first == end) return;
-    warp_segment_softmax(first, end, H, h, lane, [&](int64_t e) { return s[e * H + h]; }, nullptr, alpha);
+    const LaneGroup<G> grp;
+    int64_t v, h, first, end;
+    group_segment(grp, indptr, num_nodes, H, v, h, first, end);
+    group_segment_softmax(grp, first, end, H, h, [&](int64_t e) { return s[e * H + h]; }, nullptr, alpha);
 }
 
 // GAT's attention (edge_attention_fwd of the OpenMP backend's edge_softmax.h): per
-// (destination, head) one warp computes s = leaky_relu(a[src] + b[v]) for the segment, writes s
-// (when a reader needs it) and the softmax of it.
+// (destination, head) one lane group computes s = leaky_relu(a[src] + b[v]) for the segment,
+// writes s (when a reader needs it) and the softmax of it.
+template <int G>
 __global__ void edge_attention_kernel(const float *a, const float *b, const int64_t *indptr, const int64_t *col,
                                       int64_t num_nodes, int64_t H, float slope, float *s, float *alpha) {
-    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (k >= num_nodes * H) return;
-    const int64_t v = k / H, h = k % H;
-    const int64_t first = indptr[v], end = indptr[v + 1];
-    if (first == end) return;
-    const float bv = b[v * H + h];
-    warp_segment_softmax(first, end, H, h, lane, [&](int64_t e) {
+    const LaneGroup<G> grp;
+    int64_t v, h, first, end;
+    group_segment(grp, indptr, num_nodes, H, v, h, first, end);
+    const float bv = first < end ? b[v * H + h] : 0.f;
+    group_segment_softmax(grp, first, end, H, h, [&](int64_t e) {
         const float x = a[col[e] * H + h] + bv;
         return x > 0.f ? x : slope * x;
     }, s, alpha);
@@ -169,40 +203,38 @@ __global__ void edge_attention_kernel(const float *a, const float *b, const int6
 
 // The backward of an edge softmax with its dropout_grad before, its leaky_relu act_grad after
 // (s != nullptr) and the sum of the result at destinations (dst_sum != nullptr), per
-// (destination, head) one warp (edge_softmax_act_bwd of edge_softmax.h); with none of them
-// (p = 0, s and dst_sum nullptr) the plain edge softmax backward.  de holds g' meanwhile; each
-// lane reads back only its own elements, so de may alias g.
+// (destination, head) one lane group (edge_softmax_act_bwd of edge_softmax.h); with none of
+// them (p = 0, s and dst_sum nullptr) the plain edge softmax backward.  de holds g' meanwhile;
+// each lane reads back only its own elements, so de may alias g.
+template <int G>
 __global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey key, const int64_t *edge_ids,
                                              const float *alpha, const float *s, float slope, const int64_t *indptr,
                                              int64_t num_nodes, int64_t H, float *de, float *dst_sum) {
-    const int64_t k = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (k >= num_nodes * H) return;
-    const int64_t v = k / H, h = k % H;
-    const int64_t first = indptr[v], end = indptr[v + 1];
+    const LaneGroup<G> grp;
+    int64_t v, h, first, end;
+    group_segment(grp, indptr, num_nodes, H, v, h, first, end);
     const bool drop = p > 0.f;
     const uint64_t base = drop ? dropout_detail::stream_base(key) : 0, thr = drop ? dropout_detail::drop_threshold(p) : 0;
     const float scale = drop ? 1.0f / (1.0f - p) : 1.0f;
     float dot = 0.f;
-    for (int64_t e = first + lane; e < end; e += 32) {
+    for (int64_t e = first + grp.lane; e < end; e += G) {
         const int64_t i = e * H + h;
         const uint64_t key_index = uint64_t(edge_ids != nullptr ? edge_ids[e] * H + h : i);
         const float gv = drop ? (dropout_detail::keep(base, key_index, thr) ? g[i] * scale : 0.f) : g[i];
         de[i] = gv;
         dot += alpha[i] * gv;
     }
-    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    dot = grp.sum(dot);
     float sum = 0.f;
-    for (int64_t e = first + lane; e < end; e += 32) {
+    for (int64_t e = first + grp.lane; e < end; e += G) {
         const int64_t i = e * H + h;
         const float ds = alpha[i] * (de[i] - dot);
         const float d = s == nullptr ? ds : (s[i] > 0.f ? ds : slope * ds);
         de[i] = d;
         sum += d;
     }
-    if (dst_sum == nullptr) return;
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) dst_sum[v * H + h] = sum;
+    sum = grp.sum(sum);
+    if (dst_sum != nullptr && grp.lane == 0 && grp.pair < num_nodes * H) dst_sum[v * H + h] = sum;
 }
 
 }  // namespace cuda
