@@ -148,7 +148,7 @@ inline int64_t typed_chunk_rows_setting() {
 }
 
 struct TypeGroups {
-    cuda::DeviceArray<idx_t> perm_, ptr_, tile_type_, tile_start_, chunk_start_, chunk_end_, chunk_ptr_;
+    cuda::DeviceArray<idx_t> perm_, ptr_, tile_type_, tile_start_, chunk_bound_, chunk_ptr_;
     mutable cuda::DeviceArray<float> partial_;   // the chunks' partial sums, grown to the widest use
     const idx_t *perm = nullptr, *ptr = nullptr;
     idx_t types = 0, tiles = 0, chunks = 0;
@@ -175,35 +175,32 @@ struct TypeGroups {
         const idx_t per_chunk = std::max<idx_t>(typed_chunk_rows_setting(),
                                                 (rows / cuda::kTypedChunks + cuda::kTypedTile) / cuda::kTypedTile *
                                                     cuda::kTypedTile);
-        std::vector<idx_t> chunk_start, chunk_end, chunk_ptr(1, 0);
+        // The types' rows are consecutive in perm, so the chunks' bounds are one ascending list.
+        std::vector<idx_t> chunk_bound, chunk_ptr(1, 0);
         for (idx_t t = 0; t < num_types; ++t) {
-            for (idx_t r0 = count[size_t(t)]; r0 < count[size_t(t + 1)]; r0 += per_chunk) {
-                chunk_start.push_back(r0);
-                chunk_end.push_back(std::min(r0 + per_chunk, count[size_t(t + 1)]));
-            }
-            chunk_ptr.push_back(idx_t(chunk_start.size()));
+            for (idx_t r0 = count[size_t(t)]; r0 < count[size_t(t + 1)]; r0 += per_chunk) chunk_bound.push_back(r0);
+            chunk_ptr.push_back(idx_t(chunk_bound.size()));
         }
-        chunks = idx_t(chunk_start.size());
+        chunks = idx_t(chunk_bound.size());
+        chunk_bound.push_back(rows);
         perm = perm_.upload(order, "uploading type groups");
         ptr = ptr_.upload(count, "uploading type groups");
         tile_type_.upload(tile_type, "uploading type groups");
         tile_start_.upload(tile_start, "uploading type groups");
-        chunk_start_.upload(chunk_start, "uploading type groups");
-        chunk_end_.upload(chunk_end, "uploading type groups");
+        chunk_bound_.upload(chunk_bound, "uploading type groups");
         chunk_ptr_.upload(chunk_ptr, "uploading type groups");
     }
     const idx_t *tile_type() const { return tile_type_.data(); }
     const idx_t *tile_start() const { return tile_start_.data(); }
-    const idx_t *chunk_start() const { return chunk_start_.data(); }
-    const idx_t *chunk_end() const { return chunk_end_.data(); }
+    const idx_t *chunk_bound() const { return chunk_bound_.data(); }
     const idx_t *chunk_ptr() const { return chunk_ptr_.data(); }
     float *partials(idx_t width) const {        // room for every chunk's `width` partial sums
         if (partial_.size() < chunks * width) partial_.allocate(chunks * width);
         return partial_.data();
     }
     int64_t bytes() const {
-        return perm_.bytes() + ptr_.bytes() + tile_type_.bytes() + tile_start_.bytes() + chunk_start_.bytes() +
-               chunk_end_.bytes() + chunk_ptr_.bytes() + partial_.bytes();
+        return perm_.bytes() + ptr_.bytes() + tile_type_.bytes() + tile_start_.bytes() + chunk_bound_.bytes() +
+               chunk_ptr_.bytes() + partial_.bytes();
     }
 };
 
@@ -844,7 +841,7 @@ inline void typed_weight_grad_with(const TypeGroups &tg, const float *X, idx_t K
     if (tg.chunks > 0)
         cuda::launch("typed linear weight gradient (typed_weight_grad_kernel)", cuda::typed_weight_grad_kernel<T, CN>,
                      dim3(unsigned(tg.chunks * k_tiles), unsigned((M + T * CN - 1) / (T * CN))), dim3(T, T), X, K, G,
-                     M, tg.perm, tg.chunk_start(), tg.chunk_end(), k_tiles, partial, x_rows);
+                     M, tg.perm, tg.chunk_bound(), k_tiles, partial, x_rows);
     cuda::map("typed linear weight gradient: the chunks' sums", tg.types * K * M,
               cuda::TypedChunkSumOp{partial, tg.chunk_ptr(), K * M, dW});
 }
@@ -860,7 +857,7 @@ inline void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const
 inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {
     float *partial = tg.partials(K);
     cuda::map("typed row sum: each chunk's rows", tg.chunks * K,
-              cuda::ChunkRowSumOp{G, tg.perm, tg.chunk_start(), tg.chunk_end(), K, partial});
+              cuda::TypedRowSumOp{G, tg.perm, tg.chunk_bound(), K, partial});
     cuda::map("typed row sum: the chunks' sums", tg.types * K, cuda::TypedChunkSumOp{partial, tg.chunk_ptr(), K, out});
 }
 

@@ -75,14 +75,6 @@ def test_edge_softmax_lane_groups_match_the_interpreter(monkeypatch, name, lanes
     _check(CASES[name](), graph, x, labels, mask, classes=4)
 
 
-def test_a_bad_softmax_lane_count_is_refused(tmp_path, monkeypatch):
-    from tests.e2e.support import run_cli
-    monkeypatch.setenv("MORPHGEN_CUDA_SOFTMAX_LANES", "12")
-    proc = run_cli("train", example("gat"), "--backend", "cuda", "--dataset", SYNTHETIC, "--epochs", 1, "--quiet")
-    assert proc.returncode != 0 and "MORPHGEN_CUDA_SOFTMAX_LANES must be 4, 8, 16 or 32, not '12'" in proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
 @pytest.mark.parametrize("split_edges", [None, "1", "5", "64"])
 @pytest.mark.parametrize("width", [3, 40, 300, 1100])
 def test_aggregation_rows_match_the_interpreter(monkeypatch, width, split_edges):
@@ -242,21 +234,17 @@ def test_every_typed_gemm_coarsening_trains_as_on_openmp(tmp_path, monkeypatch):
                         f"hgt on cuda, coarsening {coarsening}")
 
 
-def test_a_bad_typed_chunk_length_is_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize("variable,value,message,model", [
+    ("MORPHGEN_CUDA_TYPED_COARSEN", "3", "must be 1, 2 or 4, not '3'", "rgcn"),
+    ("MORPHGEN_CUDA_TYPED_CHUNK_ROWS", "0", "must be a number of rows >= 1, not '0'", "rgcn"),
+    ("MORPHGEN_CUDA_SOFTMAX_LANES", "12", "must be 4, 8, 16 or 32, not '12'", "gat"),
+])
+def test_a_bad_schedule_setting_is_refused(tmp_path, monkeypatch, variable, value, message, model):
     from tests.e2e.support import run_cli
     data = save_npz(typed_dataset(features=7, nodes=64, edges=320), tmp_path / "typed.npz")
-    monkeypatch.setenv("MORPHGEN_CUDA_TYPED_CHUNK_ROWS", "0")
-    proc = run_cli("train", example("rgcn"), "--backend", "cuda", "--dataset", data, "--epochs", 1, "--quiet")
-    assert proc.returncode != 0 and "MORPHGEN_CUDA_TYPED_CHUNK_ROWS must be a number of rows >= 1, not '0'" in proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
-def test_a_bad_typed_gemm_coarsening_is_refused(tmp_path, monkeypatch):
-    from tests.e2e.support import run_cli
-    data = save_npz(typed_dataset(features=7, nodes=64, edges=320), tmp_path / "typed.npz")
-    monkeypatch.setenv("MORPHGEN_CUDA_TYPED_COARSEN", "3")
-    proc = run_cli("train", example("rgcn"), "--backend", "cuda", "--dataset", data, "--epochs", 1, "--quiet")
-    assert proc.returncode != 0 and "MORPHGEN_CUDA_TYPED_COARSEN must be 1, 2 or 4, not '3'" in proc.stderr
+    monkeypatch.setenv(variable, value)
+    proc = run_cli("train", example(model), "--backend", "cuda", "--dataset", data, "--epochs", 1, "--quiet")
+    assert proc.returncode != 0 and f"${variable} {message}" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -78,9 +78,9 @@ __global__ void __launch_bounds__(TILE *TILE) typed_gemm_kernel(const float *A, 
 }
 
 // The weight gradient and the per-type row sums split each type's rows into chunks (the host's
-// TypeGroups: chunk_type, chunk_start, chunk_end, and chunk_ptr[t] .. chunk_ptr[t+1] the chunks of
-// type t): a block sums one chunk into its own partial, and TypedChunkSumOp adds a type's partials
-// in chunk order.  One block per type walked every row of the type alone: HGT's weight gradients
+// TypeGroups: chunk ch holds the rows chunk_bound[ch] .. chunk_bound[ch+1] of the type order, and
+// chunk_ptr[t] .. chunk_ptr[t+1] are the chunks of type t): a block sums one chunk into its own
+// partial, and TypedChunkSumOp adds a type's partials in chunk order.  One block per type walked every row of the type alone: HGT's weight gradients
 // on acm_heco (3 node types, 64 x 64) ran as 12 blocks on a GPU with 132 SMs.  Deterministic: the
 // same sums in the same order whatever the launch.
 //
@@ -89,19 +89,18 @@ __global__ void __launch_bounds__(TILE *TILE) typed_gemm_kernel(const float *A, 
 template <int TILE, int CN>
 __global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const float *X, int64_t K, const float *G,
                                                                         int64_t M, const int64_t *perm,
-                                                                        const int64_t *chunk_start,
-                                                                        const int64_t *chunk_end, int64_t k_tiles,
+                                                                        const int64_t *chunk_bound, int64_t k_tiles,
                                                                         float *partial, const int64_t *x_rows) {
     __shared__ float Xs[TILE][TILE + 1];
     __shared__ float Gs[TILE][TILE * CN + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t ch = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * TILE;
     const int64_t c0 = int64_t(blockIdx.y) * TILE * CN;
-    const int64_t end = chunk_end[ch];
+    const int64_t end = chunk_bound[ch + 1];
     float acc[CN];
 #pragma unroll
     for (int j = 0; j < CN; ++j) acc[j] = 0.f;
-    for (int64_t i0 = chunk_start[ch]; i0 < end; i0 += TILE) {
+    for (int64_t i0 = chunk_bound[ch]; i0 < end; i0 += TILE) {
         const int64_t i = i0 + ty;
         const int64_t row = i < end ? perm[i] : -1;
         const int64_t x_row = row >= 0 && x_rows ? x_rows[row] : row;
@@ -126,21 +125,6 @@ __global__ void __launch_bounds__(TILE *TILE) typed_weight_grad_kernel(const flo
         if (k0 + ty < K && c < M) partial[ch * K * M + (k0 + ty) * M + c] = acc[j];
     }
 }
-
-// partial[ch, k] = sum of G[perm[i], k] over the rows i of chunk ch (a typed parameter row's
-// gradient, before TypedChunkSumOp).
-struct ChunkRowSumOp {
-    const float *g;
-    const int64_t *perm, *chunk_start, *chunk_end;
-    int64_t K;
-    float *partial;
-    __device__ void operator()(int64_t j) const {
-        const int64_t ch = j / K, k = j % K;
-        float acc = 0.f;
-        for (int64_t i = chunk_start[ch]; i < chunk_end[ch]; ++i) acc += g[perm[i] * K + k];
-        partial[j] = acc;
-    }
-};
 
 // out[t, j] = sum over the chunks of type t of partial[ch, j], in chunk order; 0 for a type
 // without rows.  `width` values per chunk (K * M for a weight gradient, K for a row sum).
@@ -174,9 +158,9 @@ struct EdgeRowsExpandOp {      // Y[edges[j], c] = P[r, c] for the edges j of ro
     }
 };
 
-// out[t, k] = sum of G[perm[i], k] over i in [ptr[t], ptr[t+1]); 0 for an empty segment: the edge
-// typed linear's sums of edge gradients into rows and of rows into nodes (many short segments;
-// the per-type sums go by chunks, ChunkRowSumOp).
+// out[t, k] = sum of G[perm[i], k] over i in [ptr[t], ptr[t+1]); 0 for an empty segment: the
+// chunks' partial sums of a typed parameter's rows (segments = chunks, then TypedChunkSumOp), and
+// the edge typed linear's sums of edge gradients into rows and of rows into nodes.
 struct TypedRowSumOp {
     const float *g;
     const int64_t *perm, *ptr;
