@@ -80,9 +80,10 @@ __global__ void __launch_bounds__(TILE *TILE) typed_gemm_kernel(const float *A, 
 // The weight gradient and the per-type row sums split each type's rows into chunks (the host's
 // TypeGroups: chunk ch holds the rows chunk_bound[ch] .. chunk_bound[ch+1] of the type order, and
 // chunk_ptr[t] .. chunk_ptr[t+1] are the chunks of type t): a block sums one chunk into its own
-// partial, and TypedChunkSumOp adds a type's partials in chunk order.  One block per type walked every row of the type alone: HGT's weight gradients
-// on acm_heco (3 node types, 64 x 64) ran as 12 blocks on a GPU with 132 SMs.  Deterministic: the
-// same sums in the same order whatever the launch.
+// partial, and TypedChunkSumOp adds a type's partials in chunk order.  One block per type had
+// walked every row of the type alone: HGT's weight gradients on acm_heco (3 node types, 64 x 64)
+// ran as 12 blocks on a GPU with 132 SMs.  Deterministic: the same sums in the same order
+// whatever the launch.
 //
 // partial[ch, k, c] = sum over the rows r of chunk ch of X[x(r), k] G[r, c], x(r) = x_rows[r] or
 // r.  A block owns (chunk, TILE rows of k, TILE * CN columns), each thread CN columns as above.
