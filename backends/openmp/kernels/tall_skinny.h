@@ -172,88 +172,6 @@ MG_INLINE void tn_slice(const float* X, idx_t K, const float* G, idx_t M, idx_t 
     if (k0 < K) tn_tile_upto<kTnBlock - 1, NV, FULL>(int(K - k0), X, K, G, M, m0, k0, r0, r1, dW, index, ld);
 }
 
-// The weight gradient of a narrow G (M <= kNarrowTnMax columns, AVX-512 only) in the transposed
-// orientation: per row of X, NVX vectors of its columns (loaded) against the M values of G's row
-// (broadcast) into M x NVX accumulators that stay in registers for a chunk of rows.  tn_slice's
-// tiles broadcast X instead, and with G one vector wide they issued a broadcast per FMA: on an
-// AMD EPYC, whose AVX-512 cores take one 512-bit load a cycle, they waited on loads (89,250 x 64
-// through 7, 2 threads: 1.3 ms for 80 MFLOP).  With AVX2's 16 registers the two orientations
-// issue the same loads per FMA, so AVX2 keeps the tiles.
-constexpr int kNarrowTnMax = kLanes == 16 ? 8 : 0;
-constexpr idx_t kNarrowTnChunk = 128;   // rows per flush: the chunk's rows of X stay in L1/L2
-
-// dW[k0 + i][m] += sum over rows [r0, r1) of X[r][k0 + i] G[r][m] for the NVX vectors of columns
-// from k0 (masked past K); row r of X is X + index[r] * ld, or X + r * K.
-template <int M, int NVX>
-MG_INLINE void tn_narrow_block(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT G, idx_t k0,
-                               idx_t r0, idx_t r1, float* MG_RESTRICT dW, const idx_t* index, idx_t ld) {
-    mask q[NVX];
-    vf acc[M][NVX];
-#pragma GCC unroll 4
-    for (int v = 0; v < NVX; ++v) q[v] = lanes(K - k0 - v * kLanes);
-    const bool full = K - k0 >= NVX * kLanes;
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
-        for (int v = 0; v < NVX; ++v) acc[m][v] = zero();
-    for (idx_t r = r0; r < r1; ++r) {
-        const float* x = (index ? X + index[r] * ld : X + r * K) + k0;
-        vf xv[NVX];
-#pragma GCC unroll 4
-        for (int v = 0; v < NVX; ++v) xv[v] = full ? load(x + v * kLanes) : load(q[v], x + v * kLanes);
-        const float* g = G + r * M;
-#pragma GCC unroll 8
-        for (int m = 0; m < M; ++m) {
-            const vf gm = set1(g[m]);
-#pragma GCC unroll 4
-            for (int v = 0; v < NVX; ++v) acc[m][v] = fmadd(gm, xv[v], acc[m][v]);
-        }
-    }
-    alignas(64) float lane[kLanes];
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
-        for (int v = 0; v < NVX; ++v) {
-            store(lane, acc[m][v]);
-            const idx_t k = k0 + v * kLanes, n = std::min<idx_t>(kLanes, K - k);
-            for (idx_t l = 0; l < n; ++l) dW[(k + l) * M + m] += lane[l];
-        }
-}
-
-// Every block of columns of X for a G of M columns: NVX vectors per block, as many as leave
-// registers for the row's vectors and a broadcast (M = 7: 3 vectors, 21 accumulators).
-template <int M>
-inline void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, idx_t r0, idx_t r1,
-                           const idx_t* index, idx_t ld) {
-    constexpr int kMaxVectors = std::min(4, 31 / (M + 1));
-    for (idx_t c0 = r0; c0 < r1; c0 += kNarrowTnChunk) {
-        const idx_t c1 = std::min(r1, c0 + kNarrowTnChunk);
-        for (idx_t k0 = 0; k0 < K; k0 += kMaxVectors * kLanes) {
-            switch (std::min<idx_t>(kMaxVectors, (K - k0 + kLanes - 1) / kLanes)) {
-                case 4: tn_narrow_block<M, std::min(4, kMaxVectors)>(X, K, G, k0, c0, c1, dW, index, ld); break;
-                case 3: tn_narrow_block<M, std::min(3, kMaxVectors)>(X, K, G, k0, c0, c1, dW, index, ld); break;
-                case 2: tn_narrow_block<M, std::min(2, kMaxVectors)>(X, K, G, k0, c0, c1, dW, index, ld); break;
-                default: tn_narrow_block<M, 1>(X, K, G, k0, c0, c1, dW, index, ld); break;
-            }
-        }
-    }
-}
-
-// tn_narrow_rows for a run-time M in [1, kNarrowTnMax].
-inline void tn_narrow(const float* X, idx_t K, const float* G, idx_t M, float* dW, idx_t r0, idx_t r1,
-                      const idx_t* index, idx_t ld) {
-    switch (M) {
-        case 1: return tn_narrow_rows<1>(X, K, G, dW, r0, r1, index, ld);
-        case 2: return tn_narrow_rows<2>(X, K, G, dW, r0, r1, index, ld);
-        case 3: return tn_narrow_rows<3>(X, K, G, dW, r0, r1, index, ld);
-        case 4: return tn_narrow_rows<4>(X, K, G, dW, r0, r1, index, ld);
-        case 5: return tn_narrow_rows<5>(X, K, G, dW, r0, r1, index, ld);
-        case 6: return tn_narrow_rows<6>(X, K, G, dW, r0, r1, index, ld);
-        case 7: return tn_narrow_rows<7>(X, K, G, dW, r0, r1, index, ld);
-        default: return tn_narrow_rows<8>(X, K, G, dW, r0, r1, index, ld);
-    }
-}
-
 #else
 constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as with the tiles
 #endif
@@ -292,7 +210,6 @@ inline bool tn_prefetches(idx_t K) { return K >= 96; }
 inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW, idx_t r0, idx_t r1,
                     const idx_t* index = nullptr, idx_t ld = 0) {
 #if MG_HAVE_SIMD
-    if (M > 0 && M <= kNarrowTnMax) return tn_narrow(X, K, G, M, dW, r0, r1, index, ld);
     const idx_t chunk = tn_chunk_rows(K, M);
     for (idx_t c0 = r0; c0 < r1; c0 += chunk) {
         const idx_t c1 = std::min(r1, c0 + chunk);
