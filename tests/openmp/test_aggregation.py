@@ -107,6 +107,16 @@ def run_forward(lib, g, X, reduce, w=None, scale=None, self_loop=False, bias=Non
     return Y, arg
 
 
+def assert_forward_matches(g, X, Y, arg, reduce, w=None, scale=None, self_loop=False):
+    """Y (and, for max, the argmax) of a forward aggregation against the numpy reference."""
+    if reduce == MAX:
+        ref, ref_arg, _ = ref_max(g, X, w, scale, self_loop)
+        np.testing.assert_array_equal(arg, ref_arg)
+    else:
+        ref = operator(g, reduce, w, scale, self_loop) @ X.astype(np.float64)
+    np.testing.assert_allclose(Y, ref, rtol=1e-5, atol=1e-5)
+
+
 def rand(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 
@@ -165,12 +175,7 @@ def test_forward_matches_reference(graph, variant, F, reduce, weighted, gcn, sel
     scale = gcn_scale(g, self_loop) if gcn else None
     Y, arg = run_forward(lib, g, X, reduce, w, scale, self_loop)
     assert np.isfinite(Y).all()
-    if reduce == MAX:
-        ref, ref_arg, _ = ref_max(g, X, w, scale, self_loop)
-        np.testing.assert_array_equal(arg, ref_arg)
-    else:
-        ref = operator(g, reduce, w, scale, self_loop) @ X.astype(np.float64)
-    np.testing.assert_allclose(Y, ref, rtol=1e-5, atol=1e-5)
+    assert_forward_matches(g, X, Y, arg, reduce, w, scale, self_loop)
     if not self_loop:  # zero in-degree rows are exactly zero, argmax -1
         empty = g.in_degree == 0
         assert empty.any()
@@ -229,12 +234,7 @@ def test_tile_and_lookahead_variants_agree(graph, tile, lookahead, reduce):
         X = rand(rng, graph.n, F)
         w = rng.uniform(0.2, 1.5, graph.num_edges).astype(np.float32)
         Y, arg = run_forward(lib, graph, X, reduce, w, tile=tile, lookahead=lookahead)
-        if reduce == MAX:
-            ref, ref_arg, _ = ref_max(graph, X, w, None, False)
-            np.testing.assert_array_equal(arg, ref_arg)
-        else:
-            ref = operator(graph, SUM, w, None, False) @ X.astype(np.float64)
-        np.testing.assert_allclose(Y, ref, rtol=1e-5, atol=1e-5)
+        assert_forward_matches(graph, X, Y, arg, reduce, w)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -255,12 +255,7 @@ def test_width_rounded_tiles_match_reference(graph, variant, reduce):
         arg = np.full((graph.n, F), -7, np.int64)
         assert lib.mgt_spmm_width_tiled(graph.n, i64(graph.indptr), i64(graph.col), f32(X), F, f32(Y), reduce,
                                         f32(w), sh.ffi.NULL, 0, i64(arg)) == 0
-        if reduce == MAX:
-            ref, ref_arg, _ = ref_max(graph, X, w, None, False)
-            np.testing.assert_array_equal(arg, ref_arg)
-        else:
-            ref = operator(graph, reduce, w, None, False) @ X.astype(np.float64)
-        np.testing.assert_allclose(Y, ref, rtol=1e-5, atol=1e-5)
+        assert_forward_matches(graph, X, Y, arg, reduce, w)
         if reduce == MAX:
             continue
         G = rand(rng, graph.n, F)
