@@ -23,12 +23,13 @@ def _flag(coord, key: str, v) -> bool:
 
 # What a layer's activation defaults to when the program does not say.
 HIDDEN_DEFAULT = {"GCN": "relu", "SAGE": "relu", "GIN": "relu", "GAT": "elu"}
-# What a layer's weights start from when the program does not say (`init=`): each kind as its
-# paper and PyG's convolution initialise it.  GCNConv and GATConv use glorot; SAGEConv and
-# GINConv's MLP are torch Linear layers, uniform in +-1/sqrt(fan_in).  Glorot made SAGE's first
-# steps far larger on wide inputs (first loss 15.4 against PyG's 4.65 on the arxiv-shaped graph,
-# test accuracy 0.76 against PyG's 0.92 after 13 epochs; 0.94 with `uniform`).
-INIT_DEFAULT = {"GCN": "glorot", "SAGE": "uniform", "GIN": "uniform", "GAT": "glorot"}
+# What a layer's weights start from when the program does not say (`init=`).  SAGE as PyG's
+# SAGEConv (torch Linear layers: uniform in +-1/sqrt(fan_in)): glorot made its first steps far
+# larger on wide inputs (first loss 15.4 against PyG's 4.65 on the arxiv-shaped graph, test
+# accuracy 0.76 against PyG's 0.92 after 13 epochs; 0.94 with `uniform`).  GCN and GAT as GCNConv
+# and GATConv (glorot).  GIN keeps glorot although PyG's MLP starts uniform: with `uniform` its
+# citeseer accuracy fell from 53.4 to 49.1 (docs/accuracy.md).
+INIT_DEFAULT = {"GCN": "glorot", "SAGE": "uniform", "GIN": "glorot", "GAT": "glorot"}
 
 
 class TrainingState:

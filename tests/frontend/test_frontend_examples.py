@@ -76,9 +76,9 @@ def test_sage_uses_mean_and_two_weights():
     ("gcn", ("layer0.W", "layer1.W"), "glorot"),
     ("gat", ("layer0.W", "layer0.a_src", "layer0.a_dst"), "glorot"),
     ("sage", ("layer0.W_neigh", "layer0.W_self", "layer1.W_self"), "uniform"),
-    ("gin", ("layer0.W1", "layer0.W2"), "uniform"),
+    ("gin", ("layer0.W1", "layer0.W2"), "glorot"),
 ])
-def test_layer_weights_start_as_the_pyg_convolution_of_their_kind(name, weights, init):
+def test_layer_weights_start_as_their_kind_defaults(name, weights, init):
     prog = compile_file(EXAMPLES[0].parent / f"{name}.mp")
     assert {prog.param(w).init for w in weights} == {init}
     biases = [p for p in prog.params if p.name.startswith("layer0.b")]    # gin.mp: batch norm's shift
