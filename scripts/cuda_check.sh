@@ -3,7 +3,7 @@
 #   tests     tests/cuda on the device itself (conftest.py drops the SIMT emulation there)
 #   sanitize  compute-sanitizer: memcheck over every example, racecheck and initcheck over a few
 #   bench     morphgen against PyG on the same GPU, ms/epoch and peak device memory
-#   parity    the first-epoch loss of morphgen and PyG from identical weights, dropout off (--parity)
+#   parity    the first epochs' losses of morphgen and PyG from identical weights, dropout off (--parity)
 #   ab        morphgen alone, the default schedule against a former one, interleaved: the typed
 #             weight gradients by chunks of rows against one chunk per type
 #             (MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000), the edge softmax by lane groups against a
@@ -106,7 +106,7 @@ run_bench() {
     done
 }
 
-run_parity() {   # the benchmark's parity check: one epoch each, dropout off, morphgen's initial weights
+run_parity() {   # the benchmark's parity check: three epochs each (one for HGT), dropout off, morphgen's initial weights
     for run in ${PARITY:-gcn3:cora sage:cora gat:cora rgcn:aifb}; do
         local model=${run%%:*} graph=${run#*:} dir="$OUT/parity/${run//[:\/]/_}"
         mkdir -p "$OUT/parity"

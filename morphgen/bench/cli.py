@@ -2,7 +2,7 @@
 
 One run: measure the machine's limits (STREAM copy/triad, sgemm), write the dataset once as a
 canonical .npz, train morphgen and each peer on it in separate processes under one memory cap,
-optionally check first-epoch loss parity, and write bench.json, bench.md and PNG plots to DIR.
+optionally check loss parity over the first epochs, and write bench.json, bench.md and PNG plots to DIR.
 `--sweep edges` hands over to morphgen.bench.sweep. The method is in docs/benchmarking.md.
 `--backend cuda [--device N]` runs morphgen's CUDA backend and the peers on the same GPU.
 """
@@ -66,7 +66,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="epochs left out of the median (default 3)")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
     p.add_argument("--parity", action="store_true",
-                   help="also check first-epoch loss parity (dropout 0, identical initial weights)")
+                   help="also check loss parity: the first epochs' losses from identical initial weights, "
+                        "dropout 0")
     p.add_argument("--peer-features", choices=("auto", "dense", "sparse"), default="auto",
                    help="input features given to the peers; auto: sparse when morphgen takes its sparse path")
     p.add_argument("--no-profile", action="store_true", help="do not collect morphgen's per-kernel timers")
@@ -164,7 +165,8 @@ def print_summary(report: dict, out: Path) -> None:
     if par and "peers" in par:
         for name, row in par["peers"].items():
             verdict = row["error"] if row.get("error") else (
-                f"|diff| {row['abs_diff']:.2e} {'ok' if row['passed'] else 'EXCEEDS'} {par['tolerance']:g}")
+                f"max |diff| over {par['epochs']} epoch{'s' if par['epochs'] != 1 else ''} {row['abs_diff']:.2e} "
+                f"{'ok' if row['passed'] else 'EXCEEDS'} {par['tolerance']:g}")
             print(f"parity {name}: {verdict}")
     print(f"wrote {out / 'bench.json'}, {out / 'bench.md'} and plots to {out}")
 

@@ -205,19 +205,27 @@ def markdown(report: dict) -> str:
         out.append("")
     par = report.get("parity")
     if par:
-        out += [f"Parity (dropout 0, morphgen's initial weights given to every peer; tolerance "
-                f"{par['tolerance']:g}): morphgen first-epoch loss {par['morphgen_first_epoch_loss']:.6f}.", "",
-                "| peer | first-epoch loss | abs diff | within tolerance |", "|---|---:|---:|---|"]
+        epochs = par.get("epochs", 1)
+        morphgen_losses = par.get("morphgen_losses") or [par["morphgen_first_epoch_loss"]]
+        out += [f"Parity (dropout 0, morphgen's initial weights given to every peer, {epochs} epoch(s) on each "
+                f"side; tolerance {par['tolerance']:g} on every epoch's loss): morphgen's losses "
+                f"{_losses(morphgen_losses)}.", "",
+                "| peer | losses | max abs diff | within tolerance |", "|---|---|---:|---|"]
         for name, row in par["peers"].items():
             if row.get("error"):
                 out.append(f"| {name} | failed: {row['error']} | | |")
             else:
-                out.append(f"| {name} | {row['first_epoch_loss']:.6f} | {row['abs_diff']:.2e} | "
+                losses = row.get("losses") or [row["first_epoch_loss"]]
+                out.append(f"| {name} | {_losses(losses)} | {row['abs_diff']:.2e} | "
                            f"{'yes' if row['passed'] else 'NO'} |")
         out.append("")
     for note in report.get("notes", []):
         out.append(f"- {note}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _losses(values) -> str:
+    return ", ".join("not finite" if v is None else f"{v:.6f}" for v in values)
 
 
 # ----------------------------------------------------------------------------- plots

@@ -62,7 +62,8 @@ def test_rounds_interleave_the_systems_and_keep_each_ones_fastest_median(tmp_pat
 
 
 def test_parity_with_pyg_and_peer_row(tmp_path):
-    """Identical initial weights, dropout 0: first-epoch losses agree within 1e-4 (GCN3, 3 layers)."""
+    """Identical initial weights, dropout 0: the losses of the first three epochs (so the gradients
+    and two Adam steps) agree within 1e-4 (GCN3, 3 layers)."""
     out = tmp_path / "p"
     code = main(["bench", str(GCN3), "--dataset", TINY, "--peers", "pyg", "--epochs", "3", "--warmup", "1",
                  "--threads", "1", "--out", str(out), "--quick-machine", "--parity", "--no-profile", *PIN_TAU])
@@ -70,9 +71,48 @@ def test_parity_with_pyg_and_peer_row(tmp_path):
     par = data["parity"]["peers"]["pyg"]
     assert par["error"] is None, par
     assert par["abs_diff"] <= harness.PARITY_TOLERANCE and par["passed"] is True
+    assert data["parity"]["epochs"] == harness.PARITY_EPOCHS == 3 and len(par["losses"]) == 3
+    ours = data["parity"]["morphgen_losses"]
+    assert len(set(ours)) == 3, "the epochs must have trained: equal losses would check no step"
     pyg = next(s for s in data["systems"] if s["system"] == "pyg")
     assert pyg["error"] is None and pyg["epoch_time_s"] > 0 and pyg["time_ratio_vs_morphgen"] > 0
     assert code == 0
+
+
+def _peer(losses, error=None):
+    return {"first_epoch_loss": losses[0] if losses else None, "epoch_losses": losses, "error": error}
+
+
+def test_parity_fails_on_a_later_epoch_that_drifts():
+    """The first loss checks only the forward: a wrong gradient or optimizer step shows later."""
+    ours = [1.5, 1.2, 1.0]
+    assert harness.parity_row(ours, _peer([1.5, 1.2, 1.0 + 5e-5]))["passed"] is True
+    row = harness.parity_row(ours, _peer([1.5, 1.2003, 1.0]))
+    assert row["passed"] is False and row["abs_diff"] == pytest.approx(3e-4)
+    assert harness.parity_row(ours, _peer([1.5, None, 1.0]))["passed"] is False     # not finite
+
+
+def test_parity_names_a_peer_that_ran_other_epochs_or_failed():
+    row = harness.parity_row([1.5, 1.2, 1.0], _peer([1.5]))
+    assert row["passed"] is None and row["error"] == "it reported 1 epoch losses, not 3"
+    row = harness.parity_row([1.5, 1.2, 1.0], _peer([], error="out of memory (cap 1 GiB)"))
+    assert row["passed"] is None and row["error"] == "out of memory (cap 1 GiB)"
+
+
+def test_parity_trains_one_epoch_where_the_peer_keeps_only_diagonal_blocks():
+    assert harness.parity_epochs(harness.program_shape(GCN3)) == harness.PARITY_EPOCHS
+    hgt = harness.program_shape(ROOT / "examples" / "hgt.mp")
+    assert hgt.block_diagonal and harness.parity_epochs(hgt) == 1
+
+
+def test_peer_weight_decay_spares_the_norms_as_morphgen_does():
+    import torch
+    from morphgen.bench.peers.torch_loop import decay_groups, gin_mlp
+    mlp = gin_mlp(torch, 5, 4, norm=True)
+    decayed, spared = decay_groups(torch, mlp, 5e-4)
+    assert decayed["weight_decay"] == 5e-4 and spared["weight_decay"] == 0.0
+    assert {id(p) for p in spared["params"]} == {id(p) for m in (mlp[1], mlp[4]) for p in m.parameters()}
+    assert {id(p) for p in decayed["params"]} == {id(mlp[0].weight), id(mlp[3].weight)}
 
 
 def test_peer_over_memory_cap_is_reported_not_estimated(tmp_path):

@@ -456,6 +456,8 @@ def test_result_schema(runs, files, name):
     for k in ("train_acc", "val_acc", "test_acc"):
         assert 0.0 <= r[k] <= 1.0
     assert np.isfinite(r["final_loss"]) and r["final_loss"] != r["first_epoch_loss"]   # it trained
+    assert len(r["epoch_losses"]) == 4
+    assert r["epoch_losses"][0] == r["first_epoch_loss"] and r["epoch_losses"][-1] == r["final_loss"]
     assert isinstance(r["peak_rss_bytes"], int) and isinstance(r["baseline_rss_bytes"], int)
     assert 0 < r["baseline_rss_bytes"] <= r["peak_rss_bytes"]
     assert r["config"]["threads"] == 1

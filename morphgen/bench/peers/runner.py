@@ -31,7 +31,7 @@ from .dataset import NodeClassificationData, load_node_classification
 from .spec import BenchSpec, load_spec
 
 RESULT_KEYS = (
-    "system", "config", "epoch_times_s", "epoch_time_s", "first_epoch_loss", "final_loss",
+    "system", "config", "epoch_times_s", "epoch_time_s", "first_epoch_loss", "final_loss", "epoch_losses",
     "train_acc", "val_acc", "test_acc", "peak_rss_bytes", "baseline_rss_bytes", "error",
 )
 
@@ -50,7 +50,7 @@ TrainFn = Callable[[BenchSpec, NodeClassificationData], dict]
 
 
 def empty_result(system: str) -> dict:
-    return {k: None for k in RESULT_KEYS} | {"system": system, "config": {}, "epoch_times_s": []}
+    return {k: None for k in RESULT_KEYS} | {"system": system, "config": {}, "epoch_times_s": [], "epoch_losses": []}
 
 
 def set_thread_env(threads: int) -> None:
@@ -85,6 +85,7 @@ def write_result(result: dict, out: Path) -> None:
     keys = RESULT_KEYS + (DEVICE_KEYS if "device" in result else ())
     clean = {k: _finite_or_none(result.get(k)) for k in keys}
     clean["epoch_times_s"] = list(result.get("epoch_times_s") or [])
+    clean["epoch_losses"] = [_finite_or_none(float(v)) for v in result.get("epoch_losses") or []]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(clean, indent=2) + "\n")
