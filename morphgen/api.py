@@ -45,6 +45,8 @@ class CompiledModel:
         self._backend = require_backend(backend)
         self.path = Path(path)
         self.backend = backend
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise UserError(f"morphgen: error: threads must be a positive integer, not {threads!r}")
         self.threads = threads or os.cpu_count() or 1
         self.seed = seed
         self.sparsity_threshold = sparsity_threshold

@@ -146,6 +146,11 @@ def final_metrics(final: dict) -> str:
 def train_command(args) -> int:
     from .data import load_dataset
     backend = require_backend(args.backend)
+    # Counts are checked before anything is compiled or loaded (the program's own epoch count,
+    # when --epochs is not given, is checked once it is known).
+    for flag, value in (("--epochs", args.epochs), ("--threads", args.threads)):
+        if value is not None and value <= 0:
+            raise UserError(f"morphgen: error: {flag} must be positive, got {value}")
     if args.device is not None:
         if not backend.capabilities.device_memory:
             raise UserError(f"morphgen: error: --device picks a GPU for --backend cuda, not for {args.backend}")

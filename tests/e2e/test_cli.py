@@ -4,6 +4,9 @@ import json
 import numpy as np
 import pytest
 
+import morphgen
+from morphgen.errors import UserError
+
 from tests.e2e.support import assert_clean_failure, example, run_cli, typed_dataset
 
 BAD_PROGRAM = """\
@@ -100,11 +103,20 @@ def test_label_out_of_range(tmp_path):
     assert_clean_failure(proc, 2, "bad_y.npz", "y")
 
 
-def test_non_positive_epochs():
+@pytest.mark.parametrize("flag,value", [("--epochs", "0"), ("--threads", "0"), ("--threads", "-3")])
+def test_non_positive_counts_are_refused_before_compiling(flag, value):
+    counts = {"--epochs": "1", "--threads": "2", flag: value}
     proc = run_cli("train", example("gcn"), "--dataset",
                    "synthetic:nodes=120,edges=600,features=17,classes=3,train_per_class=10,val=20,test=30,seed=1",
-                   "--epochs", "0", "--threads", "2", "--sparsity-threshold", "0.9")
-    assert_clean_failure(proc, 2, "--epochs")
+                   "--sparsity-threshold", "0.9", *[a for kv in counts.items() for a in kv])
+    assert_clean_failure(proc, 2, f"{flag} must be positive, got {value}")
+    assert "compiling" not in proc.stderr
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, "2", True])
+def test_the_api_refuses_a_thread_count_that_is_not_a_positive_integer(threads):
+    with pytest.raises(UserError, match="threads must be a positive integer"):
+        morphgen.compile(example("gcn"), threads=threads)
 
 
 def test_rgat_trains_on_a_featureless_dataset(tmp_path):
