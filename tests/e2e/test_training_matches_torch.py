@@ -4,9 +4,10 @@ The same model is trained by morphgen and by PyTorch Geometric from the same ini
 with the same dropout masks (torch's dropout replaced by morphgen's counter-based stream, keyed by
 (seed, epoch, site)); every epoch's loss must agree to float32 round-off.  Unlike the benchmark's
 parity check (dropout off), this covers what only training with dropout exercises: the masks of
-the backward regenerated from the forward's key, the epoch advancing the key, and, for GIN, batch
-norm's statistics under dropout.  A wrong gradient, optimizer step or mask shows from the second
-epoch on.
+the backward regenerated from the forward's key, the epoch advancing the key, GAT's masks on the
+attention coefficients of each edge (rows in the canonical edge order), and, for GIN, batch norm's
+statistics under dropout.  A wrong gradient, optimizer step or mask shows from the second epoch
+on, a mask on the wrong rows from the first.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from morphgen.api import CompiledModel
 from morphgen.data.synthetic import synthetic_dataset
 from morphgen.interp import dropout_keep_mask
-from morphgen.pipeline import normalize_features
+from morphgen.pipeline import preprocess
 
 from tests.e2e.support import example
 
@@ -37,22 +38,28 @@ def _morphgen(name: str, data, monkeypatch):
     monkeypatch.setenv("MORPHGEN_OPT_LEVEL", "0")       # numbers, not speed: a faster build
     model = CompiledModel(example(name), threads=2, seed=SEED).bind(data)
     params = {k: np.array(v, np.float32, copy=True) for k, v in model.get_params().items()}
-    sites = [op.output.id for op in model.program.forward if op.opcode == "dropout"]
+    sites = [(op.output.id, op.output.assoc) for op in model.program.forward if op.opcode == "dropout"]
     return model, params, sites
 
 
 class MorphgenDropout:
-    """torch.nn.functional.dropout with morphgen's masks: the k-th call of an epoch is site k."""
+    """torch.nn.functional.dropout with morphgen's masks: the k-th call of an epoch is site k.
+    An edge value's mask is keyed by the edges' canonical order (by destination, morphgen/layout.py),
+    torch's rows are in the input order: `edge_order[k]` is the input edge at canonical position k."""
 
-    def __init__(self, sites, epoch_offset=0):
-        self.sites, self.epoch, self.calls, self.epoch_offset = sites, 0, 0, epoch_offset
+    def __init__(self, sites, edge_order=None, epoch_offset=0):
+        self.sites, self.edge_order, self.epoch, self.calls, self.epoch_offset = sites, edge_order, 0, 0, epoch_offset
 
     def __call__(self, x, p=0.5, training=True, inplace=False):
         if not training or p == 0:
             return x
-        site = self.sites[self.calls]
+        site, assoc = self.sites[self.calls]
         self.calls += 1
         keep = dropout_keep_mask(SEED, self.epoch + self.epoch_offset, site, p, x.numel()).reshape(tuple(x.shape))
+        if assoc == "edge":
+            by_input_order = np.empty_like(keep)
+            by_input_order[self.edge_order] = keep
+            keep = by_input_order
         return x * torch.from_numpy(keep.astype(np.float32)) / (1.0 - p)
 
 
@@ -104,7 +111,37 @@ def _sage(data, params):
     return model, torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4), inputs
 
 
-PEERS = {"gin": _gin, "sage": _sage}
+def _gat(data, params):
+    """examples/gat.mp: GATConv 8 heads x 8 (elu), then 1 head; dropout 0.6 on each layer's input
+    and on the attention coefficients.  The graph already has the program's self loops (given
+    in `data`), so GATConv adds none."""
+    F = torch.nn.functional
+    g = data.graph
+    convs = torch.nn.ModuleList([
+        pyg_nn.GATConv(data.features.shape[1], 8, heads=8, dropout=0.6, add_self_loops=False),
+        pyg_nn.GATConv(64, data.num_classes, heads=1, concat=False, dropout=0.6, add_self_loops=False)])
+    with torch.no_grad():
+        for layer, conv in enumerate(convs):
+            _put(conv.lin.weight, params[f"layer{layer}.W"], True)
+            _put(conv.att_src, params[f"layer{layer}.a_src"], False)
+            _put(conv.att_dst, params[f"layer{layer}.a_dst"], False)
+            _put(conv.bias, params[f"layer{layer}.b"], False)
+
+    class Gat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = convs
+
+        def forward(self, x, edge_index):
+            x = F.elu(self.convs[0](F.dropout(x, 0.6, self.training), edge_index))
+            return self.convs[1](F.dropout(x, 0.6, self.training), edge_index)
+
+    inputs = (torch.from_numpy(np.asarray(data.features, np.float32)), torch.from_numpy(np.stack([g.src, g.dst])))
+    model = Gat()
+    return model, torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4), inputs
+
+
+PEERS = {"gat": _gat, "gin": _gin, "sage": _sage}
 
 
 def _train_torch(name, data, params, dropout, monkeypatch):
@@ -128,10 +165,12 @@ def _train_torch(name, data, params, dropout, monkeypatch):
 @pytest.mark.parametrize("name", sorted(PEERS))
 def test_training_with_dropout_follows_torch(name, data, monkeypatch):
     model, params, sites = _morphgen(name, data, monkeypatch)
-    assert len(sites) == 2
+    assert len(sites) == (4 if name == "gat" else 2)
     ours = [float(model.session.train_epoch()) for _ in range(EPOCHS)]
-    peer_data = normalize_features(data, model.program.feature_normalization)   # gin.mp's row norm
-    theirs = _train_torch(name, peer_data, params, MorphgenDropout(sites), monkeypatch)
+    # the program's preprocessing (gin.mp and gat.mp normalise rows, gat.mp adds self loops)
+    peer_data = preprocess(data, model.program)
+    dropout = MorphgenDropout(sites, edge_order=peer_data.graph.by_dst[1])
+    theirs = _train_torch(name, peer_data, params, dropout, monkeypatch)
     assert len(set(np.round(ours, 4))) == EPOCHS, "the losses must move from epoch to epoch"
     np.testing.assert_allclose(ours, theirs, rtol=1e-5)
 
