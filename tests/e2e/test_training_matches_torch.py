@@ -5,14 +5,15 @@ with the same dropout masks (torch's dropout replaced by morphgen's counter-base
 (seed, epoch, site)); every epoch's loss must agree to float32 round-off.  Unlike the benchmark's
 parity check (dropout off), this covers what only training with dropout exercises: the masks of
 the backward regenerated from the forward's key, the epoch advancing the key, GAT's masks on the
-attention coefficients of each edge (rows in the canonical edge order), and, for GIN, batch norm's
-statistics under dropout.  A wrong gradient, optimizer step or mask shows from the second epoch
+attention coefficients of each edge (rows in the canonical edge order), GCN's dropout of sparse
+input features inside the sparse kernels, and, for GIN, batch norm's statistics under dropout.  A wrong gradient, optimizer step or mask shows from the second epoch
 on, a mask on the wrong rows from the first.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from morphgen.api import CompiledModel
 from morphgen.data.synthetic import synthetic_dataset
@@ -34,9 +35,18 @@ def data():
                              test=40, seed=2, sparsity=0.0)
 
 
+@pytest.fixture(scope="module")
+def sparse_data():
+    return synthetic_dataset(nodes=200, edges=1500, features=40, classes=4, train_per_class=12, val=20,
+                             test=40, seed=5, sparsity=0.9)
+
+
 def _morphgen(name: str, data, monkeypatch):
     monkeypatch.setenv("MORPHGEN_OPT_LEVEL", "0")       # numbers, not speed: a faster build
-    model = CompiledModel(example(name), threads=2, seed=SEED).bind(data)
+    sparse = sp.issparse(data.features)
+    model = CompiledModel(example(name), threads=2, seed=SEED, sparsity_threshold=0.5 if sparse else None)
+    model.bind(data)
+    assert model.feature_path[0] == ("sparse" if sparse else "dense")
     params = {k: np.array(v, np.float32, copy=True) for k, v in model.get_params().items()}
     sites = [(op.output.id, op.output.assoc) for op in model.program.forward if op.opcode == "dropout"]
     return model, params, sites
@@ -141,7 +151,32 @@ def _gat(data, params):
     return model, torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4), inputs
 
 
-PEERS = {"gat": _gat, "gin": _gin, "sage": _sage}
+def _gcn(data, params):
+    """examples/gcn.mp: GCNConv 16 (relu), then GCNConv to the classes; dropout 0.5 on each
+    layer's input.  `data` has sparse features: morphgen drops them inside its sparse kernels."""
+    F = torch.nn.functional
+    g = data.graph
+    convs = torch.nn.ModuleList([pyg_nn.GCNConv(data.features.shape[1], 16), pyg_nn.GCNConv(16, data.num_classes)])
+    with torch.no_grad():
+        for layer, conv in enumerate(convs):
+            _put(conv.lin.weight, params[f"layer{layer}.W"], True)
+            _put(conv.bias, params[f"layer{layer}.b"], False)
+
+    class Gcn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = convs
+
+        def forward(self, x, edge_index):
+            x = F.relu(self.convs[0](F.dropout(x, 0.5, self.training), edge_index))
+            return self.convs[1](F.dropout(x, 0.5, self.training), edge_index)
+
+    inputs = (torch.from_numpy(data.features.toarray().astype(np.float32)), torch.from_numpy(np.stack([g.src, g.dst])))
+    model = Gcn()
+    return model, torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4), inputs
+
+
+PEERS = {"gat": _gat, "gcn": _gcn, "gin": _gin, "sage": _sage}
 
 
 def _train_torch(name, data, params, dropout, monkeypatch):
@@ -163,7 +198,8 @@ def _train_torch(name, data, params, dropout, monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(PEERS))
-def test_training_with_dropout_follows_torch(name, data, monkeypatch):
+def test_training_with_dropout_follows_torch(name, data, sparse_data, monkeypatch):
+    data = sparse_data if name == "gcn" else data
     model, params, sites = _morphgen(name, data, monkeypatch)
     assert len(sites) == (4 if name == "gat" else 2)
     ours = [float(model.session.train_epoch()) for _ in range(EPOCHS)]
