@@ -287,8 +287,8 @@ def run_morphgen(model, data_path, work_dir, *, epochs: int, warmup: int, seed: 
         "peak_rss_bytes": r.get("peak_rss_bytes"),
         "baseline_rss_bytes": r.get("baseline_rss_bytes"), "allocated_bytes": r.get("allocated_bytes"),
         "first_epoch_loss": history[0].get("loss") if history else None,
-        "final_loss": r.get("final_loss"), "epoch_losses": [row.get("loss") for row in history], "train_acc": r.get("train_acc"), "val_acc": r.get("val_acc"),
-        "test_acc": r.get("test_acc"),
+        "final_loss": r.get("final_loss"), "epoch_losses": [row.get("loss") for row in history],
+        "train_acc": r.get("train_acc"), "val_acc": r.get("val_acc"), "test_acc": r.get("test_acc"),
     })
     if backend == "cuda":
         entry["config"].update(morphgen_device_config(entry["device"]))
@@ -509,8 +509,8 @@ def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequen
               "morphgen_losses": m_losses, "program": str(plain), "peers": {}}
     for system in peers:
         if system in shape.peer_unsupported:
-            report["peers"][system] = {"first_epoch_loss": None, "losses": None, "abs_diff": None, "passed": None,
-                                       "error": f"not comparable: {shape.peer_unsupported[system]}"}
+            report["peers"][system] = {"first_epoch_loss": None, "losses": None, "abs_diff": None,
+                                       "passed": None, "error": f"not comparable: {shape.peer_unsupported[system]}"}
             continue
         # every configuration that is timed is checked: "pyg (FastRGCNConv)" beside "pyg (RGCNConv)"
         for label, over in peer_variants(system, shape):

@@ -207,8 +207,9 @@ def markdown(report: dict) -> str:
     if par:
         epochs = par.get("epochs", 1)
         morphgen_losses = par.get("morphgen_losses") or [par["morphgen_first_epoch_loss"]]
-        out += [f"Parity (dropout 0, morphgen's initial weights given to every peer, {epochs} epoch(s) on each "
-                f"side; tolerance {par['tolerance']:g} on every epoch's loss): morphgen's losses "
+        out += [f"Parity (dropout 0, morphgen's initial weights given to every peer, {epochs} "
+                f"epoch{'s' if epochs != 1 else ''} on each side; tolerance {par['tolerance']:g} on every "
+                f"epoch's loss): morphgen's losses "
                 f"{_losses(morphgen_losses)}.", "",
                 "| peer | losses | max abs diff | within tolerance |", "|---|---|---:|---|"]
         for name, row in par["peers"].items():

@@ -135,7 +135,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--peers", default="pyg,dgl", help="peers (default pyg,dgl; none for morphgen only)")
     p.add_argument("--epochs", type=int, default=50, help="epochs per system (default 50)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--no-parity", action="store_true", help="skip the loss parity check (the first epochs from identical weights)")
+    p.add_argument("--no-parity", action="store_true",
+                   help="skip the loss parity check (the first epochs from identical weights)")
     p.add_argument("--sparsity-threshold", type=float, default=None, help="passed to morphgen train")
     bench_cli.add_device_options(p)
     bench_cli.add_run_options(p)

@@ -6,8 +6,9 @@ with the same dropout masks (torch's dropout replaced by morphgen's counter-base
 parity check (dropout off), this covers what only training with dropout exercises: the masks of
 the backward regenerated from the forward's key, the epoch advancing the key, GAT's masks on the
 attention coefficients of each edge (rows in the canonical edge order), GCN's dropout of sparse
-input features inside the sparse kernels, and, for GIN, batch norm's statistics under dropout.  A wrong gradient, optimizer step or mask shows from the second epoch
-on, a mask on the wrong rows from the first.
+input features inside the sparse kernels, and, for GIN, batch norm's statistics under dropout.
+A wrong gradient, optimizer step or mask shows from the second epoch on, a mask on the wrong rows
+from the first.
 """
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 One epoch = zero_grad, forward over the whole graph, cross-entropy over the training nodes (mean),
 backward, one Adam step (torch's Adam: weight decay as an L2 term added to the gradient, on every
-parameter but the norms' scale and shift, which morphgen's layers spare too). The epoch time is wall-clock around exactly that. Accuracy is evaluated once after the
-last epoch (eval mode: dropout off) and is not timed.
+parameter but the norms' scale and shift, which morphgen's layers spare too). The epoch time is
+wall-clock around exactly that. Accuracy is evaluated once after the last epoch (eval mode:
+dropout off) and is not timed.
 
 On a GPU (spec.device "cuda:N") the model, features, adjacency, labels and masks all live on that
 device; CUDA kernels run asynchronously, so the clock is read only after torch.cuda.synchronize(),
