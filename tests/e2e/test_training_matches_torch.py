@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch                                   # the [bench] extra, which `make test` installs
+import torch_geometric.nn as pyg_nn
 
 from morphgen.api import CompiledModel
 from morphgen.data.synthetic import synthetic_dataset
@@ -23,8 +25,6 @@ from morphgen.pipeline import preprocess
 
 from tests.e2e.support import example
 
-torch = pytest.importorskip("torch", reason="torch is part of the [bench] extra that `make test` installs")
-pyg_nn = pytest.importorskip("torch_geometric.nn")
 
 EPOCHS = 6
 SEED = 3
@@ -94,87 +94,60 @@ def _gin(data, params):
     return model, torch.optim.Adam(groups, **opt_args), inputs
 
 
-def _sage(data, params):
-    """examples/sage.mp: SAGEConv(mean) x 2, relu between, dropout 0.5 on each layer's input."""
-    F = torch.nn.functional
-    convs = torch.nn.ModuleList([pyg_nn.SAGEConv(data.features.shape[1], 64), pyg_nn.SAGEConv(64, data.num_classes)])
+class TwoLayers(torch.nn.Module):
+    """conv, activation, conv; dropout p on each layer's input (the examples' `dropout = p`)."""
+
+    def __init__(self, convs, activation, p):
+        super().__init__()
+        self.convs, self.activation, self.p = torch.nn.ModuleList(convs), activation, p
+
+    def forward(self, x, edge_index):
+        dropout = torch.nn.functional.dropout          # looked up per call: the tests replace it
+        x = self.activation(self.convs[0](dropout(x, self.p, self.training), edge_index))
+        return self.convs[1](dropout(x, self.p, self.training), edge_index)
+
+
+def _two_layers(data, params, convs, targets, activation, p, lr):
+    """TwoLayers from morphgen's weights (`targets`: attribute of the convolution, morphgen's
+    name, transposed), its Adam, and its inputs (dense features, the edges in input order)."""
     with torch.no_grad():
         for layer, conv in enumerate(convs):
-            _put(conv.lin_l.weight, params[f"layer{layer}.W_neigh"], True)
-            _put(conv.lin_r.weight, params[f"layer{layer}.W_self"], True)
-            _put(conv.lin_l.bias, params[f"layer{layer}.b"], False)
-
-    class Sage(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.convs = convs
-
-        def forward(self, x, edge_index):
-            for i, conv in enumerate(self.convs):
-                x = conv(F.dropout(x, 0.5, self.training), edge_index)
-                if i == 0:
-                    x = F.relu(x)
-            return x
-
+            for path, name, transpose in targets:
+                param = conv
+                for attr in path.split("."):
+                    param = getattr(param, attr)
+                _put(param, params[f"layer{layer}.{name}"], transpose)
+    x = data.features.toarray() if sp.issparse(data.features) else data.features
     g = data.graph
-    inputs = (torch.from_numpy(np.asarray(data.features, np.float32)), torch.from_numpy(np.stack([g.src, g.dst])))
-    model = Sage()
-    return model, torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4), inputs
+    inputs = (torch.from_numpy(np.asarray(x, np.float32)), torch.from_numpy(np.stack([g.src, g.dst])))
+    model = TwoLayers(convs, activation, p)
+    return model, torch.optim.Adam(model.parameters(), lr=lr, weight_decay=5e-4), inputs
+
+
+def _sage(data, params):
+    """examples/sage.mp: SAGEConv(mean) x 2, relu between, dropout 0.5 on each layer's input."""
+    convs = [pyg_nn.SAGEConv(data.features.shape[1], 64), pyg_nn.SAGEConv(64, data.num_classes)]
+    targets = (("lin_l.weight", "W_neigh", True), ("lin_r.weight", "W_self", True), ("lin_l.bias", "b", False))
+    return _two_layers(data, params, convs, targets, torch.nn.functional.relu, 0.5, lr=0.01)
 
 
 def _gat(data, params):
     """examples/gat.mp: GATConv 8 heads x 8 (elu), then 1 head; dropout 0.6 on each layer's input
     and on the attention coefficients.  The graph already has the program's self loops (given
     in `data`), so GATConv adds none."""
-    F = torch.nn.functional
-    g = data.graph
-    convs = torch.nn.ModuleList([
-        pyg_nn.GATConv(data.features.shape[1], 8, heads=8, dropout=0.6, add_self_loops=False),
-        pyg_nn.GATConv(64, data.num_classes, heads=1, concat=False, dropout=0.6, add_self_loops=False)])
-    with torch.no_grad():
-        for layer, conv in enumerate(convs):
-            _put(conv.lin.weight, params[f"layer{layer}.W"], True)
-            _put(conv.att_src, params[f"layer{layer}.a_src"], False)
-            _put(conv.att_dst, params[f"layer{layer}.a_dst"], False)
-            _put(conv.bias, params[f"layer{layer}.b"], False)
-
-    class Gat(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.convs = convs
-
-        def forward(self, x, edge_index):
-            x = F.elu(self.convs[0](F.dropout(x, 0.6, self.training), edge_index))
-            return self.convs[1](F.dropout(x, 0.6, self.training), edge_index)
-
-    inputs = (torch.from_numpy(np.asarray(data.features, np.float32)), torch.from_numpy(np.stack([g.src, g.dst])))
-    model = Gat()
-    return model, torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4), inputs
+    convs = [pyg_nn.GATConv(data.features.shape[1], 8, heads=8, dropout=0.6, add_self_loops=False),
+             pyg_nn.GATConv(64, data.num_classes, heads=1, concat=False, dropout=0.6, add_self_loops=False)]
+    targets = (("lin.weight", "W", True), ("att_src", "a_src", False), ("att_dst", "a_dst", False),
+               ("bias", "b", False))
+    return _two_layers(data, params, convs, targets, torch.nn.functional.elu, 0.6, lr=0.005)
 
 
 def _gcn(data, params):
     """examples/gcn.mp: GCNConv 16 (relu), then GCNConv to the classes; dropout 0.5 on each
     layer's input.  `data` has sparse features: morphgen drops them inside its sparse kernels."""
-    F = torch.nn.functional
-    g = data.graph
-    convs = torch.nn.ModuleList([pyg_nn.GCNConv(data.features.shape[1], 16), pyg_nn.GCNConv(16, data.num_classes)])
-    with torch.no_grad():
-        for layer, conv in enumerate(convs):
-            _put(conv.lin.weight, params[f"layer{layer}.W"], True)
-            _put(conv.bias, params[f"layer{layer}.b"], False)
-
-    class Gcn(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.convs = convs
-
-        def forward(self, x, edge_index):
-            x = F.relu(self.convs[0](F.dropout(x, 0.5, self.training), edge_index))
-            return self.convs[1](F.dropout(x, 0.5, self.training), edge_index)
-
-    inputs = (torch.from_numpy(data.features.toarray().astype(np.float32)), torch.from_numpy(np.stack([g.src, g.dst])))
-    model = Gcn()
-    return model, torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4), inputs
+    convs = [pyg_nn.GCNConv(data.features.shape[1], 16), pyg_nn.GCNConv(16, data.num_classes)]
+    targets = (("lin.weight", "W", True), ("bias", "b", False))
+    return _two_layers(data, params, convs, targets, torch.nn.functional.relu, 0.5, lr=0.01)
 
 
 PEERS = {"gat": _gat, "gcn": _gcn, "gin": _gin, "sage": _sage}
