@@ -165,8 +165,9 @@ def print_summary(report: dict, out: Path) -> None:
     if par and "peers" in par:
         for name, row in par["peers"].items():
             verdict = row["error"] if row.get("error") else (
-                f"max |diff| over {par['epochs']} epoch{'s' if par['epochs'] != 1 else ''} {row['abs_diff']:.2e} "
-                f"{'ok' if row['passed'] else 'EXCEEDS'} {par['tolerance']:g}")
+                f"max |diff| over {par['epochs']} epoch{'s' if par['epochs'] != 1 else ''} {row['abs_diff']:.2e}, "
+                f"{'within' if row['passed'] else 'EXCEEDS'} the tolerance per epoch "
+                f"({', '.join(f'{t:.1e}' for t in par.get('tolerances') or [par['tolerance']])})")
             print(f"parity {name}: {verdict}")
     print(f"wrote {out / 'bench.json'}, {out / 'bench.md'} and plots to {out}")
 

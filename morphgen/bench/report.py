@@ -207,11 +207,17 @@ def markdown(report: dict) -> str:
     if par:
         epochs = par.get("epochs", 1)
         morphgen_losses = par.get("morphgen_losses") or [par["morphgen_first_epoch_loss"]]
+        tolerances = par.get("tolerances") or [par["tolerance"]]
         out += [f"Parity (dropout 0, morphgen's initial weights given to every peer, {epochs} "
-                f"epoch{'s' if epochs != 1 else ''} on each side; tolerance {par['tolerance']:g} on every "
-                f"epoch's loss): morphgen's losses "
-                f"{_losses(morphgen_losses)}.", "",
-                "| peer | losses | max abs diff | within tolerance |", "|---|---|---:|---|"]
+                f"epoch{'s' if epochs != 1 else ''} on each side): morphgen's losses {_losses(morphgen_losses)}; "
+                f"tolerance per epoch {', '.join(f'{t:.1e}' for t in tolerances)} ({par['tolerance']:g}, relative "
+                f"above a loss of 1)."]
+        if par.get("nudged_losses"):
+            runs = "; ".join(_losses(run) for run in par["nudged_losses"])
+            out.append(f"Trained again from weights nudged by {par['nudge']:g} of themselves, morphgen's losses are "
+                       f"{runs}; an epoch's tolerance is {par['drift_factor']:g} times the larger drift where "
+                       f"that is larger.")
+        out += ["", "| peer | losses | max abs diff | within tolerance |", "|---|---|---:|---|"]
         for name, row in par["peers"].items():
             if row.get("error"):
                 out.append(f"| {name} | failed: {row['error']} | | |")

@@ -74,6 +74,10 @@ def test_parity_with_pyg_and_peer_row(tmp_path):
     assert data["parity"]["epochs"] == harness.PARITY_EPOCHS == 3 and len(par["losses"]) == 3
     ours = data["parity"]["morphgen_losses"]
     assert len(set(ours)) == 3, "the epochs must have trained: equal losses would check no step"
+    # GCN3 is well conditioned: nudged weights move its losses by rounding only, so every epoch's
+    # tolerance stays at the floor
+    assert len(data["parity"]["nudged_losses"]) == harness.PARITY_NUDGES
+    assert data["parity"]["tolerances"] == pytest.approx(harness.parity_tolerances(ours))
     pyg = next(s for s in data["systems"] if s["system"] == "pyg")
     assert pyg["error"] is None and pyg["epoch_time_s"] > 0 and pyg["time_ratio_vs_morphgen"] > 0
     assert code == 0
@@ -85,18 +89,39 @@ def _peer(losses, error=None):
 
 def test_parity_fails_on_a_later_epoch_that_drifts():
     """The first loss checks only the forward: a wrong gradient or optimizer step shows later."""
-    ours = [1.5, 1.2, 1.0]
-    assert harness.parity_row(ours, _peer([1.5, 1.2, 1.0 + 5e-5]))["passed"] is True
-    row = harness.parity_row(ours, _peer([1.5, 1.2003, 1.0]))
+    ours, tol = [1.5, 1.2, 1.0], [1e-4] * 3
+    assert harness.parity_row(ours, _peer([1.5, 1.2, 1.0 + 5e-5]), tol)["passed"] is True
+    row = harness.parity_row(ours, _peer([1.5, 1.2003, 1.0]), tol)
     assert row["passed"] is False and row["abs_diff"] == pytest.approx(3e-4)
-    assert harness.parity_row(ours, _peer([1.5, None, 1.0]))["passed"] is False     # not finite
+    assert harness.parity_row(ours, _peer([1.5, None, 1.0]), tol)["passed"] is False     # not finite
+    assert harness.parity_row(ours, _peer([1.5, 1.2003, 1.0]), [1e-4, 1e-3, 1e-4])["passed"] is True
 
 
 def test_parity_names_a_peer_that_ran_other_epochs_or_failed():
-    row = harness.parity_row([1.5, 1.2, 1.0], _peer([1.5]))
+    tol = [1e-4] * 3
+    row = harness.parity_row([1.5, 1.2, 1.0], _peer([1.5]), tol)
     assert row["passed"] is None and row["error"] == "it reported 1 epoch losses, not 3"
-    row = harness.parity_row([1.5, 1.2, 1.0], _peer([], error="out of memory (cap 1 GiB)"))
+    row = harness.parity_row([1.5, 1.2, 1.0], _peer([], error="out of memory (cap 1 GiB)"), tol)
     assert row["passed"] is None and row["error"] == "out of memory (cap 1 GiB)"
+
+
+def test_parity_tolerance_is_relative_above_one_and_follows_morphgens_own_drift():
+    ours = [0.5, 20.0, 1.6]
+    assert harness.parity_tolerances(ours) == pytest.approx([1e-4, 2e-3, 1.6e-4])
+    # morphgen from nudged weights: the third epoch moved 1e-3 in one run, 2e-4 in the other
+    nudged = [[0.5, 20.0, 1.601], [0.5, 20.0, 1.6002]]
+    assert harness.parity_tolerances(ours, nudged) == pytest.approx([1e-4, 2e-3, harness.PARITY_DRIFT_FACTOR * 1e-3])
+
+
+def test_nudged_weights_lie_one_rounding_away():
+    params = {"W": np.linspace(-2, 2, 4001, dtype=np.float32), "b": np.zeros(3, np.float32)}
+    nudged = harness.nudge(params)
+    assert set(nudged) == set(params) and all(nudged[k].dtype == np.float32 for k in params)
+    assert np.array_equal(nudged["b"], params["b"])                 # zeros stay zeros
+    changed = nudged["W"] != params["W"]
+    assert 0.2 < changed.mean() < 0.9
+    np.testing.assert_allclose(nudged["W"], params["W"], rtol=1e-6)
+    assert not np.array_equal(harness.nudge(params, 1)["W"], nudged["W"])
 
 
 def test_parity_trains_one_epoch_where_the_peer_keeps_only_diagonal_blocks():
