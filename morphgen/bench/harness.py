@@ -13,7 +13,8 @@ The pieces of one `morphgen bench` run:
   fails alone instead of taking the machine down; such a failure is reported as
   "out of memory (cap X GiB)", never estimated.
 * `parity_check` proves the comparison is fair: with dropout 0 and morphgen's own initial weights
-  handed to the peers, the first-epoch losses must agree within `PARITY_TOLERANCE`.
+  handed to the peers, the losses of the first `PARITY_EPOCHS` epochs must agree, each within its
+  tolerance (`parity_tolerances`).
 
 With backend "cuda" morphgen trains with `--backend cuda --device N` and every peer gets the torch
 device "cuda:N" in its spec, so both sides run on the same GPU; their device memory is reported as
