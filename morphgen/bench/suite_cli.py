@@ -255,9 +255,9 @@ def suite_table(rows: list, peers: tuple, device: bool = False) -> list:
             cells += [_cell_mib(_system(r, n), "peak_device_bytes") for n in ("morphgen",) + peers]
         analytic = r.get("analytic_minimum_bytes")          # None where it is not modelled (HGT)
         cells.append(f"{analytic / rep.MiB:.0f}" if analytic else "–")
-        diffs = [row.get("abs_diff") for row in (r.get("parity") or {}).get("peers", {}).values()]
-        diffs = [x for x in diffs if x is not None]
-        cells.append(f"{max(diffs):.1e}" if diffs else "–")
+        checked = [row for row in (r.get("parity") or {}).get("peers", {}).values() if row.get("abs_diff") is not None]
+        verdict = " (over tolerance)" if any(row.get("passed") is False for row in checked) else ""
+        cells.append(f"{max(row['abs_diff'] for row in checked):.1e}{verdict}" if checked else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -382,6 +382,8 @@ def docs_section(args, programs: list, rows, peers, machine: dict, plot_links: l
               "`morphgen.bench.memory.analytic_minimum_bytes`. "
               + ("Peak device memory: morphgen's allocated device buffers, a peer's "
                  "torch.cuda.max_memory_allocated (data included; the CUDA context in neither). " if gpu else "")
+              + "The parity column is the largest difference between a peer's loss and morphgen's over the "
+              "parity check's epochs (`docs/benchmarking.md`, parity). "
               + "Per-graph reports (configuration of every system, per-kernel GB/s and GFLOP/s, parity) are in "
               + (f"`{args.out}/<model>/<graph>/bench.md`." if len(programs) > 1 else f"`{args.out}/<graph>/bench.md`."),
               ""]
