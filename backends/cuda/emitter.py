@@ -46,6 +46,7 @@ class CUDAEmitter(OpenMPEmitter):
     device_memory = True
     source_name = "model.cu"
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose
+    narrow_tn_by_width = False       # weight gradients go to cuBLAS
     residual_epilogues = False       # the add stays one kernel with its tail: cuBLAS's product would need
                                      # a pass of its own to add the residual, as the add does
     typed_bias_epilogues = False     # ops.cuh's products take a bias per column only

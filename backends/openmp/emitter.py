@@ -31,6 +31,9 @@ _TEMPLATES = Path(__file__).parent / "templates"
 TIMERS = ("aggregate", "aggregate_backward", "gemm", "input_features", "input_features_grad", "typed_linear",
           "edges", "elementwise", "dropout", "loss", "optimizer")
 
+# Dense weight gradients X^T G with G this narrow or narrower take a kernel of their own width
+# (kernels/tall_skinny.h: kNarrowTnMax, AVX-512 only; on AVX2 the instance runs the tiles).
+NARROW_TN_MAX = 8
 _REDUCE = {"sum": "mg::Reduce::Sum", "mean": "mg::Reduce::Mean", "max": "mg::Reduce::Max"}
 _BINOP = {"add": "mg::BinOp::Add", "sub": "mg::BinOp::Sub", "mul": "mg::BinOp::Mul", "div": "mg::BinOp::Div"}
 _ACT_KIND = {"relu": "Relu", "leaky_relu": "LeakyRelu", "elu": "Elu", "exp": "Exp", "sigmoid": "Sigmoid",
@@ -88,6 +91,7 @@ class OpenMPEmitter:
     fuses_batch_norm_grads = True    # batch norm's backward with its affine part's gradients: one kernel
     fuses_batch_norm_affine = True   # batch norm with its affine part and activation: one forward kernel
     spmm_tile_by_width = True        # aggregations of rows wider than 32 use 64-float tiles (spmm_tile)
+    narrow_tn_by_width = True        # narrow dense weight gradients take a kernel of their width (narrow_tn_width)
     fuses_edge_attention = True      # GAT's scores and edge softmax, and their backward: one walk each
     residual_epilogues = True        # a product or aggregation adds the other operand of its one add
     typed_bias_epilogues = True      # a dense or typed product adds a per-type bias row (typed_param)
@@ -1133,8 +1137,18 @@ class OpenMPEmitter:
             fv = self.feature_like[x.id]
             return self.timed("input_features_grad", f"mg::op::matmul_tn_features({fv}, "
                               f"{self.feature_blocks()}, {self.ptr(g)}, {M}, {self.ptr(out)})", *self._feature_cost(fv, M))
-        return self.timed("gemm", f"mg::op::matmul_tn({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, "
-                          f"{self.ptr(out)})", bytes_, flops)
+        return self.timed("gemm", f"mg::op::matmul_tn{self.narrow_tn_width(g)}({self.ptr(x)}, {self.rows(x)}, {K}, "
+                          f"{self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
+
+    def narrow_tn_width(self, g: Value) -> str:
+        """The template argument that sends a dense weight gradient X^T G whose G is at most
+        NARROW_TN_MAX wide, a width known here, to tall_skinny.h's narrow kernel (AVX-512: X's rows
+        loaded, G's values broadcast; SAGE's last-layer gradients on the flickr-shaped graph 1.0-1.1
+        -> 0.57-0.66 ms each).  One instance per width the program has: an instance for every
+        width in every program doubled its build time."""
+        width = g.shape[-1] if g.shape else 1
+        narrow = self.narrow_tn_by_width and isinstance(width, int) and 0 < width <= NARROW_TN_MAX
+        return f"<{width}>" if narrow else ""
 
     def feature_blocks(self) -> str:
         """The blocked copy of sparse input features, built once at load time (nothing on the dense path)."""

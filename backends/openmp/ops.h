@@ -51,8 +51,10 @@ inline void gemm_rows(idx_t rows, idx_t N, idx_t K, const float *A, const float 
                       const Epilogue &epi = Epilogue{}) {
     check(mg::gemm_rows(rows, N, K, A, B, trans_b, C, epi), "dense product (a dimension exceeds the BLAS interface)");
 }
+template <int WIDTH = 0>
 inline void gemm_tn_rows(idx_t rows, idx_t K, idx_t M, const float *X, const float *G, float *dW) {
-    check(mg::gemm_tn_rows(rows, K, M, X, G, dW), "dense weight gradient (a dimension exceeds the BLAS interface)");
+    check(mg::gemm_tn_rows<WIDTH>(rows, K, M, X, G, dW),
+          "dense weight gradient (a dimension exceeds the BLAS interface)");
 }
 
 // Rows grouped by type, for typed linear and typed reductions (Hector's gather/scatter GEMM).
@@ -170,8 +172,11 @@ inline void matmul_nt(const float *G, idx_t rows, idx_t M, const float *W, idx_t
                       const Epilogue &epi = Epilogue{}) {
     op::gemm_rows(rows, K, M, G, W, true, dX, epi);
 }
+// WIDTH: G's width where the generated code knows it and it is narrow (the emitter's
+// narrow_tn_width), else 0.
+template <int WIDTH = 0>
 inline void matmul_tn(const float *X, idx_t rows, idx_t K, const float *G, idx_t M, float *dW) {
-    gemm_tn_rows(rows, K, M, X, G, dW);
+    gemm_tn_rows<WIDTH>(rows, K, M, X, G, dW);
 }
 
 // Input features through a weight: the dense path is a dense product (gemm_rows), the sparse path streams the

@@ -194,6 +194,20 @@ int mgt_gemm_rows_epilogue(idx_t rows, idx_t K, idx_t M, const float* X, const f
 int mgt_tall_skinny_tn(idx_t rows, idx_t K, idx_t M, const float* X, const float* G, float* dW) {
     return mg::tall_skinny_tn(rows, K, M, X, G, dW);
 }
+// The instance a program whose G is `width` wide compiles (matmul_tn<width>), given M.
+int mgt_tall_skinny_tn_width(int width, idx_t rows, idx_t K, idx_t M, const float* X, const float* G, float* dW) {
+    switch (width) {
+        case 1: return mg::tall_skinny_tn<1>(rows, K, M, X, G, dW);
+        case 2: return mg::tall_skinny_tn<2>(rows, K, M, X, G, dW);
+        case 3: return mg::tall_skinny_tn<3>(rows, K, M, X, G, dW);
+        case 4: return mg::tall_skinny_tn<4>(rows, K, M, X, G, dW);
+        case 5: return mg::tall_skinny_tn<5>(rows, K, M, X, G, dW);
+        case 6: return mg::tall_skinny_tn<6>(rows, K, M, X, G, dW);
+        case 7: return mg::tall_skinny_tn<7>(rows, K, M, X, G, dW);
+        case 8: return mg::tall_skinny_tn<8>(rows, K, M, X, G, dW);
+        default: return -100;
+    }
+}
 int mgt_dropout_keep(uint64_t seed, uint64_t epoch, uint64_t site, float p, int64_t i) {
     return mg::dropout_keep(mg::DropoutKey{seed, epoch, site}, p, i) ? 1 : 0;
 }

@@ -64,6 +64,7 @@ int mgt_tall_skinny_nn(int64_t rows, int64_t K, int64_t M, const float* X, const
 int mgt_gemm_rows_epilogue(int64_t rows, int64_t K, int64_t M, const float* X, const float* W, float* Y,
                            const float* bias, int act, float alpha, const float* residual);
 int mgt_tall_skinny_tn(int64_t rows, int64_t K, int64_t M, const float* X, const float* G, float* dW);
+int mgt_tall_skinny_tn_width(int width, int64_t rows, int64_t K, int64_t M, const float* X, const float* G, float* dW);
 int mgt_dropout_keep(uint64_t seed, uint64_t epoch, uint64_t site, float p, int64_t i);
 """
 

@@ -237,6 +237,28 @@ def test_tall_skinny_weight_gradient_matches_numpy(variant, rows, K, M):
     np.testing.assert_allclose(dW, X.T.astype(np.float64) @ G, rtol=1e-5, atol=1e-4)
 
 
+# The instances of a known narrow width (the emitter's matmul_tn<M>; with AVX-512 G's values
+# broadcast against X's rows): K crosses the blocks of vectors (3 or 4 per block, then one at a
+# time, the last masked), rows cross the 128-row chunk, the 1,024-row span and the threads.
+@pytest.mark.parametrize("variant", sh.VARIANTS)
+@pytest.mark.parametrize("M", range(1, 9))
+@pytest.mark.parametrize("rows, K", [(1, 1), (130, 15), (300, 64), (1100, 49), (2051, 100), (40, 500)])
+def test_weight_gradient_of_a_known_narrow_width_matches_numpy(variant, M, rows, K):
+    lib = sh.load(variant)
+    rng = np.random.default_rng(rows * 13 + K + M)
+    X = rng.standard_normal((rows, K)).astype(np.float32)
+    G = rng.standard_normal((rows, M)).astype(np.float32)
+    dW = np.full((K, M), np.nan, np.float32)
+    assert lib.mgt_tall_skinny_tn_width(M, rows, K, M, f32(X), f32(G), f32(dW)) == 0
+    np.testing.assert_allclose(dW, X.T.astype(np.float64) @ G, rtol=1e-5, atol=1e-4)
+
+
+def test_an_instance_refuses_another_width():
+    lib = sh.load(sh.VARIANTS[0])
+    X, G, dW = (np.zeros(s, np.float32) for s in ((4, 3), (4, 6), (3, 6)))
+    assert lib.mgt_tall_skinny_tn_width(7, 4, 3, 6, f32(X), f32(G), f32(dW)) == 1     # kErrArgument
+
+
 # ---------------------------------------------------------------------------------------------
 # sparse feature path
 

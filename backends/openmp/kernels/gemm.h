@@ -112,12 +112,14 @@ inline int gemm_rows(idx_t rows, idx_t N, idx_t K, const float* A, const float* 
 }
 
 // dW[K, M] = X[rows, K]^T G[rows, M]: each thread reduces its block of rows into a private
-// K x M partial (thread 0 straight into dW), then the partials are summed once.
+// K x M partial (thread 0 straight into dW), then the partials are summed once.  WIDTH: M where
+// the caller knows it at compile time (tall_skinny_tn), else 0.
+template <int WIDTH = 0>
 inline int gemm_tn_rows(idx_t rows, idx_t K, idx_t M, const float* X, const float* G, float* dW) {
     if (rows < 0 || K < 0 || M < 0) return kErrArgument;
     // Narrow gradients skip BLAS's packing of X (tall_skinny.h): 29-32 ms instead of 44-50 ms on
     // 89,250 x 500 rows through 32 columns.
-    if (M <= kSkinnyMaxWidth) return tall_skinny_tn(rows, K, M, X, G, dW);
+    if (M <= kSkinnyMaxWidth) return tall_skinny_tn<WIDTH>(rows, K, M, X, G, dW);
     if (rows > INT_MAX || K > INT_MAX || M > INT_MAX) return kErrTooLarge;
     const idx_t T = omp_get_max_threads();
     std::vector<float> partial(size_t((T - 1) * K * M));   // zero: a thread that never starts adds nothing

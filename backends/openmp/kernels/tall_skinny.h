@@ -172,8 +172,77 @@ MG_INLINE void tn_slice(const float* X, idx_t K, const float* G, idx_t M, idx_t 
     if (k0 < K) tn_tile_upto<kTnBlock - 1, NV, FULL>(int(K - k0), X, K, G, M, m0, k0, r0, r1, dW, index, ld);
 }
 
+// The weight gradient of a narrow G (M <= kNarrowTnMax columns, AVX-512 only) in the transposed
+// orientation: per row of X, NVX vectors of its columns (loaded) against the M values of G's row
+// (broadcast) into M x NVX accumulators that stay in registers for a chunk of rows.  tn_slice's
+// tiles broadcast X instead, and with G one vector wide they issue a broadcast per FMA: on an AMD
+// EPYC, whose AVX-512 cores take one 512-bit load a cycle, they wait on loads (89,250 x 64 through
+// 7, 2 threads: 1.0-1.3 ms for 80 MFLOP, 0.57-0.66 ms this way).  With AVX2's 16 registers the
+// two orientations issue the same loads per FMA, so AVX2 keeps the tiles.  Instantiated only for
+// the widths a program's dense weight gradients have (tall_skinny_tn<M>, the emitter's
+// `matmul_tn<M>`): an instance per width in every program doubled its build time.
+constexpr int kNarrowTnMax = kLanes == 16 ? 8 : 0;
+constexpr idx_t kNarrowTnChunk = 128;   // rows per flush: the chunk's rows of X stay in L1/L2
+
+// dW[k0 + i][m] += sum over rows [r0, r1) of X[r][k0 + i] G[r][m] for the NVX vectors of columns
+// from k0 (masked past K).
+template <int M, int NVX>
+MG_INLINE void tn_narrow_block(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT G, idx_t k0,
+                               idx_t r0, idx_t r1, float* MG_RESTRICT dW) {
+    mask q[NVX];
+    vf acc[M][NVX];
+#pragma GCC unroll 4
+    for (int v = 0; v < NVX; ++v) q[v] = lanes(K - k0 - v * kLanes);
+    const bool full = K - k0 >= NVX * kLanes;
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+        for (int v = 0; v < NVX; ++v) acc[m][v] = zero();
+    for (idx_t r = r0; r < r1; ++r) {
+        const float* x = X + r * K + k0;
+        vf xv[NVX];
+#pragma GCC unroll 4
+        for (int v = 0; v < NVX; ++v) xv[v] = full ? load(x + v * kLanes) : load(q[v], x + v * kLanes);
+        const float* g = G + r * M;
+#pragma GCC unroll 8
+        for (int m = 0; m < M; ++m) {
+            const vf gm = set1(g[m]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NVX; ++v) acc[m][v] = fmadd(gm, xv[v], acc[m][v]);
+        }
+    }
+    alignas(64) float lane[kLanes];
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+        for (int v = 0; v < NVX; ++v) {
+            store(lane, acc[m][v]);
+            const idx_t k = k0 + v * kLanes, n = std::min<idx_t>(kLanes, K - k);
+            for (idx_t l = 0; l < n; ++l) dW[(k + l) * M + m] += lane[l];
+        }
+}
+
+// Every block of columns of X for a G of M columns: NVX vectors per block, as many as leave
+// registers for the row's vectors and a broadcast (M = 7: 3 vectors, 21 accumulators).
+template <int M>
+inline void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, idx_t r0, idx_t r1) {
+    constexpr int kMaxVectors = std::min(4, 31 / (M + 1));
+    for (idx_t c0 = r0; c0 < r1; c0 += kNarrowTnChunk) {
+        const idx_t c1 = std::min(r1, c0 + kNarrowTnChunk);
+        // Whole blocks of kMaxVectors, then one vector at a time (masked past K): two instances
+        // per width, where one per block width built a program 1.5 s slower.
+        idx_t k0 = 0;
+        for (; k0 + kMaxVectors * kLanes <= K; k0 += kMaxVectors * kLanes)
+            tn_narrow_block<M, kMaxVectors>(X, K, G, k0, c0, c1, dW);
+        for (; k0 < K; k0 += kLanes) tn_narrow_block<M, 1>(X, K, G, k0, c0, c1, dW);
+    }
+}
+
 #else
 constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as with the tiles
+constexpr int kNarrowTnMax = 0;
+template <int M>
+inline void tn_narrow_rows(const float*, idx_t, const float*, float*, idx_t, idx_t) {}
 #endif
 
 // dW[K x M] += X^T G over rows [r0, r1), in chunks of rows: the chunk of X (rows x K) stays in
@@ -319,7 +388,12 @@ inline int tall_skinny_nn(idx_t rows, idx_t K, idx_t M, const float* X, const fl
 
 // dW[K, M] = X[rows, K]^T G[rows, M] for a narrow G (M <= kSkinnyMaxWidth): each thread sums its
 // rows into a private K x M partial (thread 0 straight into dW), then the partials are added once.
+// WIDTH: M when the caller knows it at compile time, so that G of kNarrowTnMax or fewer columns
+// takes tn_narrow_rows (0: any M, the tiles).
+template <int WIDTH = 0>
 inline int tall_skinny_tn(idx_t rows, idx_t K, idx_t M, const float* X, const float* G, float* dW) {
+    static_assert(WIDTH >= 0 && WIDTH <= kSkinnyMaxWidth, "tall_skinny_tn: WIDTH is a narrow G's width");
+    if (WIDTH > 0 && M != WIDTH) return kErrArgument;
     if (rows < 0 || K < 0 || M < 0 || M > kSkinnyMaxWidth) return kErrArgument;
     if (omp_in_parallel()) return kErrInParallel;
     const idx_t T = omp_get_max_threads();
@@ -336,12 +410,13 @@ inline int tall_skinny_tn(idx_t rows, idx_t K, idx_t M, const float* X, const fl
         std::vector<float> span(size_t(r1 - r0 > kSpan ? K * M : 0));
         for (idx_t s0 = r0; s0 < r1; s0 += kSpan) {
             const idx_t s1 = std::min(r1, s0 + kSpan);
-            if (span.empty()) {
-                skinny_detail::tn_rows(X, K, G, M, out, s0, s1);
-                continue;
-            }
-            std::fill(span.begin(), span.end(), 0.f);
-            skinny_detail::tn_rows(X, K, G, M, span.data(), s0, s1);
+            float* sum = span.empty() ? out : span.data();
+            if (!span.empty()) std::fill(span.begin(), span.end(), 0.f);
+            if constexpr (WIDTH > 0 && WIDTH <= skinny_detail::kNarrowTnMax)
+                skinny_detail::tn_narrow_rows<WIDTH>(X, K, G, sum, s0, s1);
+            else
+                skinny_detail::tn_rows(X, K, G, M, sum, s0, s1);
+            if (span.empty()) continue;
             for (idx_t i = 0; i < K * M; ++i) out[i] += span[size_t(i)];
         }
     }
