@@ -229,11 +229,16 @@ def test_dense_product_epilogue(variant, M, act, with_bias, with_residual):
                                         (17, 15, 8)])
 def test_tall_skinny_weight_gradient_matches_numpy(variant, rows, K, M):
     lib = sh.load(variant)
-    rng = np.random.default_rng(rows * 7 + K + M)
+    assert_weight_gradient(rows, K, M, lambda *a: lib.mgt_tall_skinny_tn(rows, K, M, *a), seed=rows * 7 + K + M)
+
+
+def assert_weight_gradient(rows, K, M, gradient, seed):
+    """gradient(X, G, dW) writes dW = X^T G; it must succeed and match numpy's."""
+    rng = np.random.default_rng(seed)
     X = rng.standard_normal((rows, K)).astype(np.float32)
     G = rng.standard_normal((rows, M)).astype(np.float32)
     dW = np.full((K, M), np.nan, np.float32)
-    assert lib.mgt_tall_skinny_tn(rows, K, M, f32(X), f32(G), f32(dW)) == 0
+    assert gradient(f32(X), f32(G), f32(dW)) == 0
     np.testing.assert_allclose(dW, X.T.astype(np.float64) @ G, rtol=1e-5, atol=1e-4)
 
 
@@ -245,12 +250,8 @@ def test_tall_skinny_weight_gradient_matches_numpy(variant, rows, K, M):
 @pytest.mark.parametrize("rows, K", [(1, 1), (130, 15), (300, 64), (1100, 49), (2051, 100), (40, 500)])
 def test_weight_gradient_of_a_known_narrow_width_matches_numpy(variant, M, rows, K):
     lib = sh.load(variant)
-    rng = np.random.default_rng(rows * 13 + K + M)
-    X = rng.standard_normal((rows, K)).astype(np.float32)
-    G = rng.standard_normal((rows, M)).astype(np.float32)
-    dW = np.full((K, M), np.nan, np.float32)
-    assert lib.mgt_tall_skinny_tn_width(M, rows, K, M, f32(X), f32(G), f32(dW)) == 0
-    np.testing.assert_allclose(dW, X.T.astype(np.float64) @ G, rtol=1e-5, atol=1e-4)
+    assert_weight_gradient(rows, K, M, lambda *a: lib.mgt_tall_skinny_tn_width(M, rows, K, M, *a),
+                           seed=rows * 13 + K + M)
 
 
 def test_an_instance_refuses_another_width():
