@@ -1137,15 +1137,15 @@ class OpenMPEmitter:
             fv = self.feature_like[x.id]
             return self.timed("input_features_grad", f"mg::op::matmul_tn_features({fv}, "
                               f"{self.feature_blocks()}, {self.ptr(g)}, {M}, {self.ptr(out)})", *self._feature_cost(fv, M))
-        return self.timed("gemm", f"mg::op::matmul_tn{self.narrow_tn_width(g)}({self.ptr(x)}, {self.rows(x)}, {K}, "
-                          f"{self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
+        return self.timed("gemm", f"mg::op::matmul_tn{self.narrow_tn_width(g)}({self.ptr(x)}, {self.rows(x)}, "
+                          f"{K}, {self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
 
     def narrow_tn_width(self, g: Value) -> str:
         """The template argument that sends a dense weight gradient X^T G whose G is at most
         NARROW_TN_MAX wide, a width known here, to tall_skinny.h's narrow kernel (AVX-512: X's rows
         loaded, G's values broadcast; SAGE's last-layer gradients on the flickr-shaped graph 1.0-1.1
-        -> 0.57-0.66 ms each).  One instance per width the program has: an instance for every
-        width in every program doubled its build time."""
+        -> 0.50-0.63 ms each).  One instance per width the program has (a build about 0.4 s
+        longer): instances for every width in every program doubled a program's build time."""
         width = g.shape[-1] if g.shape else 1
         narrow = self.narrow_tn_by_width and isinstance(width, int) and 0 < width <= NARROW_TN_MAX
         return f"<{width}>" if narrow else ""

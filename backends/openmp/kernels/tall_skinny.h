@@ -177,10 +177,10 @@ MG_INLINE void tn_slice(const float* X, idx_t K, const float* G, idx_t M, idx_t 
 // (broadcast) into M x NVX accumulators that stay in registers for a chunk of rows.  tn_slice's
 // tiles broadcast X instead, and with G one vector wide they issue a broadcast per FMA: on an AMD
 // EPYC, whose AVX-512 cores take one 512-bit load a cycle, they wait on loads (89,250 x 64 through
-// 7, 2 threads: 1.0-1.3 ms for 80 MFLOP, 0.57-0.66 ms this way).  With AVX2's 16 registers the
+// 7, 2 threads: 1.0-1.3 ms for 80 MFLOP, 0.50-0.63 ms this way).  With AVX2's 16 registers the
 // two orientations issue the same loads per FMA, so AVX2 keeps the tiles.  Instantiated only for
 // the widths a program's dense weight gradients have (tall_skinny_tn<M>, the emitter's
-// `matmul_tn<M>`): an instance per width in every program doubled its build time.
+// `matmul_tn<M>`): instances for every width in every program doubled a program's build time.
 constexpr int kNarrowTnMax = kLanes == 16 ? 8 : 0;
 constexpr idx_t kNarrowTnChunk = 128;   // rows per flush: the chunk's rows of X stay in L1/L2
 
