@@ -167,7 +167,7 @@ def print_summary(report: dict, out: Path) -> None:
             verdict = row["error"] if row.get("error") else (
                 f"max |diff| over {par['epochs']} epoch{'s' if par['epochs'] != 1 else ''} {row['abs_diff']:.2e}, "
                 f"{'within' if row['passed'] else 'EXCEEDS'} the tolerance per epoch "
-                f"({', '.join(f'{t:.1e}' for t in par.get('tolerances') or [par['tolerance']])})")
+                f"({', '.join(f'{t:.1e}' for t in par['tolerances'])})")
             print(f"parity {name}: {verdict}")
     print(f"wrote {out / 'bench.json'}, {out / 'bench.md'} and plots to {out}")
 

@@ -203,32 +203,35 @@ def markdown(report: dict) -> str:
             out.append(f"| {k['kernel']} | {k['calls']} | {k['seconds']:.4f} | {k['gb_per_s']:.2f} | "
                        f"{k['gflop_per_s']:.2f} | {k['bound'] or '–'} | {_fmt(k['fraction_of_limit'], '.1f', 100)} |")
         out.append("")
-    par = report.get("parity")
-    if par:
-        epochs = par.get("epochs", 1)
-        morphgen_losses = par.get("morphgen_losses") or [par["morphgen_first_epoch_loss"]]
-        tolerances = par.get("tolerances") or [par["tolerance"]]
-        out += [f"Parity (dropout 0, morphgen's initial weights given to every peer, {epochs} "
-                f"epoch{'s' if epochs != 1 else ''} on each side): morphgen's losses {_losses(morphgen_losses)}; "
-                f"tolerance per epoch {', '.join(f'{t:.1e}' for t in tolerances)} ({par['tolerance']:g}, relative "
-                f"above a loss of 1)."]
-        if par.get("nudged_losses"):
-            runs = "; ".join(_losses(run) for run in par["nudged_losses"])
-            out.append(f"Trained again from weights nudged by {par['nudge']:g} of themselves, morphgen's losses are "
-                       f"{runs}; an epoch's tolerance is {par['drift_factor']:g} times the larger drift where "
-                       f"that is larger.")
-        out += ["", "| peer | losses | max abs diff | within tolerance |", "|---|---|---:|---|"]
-        for name, row in par["peers"].items():
-            if row.get("error"):
-                out.append(f"| {name} | failed: {row['error']} | | |")
-            else:
-                losses = row.get("losses") or [row["first_epoch_loss"]]
-                out.append(f"| {name} | {_losses(losses)} | {row['abs_diff']:.2e} | "
-                           f"{'yes' if row['passed'] else 'NO'} |")
-        out.append("")
+    if report.get("parity"):
+        out += _parity_lines(report["parity"])
     for note in report.get("notes", []):
         out.append(f"- {note}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _parity_lines(par: dict) -> list:
+    """The parity check's paragraph and table (harness.parity_check), or why it did not run."""
+    if "peers" not in par:
+        return [f"Parity: not checked ({par['error']}).", ""]
+    epochs = par["epochs"]
+    out = [f"Parity (dropout 0, morphgen's initial weights given to every peer, {epochs} "
+           f"epoch{'s' if epochs != 1 else ''} on each side): morphgen's losses {_losses(par['morphgen_losses'])}; "
+           f"tolerance per epoch {', '.join(f'{t:.1e}' for t in par['tolerances'])} ({par['tolerance']:g}, "
+           f"relative above a loss of 1)."]
+    if par["nudged_losses"]:
+        runs = "; ".join(_losses(run) for run in par["nudged_losses"])
+        out.append(f"Trained again from weights nudged by {par['nudge']:g} of themselves, morphgen's losses are "
+                   f"{runs}; an epoch's tolerance is {par['drift_factor']:g} times the larger drift where "
+                   f"that is larger.")
+    out += ["", "| peer | losses | max abs diff | within tolerance |", "|---|---|---:|---|"]
+    for name, row in par["peers"].items():
+        if row["error"]:
+            out.append(f"| {name} | failed: {row['error']} | | |")
+        else:
+            out.append(f"| {name} | {_losses(row['losses'])} | {row['abs_diff']:.2e} | "
+                       f"{'yes' if row['passed'] else 'NO'} |")
+    return out + [""]
 
 
 def _losses(values) -> str:

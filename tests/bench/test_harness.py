@@ -130,6 +130,12 @@ def test_parity_trains_one_epoch_where_the_peer_keeps_only_diagonal_blocks():
     assert hgt.block_diagonal and harness.parity_epochs(hgt) == 1
 
 
+def test_a_parity_check_that_could_not_run_is_reported():
+    """`--parity` on a program the peers cannot build: bench.md says why (it had crashed)."""
+    lines = report._parity_lines({"error": "not comparable: layer 0: no GCN layer"})
+    assert lines[0] == "Parity: not checked (not comparable: layer 0: no GCN layer)."
+
+
 def test_peer_weight_decay_spares_the_norms_as_morphgen_does():
     import torch
     from morphgen.bench.peers.torch_loop import decay_groups, gin_mlp
