@@ -19,6 +19,8 @@ import torch                                   # the [bench] extra, which `make 
 import torch_geometric.nn as pyg_nn
 
 from morphgen.api import CompiledModel
+from morphgen.bench.peers.pyg import weight_targets
+from morphgen.bench.peers.torch_loop import load_weights
 from morphgen.data.synthetic import synthetic_dataset
 from morphgen.interp import dropout_keep_mask
 from morphgen.pipeline import preprocess
@@ -48,7 +50,8 @@ def _morphgen(name: str, data, monkeypatch):
     model = CompiledModel(example(name), threads=2, seed=SEED, sparsity_threshold=0.5 if sparse else None)
     model.bind(data)
     assert model.feature_path[0] == ("sparse" if sparse else "dense")
-    params = {k: np.array(v, np.float32, copy=True) for k, v in model.get_params().items()}
+    shapes = {p.name: p.value.shape for p in model.program.params}
+    params = {k: np.array(v, np.float32).reshape(shapes[k]) for k, v in model.get_params().items()}
     sites = [(op.output.id, op.output.assoc) for op in model.program.forward if op.opcode == "dropout"]
     return model, params, sites
 
@@ -74,22 +77,20 @@ class MorphgenDropout:
         return x * torch.from_numpy(keep.astype(np.float32)) / (1.0 - p)
 
 
-def _put(param, array, transpose: bool):
-    """morphgen's flat [in, out] matrix (or vector) into a torch parameter ([out, in] for Linear)."""
-    a = array.reshape(param.shape[1], param.shape[0]).T if transpose else array.reshape(param.shape)
-    param.copy_(torch.from_numpy(np.ascontiguousarray(a)))
+def _load(convs, params, model: str):
+    """morphgen's initial parameters into the peer's convolutions, as the benchmark's parity
+    check hands them over (pyg.weight_targets, torch_loop.load_weights)."""
+    with torch.no_grad():
+        for layer, conv in enumerate(convs):
+            prefix = f"layer{layer}."
+            weights = {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+            load_weights(torch, conv, weights, weight_targets(conv, model))
 
 
 def _gin(data, params):
     from morphgen.bench.accuracy import _gin_pyg
     model, opt_args, inputs = _gin_pyg(torch, data)
-    with torch.no_grad():
-        for layer, conv in enumerate(model.convs):
-            mlp = conv.nn
-            for module, name in ((mlp[0], "1"), (mlp[3], "2")):
-                _put(module.weight, params[f"layer{layer}.W{name}"], True)
-                if module.bias is not None:
-                    _put(module.bias, params[f"layer{layer}.b{name}"], False)
+    _load(model.convs, params, "gin")
     groups = opt_args.pop("params")
     return model, torch.optim.Adam(groups, **opt_args), inputs
 
@@ -107,16 +108,10 @@ class TwoLayers(torch.nn.Module):
         return self.convs[1](dropout(x, self.p, self.training), edge_index)
 
 
-def _two_layers(data, params, convs, targets, activation, p, lr):
-    """TwoLayers from morphgen's weights (`targets`: attribute of the convolution, morphgen's
-    name, transposed), its Adam, and its inputs (dense features, the edges in input order)."""
-    with torch.no_grad():
-        for layer, conv in enumerate(convs):
-            for path, name, transpose in targets:
-                param = conv
-                for attr in path.split("."):
-                    param = getattr(param, attr)
-                _put(param, params[f"layer{layer}.{name}"], transpose)
+def _two_layers(data, params, convs, model, activation, p, lr):
+    """TwoLayers from morphgen's weights, its Adam, and its inputs (dense features, the edges in
+    input order)."""
+    _load(convs, params, model)
     x = data.features.toarray() if sp.issparse(data.features) else data.features
     g = data.graph
     inputs = (torch.from_numpy(np.asarray(x, np.float32)), torch.from_numpy(np.stack([g.src, g.dst])))
@@ -127,8 +122,7 @@ def _two_layers(data, params, convs, targets, activation, p, lr):
 def _sage(data, params):
     """examples/sage.mp: SAGEConv(mean) x 2, relu between, dropout 0.5 on each layer's input."""
     convs = [pyg_nn.SAGEConv(data.features.shape[1], 64), pyg_nn.SAGEConv(64, data.num_classes)]
-    targets = (("lin_l.weight", "W_neigh", True), ("lin_r.weight", "W_self", True), ("lin_l.bias", "b", False))
-    return _two_layers(data, params, convs, targets, torch.nn.functional.relu, 0.5, lr=0.01)
+    return _two_layers(data, params, convs, "sage", torch.nn.functional.relu, 0.5, lr=0.01)
 
 
 def _gat(data, params):
@@ -137,17 +131,14 @@ def _gat(data, params):
     in `data`), so GATConv adds none."""
     convs = [pyg_nn.GATConv(data.features.shape[1], 8, heads=8, dropout=0.6, add_self_loops=False),
              pyg_nn.GATConv(64, data.num_classes, heads=1, concat=False, dropout=0.6, add_self_loops=False)]
-    targets = (("lin.weight", "W", True), ("att_src", "a_src", False), ("att_dst", "a_dst", False),
-               ("bias", "b", False))
-    return _two_layers(data, params, convs, targets, torch.nn.functional.elu, 0.6, lr=0.005)
+    return _two_layers(data, params, convs, "gat", torch.nn.functional.elu, 0.6, lr=0.005)
 
 
 def _gcn(data, params):
     """examples/gcn.mp: GCNConv 16 (relu), then GCNConv to the classes; dropout 0.5 on each
     layer's input.  `data` has sparse features: morphgen drops them inside its sparse kernels."""
     convs = [pyg_nn.GCNConv(data.features.shape[1], 16), pyg_nn.GCNConv(16, data.num_classes)]
-    targets = (("lin.weight", "W", True), ("bias", "b", False))
-    return _two_layers(data, params, convs, targets, torch.nn.functional.relu, 0.5, lr=0.01)
+    return _two_layers(data, params, convs, "gcn", torch.nn.functional.relu, 0.5, lr=0.01)
 
 
 PEERS = {"gat": _gat, "gcn": _gcn, "gin": _gin, "sage": _sage}

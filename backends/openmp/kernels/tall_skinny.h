@@ -241,8 +241,8 @@ inline void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, i
 #else
 constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as with the tiles
 constexpr int kNarrowTnMax = 0;
-template <int M>
-inline void tn_narrow_rows(const float*, idx_t, const float*, float*, idx_t, idx_t) {}
+template <int M>   // declared for tall_skinny_tn's discarded branch; never called without SIMD
+void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, idx_t r0, idx_t r1);
 #endif
 
 // dW[K x M] += X^T G over rows [r0, r1), in chunks of rows: the chunk of X (rows x K) stays in
@@ -408,15 +408,20 @@ inline int tall_skinny_tn(idx_t rows, idx_t K, idx_t M, const float* X, const fl
         // 16-row chunk after another into one array would round 2-3x more than BLAS does.
         constexpr idx_t kSpan = 1024;
         std::vector<float> span(size_t(r1 - r0 > kSpan ? K * M : 0));
-        for (idx_t s0 = r0; s0 < r1; s0 += kSpan) {
-            const idx_t s1 = std::min(r1, s0 + kSpan);
-            float* sum = span.empty() ? out : span.data();
-            if (!span.empty()) std::fill(span.begin(), span.end(), 0.f);
+        auto add_rows = [&](float* sum, idx_t s0, idx_t s1) {   // sum += X[s0..s1)^T G[s0..s1)
             if constexpr (WIDTH > 0 && WIDTH <= skinny_detail::kNarrowTnMax)
                 skinny_detail::tn_narrow_rows<WIDTH>(X, K, G, sum, s0, s1);
             else
                 skinny_detail::tn_rows(X, K, G, M, sum, s0, s1);
-            if (span.empty()) continue;
+        };
+        for (idx_t s0 = r0; s0 < r1; s0 += kSpan) {
+            const idx_t s1 = std::min(r1, s0 + kSpan);
+            if (span.empty()) {
+                add_rows(out, s0, s1);
+                continue;
+            }
+            std::fill(span.begin(), span.end(), 0.f);
+            add_rows(span.data(), s0, s1);
             for (idx_t i = 0; i < K * M; ++i) out[i] += span[size_t(i)];
         }
     }

@@ -101,7 +101,8 @@ _TARGETS = {
 }
 
 
-def _targets(conv, model: str) -> tuple:
+def weight_targets(conv, model: str) -> tuple:
+    """load_weights targets of a PyG convolution of `model`: where each of morphgen's arrays goes."""
     return tuple((f"nn.{path}", name, t) for path, name, t in gin_targets(conv.nn)) if model == "gin" else _TARGETS[model]
 
 
@@ -187,7 +188,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     if spec.init_weights is not None:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
-                load_weights(torch, conv, weights, _targets(conv, spec.model))
+                load_weights(torch, conv, weights, weight_targets(conv, spec.model))
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t), spec.activation)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
