@@ -44,6 +44,9 @@ class Backend:
     compiler_default: str
     emitter: Optional[str] = None     # "module:Class" of the emitter; None while not built
     toolchain: Optional[str] = None   # module with build() and missing() when not the host C++ build
+    # "module:function" giving the feature path's Calibration (rho, tau) for a thread count: the
+    # processor that multiplies the features is the one to measure
+    calibration: str = "morphgen.calibrate:calibrate"
 
     @property
     def compiler(self) -> str:
@@ -84,6 +87,11 @@ class Backend:
         return compile_shared(sources, name=f"mg_{self.name}", sanitize=sanitize, include_dirs=include_dirs(self),
                               cxx=self.compiler, precompiled_header=self.emitter_class().ops_header)
 
+    def feature_calibration(self, threads: Optional[int] = None):
+        """The dense/sparse feature-path calibration of the processor this backend computes on."""
+        module, function = self.calibration.split(":")
+        return getattr(importlib.import_module(module), function)(threads)
+
     def emitter_class(self):
         module, cls = self.emitter.split(":")
         return getattr(importlib.import_module(module), cls)
@@ -105,7 +113,8 @@ REGISTRY = {
         "cuda", "one NVIDIA GPU: block-per-row SpMM, cuBLAS (MORPHGEN_CUDA_EMULATION=1: SIMT emulation on the CPU)",
         Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, device_memory=True,
                      link_prediction=True, bases_per_lookup=True, edge_typed_linear=True),
-        "MORPHGEN_NVCC", "nvcc", "morphgen.backends.cuda.emitter:CUDAEmitter", "morphgen.backends.cuda.toolchain"),
+        "MORPHGEN_NVCC", "nvcc", "morphgen.backends.cuda.emitter:CUDAEmitter", "morphgen.backends.cuda.toolchain",
+        "morphgen.backends.cuda.calibrate:calibrate"),
     "mpi": Backend(
         "mpi", "a cluster of CPU nodes: partitioned graph, halo exchange",
         Capabilities(sparse_features=True, hoist_invariants=True, featureless=True, distributed=True,

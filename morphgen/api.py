@@ -109,10 +109,12 @@ class CompiledModel:
         can_sparse = self._backend.capabilities.sparse_features
         hoisting = self.hoist_invariants and self._backend.capabilities.hoist_invariants
         dense_program = (lambda: lower(self.path, sizes_of(dataset), False, True)) if hoisting else None
-        path = choose_feature_path(dataset, self.sparsity_threshold, can_sparse, self.threads, dense_program)
+        calibration = self._backend.feature_calibration
+        path = choose_feature_path(dataset, self.sparsity_threshold, can_sparse, self.threads, dense_program,
+                                   calibration)
         sources = self._lower_and_emit(dataset, dense=path[0] == "dense")
         if path[0] == "sparse" and self._emitter.needs_dense_features:
-            path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads)
+            path = choose_feature_path(dataset, self.sparsity_threshold, False, self.threads, calibration=calibration)
             sources = self._lower_and_emit(dataset, dense=True)
         return sources, path
 

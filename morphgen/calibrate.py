@@ -122,13 +122,13 @@ def _crossover(ffi, lib) -> tuple:
     return rho, sparse, dense
 
 
-def median_crossover(run) -> tuple:
+def median_crossover(run, floor: float = GRID_FLOOR) -> tuple:
     """The median (by rho) of CROSSOVER_RUNS runs of `run()` above the grid floor, or of every
     run made when fewer than that cleared it within CROSSOVER_MAX_RUNS."""
     runs = []
     while len(runs) < CROSSOVER_MAX_RUNS:
         runs.append(run())
-        credible = [r for r in runs if r[0] > GRID_FLOOR * (1 + 1e-9)]
+        credible = [r for r in runs if r[0] > floor * (1 + 1e-9)]
         if len(credible) >= CROSSOVER_RUNS:
             runs = credible
             break

@@ -168,8 +168,7 @@ def train_command(args) -> int:
     _check_outputs_writable(args)
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
     if args.sparsity_threshold is None and dataset.features is not None:
-        from .calibrate import calibrate
-        calibrate(args.threads)               # measured once per machine (then cached): not training's memory
+        backend.feature_calibration(args.threads)   # measured once per machine (then cached): not training's memory
     from .bench.memory import start_training_peak
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
                           sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist,

@@ -75,13 +75,15 @@ def sizes_of(dataset) -> dict:
 
 
 def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: bool = True,
-                        threads: Optional[int] = None, dense_program=None):
+                        threads: Optional[int] = None, dense_program=None, calibration=None):
     """Dense or sparse feature path, decided once at load time (Morphling §IV-B).
 
     Returns (path, sparsity, tau, reason).  tau = 1 - rho compares the two paths' feature
     products; ``dense_program`` (a callable returning the program lowered for dense features)
     lets the calibrated tau also count what only the dense path does: aggregations of the
-    features computed once instead of every epoch (``dense_path_threshold``).
+    features computed once instead of every epoch (``dense_path_threshold``).  ``calibration``
+    (threads -> Calibration) measures the processor that multiplies the features: the backend's
+    (``Backend.feature_calibration``); by default this CPU's.
     """
     if dataset.features is None:
         return "identity", 1.0, None, "featureless input: embedding lookup"
@@ -89,8 +91,9 @@ def choose_feature_path(dataset, threshold: Optional[float], sparse_supported: b
     if threshold is not None:
         tau, source = float(threshold), "--sparsity-threshold"
     else:
-        from .calibrate import calibrate
-        cal = calibrate(threads)
+        if calibration is None:
+            from .calibrate import calibrate as calibration
+        cal = calibration(threads)
         tau, source = float(cal.tau), f"tau = 1 - rho, rho = {cal.rho:.3f} ({cal.source})"
         if sparse_supported and sparsity > tau and dense_program is not None:
             raised = dense_path_threshold(dense_program(), dataset, cal)

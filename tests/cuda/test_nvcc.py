@@ -5,6 +5,7 @@ link-prediction kernels), the extra-ops program and the featureless rgcn_bases a
 basis lookups, the row-wise Adam) instantiate every kernel of ops.cuh between them
 (`MORPHGEN_NVCC_ALL=1` builds every example)."""
 import os
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,12 @@ def test_typed_linears_of_gathered_rows_build_with_nvcc(monkeypatch):
                  "mg::op::edge_typed_linear_weight_grad("):
         assert call in text, call
     assert load(str(cuda.build(sources)), "cuda") is not None
+
+
+def test_the_gpu_calibration_builds_with_nvcc():
+    """calibrate.cu, which sets a CUDA model's feature path on a GPU, is valid CUDA too."""
+    from morphgen.backends.cuda import calibrate, toolchain
+    nvcc = require_nvcc()
+    source = (Path(calibrate.__file__).parent / "calibrate.cu").read_text()
+    built = toolchain.build({"calibrate.cu": source}, "mg_cuda_calibrate", nvcc, emulation=False)
+    assert built.stat().st_size > 0
