@@ -4,13 +4,18 @@
 #   sanitize  compute-sanitizer: memcheck over every example, racecheck and initcheck over a few
 #   bench     morphgen against PyG on the same GPU, ms/epoch and peak device memory
 #   parity    the first epochs' losses of morphgen and PyG from identical weights, dropout off (--parity)
+#   calibrate the GPU's dense/sparse feature-path threshold (backends/cuda/calibrate.cu), measured
+#             afresh; `bench` and `parity` train with whatever the cache holds, so run it first
+#   host      the host's CPU cores, no GPU: the homogeneous and relational models with every core
+#             against PyG (`--threads $(nproc)`), then the MPI backend with 1, 2, 4 and 8 ranks
+#             against one process with every core (needs the pip `mpich` wheel there)
 #   ab        morphgen alone, the default schedule against a former one, interleaved: the typed
 #             weight gradients by chunks of rows against one chunk per type
 #             (MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000), the edge softmax by lane groups against a
 #             warp per (destination, head) (MORPHGEN_CUDA_SOFTMAX_LANES=32)
 #
-# Usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench] [parity] [ab]   (default: all but
-# ab)
+# Usage: scripts/cuda_check.sh OUT_DIR [calibrate] [tests] [sanitize] [bench] [parity] [ab] [host]
+# (default: calibrate tests sanitize bench parity)
 # Every step writes its log into OUT_DIR and one line into OUT_DIR/summary.txt; a step that fails
 # or runs out of time is reported and the next one still runs.  The exit status is the number of
 # failed steps.
@@ -19,14 +24,16 @@
 # EPOCHS (benchmark epochs, default 20), BENCH (the "model:graph" runs, space-separated),
 # MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
 # PARITY (the "model:graph" parity checks), CHUNKS and SOFTMAX (the "model:graph" runs of ab), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
+# HOST (the "model:graph" runs of host), HOST_RANKS and HOST_MPI_GRAPH (its MPI rank counts,
+# default "1 2 4 8", and graph, default products-1/8),
 # {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
 # for this GPU alone, half the ptxas time), PACK=1 (leave OUT_DIR holding summary.txt and one
 # results.tgz of everything else: a remote runner that returns a limited number of files gets all).
 set -uo pipefail
 
-OUT=$(realpath -m "${1:?usage: scripts/cuda_check.sh OUT_DIR [tests] [sanitize] [bench] [parity]}")
+OUT=$(realpath -m "${1:?usage: scripts/cuda_check.sh OUT_DIR [calibrate] [tests] [sanitize] [bench] [parity] [ab] [host]}")
 shift
-STEPS=${*:-tests sanitize bench parity}
+STEPS=${*:-calibrate tests sanitize bench parity}
 DATA_DIR=$(realpath -m "${DATA_DIR:-../shared/datasets}")
 JOBS=${JOBS:-$(nproc)}
 EPOCHS=${EPOCHS:-20}
@@ -139,14 +146,43 @@ run_ab() {
     ab MORPHGEN_CUDA_SOFTMAX_LANES=32 "${SOFTMAX:-gat:arxiv-like gat:cora}"
 }
 
+run_calibrate() {
+    timeout 300 "$PY" -c "from morphgen.backends.cuda.calibrate import calibrate
+c = calibrate(force=True)
+print(f'rho {c.rho:.4f} tau {c.tau:.4f}: sparse {c.sparse_gflops:.0f}, dense {c.dense_gflops:.0f} GFLOP/s ({c.source})')" \
+        > "$OUT/calibrate.log" 2>&1
+    result $? "GPU feature-path calibration" "$(tail -1 "$OUT/calibrate.log")"
+}
+
+run_host() {   # every core of the host, against PyG (CPU) and, for MPI, against one process
+    local cores dir
+    cores=$(nproc)
+    mkdir -p "$OUT/host"
+    for run in ${HOST:-gcn3:arxiv-like sage:arxiv-like gin:arxiv-like gat:arxiv-like rgcn:typed-16 hgt:acm_heco}; do
+        local model=${run%%:*} graph=${run#*:}
+        dir="$OUT/host/${run//[:\/]/_}"
+        timeout "${BENCH_TIMEOUT:-240}" "$PY" -m morphgen bench "examples/$model.mp" --threads "$cores" --peers pyg \
+            --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" --epochs 10 --warmup 3 --quick-machine --no-profile \
+            --out "$dir" > "$dir.log" 2>&1
+        result $? "host: $model on $graph, $cores threads" "$(grep -m2 -E 'morphgen|pyg' "$dir.log" | tr -s ' ' | tr '\n' '|')"
+    done
+    # shellcheck disable=SC2086
+    timeout "${HOST_MPI_TIMEOUT:-900}" "$PY" -m morphgen.backends.mpi.bench_ranks --cores "$cores" \
+        --ranks ${HOST_RANKS:-1 2 4 8} --epochs 10 --repeat 1 --peers pyg --data-dir "$DATA_DIR" \
+        --dataset "${GRAPH[${HOST_MPI_GRAPH:-products-1/8}]}" > "$OUT/host/mpi.log" 2>&1
+    result $? "host: MPI ranks on ${HOST_MPI_GRAPH:-products-1/8}, $cores cores" "$(grep -E '^\| (OpenMP|MPI) ' "$OUT/host/mpi.log" | cut -d'|' -f3,4 | tr -s ' ' | tr '\n' ';')"
+}
+
 for step in $STEPS; do
     case $step in
+        calibrate) run_calibrate ;;
         tests) run_tests ;;
         sanitize) run_sanitize ;;
         bench) mkdir -p "$OUT/bench"; run_bench ;;
         parity) run_parity ;;
         ab) run_ab ;;
-        *) note "unknown step '$step' (tests, sanitize, bench, parity, ab)"; failed=$((failed + 1)) ;;
+        host) run_host ;;
+        *) note "unknown step '$step' (calibrate, tests, sanitize, bench, parity, ab, host)"; failed=$((failed + 1)) ;;
     esac
 done
 note "== $(date -u +%FT%TZ)  $failed failed"
