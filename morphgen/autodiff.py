@@ -145,17 +145,22 @@ def _linear(ctx, op, g):
         ctx.accumulate(w, ctx.emit("matmul_tn", x, g))
 
 
+def _blocks(op) -> dict:
+    """A block-diagonal product's ``blocks`` for its gradients (none for a plain one)."""
+    return {"blocks": op.attrs["blocks"]} if op.attrs.get("blocks", 1) != 1 else {}
+
+
 def _typed_linear(ctx, op, g):
     x, w = op.inputs
     if ctx.needs(x):
-        ctx.accumulate(x, ctx.emit("typed_matmul_nt", g, w))
+        ctx.accumulate(x, ctx.emit("typed_matmul_nt", g, w, **_blocks(op)))
     if ctx.needs(w):
-        ctx.accumulate(w, ctx.emit("typed_matmul_tn", x, g, types=w.shape[0], domain=w.domain))
+        ctx.accumulate(w, ctx.emit("typed_matmul_tn", x, g, types=w.shape[0], domain=w.domain, **_blocks(op)))
 
 
 def _edge_typed_linear(ctx, op, g):
     x, w = op.inputs
-    placement = {"end": op.attrs["end"], "layout": op.attrs["layout"]}
+    placement = {"end": op.attrs["end"], "layout": op.attrs["layout"], **_blocks(op)}
     if ctx.needs(x):
         ctx.accumulate(x, ctx.emit("edge_typed_linear_input_grad", g, w, **placement))
     if ctx.needs(w):

@@ -237,9 +237,9 @@ class Interpreter:
     def _op_typed_linear(self, op, x, w):
         types = self._types(op.inputs[0].assoc)
         if isinstance(x, OneHotRows):
+            _unblocked(op, "featureless rows")
             return x.scale[:, None] * w[types, x.index]
-        x = self._dense(x, op)
-        return np.einsum("rk,rkm->rm", x, w[types]) if x.shape[0] else np.zeros((0, w.shape[2]), self.dtype)
+        return _typed_product(self._dense(x, op), w[types], _blocks(op))
 
     def _op_typed_linear_bases(self, op, x, a, v):
         """Row r through W_t = Σ_b A[t,b] V[b], t = type(r), without forming any W_t."""
@@ -250,7 +250,7 @@ class Interpreter:
 
     def _op_edge_typed_linear(self, op, x, w):
         rows = self._dense(x, op)[self._ends(op.attrs["end"])]
-        return np.einsum("rk,rkm->rm", rows, w[self._etype]) if rows.shape[0] else np.zeros((0, w.shape[2]), self.dtype)
+        return _typed_product(rows, w[self._etype], _blocks(op))
 
     def _op_typed_param(self, op, w):
         return w[self._types(op.output.assoc)]
@@ -507,22 +507,17 @@ class Interpreter:
         return np.asarray(x.T @ g)
 
     def _op_typed_matmul_nt(self, op, g, w):
-        types = self._types(op.inputs[0].assoc)
-        return np.einsum("rm,rkm->rk", g, w[types]) if g.shape[0] else np.zeros((0, w.shape[1]), self.dtype)
+        return _typed_product_nt(g, w[self._types(op.inputs[0].assoc)], _blocks(op))
 
     def _op_typed_matmul_tn(self, op, x, g):
         types = self._types(op.inputs[1].assoc)
         t = op.attrs["types"]
         if isinstance(x, OneHotRows):
+            _unblocked(op, "featureless rows")
             out = np.zeros((t, x.n, g.shape[1]), self.dtype)
             np.add.at(out, (types, x.index), x.scale[:, None] * g)
             return out
-        x = self._dense(x, op)
-        out = np.zeros((t, x.shape[1], g.shape[1]), self.dtype)
-        for k in range(t):
-            sel = types == k
-            out[k] = x[sel].T @ g[sel]
-        return out
+        return _per_type_outer_sums(self._dense(x, op), g, types, t, _blocks(op), self.dtype)
 
     def _op_typed_linear_bases_coef_grad(self, op, x, g, v):
         types = self._types(op.inputs[1].assoc)
@@ -541,14 +536,12 @@ class Interpreter:
         return np.einsum("rb,rk,rm->bkm", coef, self._dense(x, op), g)
 
     def _op_edge_typed_linear_input_grad(self, op, g, w):
-        per_edge = np.einsum("rm,rkm->rk", g, w[self._etype]) if g.shape[0] else np.zeros((0, w.shape[1]), self.dtype)
+        per_edge = _typed_product_nt(g, w[self._etype], _blocks(op))
         return self._segment_sum(per_edge, self._ends(op.attrs["end"]), self.graph.num_nodes)
 
     def _op_edge_typed_linear_weight_grad(self, op, x, g):
         rows = self._dense(x, op)[self._ends(op.attrs["end"])]
-        out = np.zeros((op.attrs["types"], rows.shape[1], g.shape[1]), self.dtype)
-        np.add.at(out, self._etype, rows[:, :, None] * g[:, None, :])
-        return out
+        return _per_type_outer_sums(rows, g, self._etype, op.attrs["types"], _blocks(op), self.dtype)
 
     def _op_typed_row_sum(self, op, g):
         return self._segment_sum(g, self._types(op.inputs[0].assoc), op.attrs["types"])
@@ -675,6 +668,46 @@ class Interpreter:
         return np.einsum("...km,...k->...m", w, g)
 
 
+# -- typed products, plain or block diagonal (attribute ``blocks``, ir_ops._blocks) ----------------
+def _blocks(op) -> int:
+    return op.attrs.get("blocks", 1)
+
+
+def _unblocked(op, what: str) -> None:
+    if _blocks(op) != 1:
+        raise IRError(f"{op.opcode}: a block-diagonal weight cannot multiply {what}")
+
+
+def _typed_product(x, w_rows, blocks: int):
+    """Row r of x [R, B*D] through its own weight w_rows[r] [B*D, M] of B diagonal blocks: [R, B*M]."""
+    r, k, m = w_rows.shape
+    if r == 0:
+        return np.zeros((0, blocks * m), w_rows.dtype)
+    d = k // blocks
+    return np.einsum("rbd,rbdm->rbm", x.reshape(r, blocks, d), w_rows.reshape(r, blocks, d, m)).reshape(r, blocks * m)
+
+
+def _typed_product_nt(g, w_rows, blocks: int):
+    """Row r of g [R, B*M] through the transpose of w_rows[r] [B*D, M]: [R, B*D]."""
+    r, k, m = w_rows.shape
+    if r == 0:
+        return np.zeros((0, k), w_rows.dtype)
+    d = k // blocks
+    return np.einsum("rbm,rbdm->rbd", g.reshape(r, blocks, m), w_rows.reshape(r, blocks, d, m)).reshape(r, k)
+
+
+def _per_type_outer_sums(x, g, types, count: int, blocks: int, dtype):
+    """out[t] = sum over the rows r of type t of x[r]^T g[r], block by block: [count, B*D, M]."""
+    k, m = x.shape[1], g.shape[1] // blocks
+    d = k // blocks
+    out = np.zeros((count, k, m), dtype)
+    for t in range(count):
+        sel = types == t
+        xs, gs = x[sel].reshape(-1, blocks, d), g[sel].reshape(-1, blocks, m)
+        out[t] = np.einsum("nbd,nbm->bdm", xs, gs).reshape(k, m)
+    return out
+
+
 # -- parameters and reference optimizers ---------------------------------------------------
 def _fan_in(p) -> int:
     """The inputs each output of a weight sums: K of a [K, M] matrix (also per type or basis,
@@ -682,7 +715,7 @@ def _fan_in(p) -> int:
     shape = p.value.shape
     if p.value.domain is not None:
         shape = shape[1:]
-    return shape[-2] if len(shape) >= 2 else shape[-1]
+    return shape[-2] // p.blocks if len(shape) >= 2 else shape[-1]
 
 
 def init_params(program: Program, seed: int = 0, dtype=np.float64) -> dict:
@@ -703,7 +736,7 @@ def init_params(program: Program, seed: int = 0, dtype=np.float64) -> dict:
             bound = 1.0 / np.sqrt(_fan_in(p))
             arr = rng.uniform(-bound, bound, shape)
         elif p.init == "glorot":
-            fan_in, fan_out = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, shape[0])
+            fan_in, fan_out = (shape[-2] // p.blocks, shape[-1]) if len(shape) >= 2 else (1, shape[0])
             bound = np.sqrt(6.0 / (fan_in + fan_out))
             arr = rng.uniform(-bound, bound, shape)
         else:

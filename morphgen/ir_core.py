@@ -73,6 +73,8 @@ class Param:
     weight_decay: Union[bool, float] = True   # True: the optimizer's decay; False: none; a number: its own
     trainable: bool = True        # False: state the forward updates (batch norm's running
                                   # statistics), saved with the weights but never differentiated
+    blocks: int = 1               # a typed [T, B*D, M] weight of B diagonal D x M blocks per type
+                                  # (declared [g.etypes][B][D][M]); its products carry blocks=B
 
 
     def decay(self, optimizer: "Optimizer") -> float:

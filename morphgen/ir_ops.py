@@ -165,7 +165,38 @@ def _typed_linear(ins, attrs, loc):
     _need(w.assoc == "param" and len(w.shape) == 3 and w.domain in ("etype", "ntype"),
           f"typed linear needs a [T,K,M] weight with a type dimension, got {w.describe()}", loc)
     _typed_input(x, w.domain, w.shape[1], loc)
-    return x.assoc, (w.shape[2],), "f32"
+    return x.assoc, (_blocked_width(w, attrs, loc),), "f32"
+
+
+def _blocks(attrs, loc) -> int:
+    """The ``blocks`` attribute of a typed product: W[t] is block diagonal, B blocks along its
+    diagonal (stored as [T, B*D, M]: block b is rows b*D..(b+1)*D, multiplying x's columns b*D..
+    and giving the output's columns b*M..); 1, the default, is a plain [K, M] matrix per type."""
+    blocks = attrs.get("blocks", 1)
+    _need(isinstance(blocks, int) and not isinstance(blocks, bool) and blocks >= 1,
+          f"blocks must be a positive integer, got {blocks!r}", loc)
+    return blocks
+
+
+def _blocked_width(w, attrs, loc):
+    """The output width of x * W[type] (W [T, B*D, M]): B*M."""
+    blocks = _blocks(attrs, loc)
+    if blocks == 1:
+        return w.shape[2]
+    _need(isinstance(w.shape[1], int) and isinstance(w.shape[2], int) and w.shape[1] % blocks == 0,
+          f"a weight of {blocks} diagonal blocks needs numeric sizes, its rows a multiple of {blocks}; "
+          f"got {w.describe()}", loc)
+    return blocks * w.shape[2]
+
+
+def _per_block(width, attrs, loc):
+    """A width of the output side of a blocked product (B*M) back to one block's M."""
+    blocks = _blocks(attrs, loc)
+    if blocks == 1:
+        return width
+    _need(isinstance(width, int) and width % blocks == 0,
+          f"a product of {blocks} diagonal blocks needs a width that is a multiple of {blocks}, got {width}", loc)
+    return width // blocks
 
 
 def _typed_input(x, domain: str, rows, loc) -> None:
@@ -477,6 +508,8 @@ def _typed_matmul_nt(ins, attrs, loc):
     _need(w.assoc == "param" and len(w.shape) == 3 and w.domain in ("etype", "ntype"),
           f"typed_matmul_nt needs a [T,K,M] typed weight, got {w.describe()}", loc)
     _need(g.assoc == _typed_domain(w), f"typed_matmul_nt: rows {g.assoc} vs {w.domain}", loc)
+    _need(_same_width(g.width, _blocked_width(w, attrs, loc)), f"typed_matmul_nt: width {g.width} vs weight "
+          f"{w.describe()}", loc)
     return g.assoc, (w.shape[1],), "f32"
 
 
@@ -484,7 +517,7 @@ def _typed_matmul_tn(ins, attrs, loc):
     x, g = ins
     dom, types = _typed_rows(g, attrs, loc, "typed_matmul_tn")
     _need(x.assoc == g.assoc, "typed_matmul_tn: operands have different rows", loc)
-    return "param", (types, x.width, g.width), "f32", dom
+    return "param", (types, x.width, _per_block(g.width, attrs, loc)), "f32", dom
 
 
 def _typed_row_sum(ins, attrs, loc):
@@ -675,14 +708,14 @@ def _edge_typed_linear(ins, attrs, loc):
     _need(x.assoc == "node", f"edge_typed_linear reads node rows, got {x.describe()}", loc)
     _need(_same_width(x.width, w.shape[1]),
           f"edge_typed_linear: input width {x.width} does not match weight rows {w.shape[1]}", loc)
-    return "edge", (w.shape[2],), "f32"
+    return "edge", (_blocked_width(w, attrs, loc),), "f32"
 
 
 def _edge_typed_linear_input_grad(ins, attrs, loc):
     g, w = ins
     _edge_typed_attrs(attrs, loc, "edge_typed_linear_input_grad")
     _edge_typed_weight(w, loc, "edge_typed_linear_input_grad")
-    _need(g.assoc == "edge" and _same_width(g.width, w.shape[2]),
+    _need(g.assoc == "edge" and _same_width(g.width, _blocked_width(w, attrs, loc)),
           f"edge_typed_linear_input_grad needs edge rows as wide as the weight's columns, got {g.describe()}", loc)
     return "node", (w.shape[1],), "f32"
 
@@ -696,7 +729,7 @@ def _edge_typed_linear_weight_grad(ins, attrs, loc):
     types = attrs.get("types")
     _need(isinstance(types, (int, str)) and not isinstance(types, bool),
           "edge_typed_linear_weight_grad needs a type count 'types'", loc)
-    return "param", (types, x.width, g.width), "f32", "etype"
+    return "param", (types, x.width, _per_block(g.width, attrs, loc)), "f32", "etype"
 
 
 PASS_OPCODES = ("param_slice", "matvec", "typed_linear_bases", "edge_typed_linear")

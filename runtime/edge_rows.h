@@ -93,6 +93,22 @@ struct EdgeRowLayout {
     }
 };
 
+// The (end, type) arrays of a product of B diagonal blocks per type as those of B times the
+// edges: block b of edge e reads node end[e]*B + b (node end[e]'s columns of block b) through
+// type type[e]*B + b (its type's block b).  Row-major storage makes both views free: x [N, B*D]
+// is x [N*B, D], W [T, B*D, M] is W [T*B, D, M] and the products [E, B*M] are [E*B, M], so the
+// layout of these arrays runs a block-diagonal product on the plain kernels, one block wide.
+inline void expand_blocks(const idx_t *end, const idx_t *type, idx_t E, idx_t B, std::vector<idx_t> &end_b,
+                          std::vector<idx_t> &type_b) {
+    end_b.resize(size_t(E * B));
+    type_b.resize(size_t(E * B));
+    for (idx_t e = 0; e < E; ++e)
+        for (idx_t b = 0; b < B; ++b) {
+            end_b[size_t(e * B + b)] = end[e] * B + b;
+            type_b[size_t(e * B + b)] = type[e] * B + b;
+        }
+}
+
 }  // namespace mg
 
 #endif  // MORPHGEN_EDGE_ROWS_H

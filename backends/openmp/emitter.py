@@ -186,6 +186,18 @@ class OpenMPEmitter:
         """``FILE:LINE:COL: `` of the program text an op came from, or '' when it has none."""
         return f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op is not None and op.loc else ""
 
+    def _blocks_of(self, op) -> int:
+        """B of a product of B diagonal blocks per type (``blocks``); such a product runs only as
+        a typed linear of rows read at an edge end, where the kernels take it as B times the rows
+        of one block's width (build_edge_typed_rows)."""
+        blocks = op.attrs.get("blocks", 1)
+        if blocks != 1 and not op.opcode.startswith("edge_typed_linear"):
+            raise UnsupportedInput(
+                f"{self.location(op)}error: a block-diagonal weight multiplies rows here that are not read "
+                f"at an edge end ('{op.opcode}'); it runs only as x_src * W[e.etype] or x_dst * W[e.etype] "
+                f"with the compact or per-edge layout (not --edge-typed-layout gathered)")
+        return blocks
+
     def _featureless_read(self) -> UnsupportedInput:
         op = self.current_op
         where = self.location(op)
@@ -1167,6 +1179,7 @@ class OpenMPEmitter:
                 f"4.0 * ({values} + {rows} * {M} + {cols} * {M}))", f"2.0 * {values} * {M}")
 
     def op_typed_linear(self, op, x, w):
+        self._blocks_of(op)
         out = op.output
         K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
         ident = self._identity_rows(x)
@@ -1181,12 +1194,14 @@ class OpenMPEmitter:
                           f"4.0 * {self.rows(x)} * (2.0 * {K} + 2.0 * {M})", f"2.0 * {self.rows(x)} * {K} * {M}")
 
     def op_typed_matmul_nt(self, op, g, w):
+        self._blocks_of(op)
         K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
         epilogue, out = self._epilogue(op)
         return self.timed("typed_linear", f"mg::op::typed_matmul_nt({self.groups(w.domain)}, {self.ptr(g)}, {M}, "
                           f"{self.ptr(w)}, {K}, {self.ptr(out)}{epilogue})", "0", f"2.0 * {self.rows(g)} * {K} * {M}")
 
     def op_typed_matmul_tn(self, op, x, g):
+        self._blocks_of(op)
         out = op.output
         domain = op.attrs["domain"]
         K, M = self.dim(out.shape[1]), self.dim(out.shape[2])
@@ -1249,10 +1264,13 @@ class OpenMPEmitter:
                           f"{self.ptr(out)})", f"4.0 * ({combined} + {streamed})", f"2.0 * {combined}")
 
     # ---- typed linears of node rows read at edge ends (passes/edge_typed_linear.py) ---------------
-    def edge_typed_plan(self, end: str, layout: str) -> str:
+    def edge_typed_plan(self, end: str, layout: str, blocks: int = 1) -> str:
         """The product rows (one per distinct (node, edge type) pair at ``end``, or one per edge),
-        built once at load time; the ops of one end and layout share them and their scratch."""
-        key = ("edge_typed", end, layout)
+        built once at load time; the ops of one end, layout and block count share them and their
+        scratch.  With B diagonal blocks the rows are those of B times the edges, node b of node n
+        being n's columns of block b and type b of type t weight W[t]'s block b: the kernels run a
+        block-diagonal product as plain products one block wide."""
+        key = ("edge_typed", end, layout, blocks)
         if key not in self.plans:
             name = f"plan{len(self.plans)}"
             self.plans[key] = name
@@ -1260,7 +1278,7 @@ class OpenMPEmitter:
             self.members.append(f"mg::op::EdgeTypedRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
             self.prepare.append(f"mg::op::build_edge_typed_rows(m.{name}, {ends}, {self.type_expr('etype')}, "
-                                f"m.graph, {'true' if layout == 'compact' else 'false'})")
+                                f"m.graph, {'true' if layout == 'compact' else 'false'}, {blocks})")
         return f"m.{self.plans[key]}"
 
     def _edge_typed_features(self, x: Value) -> bool:
@@ -1271,28 +1289,36 @@ class OpenMPEmitter:
     def _edge_typed_call(self, kernel: str, op, operands: str, K: str, M: str, x_values: bool = False) -> str:
         """One of the kernels: 2KM flops per product row (2M per stored value of its x row when x
         is the features, ``x_values``); the rows' reads or writes, the edges' M-wide ones and the
-        weights moved."""
-        plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"])
+        weights moved (K and M one block's, the rows and edges B times as many)."""
+        plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"], self._blocks_of(op))
         row_values = f"(double(mg::op::feature_values(m.features)) / m.features.rows)" if x_values else K
         summed = ", true" if id(op) in self.rows_summed else ""
         return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)}{summed})",
                           f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {M} + m.graph.num_etypes * {K} * {M})",
                           f"2.0 * {plan}.rows() * {row_values} * {M}")
 
+    def _edge_typed_block(self, op, k, m) -> tuple:
+        """(K, M) of one diagonal block of a typed weight [T, B*K, M] (the whole K without blocks)."""
+        blocks = self._blocks_of(op)
+        if blocks != 1 and self._edge_typed_features(op.inputs[0]):
+            raise UnsupportedInput(f"{self.location(op)}error: a block-diagonal weight cannot multiply the input "
+                                   f"features; project them with a plain weight first")
+        return self.dim(k // blocks if blocks != 1 else k), self.dim(m)
+
     def op_edge_typed_linear(self, op, x, w):
-        K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        K, M = self._edge_typed_block(op, w.shape[1], w.shape[2])
         if self._edge_typed_features(x):
             return self._edge_typed_call("edge_typed_linear_features", op, f"m.features, {self.ptr(w)}, {M}", K, M,
                                          x_values=True)
         return self._edge_typed_call("edge_typed_linear", op, f"{self.ptr(x)}, {K}, {self.ptr(w)}, {M}", K, M)
 
     def op_edge_typed_linear_input_grad(self, op, g, w):
-        K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        K, M = self._edge_typed_block(op, w.shape[1], w.shape[2])
         return self._edge_typed_call("edge_typed_linear_input_grad", op, f"{self.ptr(g)}, {M}, {self.ptr(w)}, {K}",
                                      K, M)
 
     def op_edge_typed_linear_weight_grad(self, op, x, g):
-        K, M = self.width(x), self.width(g)
+        K, M = self._edge_typed_block(op, op.output.shape[1], op.output.shape[2])
         if self._edge_typed_features(x):
             return self._edge_typed_call("edge_typed_linear_weight_grad_features", op, f"m.features, {self.ptr(g)}, {M}",
                                          K, M, x_values=True)

@@ -363,7 +363,8 @@ class ExpressionLowering:
                 raise SemanticError(coord, f"shape mismatch in {lhs} * {w.name}[...]: the value has "
                                            f"width {x.width}, weight '{w.name}' has {w.shape[1]} "
                                            f"rows per type")
-            return self.b.emit("typed_linear", x, w, loc=coord)
+            blocks = next((p.blocks for p in self.program.params if p.value is w), 1)
+            return self.b.emit("typed_linear", x, w, loc=coord, **({"blocks": blocks} if blocks > 1 else {}))
         return self.elementwise(coord, "mul", x, right, lnode, rnode)
 
     def basis_combination(self, coord, a, v):

@@ -307,10 +307,18 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
         if domain is None and len(shape) not in (1, 2, 3):
             raise SemanticError(t.coord, f"weight '{d.name}' must be a vector [M], a matrix [K][M] "
                                          f"or bases [B][K][M], got {len(shape)} dimensions")
-        if domain is not None and len(shape) not in (1, 2):
-            raise SemanticError(t.coord, f"typed weight '{d.name}' must be [g.{domain}s][K] or "
-                                         f"[g.{domain}s][K][M], got {len(shape)} dimensions after the "
-                                         "type dimension")
+        if domain is not None and len(shape) not in (1, 2, 3):
+            raise SemanticError(t.coord, f"typed weight '{d.name}' must be [g.{domain}s][K], "
+                                         f"[g.{domain}s][K][M] or [g.{domain}s][B][D][M], got {len(shape)} "
+                                         "dimensions after the type dimension")
+        blocks = 1
+        if domain is not None and len(shape) == 3:    # B diagonal blocks of D x M per type
+            blocks, block_rows, block_cols = shape
+            for size, dim in zip(shape, dims):
+                if not isinstance(size, int):
+                    raise SemanticError(dim.coord, f"a block-diagonal weight's sizes must be numbers, "
+                                                   f"not '{source_text(dim)}'")
+            shape = (blocks * block_rows, block_cols)
         if domain is not None:
             shape = (domain + "s",) + shape
         init = "glorot" if len(shape) >= 2 else "zeros"
@@ -324,7 +332,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
                 self.sink.error(err.coord, err.message)
         value = self.program.new_value("param", shape, "f32", name=d.name, domain=domain)
         self.scope.declare(WeightSym(d.name, d.coord, value=value))
-        self.program.params.append(Param(d.name, value, init))
+        self.program.params.append(Param(d.name, value, init, blocks=blocks))
 
     def s_Assign(self, s):
         target = s.target

@@ -59,8 +59,10 @@ def fuse_gathered_typed_linear(program: Program, layout: str = "auto", pairs: Op
                 or gathered_identity(program, rows, prod)):
             continue
         end = gather.attrs["end"]
+        blocks = op.attrs.get("blocks", 1)
         program.forward[pos] = new_op(program, "edge_typed_linear", [gather.inputs[0], w],
-                                      {"end": end, "layout": _resolve(layout, pairs, end, w)}, op.loc,
+                                      {"end": end, "layout": _resolve(layout, pairs, end, w, blocks),
+                                       **({"blocks": blocks} if blocks != 1 else {})}, op.loc,
                                       output=op.output)
         count += 1
     if count:
@@ -68,10 +70,11 @@ def fuse_gathered_typed_linear(program: Program, layout: str = "auto", pairs: Op
     return count
 
 
-def _resolve(layout: str, pairs: Optional[dict], end: str, w) -> str:
+def _resolve(layout: str, pairs: Optional[dict], end: str, w, blocks: int = 1) -> str:
     k, m = concrete(w.shape[1]), concrete(w.shape[2])
     if layout != "auto":
         return layout
     if pairs is None or k is None or m is None:
         return "compact"
-    return "compact" if prefer_compact(pairs[end], pairs["edges"], k, m) else "edge"
+    # B diagonal blocks: a row's product is B (K/B x M) blocks, its output B*M wide
+    return "compact" if prefer_compact(pairs[end], pairs["edges"], k // blocks, m * blocks) else "edge"

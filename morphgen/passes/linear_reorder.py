@@ -54,6 +54,8 @@ def _dot_rewrite(program, op, uses, prod):
         proj = prod.get(z.id)
         if proj is None or proj.opcode not in ("linear", "typed_linear") or z.assoc == "param":
             continue
+        if proj.attrs.get("blocks", 1) != 1:    # W·a of a block-diagonal W is not one vector per type
+            continue
         x, w = proj.inputs
         if x.assoc == "param" or gathered_identity(program, x, prod):   # a dot cannot take identity rows
             continue

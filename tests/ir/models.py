@@ -247,22 +247,24 @@ def typed_attention(hidden=8) -> Program:
     return m.finish(m.emit("linear", h, m.param("O", (hidden, "C"))))
 
 
-def hgt(hidden=8) -> Program:
+def hgt(hidden=8, blocks=1) -> Program:
     """HGT-like single head: per-ntype K/Q/V on nodes, per-etype attention and message
-    transforms on edges, scaled dot attention, edge softmax, sum, per-ntype output."""
+    transforms on edges, scaled dot attention, edge softmax, sum, per-ntype output.  blocks=B:
+    the edge transforms are block diagonal, B blocks of hidden/B per edge type (HGTConv's heads)."""
     m = ModelBuilder("hgt")
     h = m.x
     kq = {n: m.param(n, ("ntypes", "F", hidden), domain="ntype") for n in ("Kw", "Qw", "Vw")}
-    w_att = m.param("W_att", ("etypes", hidden, hidden), domain="etype")
-    w_msg = m.param("W_msg", ("etypes", hidden, hidden), domain="etype")
+    w_att = m.param("W_att", ("etypes", hidden, hidden // blocks), domain="etype")
+    w_msg = m.param("W_msg", ("etypes", hidden, hidden // blocks), domain="etype")
     w_out = m.param("W_out", ("ntypes", hidden, "C"), domain="ntype")
+    per_head = {"blocks": blocks} if blocks != 1 else {}
     k = m.emit("typed_linear", h, kq["Kw"])
     q = m.emit("typed_linear", h, kq["Qw"])
     v = m.emit("typed_linear", h, kq["Vw"])
-    ke = m.emit("typed_linear", m.emit("gather", k, end="src"), w_att)
+    ke = m.emit("typed_linear", m.emit("gather", k, end="src"), w_att, **per_head)
     score = m.emit("scale", m.emit("dot", ke, m.emit("gather", q, end="dst")), c=hidden ** -0.5)
     al = m.emit("edge_softmax", score)
-    msg = m.emit("typed_linear", m.emit("gather", v, end="src"), w_msg)
+    msg = m.emit("typed_linear", m.emit("gather", v, end="src"), w_msg, **per_head)
     agg = m.emit("scatter", m.emit("mul", msg, al), reduce="sum")
     out = m.emit("typed_linear", m.emit("add", m.emit("tanh", agg), m.emit("sigmoid", q)), w_out)
     return m.finish(out)

@@ -108,6 +108,19 @@ def _edge_typed_linear(end):
     return build
 
 
+def _blocked(opcode, domain, **attrs):
+    """A typed product of 3 diagonal 2 x 4 blocks per type (``blocks``: HGT's per-head relation
+    matrices), its input projected to the blocks' 6 columns first."""
+    def build(m, h, k):
+        types = "etypes" if domain == "etype" else "ntypes"
+        w = m.param("Wb", (types, 6, 4), domain=domain)
+        rows = m.emit("linear", h, m.param("P", (k, 6)))
+        if opcode == "typed_linear" and domain == "etype":
+            rows = m.emit("gather", rows, end="src")
+        return m.emit(opcode, rows, w, blocks=3, **attrs)
+    return build
+
+
 def _layer_norm(m, h, k):
     return m.emit("layer_standardize", m.emit("scale", h, c=3.0), eps=1e-5)
 
@@ -237,6 +250,10 @@ CASES = {
     "typed_linear_bases_edge": _typed_linear_bases("etype"),
     "typed_linear_bases_node": _typed_linear_bases("ntype"),
     "edge_typed_linear_src": _edge_typed_linear("src"),
+    "typed_linear_edge_blocks": _blocked("typed_linear", "etype"),
+    "typed_linear_node_blocks": _blocked("typed_linear", "ntype"),
+    "edge_typed_linear_src_blocks": _blocked("edge_typed_linear", "etype", end="src", layout="compact"),
+    "edge_typed_linear_dst_blocks": _blocked("edge_typed_linear", "etype", end="dst", layout="edge"),
     "edge_typed_linear_dst": _edge_typed_linear("dst"),
     "typed_param_edge": _typed_param("etype"),
     "typed_param_node": _typed_param("ntype"),
