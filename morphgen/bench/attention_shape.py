@@ -51,6 +51,7 @@ class HGTShape:
     weights: dict          # role (Win, K, Watt, ...) -> the program's parameter name
     hidden: int            # the width of h, k, q, v
     heads: int
+    full_relations: bool = False   # Watt and Wmsg full hidden x hidden matrices, not HGTConv's blocks
 
 
 def match_hgt(program) -> tuple[Optional[HGTShape], str]:
@@ -69,11 +70,22 @@ def match_hgt(program) -> tuple[Optional[HGTShape], str]:
     if int(m.ops["head_mul"].attrs.get("heads", 1)) != heads:
         return None, "the messages and the scores have different head counts"
     shapes = {prm.name: prm.value.shape for prm in program.params}
-    for role in ("K", "Q", "V", "A", "Watt", "Wmsg"):
-        if tuple(shapes[m.weights[role]][-2:]) != (hidden, hidden):
-            return None, (f"{m.weights[role]} is {' x '.join(map(str, shapes[m.weights[role]][-2:]))} per type; "
-                          f"HGTConv's are {hidden} x {hidden}, the width of its input")
-    return HGTShape(m.weights, hidden, heads), ""
+    blocks = {prm.name: prm.blocks for prm in program.params}
+    for role in ("K", "Q", "V", "A"):
+        name = m.weights[role]
+        if tuple(shapes[name][-2:]) != (hidden, hidden) or blocks[name] != 1:
+            return None, (f"{name} is not a full {hidden} x {hidden} matrix per type, as HGTConv's are")
+    full = []
+    for role in ("Watt", "Wmsg"):        # HGTConv's form: one hidden/heads square block per head
+        name = m.weights[role]
+        per_head = blocks[name] == heads and tuple(shapes[name][-2:]) == (hidden, hidden // heads)
+        if not per_head and not (blocks[name] == 1 and tuple(shapes[name][-2:]) == (hidden, hidden)):
+            return None, (f"{name} is neither {heads} diagonal blocks of {hidden // heads} x {hidden // heads} "
+                          f"per edge type (HGTConv's relation matrices) nor a full {hidden} x {hidden} matrix")
+        full.append(not per_head)
+    if full[0] != full[1]:
+        return None, "one relation weight is block diagonal and the other full"
+    return HGTShape(m.weights, hidden, heads, full_relations=full[0]), ""
 
 
 # ----------------------------------------------------------------------------- R-GAT

@@ -479,12 +479,16 @@ def _cuda_device_env(device: Optional[int]):
             os.environ[CUDA_DEVICE_ENV] = old
 
 
-def write_init_weights(params: dict, spec: BenchSpec, names: Sequence[dict] = ()) -> Path:
+def write_init_weights(params: dict, spec: BenchSpec, names: Sequence[dict] = (),
+                       diagonal_blocks: Optional[dict] = None) -> Path:
     """morphgen's flat initial parameters, reshaped, as the peers' layer{i}.<name> arrays at
     spec.init_weights (spec.parameters names them and gives their shapes). `names`: per layer,
     the program's name of each (PeerModel.parameter_names, for programs that declare their own
     weights); without it morphgen's are layer{i}.<name>. morphgen stores every array row-major
-    in the shape the program declares, which is the peers' shape: W[etypes][in][out] is [R, in, out]."""
+    in the shape the program declares, which is the peers' shape: W[etypes][in][out] is [R, in, out],
+    and W[etypes][heads][d][d] is [R, heads * d, d]. `diagonal_blocks` (program name -> heads):
+    full [R, H, H] matrices of which the peer keeps the heads' diagonal blocks, so given as
+    [R, H, H/heads] (PeerModel.block_diagonal)."""
     arrays = {}
     for i in range(spec.num_layers):
         for name, want in spec.parameters(i).items():
@@ -493,11 +497,20 @@ def write_init_weights(params: dict, spec: BenchSpec, names: Sequence[dict] = ()
             a = params.get(source) if source else None
             if a is None:
                 raise BenchError(f"parity: morphgen has no parameter '{source or key}' (has {sorted(params)})")
+            if diagonal_blocks and source in diagonal_blocks:
+                a = _diagonal_blocks(a, want, diagonal_blocks[source])
             if a.size != int(np.prod(want)):
                 raise BenchError(f"parity: '{source}' has {a.size} values, expected {'x'.join(map(str, want))}")
             arrays[key] = a.reshape(want)
     np.savez(spec.init_weights, **arrays)
     return Path(spec.init_weights)
+
+
+def _diagonal_blocks(a, want, heads: int):
+    """The diagonal blocks of full [R, H, H] matrices, head h's under head h-1's: [R, H, H/heads]."""
+    relations, hidden, d = want
+    full = a.reshape(relations, hidden, hidden)
+    return np.concatenate([full[:, h * d:(h + 1) * d, h * d:(h + 1) * d] for h in range(heads)], axis=1)
 
 
 def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequence[str], work_dir, *,
@@ -518,7 +531,7 @@ def parity_check(model_path, shape: PeerModel, data: PreparedData, peers: Sequen
     spec = peer_spec(shape, data, epochs=len(m_losses), warmup=0, threads=threads,
                      sparse_features=sparse_features, dropout=0.0, init_weights=work / "parity_init.npz",
                      device=device_name(backend, device))
-    write_init_weights(params, parse_spec(spec), shape.parameter_names)
+    write_init_weights(params, parse_spec(spec), shape.parameter_names, shape.block_diagonal)
     nudged = [morphgen_initial_weights(plain, data.dataset, threads, seed, sparsity_threshold, backend, device,
                                        epochs=len(m_losses), start_from=nudge(params, draw))[1]
               for draw in range(PARITY_NUDGES if len(m_losses) > 1 else 0)]

@@ -287,9 +287,10 @@ def _hgt_model(program, loss_op) -> PeerModel:
     names = [{"W": w.get("Win"), "b": w.get("bin")}, {k: w.get(k) for k in _HGT_CONV_PARAMETERS},
              {"W": w.get("Wout"), "b": w.get("bout")}]
     notes = _program_notes(program, [0.0])
-    if shape:
+    full = shape is not None and shape.full_relations
+    if full:
         notes.insert(0, f"HGTConv's relation matrices are block diagonal (one {hidden // heads} x {hidden // heads} "
-                        f"block per head); morphgen's Watt and Wmsg are full {hidden} x {hidden} matrices, {heads}x "
+                        f"block per head); the program's Watt and Wmsg are full {hidden} x {hidden} matrices, {heads}x "
                         f"the relation FLOPs. The parity check starts them block diagonal")
     return PeerModel(
         conv="hgt", aggr="sum", layers=[_width(program.inputs["features"].width), hidden, hidden,
@@ -300,13 +301,14 @@ def _hgt_model(program, loss_op) -> PeerModel:
         unsupported="; ".join(problems) or None, notes=notes,
         peer_unsupported={"dgl": "DGL's HGTConv applies no gelu before its per-type output projection and its "
                                  "typed linears have no biases; the program is PyG's HGTConv"},
-        block_diagonal={w["Watt"]: heads, w["Wmsg"]: heads} if shape else {})
+        block_diagonal={w["Watt"]: heads, w["Wmsg"]: heads} if full else {})
 
 
-def _rgat_model(program) -> PeerModel:
-    """The peers' R-GAT (a stack of PyG's RGATConv) for a program that computes it."""
+def _rgat_model(program, problems: list) -> PeerModel:
+    """The peers' R-GAT (a stack of PyG's RGATConv) for a program that computes it; `problems`:
+    what already keeps the peers from rebuilding it."""
     shape, why = match_rgat(program)
-    problems = [why] if shape is None else []
+    problems = problems + ([why] if shape is None else [])
     if program.self_loops:
         problems.append("an R-GAT with gnn.addSelfLoops (the peers' graphs have no loop edges)")
     problems += _optimizer_problems(program)
@@ -385,8 +387,12 @@ def program_shape(model_path) -> PeerModel:
     loss = [op for op in ops if op.opcode == "cross_entropy"]
     if attention == "HGT" and features is not None and loss:
         return _hgt_model(program, loss[0])
+    blocked = [p.name for p in program.params if p.blocks != 1]
+    if blocked:            # only HGTConv's relation matrices are block diagonal among the peers' layers
+        problems.append(f"block-diagonal typed weights ({', '.join(blocked)}): the peers' layers multiply "
+                        f"by full matrices")
     if attention == "RGAT" and features is not None:
-        return _rgat_model(program)
+        return _rgat_model(program, problems)
     if attention:
         problems.append(f"relational attention ({attention}: typed weights and an edge softmax) in a program "
                         f"without node features x, which its peers read")

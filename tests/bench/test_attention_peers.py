@@ -6,9 +6,9 @@ from the same weights, on a small heterogeneous graph that has every case the pe
 node types with features of their own (dense and sparse), a node type without (a learned row per
 node), and an edge type that joins two node-type pairs (two PyG relations for HGTConv). The
 weights are scaled up so the loss lies far from log(classes), where a wrong mapping could not hide.
-R-GAT's whole model matches (full relation matrices on both sides), so its parity covers three
-epochs: the gradients and Adam's steps too. HGTConv keeps only the diagonal blocks of the relation
-matrices that morphgen trains in full, so after the first epoch the two differ by design.
+Both whole models match (examples/hgt.mp declares HGTConv's block-diagonal relation matrices), so
+their parity covers three epochs: the gradients and Adam's steps too. An HGT with full relation
+matrices, of which HGTConv keeps the diagonal blocks, matches for its first epoch alone.
 """
 from __future__ import annotations
 
@@ -35,8 +35,35 @@ def test_program_shape_of_hgt():
     assert (s.conv, s.layers, s.heads, s.self_loops) == ("hgt", ["F", 64, 64, "C"], [1, 2, 1], False)
     assert s.parameter_names[0] == {"W": "Win", "b": "bin"} and s.parameter_names[2] == {"W": "Wout", "b": "bout"}
     assert s.parameter_names[1]["Watt"] == "Watt" and s.parameter_names[1]["skip"] == "skip"
-    assert s.block_diagonal == {"Watt": 2, "Wmsg": 2}
+    assert s.block_diagonal == {} and not any("block diagonal" in n for n in s.notes)
     assert "gelu" in s.peer_unsupported["dgl"] and "pyg" not in s.peer_unsupported
+
+
+def full_relations(tmp_path) -> Path:
+    """examples/hgt.mp with full 64 x 64 relation matrices instead of HGTConv's 2 blocks."""
+    text = HGT.read_text()
+    for name in ("Watt", "Wmsg"):
+        old = f"weight<float[g.etypes][2][32][32]> {name}"
+        assert old in text
+        text = text.replace(old, f"weight<float[g.etypes][64][64]> {name}")
+    prog = tmp_path / "hgt_full.mp"
+    prog.write_text(text)
+    return prog
+
+
+def test_an_hgt_with_full_relation_matrices_starts_them_block_diagonal(tmp_path):
+    s = harness.program_shape(full_relations(tmp_path))
+    assert s.unsupported is None, s.unsupported
+    assert s.block_diagonal == {"Watt": 2, "Wmsg": 2} and "block diagonal" in s.notes[0]
+    assert harness.parity_epochs(s) == 1
+
+
+def test_an_hgt_with_one_block_diagonal_relation_matrix_is_refused(tmp_path):
+    text = HGT.read_text().replace("weight<float[g.etypes][2][32][32]> Wmsg", "weight<float[g.etypes][64][64]> Wmsg")
+    prog = tmp_path / "hgt_mixed.mp"
+    prog.write_text(text)
+    s = harness.program_shape(prog)
+    assert s.unsupported and "one relation weight is block diagonal" in s.unsupported, s.unsupported
 
 
 @pytest.mark.parametrize("edit,new,reason", [
@@ -61,14 +88,14 @@ def test_an_hgt_with_narrower_values_is_refused(tmp_path):
     text = HGT.read_text()
     for old, new in (("float[g.ntypes][64][64]> V", "float[g.ntypes][64][32]> V"),
                      ("float[g.ntypes][64]> bV", "float[g.ntypes][32]> bV"),
-                     ("float[g.etypes][64][64]> Wmsg", "float[g.etypes][32][64]> Wmsg"),
+                     ("float[g.etypes][2][32][32]> Wmsg", "float[g.etypes][32][64]> Wmsg"),
                      ("propNode<float[64]> val", "propNode<float[32]> val")):
         assert old in text
         text = text.replace(old, new)
     prog = tmp_path / "hgt_narrow.mp"
     prog.write_text(text)
     s = harness.program_shape(prog)
-    assert s.unsupported == "V is 64 x 32 per type; HGTConv's are 64 x 64, the width of its input", s.unsupported
+    assert s.unsupported == "V is not a full 64 x 64 matrix per type, as HGTConv's are", s.unsupported
 
 
 def test_program_shape_of_rgat():
@@ -109,7 +136,7 @@ def test_hgt_parameters_are_named_and_shaped():
     spec = parse_spec(_hgt_spec())
     assert spec.parameters(0) == {"W": (7, 8), "b": (3, 8)}
     conv = spec.parameters(1)
-    assert conv["K"] == (3, 8, 8) and conv["bA"] == (3, 8) and conv["Watt"] == (4, 8, 8)
+    assert conv["K"] == (3, 8, 8) and conv["bA"] == (3, 8) and conv["Watt"] == (4, 8, 4)   # 2 heads' 4 x 4 blocks
     assert conv["mu"] == (4, 2) and conv["skip"] == (3, 1)
     assert spec.parameters(2) == {"W": (8, 3), "b": (3,)}
 
@@ -189,13 +216,19 @@ def _parity_case(work: Path, program: Path, epochs: int) -> dict:
     losses = [float(model.session.train_epoch()) for _ in range(epochs)]
     spec = harness.peer_spec(shape, data, epochs=epochs, warmup=0, threads=1, sparse_features=False, dropout=0.0,
                              init_weights=work / "w.npz")
-    harness.write_init_weights(params, parse_spec(spec), shape.parameter_names)
+    harness.write_init_weights(params, parse_spec(spec), shape.parameter_names, shape.block_diagonal)
     return {"losses": losses, "spec": spec, "data": data, "work": work}
 
 
 @pytest.fixture(scope="module")
 def hgt_parity(tmp_path_factory):
-    return _parity_case(tmp_path_factory.mktemp("hgt"), HGT, 1)
+    return _parity_case(tmp_path_factory.mktemp("hgt"), HGT, 3)
+
+
+@pytest.fixture(scope="module")
+def hgt_full_parity(tmp_path_factory):
+    work = tmp_path_factory.mktemp("hgt_full")
+    return _parity_case(work, full_relations(work), 1)
 
 
 @pytest.fixture(scope="module")
@@ -210,13 +243,23 @@ def test_the_parity_graph_is_typed_as_described(hgt_parity):
 
 
 @pytest.mark.parametrize("sparse", [False, True])
-def test_pyg_hgt_matches_morphgen_first_epoch(hgt_parity, sparse):
+def test_pyg_hgt_trains_as_morphgen_for_three_epochs(hgt_parity, sparse):
     spec = {**hgt_parity["spec"], "sparse_features": sparse}
     r = run_peer("pyg", hgt_parity["data"].peer_path, spec, out=hgt_parity["work"] / f"pyg_{sparse}.json",
                  timeout_s=300)
     assert r["error"] is None, r["error"]
-    assert r["first_epoch_loss"] == pytest.approx(hgt_parity["losses"][0], abs=1e-4)
+    first, *_, last = hgt_parity["losses"]
+    assert abs(last - first) > 0.05                                          # it moved
+    assert r["first_epoch_loss"] == pytest.approx(first, abs=1e-4)
+    assert r["final_loss"] == pytest.approx(last, abs=1e-4)
     assert "5 relations" in r["config"]["conv"] and "2 node type(s) read their own columns" in r["config"]["features"]
+
+
+def test_pyg_hgt_matches_full_relation_matrices_started_block_diagonal(hgt_full_parity):
+    r = run_peer("pyg", hgt_full_parity["data"].peer_path, hgt_full_parity["spec"],
+                 out=hgt_full_parity["work"] / "pyg.json", timeout_s=300)
+    assert r["error"] is None, r["error"]
+    assert r["first_epoch_loss"] == pytest.approx(hgt_full_parity["losses"][0], abs=1e-4)
 
 
 def test_pyg_rgat_trains_as_morphgen_for_three_epochs(rgat_parity):

@@ -124,10 +124,21 @@ def test_nudged_weights_lie_one_rounding_away():
     assert not np.array_equal(harness.nudge(params, 1)["W"], nudged["W"])
 
 
-def test_parity_trains_one_epoch_where_the_peer_keeps_only_diagonal_blocks():
+def test_parity_trains_one_epoch_where_the_peer_keeps_only_diagonal_blocks(tmp_path):
     assert harness.parity_epochs(harness.program_shape(GCN3)) == harness.PARITY_EPOCHS
-    hgt = harness.program_shape(ROOT / "examples" / "hgt.mp")
-    assert hgt.block_diagonal and harness.parity_epochs(hgt) == 1
+    hgt = harness.program_shape(ROOT / "examples" / "hgt.mp")       # HGTConv's own blocks
+    assert not hgt.block_diagonal and harness.parity_epochs(hgt) == harness.PARITY_EPOCHS
+    full = tmp_path / "hgt_full.mp"
+    full.write_text((ROOT / "examples" / "hgt.mp").read_text().replace("[g.etypes][2][32][32]", "[g.etypes][64][64]"))
+    assert harness.parity_epochs(harness.program_shape(full)) == 1
+
+
+def test_full_relation_matrices_go_to_the_peer_as_their_diagonal_blocks():
+    full = np.arange(2 * 4 * 4, dtype=np.float32).reshape(2, 4, 4)
+    blocks = harness._diagonal_blocks(full.reshape(-1), (2, 4, 2), heads=2)
+    assert blocks.shape == (2, 4, 2)
+    np.testing.assert_array_equal(blocks[1, :2], full[1, :2, :2])
+    np.testing.assert_array_equal(blocks[1, 2:], full[1, 2:, 2:])
 
 
 def test_a_parity_check_that_could_not_run_is_reported():

@@ -141,9 +141,9 @@ def load_hgt_weights(torch, model, spec: BenchSpec, data: NodeClassificationData
     for j, (key, r, _) in enumerate(graph.relations):
         model.conv.p_rel["__".join(key)].copy_(t_of(c["mu"][r]).reshape(1, heads))
         for h in range(heads):          # HeteroLinear type h * relations + j holds head h's block
-            block = slice(h * d, (h + 1) * d)
-            model.conv.k_rel.weight[h * relations + j].copy_(t_of(c["Watt"][r][block, block]))
-            model.conv.v_rel.weight[h * relations + j].copy_(t_of(c["Wmsg"][r][block, block]))
+            rows = slice(h * d, (h + 1) * d)        # Watt[r]: [heads * d, d], the heads' blocks stacked
+            model.conv.k_rel.weight[h * relations + j].copy_(t_of(c["Watt"][r][rows]))
+            model.conv.v_rel.weight[h * relations + j].copy_(t_of(c["Wmsg"][r][rows]))
     model.out.weight.copy_(t_of(out["W"].T))
     model.out.bias.copy_(t_of(out["b"]))
 

@@ -64,14 +64,16 @@ def hgt_layer_parameters(i: int, fan_in: int, fan_out: int, relations: int, ntyp
     """An HGT's three layers (layers [F, H, H, C], heads [1, heads, 1]): 0 the typed input
     projection W [F, H] with a bias per node type; 1 HGTConv: K, Q, V and the output projection A
     per node type [T, H, H] with their biases, the relation matrices Watt (keys) and Wmsg (messages)
-    per edge type [R, H, H], the prior mu [R, heads] and the skip gate [T, 1]; 2 the classifier."""
+    per edge type, block diagonal as HGTConv's are: [R, H, H/heads], each head's H/heads square
+    block under the previous one; the prior mu [R, heads] and the skip gate [T, 1]; 2 the classifier."""
     if i == 0:
         return {"W": (fan_in, fan_out), "b": (ntypes, fan_out)}
     if i == 2:
         return {"W": (fan_in, fan_out), "b": (fan_out,)}
     typed = {name: shape for m in ("K", "Q", "V", "A") for name, shape in
              ((m, (ntypes, fan_in, fan_out)), (f"b{m}", (ntypes, fan_out)))}
-    return {**typed, "Watt": (relations, fan_in, fan_out), "Wmsg": (relations, fan_in, fan_out),
+    blocks = (relations, fan_in, fan_out // heads)
+    return {**typed, "Watt": blocks, "Wmsg": blocks,
             "mu": (relations, heads), "skip": (ntypes, 1)}
 
 
