@@ -93,6 +93,13 @@ struct EdgeRowLayout {
     }
 };
 
+// index i of n rows -> index i*B + b of row i's block b, for every block.
+inline void expand_block_types(const idx_t *index, idx_t n, idx_t B, std::vector<idx_t> &out) {
+    out.resize(size_t(n * B));
+    for (idx_t i = 0; i < n; ++i)
+        for (idx_t b = 0; b < B; ++b) out[size_t(i * B + b)] = index[i] * B + b;
+}
+
 // The (end, type) arrays of a product of B diagonal blocks per type as those of B times the
 // edges: block b of edge e reads node end[e]*B + b (node end[e]'s columns of block b) through
 // type type[e]*B + b (its type's block b).  Row-major storage makes both views free: x [N, B*D]
@@ -100,13 +107,8 @@ struct EdgeRowLayout {
 // layout of these arrays runs a block-diagonal product on the plain kernels, one block wide.
 inline void expand_blocks(const idx_t *end, const idx_t *type, idx_t E, idx_t B, std::vector<idx_t> &end_b,
                           std::vector<idx_t> &type_b) {
-    end_b.resize(size_t(E * B));
-    type_b.resize(size_t(E * B));
-    for (idx_t e = 0; e < E; ++e)
-        for (idx_t b = 0; b < B; ++b) {
-            end_b[size_t(e * B + b)] = end[e] * B + b;
-            type_b[size_t(e * B + b)] = type[e] * B + b;
-        }
+    expand_block_types(end, E, B, end_b);
+    expand_block_types(type, E, B, type_b);
 }
 
 }  // namespace mg

@@ -882,6 +882,15 @@ struct EdgeTypedRows {
         return a.data();
     }
 };
+// The rows of a typed product of B diagonal blocks per type, grouped by type (type: device
+// memory): block b of row r is row r*B + b of type type[r]*B + b (runtime/edge_rows.h).
+inline void build_blocked_groups(TypeGroups &groups, const idx_t *type, idx_t rows, idx_t num_types, idx_t blocks) {
+    std::vector<idx_t> host(static_cast<size_t>(rows)), type_b;
+    if (rows) cuda::check(cudaMemcpy(host.data(), type, sizeof(idx_t) * host.size(), cudaMemcpyDefault), "type groups");
+    expand_block_types(host.data(), rows, blocks, type_b);
+    groups.build(type_b.data(), rows * blocks, num_types * blocks);
+}
+
 // end, type: the graph's arrays (device memory) of the node each edge reads and its type.
 // blocks: the product's weights are block diagonal, B blocks per type (runtime/edge_rows.h,
 // expand_blocks); the kernels then take K and M of one block.

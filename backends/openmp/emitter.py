@@ -187,16 +187,31 @@ class OpenMPEmitter:
         return f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op is not None and op.loc else ""
 
     def _blocks_of(self, op) -> int:
-        """B of a product of B diagonal blocks per type (``blocks``); such a product runs only as
-        a typed linear of rows read at an edge end, where the kernels take it as B times the rows
-        of one block's width (build_edge_typed_rows)."""
-        blocks = op.attrs.get("blocks", 1)
-        if blocks != 1 and not op.opcode.startswith("edge_typed_linear"):
-            raise UnsupportedInput(
-                f"{self.location(op)}error: a block-diagonal weight multiplies rows here that are not read "
-                f"at an edge end ('{op.opcode}'); it runs only as x_src * W[e.etype] or x_dst * W[e.etype] "
-                f"with the compact or per-edge layout (not --edge-typed-layout gathered)")
-        return blocks
+        """B of a typed product of B diagonal blocks per type (``blocks``, 1 for a plain one): the
+        kernels run it one block wide over B times the rows (build_blocked_groups,
+        build_edge_typed_rows)."""
+        return op.attrs.get("blocks", 1)
+
+    def typed_groups(self, op, domain: str) -> str:
+        """The rows of ``op``'s typed product grouped by type: the graph's groups, or for B
+        diagonal blocks per type those of B times the rows, built once at load time."""
+        blocks = self._blocks_of(op)
+        if blocks == 1:
+            return self.groups(domain)
+        key = ("blocked_groups", domain, blocks)
+        if key not in self.plans:
+            name = f"plan{len(self.plans)}"
+            self.plans[key] = name
+            rows, types = ("num_edges", "num_etypes") if domain == "etype" else ("num_nodes", "num_ntypes")
+            self.members.append(f"mg::op::TypeGroups {name};")
+            self.extra_bytes.append(f"m.{name}.bytes()")
+            self.prepare.append(f"mg::op::build_blocked_groups(m.{name}, {self.type_expr(domain)}, m.graph.{rows}, "
+                                f"m.graph.{types}, {blocks})")
+        return f"m.{self.plans[key]}"
+
+    def _blocked_featureless(self, op) -> UnsupportedInput:
+        return UnsupportedInput(f"{self.location(op)}error: a block-diagonal weight cannot multiply featureless "
+                                f"input (a learned row per node); give it a plain typed weight")
 
     def _featureless_read(self) -> UnsupportedInput:
         op = self.current_op
@@ -926,7 +941,8 @@ class OpenMPEmitter:
         per-type bias, activation, residual) and none is planned for it yet: a dense product
         (input features included, in either format), its input gradient, and the typed linear
         and its input gradient."""
-        if id(op) in self.absorbed or id(op) in self.epilogues or op.output.assoc != "node":
+        if (id(op) in self.absorbed or id(op) in self.epilogues or op.output.assoc != "node"
+                or self._blocks_of(op) != 1):       # its kernel sees B rows per row: no row epilogue
             return False
         if op.opcode in ("linear", "typed_linear"):
             return op.inputs[0].assoc == "node" and self._identity_rows(op.inputs[0]) is None
@@ -1179,39 +1195,44 @@ class OpenMPEmitter:
                 f"4.0 * ({values} + {rows} * {M} + {cols} * {M}))", f"2.0 * {values} * {M}")
 
     def op_typed_linear(self, op, x, w):
-        self._blocks_of(op)
         out = op.output
-        K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        blocks = self._blocks_of(op)
+        K, M = self._block_dims(op, w.shape[1], w.shape[2])
         ident = self._identity_rows(x)
         if ident is not None:
+            if blocks != 1:
+                raise self._blocked_featureless(op)
             idx = ident.idx or self.node_ids()
             return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, {self.type_expr(w.domain)}, "
                               f"{idx}, {self.rows(out)}, {self.identity_nodes}, {M}, {self.ptr(out)})",
                               f"8.0 * {self.numel(out)}")
         epilogue, out = self._epilogue(op)
-        return self.timed("typed_linear", f"mg::op::typed_linear({self.groups(w.domain)}, {self.ptr(x)}, {K}, "
+        rows = f"{self.rows(x)} * {blocks}"
+        return self.timed("typed_linear", f"mg::op::typed_linear({self.typed_groups(op, w.domain)}, {self.ptr(x)}, {K}, "
                           f"{self.ptr(w)}, {M}, {self.ptr(out)}{epilogue})",
-                          f"4.0 * {self.rows(x)} * (2.0 * {K} + 2.0 * {M})", f"2.0 * {self.rows(x)} * {K} * {M}")
+                          f"4.0 * {rows} * (2.0 * {K} + 2.0 * {M})", f"2.0 * {rows} * {K} * {M}")
 
     def op_typed_matmul_nt(self, op, g, w):
-        self._blocks_of(op)
-        K, M = self.dim(w.shape[1]), self.dim(w.shape[2])
+        K, M = self._block_dims(op, w.shape[1], w.shape[2])
         epilogue, out = self._epilogue(op)
-        return self.timed("typed_linear", f"mg::op::typed_matmul_nt({self.groups(w.domain)}, {self.ptr(g)}, {M}, "
-                          f"{self.ptr(w)}, {K}, {self.ptr(out)}{epilogue})", "0", f"2.0 * {self.rows(g)} * {K} * {M}")
+        return self.timed("typed_linear", f"mg::op::typed_matmul_nt({self.typed_groups(op, w.domain)}, {self.ptr(g)}, "
+                          f"{M}, {self.ptr(w)}, {K}, {self.ptr(out)}{epilogue})", "0",
+                          f"2.0 * {self.rows(g)} * {self._blocks_of(op)} * {K} * {M}")
 
     def op_typed_matmul_tn(self, op, x, g):
-        self._blocks_of(op)
         out = op.output
         domain = op.attrs["domain"]
-        K, M = self.dim(out.shape[1]), self.dim(out.shape[2])
+        K, M = self._block_dims(op, out.shape[1], out.shape[2])
         ident = self._identity_rows(x)
         if ident is not None:
+            if self._blocks_of(op) != 1:
+                raise self._blocked_featureless(op)
             idx = ident.idx or self.node_ids()
             plan = self.plan(self.type_expr(domain), idx, self.dim(out.shape[0]), g)
             return self._embedding_grad(plan, g, f"{self.dim(out.shape[0])} * {self.identity_nodes}", M, out)
-        return self.timed("typed_linear", f"mg::op::typed_matmul_tn({self.groups(domain)}, {self.ptr(x)}, {K}, "
-                          f"{self.ptr(g)}, {M}, {self.ptr(out)})", "0", f"2.0 * {self.rows(g)} * {K} * {M}")
+        return self.timed("typed_linear", f"mg::op::typed_matmul_tn({self.typed_groups(op, domain)}, {self.ptr(x)}, "
+                          f"{K}, {self.ptr(g)}, {M}, {self.ptr(out)})", "0",
+                          f"2.0 * {self.rows(g)} * {self._blocks_of(op)} * {K} * {M}")
 
     def _embedding_grad(self, plan: str, g: Value, table_rows: str, M: str, out: Value) -> str:
         """The gradient of a table read by lookups (featureless input): the looked-up rows get
@@ -1297,13 +1318,16 @@ class OpenMPEmitter:
                           f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {M} + m.graph.num_etypes * {K} * {M})",
                           f"2.0 * {plan}.rows() * {row_values} * {M}")
 
-    def _edge_typed_block(self, op, k, m) -> tuple:
+    def _block_dims(self, op, k, m) -> tuple:
         """(K, M) of one diagonal block of a typed weight [T, B*K, M] (the whole K without blocks)."""
         blocks = self._blocks_of(op)
-        if blocks != 1 and self._edge_typed_features(op.inputs[0]):
+        return self.dim(k // blocks if blocks != 1 else k), self.dim(m)
+
+    def _edge_typed_block(self, op, k, m) -> tuple:
+        if self._blocks_of(op) != 1 and self._edge_typed_features(op.inputs[0]):
             raise UnsupportedInput(f"{self.location(op)}error: a block-diagonal weight cannot multiply the input "
                                    f"features; project them with a plain weight first")
-        return self.dim(k // blocks if blocks != 1 else k), self.dim(m)
+        return self._block_dims(op, k, m)
 
     def op_edge_typed_linear(self, op, x, w):
         K, M = self._edge_typed_block(op, w.shape[1], w.shape[2])

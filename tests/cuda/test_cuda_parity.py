@@ -204,6 +204,16 @@ def test_typed_linears_of_gathered_rows_match_the_interpreter(monkeypatch, name,
                                edge_typed_layout=layout)
 
 
+@pytest.mark.parametrize("layout", ["compact", "edge", "gathered"])
+def test_block_diagonal_typed_linears_match_the_interpreter(layout):
+    """Relation matrices of 4 diagonal blocks per edge type (HGTConv's per-head k_rel and v_rel),
+    run as 4 times the rows one block wide, at edge ends in place or gathered first."""
+    graph = random_graph(n=80, e=600, seed=9, etypes=5, ntypes=2)
+    x, labels, mask = random_data(graph, 37, classes=3)
+    assert_matches_interpreter(models.hgt(hidden=16, blocks=4), graph, x, labels, mask, 3, backend="cuda",
+                               edge_typed_layout=layout)
+
+
 @pytest.mark.parametrize("layout", ["compact", "edge"])
 def test_typed_linears_of_sparse_feature_rows_match_the_interpreter(layout):
     """Projections of the input features at edge ends read CSR rows in place (the sparse feature
