@@ -359,11 +359,12 @@ class ExpressionLowering:
                 raise SemanticError(coord, f"weight '{w.name}' is sliced by "
                                            f"{'edge' if want == 'edge' else 'node'} type, so its "
                                            f"input must be a{'n' if want == 'edge' else ''} {want} value, got {describe(x)}")
+            blocks = next((p.blocks for p in self.program.params if p.value is w), 1)
             if widths_conflict(x.width, w.shape[1]):
+                per_block = f" ({blocks} diagonal blocks of {w.shape[1] // blocks})" if blocks > 1 else ""
                 raise SemanticError(coord, f"shape mismatch in {lhs} * {w.name}[...]: the value has "
                                            f"width {x.width}, weight '{w.name}' has {w.shape[1]} "
-                                           f"rows per type")
-            blocks = next((p.blocks for p in self.program.params if p.value is w), 1)
+                                           f"rows per type{per_block}")
             return self.b.emit("typed_linear", x, w, loc=coord, **({"blocks": blocks} if blocks > 1 else {}))
         return self.elementwise(coord, "mul", x, right, lnode, rnode)
 

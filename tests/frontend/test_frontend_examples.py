@@ -146,3 +146,10 @@ def test_hgt_typed_linear_on_nodes_and_edges_with_two_heads():
     assert [op.attrs["heads"] for op in prog.forward if op.opcode in ("dot", "head_mul")] == [2, 2]
     assert any(op.opcode == "scale" and op.attrs["c"] == pytest.approx(32 ** -0.5) for op in prog.forward)
     assert prog.optimizer.kind == "adam"
+    # the relation matrices: two 32 x 32 diagonal blocks per edge type, stored [T, 64, 32]
+    params = {p.name: p for p in prog.params}
+    for name in ("Watt", "Wmsg"):
+        assert params[name].blocks == 2 and params[name].value.shape == ("etypes", 64, 32)
+    edge = [op for op in typed if op.inputs[0].assoc == "edge"]
+    assert [(op.attrs.get("blocks"), op.output.width) for op in edge] == [(2, 64), (2, 64)]
+    assert all("blocks" not in op.attrs for op in typed if op.inputs[0].assoc == "node")

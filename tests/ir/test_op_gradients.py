@@ -463,3 +463,21 @@ def test_math_functions_match_numpy_definitions(data):
     want = np.where(degree > 0, 1 / np.sqrt(np.maximum(degree, 1)), 0.0)
     np.testing.assert_allclose(values[deg.id].reshape(-1), want)
     assert np.any(degree == 0), "the graph must have a node without in-edges"
+
+
+def test_block_diagonal_products_match_block_diagonal_matrices():
+    """The interpreter's blocked typed products against the explicit block-diagonal matrices:
+    3 blocks of 2 x 4 per row's weight [6, 4], so each row multiplies a 6 x 12 matrix."""
+    from scipy.linalg import block_diag
+    from morphgen.interp import _per_type_outer_sums, _typed_product, _typed_product_nt
+    rng = np.random.default_rng(0)
+    x, g, w = rng.standard_normal((5, 6)), rng.standard_normal((5, 12)), rng.standard_normal((5, 6, 4))
+    full = [block_diag(*np.split(w[r], 3)) for r in range(5)]               # [6, 12] each
+    np.testing.assert_allclose(_typed_product(x, w, 3), [x[r] @ full[r] for r in range(5)])
+    np.testing.assert_allclose(_typed_product_nt(g, w, 3), [g[r] @ full[r].T for r in range(5)])
+    types = np.array([0, 1, 0, 2, 0])
+    sums = _per_type_outer_sums(x, g, types, 4, 3, np.float64)
+    for t in range(4):
+        outer = sum((np.outer(x[r], g[r]) for r in np.flatnonzero(types == t)), np.zeros((6, 12)))
+        want = np.concatenate([outer[2 * b:2 * b + 2, 4 * b:4 * b + 4] for b in range(3)])   # the blocks' gradients
+        np.testing.assert_allclose(sums[t], want)
