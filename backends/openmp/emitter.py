@@ -1311,11 +1311,13 @@ class OpenMPEmitter:
         """One of the kernels: 2KM flops per product row (2M per stored value of its x row when x
         is the features, ``x_values``); the rows' reads or writes, the edges' M-wide ones and the
         weights moved (K and M one block's, the rows and edges B times as many)."""
-        plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"], self._blocks_of(op))
+        blocks = self._blocks_of(op)
+        plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"], blocks)
         row_values = f"(double(mg::op::feature_values(m.features)) / m.features.rows)" if x_values else K
         summed = ", true" if id(op) in self.rows_summed else ""
         return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)}{summed})",
-                          f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {M} + m.graph.num_etypes * {K} * {M})",
+                          f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {blocks} * {M} + "
+                          f"m.graph.num_etypes * {blocks} * {K} * {M})",
                           f"2.0 * {plan}.rows() * {row_values} * {M}")
 
     def _block_dims(self, op, k, m) -> tuple:
