@@ -308,7 +308,6 @@ inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *
 
 // ---- typed linear of node rows read at edge ends (kernels/edge_typed_linear.h) -------------------
 using mg::EdgeTypedRows;
-// end: the node each edge reads (the CSR's sources, or Graph::edge_dst).
 // The rows of a typed product of B diagonal blocks per type, grouped by type: block b of row r
 // is row r*B + b of type type[r]*B + b (runtime/edge_rows.h), so the typed kernels run it one
 // block wide over B times the rows.
@@ -318,8 +317,9 @@ inline void build_blocked_groups(TypeGroups &groups, const idx_t *type, idx_t ro
     groups.build(type_b.data(), rows * blocks, num_types * blocks);
 }
 
-// blocks: the product's weights are block diagonal, B blocks per type (runtime/edge_rows.h,
-// expand_blocks); the kernels then take K and M of one block.
+// end: the node each edge reads (the CSR's sources, or Graph::edge_dst).  blocks: the product's
+// weights are block diagonal, B blocks per type (runtime/edge_rows.h, expand_blocks); the
+// kernels then take K and M of one block.
 inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_t *type, const GraphView &g,
                                   bool compact, idx_t blocks = 1) {
     std::vector<idx_t> end_b, type_b;
