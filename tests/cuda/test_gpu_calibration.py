@@ -1,6 +1,9 @@
 """The CUDA backend's feature path follows the GPU's calibration (backends/cuda/calibrate.cu), not
 the host CPU's.  Here its sweep runs through the SIMT emulation on a small shape: the numbers are
 the CPU's, but the sweep, the crossover, the cache and the choice they feed are the GPU's code."""
+import functools
+from pathlib import Path
+
 import pytest
 
 from morphgen import calibrate as cpu
@@ -24,10 +27,23 @@ def test_the_sweep_runs_and_its_figures_agree():
     assert dense > 0 and sparse == pytest.approx(rho * dense, rel=1e-9)
 
 
+@functools.lru_cache(maxsize=None)
+def emulated_library():
+    """calibrate.cu built for the SIMT emulation, whatever this machine has."""
+    import cffi
+    from morphgen.backends import REGISTRY
+    ffi = cffi.FFI()
+    ffi.cdef(gpu.CDEF)
+    source = (Path(gpu.__file__).parent / "calibrate.cu").read_text()
+    path = gpu.toolchain.build({"calibrate.cu": source}, "mg_cuda_calibrate", REGISTRY["cuda"].compiler, emulation=True)
+    return ffi, ffi.dlopen(str(path))
+
+
 @pytest.fixture
 def gpu_here(monkeypatch, tmp_path):
     """As on a machine with a GPU: the emulated library stands for the GPU's, the small shape for
     the benchmark's; the cache file is the test's own."""
+    monkeypatch.setattr(gpu, "library", emulated_library)
     monkeypatch.setattr(gpu, "gpu_present", lambda: True)
     monkeypatch.setattr(gpu.toolchain, "emulated", lambda: False)
     monkeypatch.setattr(gpu, "_crossover", lambda ffi, lib: gpu.crossover(ffi, lib, **SMALL))
