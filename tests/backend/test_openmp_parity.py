@@ -165,8 +165,7 @@ def test_typed_linears_of_gathered_rows_match_interpreter_in_every_layout(name, 
     _check(getattr(models, name)(), graph, x, labels, mask, classes=3, edge_typed_layout=layout)
 
 
-@pytest.mark.parametrize("layout", ["compact", "edge", "gathered"])
-@pytest.mark.parametrize("blocks", [2, 4])
+@pytest.mark.parametrize("layout,blocks", [("compact", 2), ("edge", 4), ("gathered", 4)])
 def test_block_diagonal_typed_linears_at_edge_ends_match_interpreter(layout, blocks):
     """Relation matrices of B diagonal blocks (HGTConv's per-head k_rel and v_rel): the kernels
     run them as B times the rows one block wide (runtime/edge_rows.h), the rows read at edge ends
