@@ -49,6 +49,13 @@ def calibrate(threads: int | None = None, force: bool = False) -> Calibration:
         return _cpu_stand_in(threads, "the CUDA emulation runs the kernels on this CPU")
     if not gpu_present():
         return _cpu_stand_in(threads, "no GPU here to measure the GPU's")
+    try:
+        return _gpu_calibration(force)
+    except CalibrationError as err:      # training goes on; the feature path's reason says why
+        return _cpu_stand_in(threads, str(err))
+
+
+def _gpu_calibration(force: bool) -> Calibration:
     ffi, lib = library()
     name = device_name(ffi, lib)
     key = f"cuda|{name}|{METHOD}|{_sources_digest()}|{_nvcc_identity()}"

@@ -61,6 +61,15 @@ def test_measured_once_per_gpu_then_read_from_the_cache(gpu_here, monkeypatch):
     assert (again.rho, again.dense_gflops) == (first.rho, first.dense_gflops)
 
 
+def test_a_failed_gpu_calibration_falls_back_to_the_cpus_and_says_why(gpu_here, monkeypatch):
+    def broken(ffi, lib):
+        raise gpu.CalibrationError("the GPU calibration failed: CUDA error in calibration events")
+    monkeypatch.setattr(gpu, "_crossover", broken)
+    cal = gpu.calibrate()
+    assert cal.tau == cpu.calibrate().tau
+    assert cal.source.endswith("the host CPU's: the GPU calibration failed: CUDA error in calibration events")
+
+
 def test_without_a_gpu_the_host_cpus_calibration_stands_in_and_says_so(monkeypatch):
     monkeypatch.setattr(gpu, "gpu_present", lambda: False)
     monkeypatch.setattr(gpu.toolchain, "emulated", lambda: False)
