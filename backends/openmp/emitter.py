@@ -416,6 +416,8 @@ class OpenMPEmitter:
             head = row["fused_into"]
             fused = f"{head.output!r} {head.opcode}" if head is not None else "-"
             kernel = ", ".join(row["kernels"]) or ("(in its kernel)" if head is not None else "-")
+            if self._blocks_of(op) != 1:
+                kernel += f" x{self._blocks_of(op)} blocks"
             if id(op) in self.epilogues:        # the kernel writes the fused chain's last value
                 storage = f"written as {self.epilogues[id(op)][2]!r}"
             else:

@@ -359,9 +359,11 @@ def test_compile_reads_typed_linears_at_edge_ends_in_place_as_train_does():
     fused = run_cli("compile", example("hgt"), "--emit", "plan")
     assert fused.returncode == 0, fused.stderr
     assert fused.stdout.count("= edge_typed_linear ") == 2
+    assert fused.stdout.count("mg::op::edge_typed_linear x2 blocks") == 2        # HGTConv's per-head blocks
     gathered = run_cli("compile", example("hgt"), "--emit", "plan", "--edge-typed-layout", "gathered")
     assert gathered.returncode == 0, gathered.stderr
     assert "edge_typed_linear" not in gathered.stdout and gathered.stdout.count("= typed_linear ") >= 6
+    assert gathered.stdout.count("mg::op::typed_linear x2 blocks") == 2
 
 
 def test_compile_emit_plan_shows_each_ops_kernel_fusion_and_buffer():
