@@ -271,3 +271,29 @@ def test_pyg_rgat_trains_as_morphgen_for_three_epochs(rgat_parity):
     assert r["first_epoch_loss"] == pytest.approx(first, abs=1e-4)
     assert r["final_loss"] == pytest.approx(last, abs=1e-4)
     assert r["config"]["conv"].startswith("RGATConv(heads=[2, 1]")
+
+
+def test_block_diagonal_weights_outside_hgt_are_not_given_to_the_peers(tmp_path):
+    """Only HGTConv's relation matrices are block diagonal among the peers' layers: an R-GCN-like
+    program with a blocked relation weight is refused by name, never run on full matrices."""
+    prog = tmp_path / "blocked_rgcn.mp"
+    prog.write_text("""function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[F][8]> W0 = glorot;
+    weight<float[g.etypes][2][4][4]> R = glorot;
+    weight<float[8][C]> W1 = glorot;
+    propNode<float[8]> h;  propNode<float[8]> a;  propNode<float[C]> out;
+    gnn.optimizer("adam", lr = 0.01);
+    for (int epoch = 0; epoch < 5; epoch++) {
+        forall (v in g.nodes()) {
+            v.h = relu(v.x * W0);
+            v.a = Sum(e in v.incoming_edges(): e.src.h * R[e.etype]);
+            v.out = v.a * W1;
+        }
+        gnn.loss(out, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+""")
+    s = harness.program_shape(prog)
+    assert s.unsupported and "block-diagonal typed weights (R)" in s.unsupported, s.unsupported
