@@ -13,7 +13,7 @@ no parameter gradient needs are removed at the end.
 from __future__ import annotations
 
 from .ir import IRError, Program, Value, dim_add
-from .ir_ops import MATH_FUNCTIONS, ROW_SOFTMAXES, Builder
+from .ir_ops import MATH_FUNCTIONS, ROW_SOFTMAXES, Builder, blocks_of
 
 
 def differentiate(program: Program) -> None:
@@ -147,7 +147,7 @@ def _linear(ctx, op, g):
 
 def _blocks(op) -> dict:
     """A block-diagonal product's ``blocks`` for its gradients (none for a plain one)."""
-    return {"blocks": op.attrs["blocks"]} if op.attrs.get("blocks", 1) != 1 else {}
+    return {"blocks": blocks_of(op)} if blocks_of(op) != 1 else {}
 
 
 def _typed_linear(ctx, op, g):

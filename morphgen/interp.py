@@ -20,6 +20,7 @@ import scipy.special
 
 from .graph import Graph
 from .ir import IRError, Op, Program
+from .ir_ops import blocks_of
 
 
 @dataclass
@@ -239,7 +240,7 @@ class Interpreter:
         if isinstance(x, OneHotRows):
             _unblocked(op, "featureless rows")
             return x.scale[:, None] * w[types, x.index]
-        return _typed_product(self._dense(x, op), w[types], _blocks(op))
+        return _typed_product(self._dense(x, op), w[types], blocks_of(op))
 
     def _op_typed_linear_bases(self, op, x, a, v):
         """Row r through W_t = Σ_b A[t,b] V[b], t = type(r), without forming any W_t."""
@@ -250,7 +251,7 @@ class Interpreter:
 
     def _op_edge_typed_linear(self, op, x, w):
         rows = self._dense(x, op)[self._ends(op.attrs["end"])]
-        return _typed_product(rows, w[self._etype], _blocks(op))
+        return _typed_product(rows, w[self._etype], blocks_of(op))
 
     def _op_typed_param(self, op, w):
         return w[self._types(op.output.assoc)]
@@ -507,7 +508,7 @@ class Interpreter:
         return np.asarray(x.T @ g)
 
     def _op_typed_matmul_nt(self, op, g, w):
-        return _typed_product_nt(g, w[self._types(op.inputs[0].assoc)], _blocks(op))
+        return _typed_product_nt(g, w[self._types(op.inputs[0].assoc)], blocks_of(op))
 
     def _op_typed_matmul_tn(self, op, x, g):
         types = self._types(op.inputs[1].assoc)
@@ -517,7 +518,7 @@ class Interpreter:
             out = np.zeros((t, x.n, g.shape[1]), self.dtype)
             np.add.at(out, (types, x.index), x.scale[:, None] * g)
             return out
-        return _per_type_outer_sums(self._dense(x, op), g, types, t, _blocks(op), self.dtype)
+        return _per_type_outer_sums(self._dense(x, op), g, types, t, blocks_of(op), self.dtype)
 
     def _op_typed_linear_bases_coef_grad(self, op, x, g, v):
         types = self._types(op.inputs[1].assoc)
@@ -536,12 +537,12 @@ class Interpreter:
         return np.einsum("rb,rk,rm->bkm", coef, self._dense(x, op), g)
 
     def _op_edge_typed_linear_input_grad(self, op, g, w):
-        per_edge = _typed_product_nt(g, w[self._etype], _blocks(op))
+        per_edge = _typed_product_nt(g, w[self._etype], blocks_of(op))
         return self._segment_sum(per_edge, self._ends(op.attrs["end"]), self.graph.num_nodes)
 
     def _op_edge_typed_linear_weight_grad(self, op, x, g):
         rows = self._dense(x, op)[self._ends(op.attrs["end"])]
-        return _per_type_outer_sums(rows, g, self._etype, op.attrs["types"], _blocks(op), self.dtype)
+        return _per_type_outer_sums(rows, g, self._etype, op.attrs["types"], blocks_of(op), self.dtype)
 
     def _op_typed_row_sum(self, op, g):
         return self._segment_sum(g, self._types(op.inputs[0].assoc), op.attrs["types"])
@@ -668,13 +669,9 @@ class Interpreter:
         return np.einsum("...km,...k->...m", w, g)
 
 
-# -- typed products, plain or block diagonal (attribute ``blocks``, ir_ops._blocks) ----------------
-def _blocks(op) -> int:
-    return op.attrs.get("blocks", 1)
-
-
+# -- typed products, plain or block diagonal (attribute ``blocks``, ir_ops.blocks_of) --------------
 def _unblocked(op, what: str) -> None:
-    if _blocks(op) != 1:
+    if blocks_of(op) != 1:
         raise IRError(f"{op.opcode}: a block-diagonal weight cannot multiply {what}")
 
 

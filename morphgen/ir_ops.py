@@ -168,10 +168,15 @@ def _typed_linear(ins, attrs, loc):
     return x.assoc, (_blocked_width(w, attrs, loc),), "f32"
 
 
+def blocks_of(op) -> int:
+    """B of a typed product of B diagonal blocks per type (its ``blocks``), 1 for a plain one."""
+    return op.attrs.get("blocks", 1)
+
+
 def _blocks(attrs, loc) -> int:
-    """The ``blocks`` attribute of a typed product: W[t] is block diagonal, B blocks along its
-    diagonal (stored as [T, B*D, M]: block b is rows b*D..(b+1)*D, multiplying x's columns b*D..
-    and giving the output's columns b*M..); 1, the default, is a plain [K, M] matrix per type."""
+    """The ``blocks`` attribute of a typed product, checked: W[t] is block diagonal, B blocks along
+    its diagonal (stored as [T, B*D, M]: block b is rows b*D..(b+1)*D, multiplying x's columns
+    b*D.. and giving the output's columns b*M..); 1, the default, is a plain [K, M] matrix per type."""
     blocks = attrs.get("blocks", 1)
     _need(isinstance(blocks, int) and not isinstance(blocks, bool) and blocks >= 1,
           f"blocks must be a positive integer, got {blocks!r}", loc)

@@ -31,6 +31,16 @@ inline void counting_sort(const idx_t *key, const idx_t *items, idx_t n, idx_t b
 }
 }  // namespace edge_rows_detail
 
+// A typed product of B diagonal blocks per type as a plain one over B times the rows: block b of
+// row i is row i*B + b, of type type(i)*B + b, reading node n's columns of block b as node
+// n*B + b.  Row-major storage makes the views free: x [N, B*D] is x [N*B, D], W [T, B*D, M] is
+// W [T*B, D, M] and the products [E, B*M] are [E*B, M].  out[i*B + b] = index[i]*B + b.
+inline void expand_block_types(const idx_t *index, idx_t n, idx_t B, std::vector<idx_t> &out) {
+    out.resize(size_t(n * B));
+    for (idx_t i = 0; i < n; ++i)
+        for (idx_t b = 0; b < B; ++b) out[size_t(i * B + b)] = index[i] * B + b;
+}
+
 struct EdgeRowLayout {
     bool compact = false;
     idx_t types = 0, rows = 0, edge_count = 0, node_count = 0;
@@ -41,8 +51,17 @@ struct EdgeRowLayout {
     std::vector<idx_t> tile_row, tile_type;    // [tiles + 1], [tiles]: tile starts, then the last end
 
     // end[E]: the node at the read end of each edge; type[E] in [0, T).  False if an index is out
-    // of range.
-    bool build(const idx_t *end, const idx_t *type, idx_t E, idx_t T, idx_t N, bool compact_rows, idx_t tile_rows) {
+    // of range.  blocks: the products' weights are block diagonal, B blocks per type; the rows
+    // are then those of B times the edges (expand_block_types below), and the kernels run one
+    // block wide.
+    bool build(const idx_t *end, const idx_t *type, idx_t E, idx_t T, idx_t N, bool compact_rows, idx_t tile_rows,
+               idx_t blocks = 1) {
+        if (blocks > 1) {
+            std::vector<idx_t> end_b, type_b;
+            expand_block_types(end, E, blocks, end_b);
+            expand_block_types(type, E, blocks, type_b);
+            return build(end_b.data(), type_b.data(), E * blocks, T * blocks, N * blocks, compact_rows, tile_rows);
+        }
         using edge_rows_detail::counting_sort;
         for (idx_t e = 0; e < E; ++e)
             if (end[e] < 0 || end[e] >= N || type[e] < 0 || type[e] >= T) return false;
@@ -92,24 +111,6 @@ struct EdgeRowLayout {
         return int64_t(ints * sizeof(idx_t));
     }
 };
-
-// index i of n rows -> index i*B + b of row i's block b, for every block.
-inline void expand_block_types(const idx_t *index, idx_t n, idx_t B, std::vector<idx_t> &out) {
-    out.resize(size_t(n * B));
-    for (idx_t i = 0; i < n; ++i)
-        for (idx_t b = 0; b < B; ++b) out[size_t(i * B + b)] = index[i] * B + b;
-}
-
-// The (end, type) arrays of a product of B diagonal blocks per type as those of B times the
-// edges: block b of edge e reads node end[e]*B + b (node end[e]'s columns of block b) through
-// type type[e]*B + b (its type's block b).  Row-major storage makes both views free: x [N, B*D]
-// is x [N*B, D], W [T, B*D, M] is W [T*B, D, M] and the products [E, B*M] are [E*B, M], so the
-// layout of these arrays runs a block-diagonal product on the plain kernels, one block wide.
-inline void expand_blocks(const idx_t *end, const idx_t *type, idx_t E, idx_t B, std::vector<idx_t> &end_b,
-                          std::vector<idx_t> &type_b) {
-    expand_block_types(end, E, B, end_b);
-    expand_block_types(type, E, B, type_b);
-}
 
 }  // namespace mg
 

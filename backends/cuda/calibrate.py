@@ -78,8 +78,10 @@ def _cpu_stand_in(threads, why: str) -> Calibration:
     return replace(cal, source=f"{cal.source}, the host CPU's: {why}")
 
 
+@functools.lru_cache(maxsize=None)
 def gpu_present() -> bool:
-    """Whether nvidia-smi lists a GPU: without one, building the calibration would be wasted."""
+    """Whether nvidia-smi lists a GPU: without one, building the calibration would be wasted.
+    Asked once per process: a build asks for the calibration once or twice, `train` once more."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return False

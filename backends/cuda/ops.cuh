@@ -892,8 +892,8 @@ inline void build_blocked_groups(TypeGroups &groups, const idx_t *type, idx_t ro
 }
 
 // end, type: the graph's arrays (device memory) of the node each edge reads and its type.
-// blocks: the product's weights are block diagonal, B blocks per type (runtime/edge_rows.h,
-// expand_blocks); the kernels then take K and M of one block.
+// blocks: the product's weights are block diagonal, B blocks per type (runtime/edge_rows.h); the
+// kernels then take K and M of one block.
 inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_t *type, const GraphView &g,
                                   bool compact, idx_t blocks = 1) {
     auto host = [&](const idx_t *d) {
@@ -902,16 +902,9 @@ inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_
             cuda::check(cudaMemcpy(h.data(), d, sizeof(idx_t) * h.size(), cudaMemcpyDefault), "edge typed linear rows");
         return h;
     };
-    std::vector<idx_t> e = host(end), t = host(type);
-    if (blocks > 1) {
-        std::vector<idx_t> end_b, type_b;
-        expand_blocks(e.data(), t.data(), g.num_edges, blocks, end_b, type_b);
-        e.swap(end_b);
-        t.swap(type_b);
-    }
+    const std::vector<idx_t> e = host(end), t = host(type);
     EdgeRowLayout layout;
-    if (!layout.build(e.data(), t.data(), g.num_edges * blocks, g.num_etypes * blocks, g.num_nodes * blocks, compact,
-                      cuda::kTypedTile))
+    if (!layout.build(e.data(), t.data(), g.num_edges, g.num_etypes, g.num_nodes, compact, cuda::kTypedTile, blocks))
         throw Error("edge typed linear rows: a node or edge type index is out of range");
     p.groups.build(layout.row_type.data(), layout.rows, layout.types);
     p.row_node_.upload(layout.row_node, "uploading edge typed linear rows");

@@ -23,6 +23,7 @@ import jinja2
 from morphgen import __version__
 from morphgen.errors import InternalError, UserError
 from morphgen.ir import Program, Value
+from morphgen.ir_ops import blocks_of
 from morphgen.passes.liveness import lifetimes
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -186,16 +187,10 @@ class OpenMPEmitter:
         """``FILE:LINE:COL: `` of the program text an op came from, or '' when it has none."""
         return f"{op.loc.file}:{op.loc.line}:{op.loc.col}: " if op is not None and op.loc else ""
 
-    def _blocks_of(self, op) -> int:
-        """B of a typed product of B diagonal blocks per type (``blocks``, 1 for a plain one): the
-        kernels run it one block wide over B times the rows (build_blocked_groups,
-        build_edge_typed_rows)."""
-        return op.attrs.get("blocks", 1)
-
     def typed_groups(self, op, domain: str) -> str:
         """The rows of ``op``'s typed product grouped by type: the graph's groups, or for B
         diagonal blocks per type those of B times the rows, built once at load time."""
-        blocks = self._blocks_of(op)
+        blocks = blocks_of(op)
         if blocks == 1:
             return self.groups(domain)
         key = ("blocked_groups", domain, blocks)
@@ -416,8 +411,8 @@ class OpenMPEmitter:
             head = row["fused_into"]
             fused = f"{head.output!r} {head.opcode}" if head is not None else "-"
             kernel = ", ".join(row["kernels"]) or ("(in its kernel)" if head is not None else "-")
-            if self._blocks_of(op) != 1:
-                kernel += f" x{self._blocks_of(op)} blocks"
+            if blocks_of(op) != 1:
+                kernel += f" x{blocks_of(op)} blocks"
             if id(op) in self.epilogues:        # the kernel writes the fused chain's last value
                 storage = f"written as {self.epilogues[id(op)][2]!r}"
             else:
@@ -944,7 +939,7 @@ class OpenMPEmitter:
         (input features included, in either format), its input gradient, and the typed linear
         and its input gradient."""
         if (id(op) in self.absorbed or id(op) in self.epilogues or op.output.assoc != "node"
-                or self._blocks_of(op) != 1):       # its kernel sees B rows per row: no row epilogue
+                or blocks_of(op) != 1):       # its kernel sees B rows per row: no row epilogue
             return False
         if op.opcode in ("linear", "typed_linear"):
             return op.inputs[0].assoc == "node" and self._identity_rows(op.inputs[0]) is None
@@ -1198,7 +1193,7 @@ class OpenMPEmitter:
 
     def op_typed_linear(self, op, x, w):
         out = op.output
-        blocks = self._blocks_of(op)
+        blocks = blocks_of(op)
         K, M = self._block_dims(op, w.shape[1], w.shape[2])
         ident = self._identity_rows(x)
         if ident is not None:
@@ -1219,7 +1214,7 @@ class OpenMPEmitter:
         epilogue, out = self._epilogue(op)
         return self.timed("typed_linear", f"mg::op::typed_matmul_nt({self.typed_groups(op, w.domain)}, {self.ptr(g)}, "
                           f"{M}, {self.ptr(w)}, {K}, {self.ptr(out)}{epilogue})", "0",
-                          f"2.0 * {self.rows(g)} * {self._blocks_of(op)} * {K} * {M}")
+                          f"2.0 * {self.rows(g)} * {blocks_of(op)} * {K} * {M}")
 
     def op_typed_matmul_tn(self, op, x, g):
         out = op.output
@@ -1227,14 +1222,14 @@ class OpenMPEmitter:
         K, M = self._block_dims(op, out.shape[1], out.shape[2])
         ident = self._identity_rows(x)
         if ident is not None:
-            if self._blocks_of(op) != 1:
+            if blocks_of(op) != 1:
                 raise self._blocked_featureless(op)
             idx = ident.idx or self.node_ids()
             plan = self.plan(self.type_expr(domain), idx, self.dim(out.shape[0]), g)
             return self._embedding_grad(plan, g, f"{self.dim(out.shape[0])} * {self.identity_nodes}", M, out)
         return self.timed("typed_linear", f"mg::op::typed_matmul_tn({self.typed_groups(op, domain)}, {self.ptr(x)}, "
                           f"{K}, {self.ptr(g)}, {M}, {self.ptr(out)})", "0",
-                          f"2.0 * {self.rows(g)} * {self._blocks_of(op)} * {K} * {M}")
+                          f"2.0 * {self.rows(g)} * {blocks_of(op)} * {K} * {M}")
 
     def _embedding_grad(self, plan: str, g: Value, table_rows: str, M: str, out: Value) -> str:
         """The gradient of a table read by lookups (featureless input): the looked-up rows get
@@ -1313,7 +1308,7 @@ class OpenMPEmitter:
         """One of the kernels: 2KM flops per product row (2M per stored value of its x row when x
         is the features, ``x_values``); the rows' reads or writes, the edges' M-wide ones and the
         weights moved (K and M one block's, the rows and edges B times as many)."""
-        blocks = self._blocks_of(op)
+        blocks = blocks_of(op)
         plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"], blocks)
         row_values = f"(double(mg::op::feature_values(m.features)) / m.features.rows)" if x_values else K
         summed = ", true" if id(op) in self.rows_summed else ""
@@ -1324,11 +1319,11 @@ class OpenMPEmitter:
 
     def _block_dims(self, op, k, m) -> tuple:
         """(K, M) of one diagonal block of a typed weight [T, B*K, M] (the whole K without blocks)."""
-        blocks = self._blocks_of(op)
+        blocks = blocks_of(op)
         return self.dim(k // blocks if blocks != 1 else k), self.dim(m)
 
     def _edge_typed_block(self, op, k, m) -> tuple:
-        if self._blocks_of(op) != 1 and self._edge_typed_features(op.inputs[0]):
+        if blocks_of(op) != 1 and self._edge_typed_features(op.inputs[0]):
             raise UnsupportedInput(f"{self.location(op)}error: a block-diagonal weight cannot multiply the input "
                                    f"features; project them with a plain weight first")
         return self._block_dims(op, k, m)

@@ -318,16 +318,11 @@ inline void build_blocked_groups(TypeGroups &groups, const idx_t *type, idx_t ro
 }
 
 // end: the node each edge reads (the CSR's sources, or Graph::edge_dst).  blocks: the product's
-// weights are block diagonal, B blocks per type (runtime/edge_rows.h, expand_blocks); the
-// kernels then take K and M of one block.
+// weights are block diagonal, B blocks per type (runtime/edge_rows.h); the kernels then take K
+// and M of one block.
 inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_t *type, const GraphView &g,
                                   bool compact, idx_t blocks = 1) {
-    std::vector<idx_t> end_b, type_b;
-    if (blocks > 1) {
-        expand_blocks(end, type, g.num_edges, blocks, end_b, type_b);
-        end = end_b.data(), type = type_b.data();
-    }
-    check(p.build(end, type, g.num_edges * blocks, g.num_etypes * blocks, g.num_nodes * blocks, compact),
+    check(p.build(end, type, g.num_edges, g.num_etypes, g.num_nodes, compact, blocks),
           "edge typed linear rows (a node or edge type index is out of range)");
 }
 inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y) {

@@ -480,13 +480,13 @@ def _cuda_device_env(device: Optional[int]):
 
 
 def write_init_weights(params: dict, spec: BenchSpec, names: Sequence[dict] = (),
-                       diagonal_blocks: Optional[dict] = None) -> Path:
+                       block_diagonal: Optional[dict] = None) -> Path:
     """morphgen's flat initial parameters, reshaped, as the peers' layer{i}.<name> arrays at
     spec.init_weights (spec.parameters names them and gives their shapes). `names`: per layer,
     the program's name of each (PeerModel.parameter_names, for programs that declare their own
     weights); without it morphgen's are layer{i}.<name>. morphgen stores every array row-major
     in the shape the program declares, which is the peers' shape: W[etypes][in][out] is [R, in, out],
-    and W[etypes][heads][d][d] is [R, heads * d, d]. `diagonal_blocks` (program name -> heads):
+    and W[etypes][heads][d][d] is [R, heads * d, d]. `block_diagonal` (program name -> heads):
     full [R, H, H] matrices of which the peer keeps the heads' diagonal blocks, so given as
     [R, H, H/heads] (PeerModel.block_diagonal)."""
     arrays = {}
@@ -497,8 +497,8 @@ def write_init_weights(params: dict, spec: BenchSpec, names: Sequence[dict] = ()
             a = params.get(source) if source else None
             if a is None:
                 raise BenchError(f"parity: morphgen has no parameter '{source or key}' (has {sorted(params)})")
-            if diagonal_blocks and source in diagonal_blocks:
-                a = _diagonal_blocks(a, want, diagonal_blocks[source])
+            if block_diagonal and source in block_diagonal:
+                a = _diagonal_blocks(a, want, block_diagonal[source])
             if a.size != int(np.prod(want)):
                 raise BenchError(f"parity: '{source}' has {a.size} values, expected {'x'.join(map(str, want))}")
             arrays[key] = a.reshape(want)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ir import IRError, Program
-from ..ir_ops import EDGE_TYPED_LAYOUTS
+from ..ir_ops import EDGE_TYPED_LAYOUTS, blocks_of
 from .rewrite import concrete, gathered_identity, new_op, producers, remove_dead_forward, require_forward_only
 
 LAYOUT_CHOICES = ("auto",) + EDGE_TYPED_LAYOUTS
@@ -59,7 +59,7 @@ def fuse_gathered_typed_linear(program: Program, layout: str = "auto", pairs: Op
                 or gathered_identity(program, rows, prod)):
             continue
         end = gather.attrs["end"]
-        blocks = op.attrs.get("blocks", 1)
+        blocks = blocks_of(op)
         program.forward[pos] = new_op(program, "edge_typed_linear", [gather.inputs[0], w],
                                       {"end": end, "layout": _resolve(layout, pairs, end, w, blocks),
                                        **({"blocks": blocks} if blocks != 1 else {})}, op.loc,

@@ -13,6 +13,7 @@ For ``linear(linear(x, W), A)`` with an otherwise unused ``x W`` it also needs `
 from __future__ import annotations
 
 from ..ir import Program
+from ..ir_ops import blocks_of
 from .rewrite import (concrete, forward_uses, gathered_identity, new_op, producers, remove_dead_forward,
                       require_forward_only)
 
@@ -54,7 +55,7 @@ def _dot_rewrite(program, op, uses, prod):
         proj = prod.get(z.id)
         if proj is None or proj.opcode not in ("linear", "typed_linear") or z.assoc == "param":
             continue
-        if proj.attrs.get("blocks", 1) != 1:    # W·a of a block-diagonal W is not one vector per type
+        if blocks_of(proj) != 1:    # W·a of a block-diagonal W is not one vector per type
             continue
         x, w = proj.inputs
         if x.assoc == "param" or gathered_identity(program, x, prod):   # a dot cannot take identity rows

@@ -42,8 +42,8 @@ struct EdgeTypedRows {
 
     // end[E]: the node at the read end of each edge; type[E] in [0, T).  kErrArgument if an index
     // is out of range.
-    int build(const idx_t* end, const idx_t* type, idx_t E, idx_t T, idx_t N, bool compact) {
-        return layout.build(end, type, E, T, N, compact, et_detail::kTileRows) ? kOk : kErrArgument;
+    int build(const idx_t* end, const idx_t* type, idx_t E, idx_t T, idx_t N, bool compact, idx_t blocks = 1) {
+        return layout.build(end, type, E, T, N, compact, et_detail::kTileRows, blocks) ? kOk : kErrArgument;
     }
     idx_t rows() const { return layout.rows; }    // product rows
     int64_t bytes() const {
