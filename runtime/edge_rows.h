@@ -47,24 +47,29 @@ struct EdgeRowLayout {
     std::vector<idx_t> type_ptr;               // [T + 1]: rows of each type
     std::vector<idx_t> row_type, row_node;     // [R]: the type of row r and the node it reads
     std::vector<idx_t> edge_ptr, edges;        // [R + 1], [E]: the edges of each row
+    std::vector<idx_t> edge_far;               // [E] or empty: node at the far end of edges[j]
     std::vector<idx_t> node_ptr, node_rows;    // [N + 1], [R]: the rows of each node (input gradient)
     std::vector<idx_t> tile_row, tile_type;    // [tiles + 1], [tiles]: tile starts, then the last end
 
     // end[E]: the node at the read end of each edge; type[E] in [0, T).  False if an index is out
     // of range.  blocks: the products' weights are block diagonal, B blocks per type; the rows
     // are then those of B times the edges (expand_block_types below), and the kernels run one
-    // block wide.
+    // block wide.  far[E] (optional): the node at each edge's other end, kept in the rows' edge
+    // order (edge_far) for gradients summed from node rows read there (gathered_row_sums).
     bool build(const idx_t *end, const idx_t *type, idx_t E, idx_t T, idx_t N, bool compact_rows, idx_t tile_rows,
-               idx_t blocks = 1) {
+               idx_t blocks = 1, const idx_t *far = nullptr) {
         if (blocks > 1) {
-            std::vector<idx_t> end_b, type_b;
+            std::vector<idx_t> end_b, type_b, far_b;
             expand_block_types(end, E, blocks, end_b);
             expand_block_types(type, E, blocks, type_b);
-            return build(end_b.data(), type_b.data(), E * blocks, T * blocks, N * blocks, compact_rows, tile_rows);
+            if (far) expand_block_types(far, E, blocks, far_b);
+            return build(end_b.data(), type_b.data(), E * blocks, T * blocks, N * blocks, compact_rows, tile_rows, 1,
+                         far ? far_b.data() : nullptr);
         }
         using edge_rows_detail::counting_sort;
         for (idx_t e = 0; e < E; ++e)
-            if (end[e] < 0 || end[e] >= N || type[e] < 0 || type[e] >= T) return false;
+            if (end[e] < 0 || end[e] >= N || type[e] < 0 || type[e] >= T || (far && (far[e] < 0 || far[e] >= N)))
+                return false;
         compact = compact_rows;
         types = T, edge_count = E, node_count = N;
         // Edges by (type, node): sorted by node, then stably by type.
@@ -91,6 +96,11 @@ struct EdgeRowLayout {
         }
         rows = idx_t(row_node.size());
         edge_ptr.push_back(E);
+        edge_far.clear();
+        if (far) {
+            edge_far.resize(size_t(E));
+            for (idx_t j = 0; j < E; ++j) edge_far[size_t(j)] = far[edges[size_t(j)]];
+        }
         node_ptr.resize(size_t(N + 1));
         node_rows.resize(size_t(rows));
         counting_sort(row_node.data(), nullptr, rows, N, node_rows.data(), node_ptr.data());
@@ -107,7 +117,7 @@ struct EdgeRowLayout {
     idx_t tiles() const { return idx_t(tile_type.size()); }
     int64_t bytes() const {
         const size_t ints = type_ptr.size() + row_type.size() + row_node.size() + edge_ptr.size() + edges.size() +
-                            node_ptr.size() + node_rows.size() + tile_row.size() + tile_type.size();
+                            edge_far.size() + node_ptr.size() + node_rows.size() + tile_row.size() + tile_type.size();
         return int64_t(ints * sizeof(idx_t));
     }
 };

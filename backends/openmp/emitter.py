@@ -128,6 +128,8 @@ class OpenMPEmitter:
         self.absorbed: set = set()       # id() of ops run inside a fused epilogue
         self.fused_dropout_grad: dict = {}   # act_grad output id -> the dropout_grad it runs inside
         self.rows_summed: set = set()    # id() of edge typed gradient ops whose G row sums are already made
+        self.gathered_grads: dict = {}   # id(edge typed gradient op) -> the weighted gather its row sums read
+        self.far_plans: set = set()      # keys of edge typed row layouts that keep each edge's destination
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
         self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
@@ -341,6 +343,7 @@ class OpenMPEmitter:
         self.plan_epilogues()
         self.plan_dropout_act_grads()
         self.plan_edge_traversals()
+        self.plan_gathered_row_sums()
         self.plan_edge_attention()
         self.plan_edge_softmax_grads()
         self.plan_head_products()
@@ -739,6 +742,33 @@ class OpenMPEmitter:
                 x, end = gathered(rows)
                 self.weighted_gathers[id(op)] = (x, end, w)
                 self.extra_reads.append((x.id, op))
+
+    def plan_gathered_row_sums(self) -> None:
+        """Both gradients of a typed linear at edge ends start by summing G's edges into the
+        product rows.  Where G is node rows read at the edges' destinations and scaled per edge (a
+        planned weighted gather: R-GCN's ``gather(g) / c``, HGT's ``head_mul(gather(g), alpha)``)
+        and only such gradients read it, the sums read the node rows themselves
+        (``gathered_row_sums``): the [E, F] gradient is neither written nor read back.  The
+        weights must be one per edge or one per diagonal block of the product (a sum row is one
+        block wide).  Destinations only: a rank of the MPI lowering owns every destination row it
+        reads, so no exchange is involved."""
+        grads = {"edge_typed_linear_input_grad": 0, "edge_typed_linear_weight_grad": 1}
+        for op in self.p.backward:
+            if id(op) not in self.weighted_gathers or id(op) in self.absorbed:
+                continue
+            x, end, w = self.weighted_gathers[id(op)]
+            heads = op.attrs.get("heads", 1)
+            readers = self.readers.get(op.output.id, [])
+            if end != "dst" or not readers or not all(
+                    grads.get(r.opcode) == k and id(r) not in self.absorbed and heads in (1, blocks_of(r))
+                    for r, k in readers):
+                continue
+            self.absorbed.add(id(op))
+            self.fused_into[id(op)] = readers[0][0]
+            for r, _ in readers:
+                self.gathered_grads[id(r)] = op
+                self.far_plans.add((r.attrs["end"], r.attrs["layout"], blocks_of(r)))
+                self.extra_reads += [(x.id, r), (w.id, r)]
 
     def _edge_scaling(self, op) -> Optional[tuple]:
         """(rows, weights) when ``op`` scales rows by per-head or per-edge weights: a head_mul, a
@@ -1293,10 +1323,11 @@ class OpenMPEmitter:
             name = f"plan{len(self.plans)}"
             self.plans[key] = name
             ends = "m.graph.col" if end == "src" else self.edge_dst()
+            far = f", {self.edge_dst()}" if key[1:] in self.far_plans else ""
             self.members.append(f"mg::op::EdgeTypedRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
             self.prepare.append(f"mg::op::build_edge_typed_rows(m.{name}, {ends}, {self.type_expr('etype')}, "
-                                f"m.graph, {'true' if layout == 'compact' else 'false'}, {blocks})")
+                                f"m.graph, {'true' if layout == 'compact' else 'false'}, {blocks}{far})")
         return f"m.{self.plans[key]}"
 
     def _edge_typed_features(self, x: Value) -> bool:
@@ -1311,11 +1342,20 @@ class OpenMPEmitter:
         blocks = blocks_of(op)
         plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"], blocks)
         row_values = f"(double(mg::op::feature_values(m.features)) / m.features.rows)" if x_values else K
-        summed = ", true" if id(op) in self.rows_summed else ""
-        return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)}{summed})",
-                          f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {blocks} * {M} + "
-                          f"m.graph.num_etypes * {blocks} * {K} * {M})",
-                          f"2.0 * {plan}.rows() * {row_values} * {M}")
+        gathered = self.gathered_grads.get(id(op))
+        sums = []
+        if gathered is not None and id(op) not in self.rows_summed:
+            x, _, w = self.weighted_gathers[id(gathered)]
+            heads = gathered.attrs.get("heads", 1)
+            sums.append(self.timed("typed_linear", f"mg::op::gathered_row_sums({plan}, {self.ptr(x)}, "
+                                   f"{self.weights(gathered, w)}, {blocks if heads == 1 else 1}, {M})",
+                                   f"4.0 * m.graph.num_edges * {blocks} * (3.0 + {M}) + 4.0 * {plan}.rows() * {M}",
+                                   f"2.0 * m.graph.num_edges * {blocks} * {M}"))
+        summed = ", true" if id(op) in self.rows_summed or gathered is not None else ""
+        return sums + [self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)}{summed})",
+                                  f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {blocks} * {M} + "
+                                  f"m.graph.num_etypes * {blocks} * {K} * {M})",
+                                  f"2.0 * {plan}.rows() * {row_values} * {M}")]
 
     def _block_dims(self, op, k, m) -> tuple:
         """(K, M) of one diagonal block of a typed weight [T, B*K, M] (the whole K without blocks)."""
@@ -1337,16 +1377,21 @@ class OpenMPEmitter:
 
     def op_edge_typed_linear_input_grad(self, op, g, w):
         K, M = self._edge_typed_block(op, w.shape[1], w.shape[2])
-        return self._edge_typed_call("edge_typed_linear_input_grad", op, f"{self.ptr(g)}, {M}, {self.ptr(w)}, {K}",
-                                     K, M)
+        return self._edge_typed_call("edge_typed_linear_input_grad", op,
+                                     f"{self._edge_grad_rows(op, g)}, {M}, {self.ptr(w)}, {K}", K, M)
 
     def op_edge_typed_linear_weight_grad(self, op, x, g):
         K, M = self._edge_typed_block(op, op.output.shape[1], op.output.shape[2])
         if self._edge_typed_features(x):
-            return self._edge_typed_call("edge_typed_linear_weight_grad_features", op, f"m.features, {self.ptr(g)}, {M}",
-                                         K, M, x_values=True)
-        return self._edge_typed_call("edge_typed_linear_weight_grad", op, f"{self.ptr(x)}, {K}, {self.ptr(g)}, {M}",
-                                     K, M)
+            return self._edge_typed_call("edge_typed_linear_weight_grad_features", op,
+                                         f"m.features, {self._edge_grad_rows(op, g)}, {M}", K, M, x_values=True)
+        return self._edge_typed_call("edge_typed_linear_weight_grad", op,
+                                     f"{self.ptr(x)}, {K}, {self._edge_grad_rows(op, g)}, {M}", K, M)
+
+    def _edge_grad_rows(self, op, g) -> str:
+        """G of an edge typed gradient: stored edge rows, or nullptr where the product rows' sums
+        are made from node rows instead (plan_gathered_row_sums) and G itself never exists."""
+        return "nullptr" if id(op) in self.gathered_grads else self.ptr(g)
 
     def op_typed_param(self, op, w):
         out = op.output

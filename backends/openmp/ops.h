@@ -319,11 +319,17 @@ inline void build_blocked_groups(TypeGroups &groups, const idx_t *type, idx_t ro
 
 // end: the node each edge reads (the CSR's sources, or Graph::edge_dst).  blocks: the product's
 // weights are block diagonal, B blocks per type (runtime/edge_rows.h); the kernels then take K
-// and M of one block.
+// and M of one block.  far: the node at each edge's other end, where a gradient's node rows are
+// read by gathered_row_sums (nullptr: none is).
 inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_t *type, const GraphView &g,
-                                  bool compact, idx_t blocks = 1) {
-    check(p.build(end, type, g.num_edges, g.num_etypes, g.num_nodes, compact, blocks),
+                                  bool compact, idx_t blocks = 1, const idx_t *far = nullptr) {
+    check(p.build(end, type, g.num_edges, g.num_etypes, g.num_nodes, compact, blocks, far),
           "edge typed linear rows (a node or edge type index is out of range)");
+}
+// The product rows' sums of the edge gradient w[e] * G[far(e)], which is never stored; the
+// gradients of the product then run with rows_summed (the emitter's plan_gathered_row_sums).
+inline void gathered_row_sums(EdgeTypedRows &p, const float *G, const float *w, idx_t w_div, idx_t M) {
+    check(mg::gathered_row_sums(p, G, w, w_div, M), "edge typed linear gradient rows");
 }
 inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
     check(edge_typed_linear_fwd(p, X, K, W, M, Y), "edge typed linear");

@@ -176,6 +176,35 @@ def test_block_diagonal_typed_linears_at_edge_ends_match_interpreter(layout, blo
     _check(models.hgt(hidden=16, blocks=blocks), graph, x, labels, mask, classes=3, edge_typed_layout=layout)
 
 
+@pytest.mark.parametrize("layout", ["compact", "edge"])
+@pytest.mark.parametrize("features", ["dense", "csr"])
+def test_typed_gradients_summed_from_destination_rows_match_interpreter(layout, features):
+    """R-GCN's ``gather(g) / c`` read by both gradients of each typed product at edge sources:
+    the product rows' sums read the destinations' rows times 1 / c (gathered_row_sums, once per
+    gradient when another op runs between the two), and the [E, F] gradient is never written."""
+    from morphgen.backends.openmp.emitter import OpenMPEmitter
+    from morphgen.passes import run_default
+    from morphgen.pipeline import edge_type_pairs
+
+    graph = random_graph(n=300, e=4000, seed=9, etypes=5, ntypes=1)
+    graph.num_etypes = 6
+    x, labels, mask = random_data(graph, 37, classes=3)
+    if features == "csr":
+        x[np.random.default_rng(3).random(x.shape) < 0.9] = 0.0
+    _check(models.rgcn(featureless=False), graph, x, labels, mask, classes=3, features=features,
+           edge_typed_layout=layout)
+    program = models.rgcn(featureless=False)
+    program.bind({"F": 37, "C": 3, "N": 300, "etypes": 6, "ntypes": 1})
+    run_default(program, edge_typed_layout=layout, edge_pairs=edge_type_pairs(graph))
+    emitter = OpenMPEmitter(program)
+    emitter.emit()
+    ran = {id(row["op"]): row["kernels"] for row in emitter.plan_rows}
+    grads = [op for op in program.backward if op.opcode.startswith("edge_typed_linear_")]
+    assert len(grads) == 3 and all(ran[id(op)][0] == "mg::op::gathered_row_sums" for op in grads)
+    scaled = [op for op in program.backward if op.opcode == "div"]
+    assert len(scaled) == 2 and all(ran[id(op)] == [] and op.output.id in emitter.unstored_values() for op in scaled)
+
+
 def test_typed_linear_of_wide_gathered_rows_matches_interpreter():
     """Node rows wider than one column block of the weight gradient's work units (100 > 64): the
     kernels read each block of the gathered rows where it lies."""

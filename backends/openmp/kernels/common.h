@@ -166,6 +166,26 @@ MG_INLINE void sum_rows(const idx_t* idx, idx_t i0, idx_t i1, idx_t total, const
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) store(out + v * kLanes, acc[v]);
 }
+
+// out = the sum of w[idx[i] / w_div] * src[row[i]] over [i0, i1) (weighted_segment_row_sums).
+template <int NV>
+MG_INLINE void sum_scaled_rows(const idx_t* idx, const idx_t* row, const float* w, idx_t w_div, idx_t i0, idx_t i1,
+                               idx_t total, const float* src, float* out) {
+    using namespace simd;
+    constexpr idx_t m = NV * kLanes;
+    vf acc[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[v] = zero();
+    for (idx_t i = i0; i < i1; ++i) {
+        if (i + kLookahead < total) prefetch_l1<m * 4>(src + row[i + kLookahead] * m);
+        const float* r = src + row[i] * m;
+        const vf c = set1(w[idx[i] / w_div]);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[v] = fmadd(c, load(r + v * kLanes), acc[v]);
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) store(out + v * kLanes, acc[v]);
+}
 #endif
 }  // namespace seg_detail
 
@@ -202,6 +222,45 @@ inline void segment_row_sums(const idx_t* ptr, const idx_t* idx, idx_t segments,
                     const float* r = src + idx[i] * m;
 #pragma omp simd
                     for (idx_t j = 0; j < m; ++j) acc[j] += r[j];
+                }
+                copy_row(acc, out + s * m, m);
+            }
+        }
+    });
+}
+
+// out[s] = the sum of w[idx[i] / w_div] * src[row[i]] over i in [ptr[s], ptr[s+1]), width floats
+// each, in index order (the same bits at any thread count): an edge value that is node rows read
+// at the edges' far end and scaled per edge, summed into segments without being stored (the edge
+// typed linear's gradients of R-GCN's G[dst] / c and HGT's G[dst] times each head's attention;
+// w_div = B maps an edge of a B-block product to its one weight).
+inline void weighted_segment_row_sums(const idx_t* ptr, const idx_t* idx, const idx_t* row, const float* w,
+                                      idx_t w_div, idx_t segments, const float* src, idx_t width, float* out) {
+    with_width(width, [&](auto constant) {
+        constexpr int MC = decltype(constant)::value;
+        const idx_t m = MC ? MC : width;
+        const idx_t total = ptr[segments];
+#pragma omp parallel
+        {
+            RowBuffer<MC> buffer(m);
+            float* acc = buffer.data;
+#pragma omp for schedule(guided)
+            for (idx_t s = 0; s < segments; ++s) {
+#if MG_HAVE_SIMD
+                if constexpr (MC > 0 && MC % MG_SIMD_LANES == 0) {
+                    seg_detail::sum_scaled_rows<MC / MG_SIMD_LANES>(idx, row, w, w_div, ptr[s], ptr[s + 1], total,
+                                                                     src, out + s * m);
+                    continue;
+                }
+#endif
+#pragma omp simd
+                for (idx_t j = 0; j < m; ++j) acc[j] = 0.f;
+                for (idx_t i = ptr[s]; i < ptr[s + 1]; ++i) {
+                    if (i + seg_detail::kLookahead < total) prefetch_l1<64>(src + row[i + seg_detail::kLookahead] * m);
+                    const float* r = src + row[i] * m;
+                    const float c = w[idx[i] / w_div];
+#pragma omp simd
+                    for (idx_t j = 0; j < m; ++j) acc[j] += c * r[j];
                 }
                 copy_row(acc, out + s * m, m);
             }

@@ -42,8 +42,10 @@ struct EdgeTypedRows {
 
     // end[E]: the node at the read end of each edge; type[E] in [0, T).  kErrArgument if an index
     // is out of range.
-    int build(const idx_t* end, const idx_t* type, idx_t E, idx_t T, idx_t N, bool compact, idx_t blocks = 1) {
-        return layout.build(end, type, E, T, N, compact, et_detail::kTileRows, blocks) ? kOk : kErrArgument;
+    // far[E] (optional): the node at each edge's other end (gathered_row_sums).
+    int build(const idx_t* end, const idx_t* type, idx_t E, idx_t T, idx_t N, bool compact, idx_t blocks = 1,
+              const idx_t* far = nullptr) {
+        return layout.build(end, type, E, T, N, compact, et_detail::kTileRows, blocks, far) ? kOk : kErrArgument;
     }
     idx_t rows() const { return layout.rows; }    // product rows
     int64_t bytes() const {
@@ -67,6 +69,20 @@ inline void collapse(EdgeTypedRows& p, const float* G, idx_t M) {
     segment_row_sums(L.edge_ptr.data(), L.edges.data(), L.rows, G, M, p.row_grad.data());
 }
 }  // namespace et_detail
+
+// The row sums both gradients start from (collapse), of an edge gradient that is never stored:
+// G[e] = w[e] * Gnode[far(e)], node rows read at the edges' far end (layout built with `far`)
+// scaled per edge (R-GCN's gather(g) / c, HGT's head_mul(gather(g), alpha)).  Gnode [N, B*M] is
+// [N*B, M] one block wide; w_div = B when one weight scales all B blocks of an edge, 1 when each
+// block has its own (w [E, B]).  The gradient kernels then run with rows_summed.
+inline int gathered_row_sums(EdgeTypedRows& p, const float* Gnode, const float* w, idx_t w_div, idx_t M) {
+    const EdgeRowLayout& L = p.layout;
+    if (L.edge_far.size() != L.edges.size() || w_div < 1) return kErrArgument;
+    et_detail::grow(p.row_grad, L.rows * M);
+    weighted_segment_row_sums(L.edge_ptr.data(), L.edges.data(), L.edge_far.data(), w, w_div, L.rows, Gnode, M,
+                              p.row_grad.data());
+    return kOk;
+}
 
 // Y [E, M] = X[end(e)] · W[type(e)] for every edge.
 inline int edge_typed_linear_fwd(EdgeTypedRows& p, const float* X, idx_t K, const float* W, idx_t M, float* Y) {
