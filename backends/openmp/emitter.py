@@ -636,17 +636,20 @@ class OpenMPEmitter:
 
     def plan_edge_typed_row_sums(self) -> None:
         """Both gradients of a typed linear at edge ends start by summing G's edges into the
-        product rows (edge_typed_linear.h): when one runs right after the other on the same G and
-        layout, the second reuses the sums the first left in the layout's scratch."""
-        grads = ("edge_typed_linear_input_grad", "edge_typed_linear_weight_grad")
-        ops = self.p.backward
-        for first, second in zip(ops, ops[1:]):
-            if {first.opcode, second.opcode} != set(grads):
+        product rows (edge_typed_linear.h), in the scratch of their row layout: the second of two
+        gradients of the same G reuses the sums where no gradient over the same layout ran in
+        between (R-GCN's input and weight gradients have the add of the self-loop's gradient
+        between them; only these gradients write the sums)."""
+        position = {"edge_typed_linear_input_grad": 0, "edge_typed_linear_weight_grad": 1}
+        sums_of = {}    # layout key -> the G whose row sums its scratch holds
+        for op in self.p.backward:
+            if op.opcode not in position:
                 continue
-            g_of = {op.opcode: op.inputs[0 if op.opcode == grads[0] else 1] for op in (first, second)}
-            same_rows = (first.attrs["end"], first.attrs["layout"]) == (second.attrs["end"], second.attrs["layout"])
-            if same_rows and g_of[grads[0]] is g_of[grads[1]]:
-                self.rows_summed.add(id(second))
+            key = (op.attrs["end"], op.attrs["layout"], blocks_of(op))
+            g = op.inputs[position[op.opcode]]
+            if sums_of.get(key) is g:
+                self.rows_summed.add(id(op))
+            sums_of[key] = g
 
     def plan_edge_traversals(self) -> None:
         """Keep gathered node rows out of memory where every reader can read them in place.
