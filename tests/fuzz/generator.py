@@ -103,14 +103,21 @@ class _Writer:
         row = f"v.{name}" if end == "v" else f"e.{end}.{name}"
         if typed:
             self.typed = True
-            return f"({row} * {self.typed_weight('g.etypes', k, width)}[e.etype])"
+            # the input features may not meet a block-diagonal weight at an edge end (an error)
+            return f"({row} * {self.typed_weight('g.etypes', k, width, blockable=name != 'x')}[e.etype])"
         if end == "v" and self.rng.random() < 0.15:
             self.typed = True
             return f"({row} * {self.typed_weight('g.ntypes', k, width)}[v.ntype])"
         return f"({row} * {self.weight(k, width)})"
 
-    def typed_weight(self, types: str, k, width) -> str:
-        """A per-type [K][M] weight: declared as such, or combined from bases (A * V)."""
+    def typed_weight(self, types: str, k, width, blockable: bool = False) -> str:
+        """A per-type [K][M] weight: declared as such, combined from bases (A * V), or (edge
+        types, ``blockable``) B diagonal blocks of [K/B][M/B] (HGT's relation matrices)."""
+        blocks = [b for b in range(2, 9) if isinstance(k, int) and isinstance(width, int)
+                  and k % b == 0 and width % b == 0]
+        if blockable and blocks and self.rng.random() < 0.5:
+            b = self.rng.choice(blocks)
+            return self.weight(types, b, k // b, width // b)
         if self.rng.random() < 0.3:
             bases = self.rng.choice((1, 2, 3))
             return f"({self.weight(types, bases)} * {self.weight(bases, k, width)})"

@@ -5,11 +5,13 @@ interpreter, with the passes on and off; and every bug the generator found, kept
 campaigns recorded in docs/testing.md use `python -m tests.fuzz.campaign`.
 """
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from morphgen.frontend import compile_source
+from morphgen.ir_ops import blocks_of
 from tests.fuzz.differential import check, variants_for
 from tests.fuzz.generator import FuzzProgram, generate
 
@@ -20,6 +22,22 @@ REGRESSIONS = sorted((Path(__file__).parent / "regressions").glob("*.mp"))
 @pytest.mark.parametrize("seed", range(PROGRAMS))
 def test_generated_program_matches_interpreter(seed):
     fp = generate(seed)
+    for variant in variants_for(fp):
+        check(fp, variant)
+
+
+def _blocked_seeds(count: int) -> list:
+    """The first generated programs with a block-diagonal relation weight (rare among the
+    random ones: both widths must share a divisor)."""
+    blocked = re.compile(r"weight<float\[g\.etypes\](\[\d+\]){3}>")
+    return [seed for seed in range(2000) if blocked.search(generate(seed).source)][:count]
+
+
+@pytest.mark.parametrize("seed", _blocked_seeds(4))
+def test_generated_block_diagonal_programs_match_interpreter(seed):
+    fp = generate(seed)
+    program = compile_source(fp.source, filename=f"{fp.name}.mp")
+    assert any(blocks_of(op) > 1 for op in program.forward), "the weight must lower to a blocked product"
     for variant in variants_for(fp):
         check(fp, variant)
 
