@@ -66,19 +66,17 @@ inline float vexpm1(float x) {
 }
 
 // erfc(a) for a >= 0: Numerical Recipes' Chebyshev fit (erfcc: t e^(-a^2 + P(t)), t = 1 / (1 + a/2),
-// relative error below 1.2e-7 everywhere).
+// relative error below 1.2e-7 everywhere; in float on [0, 9] 4.1e-6, both ways of evaluating P).
+// P's degree 9 is evaluated by Estrin's scheme (pairs, then powers t^2, t^4, t^8): Horner's chain
+// of nine dependent FMAs was the latency of every gelu, 2 threads, 719,744 values: AVX2 forward
+// 0.50 -> 0.42 ms, derivative 0.80 -> 0.69 ms; AVX-512 0.245 -> 0.20 and 0.34 -> 0.30 ms.
 inline float verfc_nonneg(float a) {
     const float t = 1.0f / (1.0f + 0.5f * a);
-    float p = 0.17087277f;
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
-    p = p * t - 1.26551223f;
+    const float t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
+    const float p01 = -1.26551223f + 1.00002368f * t, p23 = 0.37409196f + 0.09678418f * t;
+    const float p45 = -0.18628806f + 0.27886807f * t, p67 = -1.13520398f + 1.48851587f * t;
+    const float p89 = -0.82215223f + 0.17087277f * t;
+    const float p = ((p01 + p23 * t2) + (p45 + p67 * t2) * t4) + p89 * t8;
     return t * vexp(-a * a + p);
 }
 
