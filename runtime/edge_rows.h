@@ -44,12 +44,18 @@ inline void expand_block_types(const idx_t *index, idx_t n, idx_t B, std::vector
 struct EdgeRowLayout {
     bool compact = false;
     idx_t types = 0, rows = 0, edge_count = 0, node_count = 0;
+    idx_t blocks = 1;                          // B: types, rows and edges above are B times the product's
     std::vector<idx_t> type_ptr;               // [T + 1]: rows of each type
     std::vector<idx_t> row_type, row_node;     // [R]: the type of row r and the node it reads
     std::vector<idx_t> edge_ptr, edges;        // [R + 1], [E]: the edges of each row
     std::vector<idx_t> edge_far;               // [E] or empty: node at the far end of edges[j]
     std::vector<idx_t> node_ptr, node_rows;    // [N + 1], [R]: the rows of each node (input gradient)
     std::vector<idx_t> tile_row, tile_type;    // [tiles + 1], [tiles]: tile starts, then the last end
+    // Products stored by row (store_rows): one [B*M] row per distinct (node, type) pair, the
+    // edges reading theirs by index, instead of a copy per edge.
+    std::vector<idx_t> row_store;              // [R]: where product row r goes, in rows of M floats
+    std::vector<idx_t> edge_row, edge_row_by_src;  // [E / B]: the stored row of each edge, by CSR
+                                                   // position over destinations / over sources
 
     // end[E]: the node at the read end of each edge; type[E] in [0, T).  False if an index is out
     // of range.  blocks: the products' weights are block diagonal, B blocks per type; the rows
@@ -63,9 +69,12 @@ struct EdgeRowLayout {
             expand_block_types(end, E, blocks, end_b);
             expand_block_types(type, E, blocks, type_b);
             if (far) expand_block_types(far, E, blocks, far_b);
-            return build(end_b.data(), type_b.data(), E * blocks, T * blocks, N * blocks, compact_rows, tile_rows, 1,
-                         far ? far_b.data() : nullptr);
+            const bool ok = build(end_b.data(), type_b.data(), E * blocks, T * blocks, N * blocks, compact_rows,
+                                  tile_rows, 1, far ? far_b.data() : nullptr);
+            this->blocks = blocks;
+            return ok;
         }
+        this->blocks = 1;
         using edge_rows_detail::counting_sort;
         for (idx_t e = 0; e < E; ++e)
             if (end[e] < 0 || end[e] >= N || type[e] < 0 || type[e] >= T || (far && (far[e] < 0 || far[e] >= N)))
@@ -114,10 +123,38 @@ struct EdgeRowLayout {
         tile_row.push_back(rows);      // tiles of a type are contiguous, so each ends where the next starts
         return true;
     }
+    // Lays the products out by row (row_store, edge_row; edge_row_by_src too when t_eid, the
+    // edge ids of the CSR over sources, is given).  The B blocks of one (node, type) pair are the
+    // same row u of every block's types (rows of type t*B + b follow the nodes of type t in the
+    // same order for each b), stored side by side: block b of row r goes to u*B + b.
+    void store_rows(const idx_t *t_eid) {
+        const idx_t B = blocks, T = types / B, E = edge_count / B;
+        row_store.assign(size_t(rows), 0);
+        edge_row.assign(size_t(E), 0);
+        idx_t base = 0;   // stored rows of the types before t
+        for (idx_t t = 0; t < T; ++t) {
+            const idx_t n = type_ptr[size_t(t * B + 1)] - type_ptr[size_t(t * B)];
+            for (idx_t b = 0; b < B; ++b)
+                for (idx_t i = 0; i < n; ++i) {
+                    const idx_t r = type_ptr[size_t(t * B + b)] + i;
+                    row_store[size_t(r)] = (base + i) * B + b;
+                    if (b == 0)
+                        for (idx_t j = edge_ptr[size_t(r)]; j < edge_ptr[size_t(r + 1)]; ++j)
+                            edge_row[size_t(edges[size_t(j)] / B)] = base + i;
+                }
+            base += n;
+        }
+        edge_row_by_src.clear();
+        if (t_eid) {
+            edge_row_by_src.resize(size_t(E));
+            for (idx_t k = 0; k < E; ++k) edge_row_by_src[size_t(k)] = edge_row[size_t(t_eid[k])];
+        }
+    }
     idx_t tiles() const { return idx_t(tile_type.size()); }
     int64_t bytes() const {
         const size_t ints = type_ptr.size() + row_type.size() + row_node.size() + edge_ptr.size() + edges.size() +
-                            edge_far.size() + node_ptr.size() + node_rows.size() + tile_row.size() + tile_type.size();
+                            edge_far.size() + row_store.size() + edge_row.size() + edge_row_by_src.size() +
+                            node_ptr.size() + node_rows.size() + tile_row.size() + tile_type.size();
         return int64_t(ints * sizeof(idx_t));
     }
 };

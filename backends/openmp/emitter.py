@@ -130,6 +130,7 @@ class OpenMPEmitter:
         self.rows_summed: set = set()    # id() of edge typed gradient ops whose G row sums are already made
         self.gathered_grads: dict = {}   # id(edge typed gradient op) -> the weighted gather its row sums read
         self.far_plans: set = set()      # keys of edge typed row layouts that keep each edge's destination
+        self.stored_rows: dict = {}      # value id -> its edge typed linear, whose products it holds by row
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
         self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
@@ -344,6 +345,7 @@ class OpenMPEmitter:
         self.plan_dropout_act_grads()
         self.plan_edge_traversals()
         self.plan_gathered_row_sums()
+        self.plan_stored_rows()
         self.plan_edge_attention()
         self.plan_edge_softmax_grads()
         self.plan_head_products()
@@ -772,6 +774,38 @@ class OpenMPEmitter:
                 self.gathered_grads[id(r)] = op
                 self.far_plans.add((r.attrs["end"], r.attrs["layout"], blocks_of(r)))
                 self.extra_reads += [(x.id, r), (w.id, r)]
+
+    def plan_stored_rows(self) -> None:
+        """A typed linear at edge ends makes one product per distinct (node, type) pair (the
+        compact layout) and copies it to each of the pair's edges.  Where every reader of the
+        products is an edge traversal that reads an edge's row where it lies (a weighted scatter
+        of the edge rows, in either direction; a per-head dot with node rows at destinations),
+        the products stay one per pair and those traversals read each edge's through an index
+        (EdgeRowLayout::store_rows): no [E, F] copy is written (HGT's keys and messages, R-GCN's
+        messages).  The buffer keeps its [E, F] size, of which the first rows are used."""
+        for op in self.p.forward:
+            v = op.output
+            if op.opcode != "edge_typed_linear" or op.attrs["layout"] != "compact" or id(op) in self.absorbed:
+                continue
+            readers = self.readers.get(v.id, [])
+            if readers and all(self._reads_stored_row(r, v) for r, _ in readers):
+                self.stored_rows[v.id] = op
+
+    def _reads_stored_row(self, reader, v) -> bool:
+        """Whether ``reader`` reads ``v`` only inside a traversal that can take an edge's row by index."""
+        scatter = self.fused_into.get(id(reader)) if id(reader) in self.absorbed else reader
+        if scatter is not None and id(scatter) in self.edge_scatters:
+            x, x_end = self.edge_scatters[id(scatter)][:2]
+            return x is v and x_end == "edge"
+        if id(reader) in self.edge_dots:
+            a, a_end, b, b_end, _ = self.edge_dots[id(reader)]
+            ends = {(a.id, a_end), (b.id, b_end)}
+            return (v.id, "edge") in ends and any(end == "dst" for _, end in ends)
+        return False
+
+    def _stored_plan(self, v) -> str:
+        """The row layout whose stored products ``v`` holds (plan_stored_rows)."""
+        return self.edge_typed_plan(*self.edge_typed_key(self.stored_rows[v.id]))
 
     def _edge_scaling(self, op) -> Optional[tuple]:
         """(rows, weights) when ``op`` scales rows by per-head or per-edge weights: a head_mul, a
@@ -1326,12 +1360,19 @@ class OpenMPEmitter:
             name = f"plan{len(self.plans)}"
             self.plans[key] = name
             ends = "m.graph.col" if end == "src" else self.edge_dst()
-            far = f", {self.edge_dst()}" if key[1:] in self.far_plans else ""
+            stored = any(self.edge_typed_key(op) == key[1:] for op in self.stored_rows.values())
+            far = f", {self.edge_dst()}" if key[1:] in self.far_plans else (", nullptr" if stored else "")
+            far += ", true" if stored else ""
             self.members.append(f"mg::op::EdgeTypedRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
             self.prepare.append(f"mg::op::build_edge_typed_rows(m.{name}, {ends}, {self.type_expr('etype')}, "
                                 f"m.graph, {'true' if layout == 'compact' else 'false'}, {blocks}{far})")
         return f"m.{self.plans[key]}"
+
+    @staticmethod
+    def edge_typed_key(op) -> tuple:
+        """(end, layout, blocks): the row layout an edge typed op runs over."""
+        return op.attrs["end"], op.attrs["layout"], blocks_of(op)
 
     def _edge_typed_features(self, x: Value) -> bool:
         """Whether x is the input features, read in their own format (dense or CSR: the sparse
@@ -1355,6 +1396,8 @@ class OpenMPEmitter:
                                    f"4.0 * m.graph.num_edges * {blocks} * (3.0 + {M}) + 4.0 * {plan}.rows() * {M}",
                                    f"2.0 * m.graph.num_edges * {blocks} * {M}"))
         summed = ", true" if id(op) in self.rows_summed or gathered is not None else ""
+        if op.output is not None and op.output.id in self.stored_rows:
+            summed = ", true"       # the forward's flag: its products stored by row
         return sums + [self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)}{summed})",
                                   f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {blocks} * {M} + "
                                   f"m.graph.num_etypes * {blocks} * {K} * {M})",
@@ -1426,8 +1469,9 @@ class OpenMPEmitter:
             else:
                 kernel, to_dst = "weighted_gather_scatter", x_end == "src"
             w_ptr = self.weights(self.producer[op.inputs[0].id], w)
+            stored = f", &{self._stored_plan(x)}" if x.id in self.stored_rows else ""
             return self.timed("edges", f"mg::op::{kernel}(m.g, {'true' if to_dst else 'false'}, "
-                              f"{self.ptr(x)}, {w_ptr}, {heads}, ({F}) / {heads}, {self.ptr(out)})",
+                              f"{self.ptr(x)}, {w_ptr}, {heads}, ({F}) / {heads}, {self.ptr(out)}{stored})",
                               f"(4.0 * m.graph.num_edges * ({F} + {heads} + 2) + 4.0 * {self.numel(out)})",
                               f"2.0 * m.graph.num_edges * {F}")
         reduce = op.attrs["reduce"]
@@ -1605,6 +1649,12 @@ class OpenMPEmitter:
         """A dot of two gathered node values, read at their edge ends (plan_edge_traversals)."""
         a, a_end, b, b_end, heads = self.edge_dots[id(op)]
         F = self.width(a)
+        if b.id in self.stored_rows and b_end == "edge":
+            a, a_end, b, b_end = b, b_end, a, a_end        # a dot is symmetric: the stored rows first
+        if a.id in self.stored_rows and a_end == "edge":
+            return self.timed("edges", f"mg::op::edge_dot_stored(m.g, {self._stored_plan(a)}, {self.ptr(a)}, "
+                              f"{self.ptr(b)}, {heads}, ({F}) / {heads}, {self.ptr(op.output)})",
+                              f"(8.0 * m.graph.num_edges * ({F} + 1))", f"2.0 * m.graph.num_edges * {F}")
         return self.timed("edges", f"mg::op::edge_dot(m.g, {self.ptr(a)}, {self.row_at(a_end)}, "
                           f"{self.ptr(b)}, {self.row_at(b_end)}, {heads}, ({F}) / {heads}, "
                           f"{self.ptr(op.output)})", f"(8.0 * m.graph.num_edges * ({F} + 1))",

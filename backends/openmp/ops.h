@@ -320,19 +320,24 @@ inline void build_blocked_groups(TypeGroups &groups, const idx_t *type, idx_t ro
 // end: the node each edge reads (the CSR's sources, or Graph::edge_dst).  blocks: the product's
 // weights are block diagonal, B blocks per type (runtime/edge_rows.h); the kernels then take K
 // and M of one block.  far: the node at each edge's other end, where a gradient's node rows are
-// read by gathered_row_sums (nullptr: none is).
+// read by gathered_row_sums (nullptr: none is).  store_rows: the forward products are stored
+// one per row and read by index (EdgeRowLayout::store_rows).
 inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_t *type, const GraphView &g,
-                                  bool compact, idx_t blocks = 1, const idx_t *far = nullptr) {
+                                  bool compact, idx_t blocks = 1, const idx_t *far = nullptr,
+                                  bool store_rows = false) {
     check(p.build(end, type, g.num_edges, g.num_etypes, g.num_nodes, compact, blocks, far),
           "edge typed linear rows (a node or edge type index is out of range)");
+    if (store_rows) p.layout.store_rows(g.t_eid);
 }
 // The product rows' sums of the edge gradient w[e] * G[far(e)], which is never stored; the
 // gradients of the product then run with rows_summed (the emitter's plan_gathered_row_sums).
 inline void gathered_row_sums(EdgeTypedRows &p, const float *G, const float *w, idx_t w_div, idx_t M) {
     check(mg::gathered_row_sums(p, G, w, w_div, M), "edge typed linear gradient rows");
 }
-inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
-    check(edge_typed_linear_fwd(p, X, K, W, M, Y), "edge typed linear");
+// stored: Y holds the products by row, read through the layout's edge_row (store_rows).
+inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y,
+                              bool stored = false) {
+    check(edge_typed_linear_fwd(p, X, K, W, M, Y, stored), "edge typed linear");
 }
 // rows_summed: the other gradient of the same product ran just before and left G's row sums
 // (the emitter's plan_edge_typed_row_sums).
@@ -346,10 +351,12 @@ inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_
 }
 
 // The same two products with x the input features, dense or CSR (never an N x F copy of CSR rows).
-inline void edge_typed_linear_features(EdgeTypedRows &p, const FeatureView &f, const float *W, idx_t M, float *Y) {
-    if (f.kind == FeatureKind::Dense) return edge_typed_linear(p, f.dense, f.cols, W, M, Y);
+inline void edge_typed_linear_features(EdgeTypedRows &p, const FeatureView &f, const float *W, idx_t M, float *Y,
+                                       bool stored = false) {
+    if (f.kind == FeatureKind::Dense) return edge_typed_linear(p, f.dense, f.cols, W, M, Y, stored);
     if (f.kind != FeatureKind::Csr || f.drop_p != 0.f) throw Error("edge typed linear: features must be stored rows");
-    check(edge_typed_linear_csr_fwd(p, f.indptr, f.indices, f.data, f.cols, W, M, Y), "edge typed linear (sparse features)");
+    check(edge_typed_linear_csr_fwd(p, f.indptr, f.indices, f.data, f.cols, W, M, Y, stored),
+          "edge typed linear (sparse features)");
 }
 inline void edge_typed_linear_weight_grad_features(EdgeTypedRows &p, const FeatureView &f, const float *G, idx_t M,
                                                    float *dW, bool rows_summed = false) {
@@ -520,17 +527,30 @@ inline void weighted_gather_scatter(const Graph &g, bool to_dst, const float *X,
 }
 // The same sum of an edge value X [E, F] scaled by per-head edge weights (HGT's messages times
 // their attention), each edge's row read where it lies: no head_mul pass, no [E, F] product.
+// stored: X holds the rows of an edge typed linear stored by row (EdgeRowLayout::store_rows), each
+// edge's read through its index.
 inline void weighted_edge_scatter(const Graph &g, bool to_dst, const float *X, const float *w, idx_t H, idx_t D,
-                                  float *out) {
+                                  float *out, const EdgeTypedRows *stored = nullptr) {
     const GraphView &v = *g.view;
-    if (to_dst) mg::weighted_gather_scatter(true, X, w, v.indptr, nullptr, nullptr, v.num_nodes, H, D, out);
-    else mg::weighted_gather_scatter(false, X, w, v.t_indptr, nullptr, v.t_eid, v.num_nodes, H, D, out);
+    const idx_t *rows = !stored ? nullptr : to_dst ? stored->layout.edge_row.data() : stored->layout.edge_row_by_src.data();
+    if (stored && !to_dst && stored->layout.edge_row_by_src.empty()) throw Error("edge rows by source were not built");
+    if (to_dst) mg::weighted_gather_scatter(true, X, w, v.indptr, rows, nullptr, v.num_nodes, H, D, out);
+    else mg::weighted_gather_scatter(false, X, w, v.t_indptr, rows, v.t_eid, v.num_nodes, H, D, out);
 }
 // Per-head dot of two node values read at an end of every edge (src when *_src).
 inline void edge_dot(const Graph &g, const float *A, RowAt a_at, const float *B, RowAt b_at, idx_t H, idx_t D,
                      float *out) {
     const GraphView &v = *g.view;
     mg::edge_dot(A, a_at, B, b_at, v.indptr, v.col, v.num_nodes, H, D, out);
+}
+// The same with A an edge typed linear's products stored by row and B read at destinations: A's
+// row of the edge at CSR position e is edge_row[e], which the kernel reads as it reads a source
+// index (and fetches ahead as it fetches source rows).
+inline void edge_dot_stored(const Graph &g, const EdgeTypedRows &stored, const float *A, const float *B, idx_t H,
+                            idx_t D, float *out) {
+    const GraphView &v = *g.view;
+    mg::edge_dot(A, RowAt::Source, B, RowAt::Destination, v.indptr, stored.layout.edge_row.data(), v.num_nodes, H, D,
+                 out);
 }
 // out = 1 / x: per-edge weights that traversals multiply by where the program divides by a graph
 // constant (1 / e.rel_degree), computed once at load time.

@@ -182,7 +182,9 @@ def test_typed_gradients_summed_from_destination_rows_match_interpreter(layout, 
     """R-GCN's ``gather(g) / c`` read by both gradients of each typed product at edge sources:
     the product rows' sums read the destinations' rows times 1 / c (gathered_row_sums) and the
     [E, F] gradient is never written; the second gradient of the last layer reuses the first's
-    sums across the add that runs between them."""
+    sums across the add that runs between them.  In the compact layout the forward products
+    stay one per (source, type) pair, the sums at destinations reading each edge's by index
+    (plan_stored_rows)."""
     from morphgen.backends.openmp.emitter import OpenMPEmitter
     from morphgen.passes import run_default
     from morphgen.pipeline import edge_type_pairs
@@ -205,6 +207,8 @@ def test_typed_gradients_summed_from_destination_rows_match_interpreter(layout, 
     assert sums == [True, False, True] and id(grads[1]) in emitter.rows_summed
     scaled = [op for op in program.backward if op.opcode == "div"]
     assert len(scaled) == 2 and all(ran[id(op)] == [] and op.output.id in emitter.unstored_values() for op in scaled)
+    products = [op.output.id for op in program.forward if op.opcode == "edge_typed_linear"]
+    assert len(products) == 2 and all((v in emitter.stored_rows) == (layout == "compact") for v in products)
 
 
 def test_typed_linear_of_wide_gathered_rows_matches_interpreter():

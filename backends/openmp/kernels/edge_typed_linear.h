@@ -60,6 +60,16 @@ inline void grow(std::vector<float>& v, idx_t n) {
 
 inline bool fits_blas(idx_t a, idx_t b) { return a <= INT_MAX && b <= INT_MAX; }
 
+// Product row r where its readers find it: once at its stored row (stored: the layout's
+// store_rows) or copied to each of its edges.
+MG_INLINE void put_row(const EdgeRowLayout& L, idx_t r, const float* y, idx_t M, bool stored, float* Y) {
+    if (stored) {
+        copy_row(y, Y + L.row_store[size_t(r)] * M, M);
+        return;
+    }
+    for (idx_t j = L.edge_ptr[size_t(r)]; j < L.edge_ptr[size_t(r + 1)]; ++j) copy_row(y, Y + L.edges[size_t(j)] * M, M);
+}
+
 // row_grad[r] = sum of G[e] over the edges of row r (a permuted copy in the edge layout).  The
 // gradient kernels take `rows_summed`: true when the previous call, of the other gradient of the
 // same product, left these sums of the same G in row_grad (the emitter says when).
@@ -84,10 +94,13 @@ inline int gathered_row_sums(EdgeTypedRows& p, const float* Gnode, const float* 
     return kOk;
 }
 
-// Y [E, M] = X[end(e)] · W[type(e)] for every edge.
-inline int edge_typed_linear_fwd(EdgeTypedRows& p, const float* X, idx_t K, const float* W, idx_t M, float* Y) {
+// Y [E, M] = X[end(e)] · W[type(e)] for every edge; stored: Y holds one row per distinct (node,
+// type) pair instead, edge e's at L.edge_row[e] (layout built with store_rows).
+inline int edge_typed_linear_fwd(EdgeTypedRows& p, const float* X, idx_t K, const float* W, idx_t M, float* Y,
+                                 bool stored = false) {
     if (!et_detail::fits_blas(K, M)) return kErrTooLarge;
     const EdgeRowLayout& L = p.layout;
+    if (stored && idx_t(L.row_store.size()) != L.rows) return kErrArgument;
     const idx_t tile_floats = et_detail::kTileRows * (K + M);
     et_detail::grow(p.scratch, idx_t(omp_get_max_threads()) * tile_floats);
 #pragma omp parallel
@@ -104,11 +117,7 @@ inline int edge_typed_linear_fwd(EdgeTypedRows& p, const float* X, idx_t K, cons
                 for (idx_t k = 0; k < n; ++k) copy_row(X + L.row_node[size_t(r0 + k)] * K, xbuf + k * K, K);
                 tile_nn(n, M, K, xbuf, Wt, ybuf);
             }
-            for (idx_t k = 0; k < n; ++k) {
-                const float* y = ybuf + k * M;
-                for (idx_t j = L.edge_ptr[size_t(r0 + k)]; j < L.edge_ptr[size_t(r0 + k + 1)]; ++j)
-                    copy_row(y, Y + L.edges[size_t(j)] * M, M);
-            }
+            for (idx_t k = 0; k < n; ++k) et_detail::put_row(L, r0 + k, ybuf + k * M, M, stored, Y);
         }
     }
     return kOk;
@@ -183,8 +192,10 @@ inline int edge_typed_linear_input_bwd(EdgeTypedRows& p, const float* G, idx_t M
 // Y [E, M] = X[end(e)] · W[type(e)].  A row's sum stays in registers for widths 8/16/32/64
 // (with_width): summed in memory, each non-zero waited on the store of the previous one.
 inline int edge_typed_linear_csr_fwd(EdgeTypedRows& p, const int64_t* indptr, const int32_t* indices,
-                                     const float* values, idx_t K, const float* W, idx_t M, float* Y) {
+                                     const float* values, idx_t K, const float* W, idx_t M, float* Y,
+                                     bool stored = false) {
     const EdgeRowLayout& L = p.layout;
+    if (stored && idx_t(L.row_store.size()) != L.rows) return kErrArgument;
     with_width(M, [&](auto width) {
         constexpr int MC = decltype(width)::value;
         const idx_t m = MC ? MC : M;
@@ -204,8 +215,7 @@ inline int edge_typed_linear_csr_fwd(EdgeTypedRows& p, const int64_t* indptr, co
 #pragma omp simd
                         for (idx_t c = 0; c < m; ++c) y[c] += v * w[c];
                     }
-                    for (idx_t j = L.edge_ptr[size_t(r)]; j < L.edge_ptr[size_t(r + 1)]; ++j)
-                        copy_row(y, Y + L.edges[size_t(j)] * m, m);
+                    et_detail::put_row(L, r, y, m, stored, Y);
                 }
             }
         }
