@@ -625,6 +625,26 @@ def test_dropout_matches_reference_hash_and_keep_rate(lib):
     np.testing.assert_allclose(gx, np.where(keep, gy / np.float32(1 - p), 0), rtol=1e-6)
 
 
+def _aligned_empty(n, offset=0):
+    """n float32 starting `offset` floats past a 64-byte boundary."""
+    raw = np.empty(n + 16 + offset, np.float32)
+    start = (-raw.ctypes.data % 64) // 4 + offset
+    return raw[start:start + n]
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_dropout_of_an_output_larger_than_the_caches(lib, offset):
+    """Outputs of 64 MiB or more are written by streaming stores where vectors are 16 floats
+    wide and the output is 64-byte aligned (dropout.h: dropout_streamed; offset 1 takes the
+    cached path): the same mask and values either way, the ragged last block included."""
+    n, p = (64 << 20) // 4 + 37, 0.25
+    x = np.arange(n, dtype=np.float32) % np.float32(97) - np.float32(40)
+    y = _aligned_empty(n, offset)
+    lib.mgb_dropout_fwd(F(x), F(y), n, p, 31, 4, 9)
+    keep = np_keep_mask(n, p, 31, 4, 9)
+    np.testing.assert_array_equal(y, np.where(keep, x * np.float32(1 / (1 - p)), np.float32(0)))
+
+
 def test_dropout_mask_same_for_any_thread_count(lib):
     n, p = 150_001, 0.5
     x = np.ones(n, np.float32)

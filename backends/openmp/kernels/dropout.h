@@ -98,6 +98,40 @@ inline void for_keep_rows(int64_t rows, int64_t cols, const int64_t* row_ids, ui
     }
 }
 
+#if MG_HAVE_SIMD
+// Outputs at least this large are written past the caches (they do not fit, and their lines are
+// then neither read for ownership nor evicted dirty): with 16-float vectors, where the kernel is
+// bound by memory; 2 threads, AMD EPYC, 89,250 x 500: 9.3 -> 7.3 ms.  With AVX2 the hash bounds it
+// and streaming stores measured slower (13.1 -> 14.2 ms).
+inline constexpr int64_t kStreamBytes = int64_t(64) << 20;
+
+inline bool streams(const float* y, int64_t n) {
+    return simd::kLanes == 16 && n * int64_t(sizeof(float)) >= kStreamBytes &&
+           reinterpret_cast<std::uintptr_t>(y) % 64 == 0;
+}
+
+// dropout_fwd's loop with streaming stores; each thread fences its own before the team ends.
+inline void dropout_streamed(const float* x, float* y, int64_t n, float s, uint64_t base, uint64_t threshold) {
+    using namespace simd;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    const vf scale = set1(s);
+#pragma omp parallel
+    {
+#pragma omp for schedule(static) nowait
+        for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t i = b * kBlock, m = n - i < kBlock ? n - i : kBlock;
+            alignas(64) uint32_t k[kBlock];
+            keep_masks(base, uint64_t(i), m, threshold, k);
+            int64_t j = 0;
+            for (; j + kLanes <= m; j += kLanes)   // kBlock is whole vectors: y + i + j stays aligned
+                stream(y + i + j, and_bits(mul(load(x + i + j), scale), load_i32(reinterpret_cast<const int32_t*>(k + j))));
+            for (; j < m; ++j) y[i + j] = keep_bits(k[j], x[i + j] * s);
+        }
+        _mm_sfence();
+    }
+}
+#endif
+
 }  // namespace dropout_detail
 
 // The keep decision of element i, exposed for tests and for fused kernels that apply dropout
@@ -116,6 +150,9 @@ inline void dropout_fwd(const float* x, float* y, int64_t n, float p, DropoutKey
         return;
     }
     const float s = 1.0f / (1.0f - p);
+#if MG_HAVE_SIMD
+    if (streams(y, n)) return dropout_streamed(x, y, n, s, stream_base(key), drop_threshold(p));
+#endif
     for_keep_blocks(n, 0, stream_base(key), drop_threshold(p), [&](int64_t i, const uint32_t* k, int64_t m) {
 #pragma omp simd
         for (int64_t j = 0; j < m; ++j) y[i + j] = keep_bits(k[j], x[i + j] * s);

@@ -78,6 +78,8 @@ MG_INLINE vf load_aligned(const float* p) { return _mm512_load_ps(p); }
 MG_INLINE vf load(mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
 MG_INLINE void store(float* p, vf v) { _mm512_storeu_ps(p, v); }
 MG_INLINE void store_aligned(float* p, vf v) { _mm512_store_ps(p, v); }
+MG_INLINE void stream(float* p, vf v) { _mm512_stream_ps(p, v); }  // 64-byte aligned p, past the caches
+MG_INLINE vf and_bits(vf v, vi bits) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), bits)); }
 MG_INLINE void store(mask m, float* p, vf v) { _mm512_mask_storeu_ps(p, m, v); }
 MG_INLINE void store_i32(std::int32_t* p, vi v) { _mm512_storeu_si512(reinterpret_cast<void*>(p), v); }
 MG_INLINE void store_mask(std::int32_t* p, mask m) { store_i32(p, _mm512_maskz_set1_epi32(m, -1)); }  // ~0 or 0
@@ -136,6 +138,8 @@ MG_INLINE vf load_aligned(const float* p) { return _mm256_load_ps(p); }
 MG_INLINE vf load(mask m, const float* p) { return _mm256_maskload_ps(p, m); }
 MG_INLINE void store(float* p, vf v) { _mm256_storeu_ps(p, v); }
 MG_INLINE void store_aligned(float* p, vf v) { _mm256_store_ps(p, v); }
+MG_INLINE void stream(float* p, vf v) { _mm256_stream_ps(p, v); }  // 32-byte aligned p, past the caches
+MG_INLINE vf and_bits(vf v, vi bits) { return _mm256_and_ps(v, _mm256_castsi256_ps(bits)); }
 MG_INLINE void store(mask m, float* p, vf v) { _mm256_maskstore_ps(p, m, v); }
 MG_INLINE void store_i32(std::int32_t* p, vi v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
 MG_INLINE void store_mask(std::int32_t* p, mask m) { store_i32(p, m); }  // ~0 or 0 per lane
