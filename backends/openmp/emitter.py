@@ -647,7 +647,7 @@ class OpenMPEmitter:
         for op in self.p.backward:
             if op.opcode not in position:
                 continue
-            key = (op.attrs["end"], op.attrs["layout"], blocks_of(op))
+            key = self.edge_typed_key(op)
             g = op.inputs[position[op.opcode]]
             if sums_of.get(key) is g:
                 self.rows_summed.add(id(op))
@@ -772,7 +772,7 @@ class OpenMPEmitter:
             self.fused_into[id(op)] = readers[0][0]
             for r, _ in readers:
                 self.gathered_grads[id(r)] = op
-                self.far_plans.add((r.attrs["end"], r.attrs["layout"], blocks_of(r)))
+                self.far_plans.add(self.edge_typed_key(r))
                 self.extra_reads += [(x.id, r), (w.id, r)]
 
     def plan_stored_rows(self) -> None:
@@ -1360,13 +1360,14 @@ class OpenMPEmitter:
             name = f"plan{len(self.plans)}"
             self.plans[key] = name
             ends = "m.graph.col" if end == "src" else self.edge_dst()
+            # what gradient sums from node rows (far ends) and products stored by row need
+            far = self.edge_dst() if key[1:] in self.far_plans else "nullptr"
             stored = any(self.edge_typed_key(op) == key[1:] for op in self.stored_rows.values())
-            far = f", {self.edge_dst()}" if key[1:] in self.far_plans else (", nullptr" if stored else "")
-            far += ", true" if stored else ""
             self.members.append(f"mg::op::EdgeTypedRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
             self.prepare.append(f"mg::op::build_edge_typed_rows(m.{name}, {ends}, {self.type_expr('etype')}, "
-                                f"m.graph, {'true' if layout == 'compact' else 'false'}, {blocks}{far})")
+                                f"m.graph, {'true' if layout == 'compact' else 'false'}, {blocks}, {far}, "
+                                f"{'true' if stored else 'false'})")
         return f"m.{self.plans[key]}"
 
     @staticmethod
@@ -1384,7 +1385,7 @@ class OpenMPEmitter:
         is the features, ``x_values``); the rows' reads or writes, the edges' M-wide ones and the
         weights moved (K and M one block's, the rows and edges B times as many)."""
         blocks = blocks_of(op)
-        plan = self.edge_typed_plan(op.attrs["end"], op.attrs["layout"], blocks)
+        plan = self.edge_typed_plan(*self.edge_typed_key(op))
         row_values = f"(double(mg::op::feature_values(m.features)) / m.features.rows)" if x_values else K
         gathered = self.gathered_grads.get(id(op))
         sums = []
@@ -1395,10 +1396,10 @@ class OpenMPEmitter:
                                    f"{self.weights(gathered, w)}, {blocks if heads == 1 else 1}, {M})",
                                    f"4.0 * m.graph.num_edges * {blocks} * (3.0 + {M}) + 4.0 * {plan}.rows() * {M}",
                                    f"2.0 * m.graph.num_edges * {blocks} * {M}"))
-        summed = ", true" if id(op) in self.rows_summed or gathered is not None else ""
-        if op.output is not None and op.output.id in self.stored_rows:
-            summed = ", true"       # the forward's flag: its products stored by row
-        return sums + [self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)}{summed})",
+        # the kernels' last flag: a gradient's G rows already summed, or the forward's products stored by row
+        flag = id(op) in self.rows_summed or gathered is not None or op.output.id in self.stored_rows
+        tail = ", true" if flag else ""
+        return sums + [self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {self.ptr(op.output)}{tail})",
                                   f"4.0 * ({plan}.rows() * {row_values} + m.graph.num_edges * {blocks} * {M} + "
                                   f"m.graph.num_etypes * {blocks} * {K} * {M})",
                                   f"2.0 * {plan}.rows() * {row_values} * {M}")]
