@@ -1360,14 +1360,16 @@ class OpenMPEmitter:
             name = f"plan{len(self.plans)}"
             self.plans[key] = name
             ends = "m.graph.col" if end == "src" else self.edge_dst()
-            # what gradient sums from node rows (far ends) and products stored by row need
-            far = self.edge_dst() if key[1:] in self.far_plans else "nullptr"
+            # what gradient sums from node rows (far ends) and products stored by row need; named
+            # only when needed (the CUDA op layer's build takes neither)
+            far = key[1:] in self.far_plans
             stored = any(self.edge_typed_key(op) == key[1:] for op in self.stored_rows.values())
+            extra = f", {self.edge_dst() if far else 'nullptr'}" if far or stored else ""
+            extra += ", true" if stored else ""
             self.members.append(f"mg::op::EdgeTypedRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
             self.prepare.append(f"mg::op::build_edge_typed_rows(m.{name}, {ends}, {self.type_expr('etype')}, "
-                                f"m.graph, {'true' if layout == 'compact' else 'false'}, {blocks}, {far}, "
-                                f"{'true' if stored else 'false'})")
+                                f"m.graph, {'true' if layout == 'compact' else 'false'}, {blocks}{extra})")
         return f"m.{self.plans[key]}"
 
     @staticmethod

@@ -149,37 +149,19 @@ namespace seg_detail {
 inline constexpr idx_t kLookahead = 8;
 
 #if MG_HAVE_SIMD
-// out = the sum of src[idx[i]] over [i0, i1), rows of NV vectors, summed in registers.
-template <int NV>
-MG_INLINE void sum_rows(const idx_t* idx, idx_t i0, idx_t i1, idx_t total, const float* src, float* out) {
+// out = the sum over [i0, i1) of entry.scale(i) * src[entry.row(i)], rows of NV vectors, summed
+// in registers (a scale of 1 adds the row exactly: the FMA rounds once, as the add would).
+template <int NV, class Entry>
+MG_INLINE void sum_rows(const Entry& entry, idx_t i0, idx_t i1, idx_t total, const float* src, float* out) {
     using namespace simd;
     constexpr idx_t m = NV * kLanes;
     vf acc[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[v] = zero();
     for (idx_t i = i0; i < i1; ++i) {
-        if (i + kLookahead < total) prefetch_l1<m * 4>(src + idx[i + kLookahead] * m);
-        const float* r = src + idx[i] * m;
-#pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) acc[v] = add(acc[v], load(r + v * kLanes));
-    }
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) store(out + v * kLanes, acc[v]);
-}
-
-// out = the sum of w[idx[i] / w_div] * src[row[i]] over [i0, i1) (weighted_segment_row_sums).
-template <int NV>
-MG_INLINE void sum_scaled_rows(const idx_t* idx, const idx_t* row, const float* w, idx_t w_div, idx_t i0, idx_t i1,
-                               idx_t total, const float* src, float* out) {
-    using namespace simd;
-    constexpr idx_t m = NV * kLanes;
-    vf acc[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[v] = zero();
-    for (idx_t i = i0; i < i1; ++i) {
-        if (i + kLookahead < total) prefetch_l1<m * 4>(src + row[i + kLookahead] * m);
-        const float* r = src + row[i] * m;
-        const vf c = set1(w[idx[i] / w_div]);
+        if (i + kLookahead < total) prefetch_l1<m * 4>(src + entry.row(i + kLookahead) * m);
+        const float* r = src + entry.row(i) * m;
+        const vf c = set1(entry.scale(i));
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) acc[v] = fmadd(c, load(r + v * kLanes), acc[v]);
     }
@@ -187,6 +169,57 @@ MG_INLINE void sum_scaled_rows(const idx_t* idx, const idx_t* row, const float* 
     for (int v = 0; v < NV; ++v) store(out + v * kLanes, acc[v]);
 }
 #endif
+
+// out[s] = the sum over i in [ptr[s], ptr[s+1]) of entry.scale(i) * src[entry.row(i)], width
+// floats each; 0 for an empty segment, in entry order (the same bits at any thread count).
+template <class Entry>
+inline void segment_sums(const idx_t* ptr, idx_t segments, const float* src, idx_t width, float* out,
+                         const Entry& entry) {
+    with_width(width, [&](auto constant) {
+        constexpr int MC = decltype(constant)::value;
+        const idx_t m = MC ? MC : width;
+        const idx_t total = ptr[segments];
+#pragma omp parallel    // guided: a few big segments (types) or many small ones (rows, nodes)
+        {
+            RowBuffer<MC> buffer(m);
+            float* acc = buffer.data;
+#pragma omp for schedule(guided)
+            for (idx_t s = 0; s < segments; ++s) {
+#if MG_HAVE_SIMD
+                if constexpr (MC > 0 && MC % MG_SIMD_LANES == 0) {
+                    sum_rows<MC / MG_SIMD_LANES>(entry, ptr[s], ptr[s + 1], total, src, out + s * m);
+                    continue;
+                }
+#endif
+#pragma omp simd
+                for (idx_t j = 0; j < m; ++j) acc[j] = 0.f;
+                for (idx_t i = ptr[s]; i < ptr[s + 1]; ++i) {
+                    if (i + kLookahead < total) prefetch_l1<64>(src + entry.row(i + kLookahead) * m);
+                    const float* r = src + entry.row(i) * m;
+                    const float c = entry.scale(i);
+#pragma omp simd
+                    for (idx_t j = 0; j < m; ++j) acc[j] += c * r[j];
+                }
+                copy_row(acc, out + s * m, m);
+            }
+        }
+    });
+}
+
+// Entry i: row idx[i], scale 1.
+struct PlainEntries {
+    const idx_t* idx;
+    MG_INLINE idx_t row(idx_t i) const { return idx[i]; }
+    MG_INLINE float scale(idx_t) const { return 1.f; }
+};
+// Entry i: row rows[i], scale w[idx[i] / w_div].
+struct ScaledEntries {
+    const idx_t *idx, *rows;
+    const float* w;
+    idx_t w_div;
+    MG_INLINE idx_t row(idx_t i) const { return rows[i]; }
+    MG_INLINE float scale(idx_t i) const { return w[idx[i] / w_div]; }
+};
 }  // namespace seg_detail
 
 // out[s] = the sum of src[idx[i]] over i in [ptr[s], ptr[s+1]), width floats each; 0 for an empty
@@ -199,34 +232,7 @@ MG_INLINE void sum_scaled_rows(const idx_t* idx, const idx_t* row, const float* 
 // are) 9.1 -> 7.2-7.6 ms an epoch, the epoch 17.7-18.2 -> 15.3-16.5 ms.
 inline void segment_row_sums(const idx_t* ptr, const idx_t* idx, idx_t segments, const float* src, idx_t width,
                              float* out) {
-    with_width(width, [&](auto constant) {
-        constexpr int MC = decltype(constant)::value;
-        const idx_t m = MC ? MC : width;
-        const idx_t total = ptr[segments];
-#pragma omp parallel    // guided: a few big segments (types) or many small ones (rows, nodes)
-        {
-            RowBuffer<MC> row(m);
-            float* acc = row.data;
-#pragma omp for schedule(guided)
-            for (idx_t s = 0; s < segments; ++s) {
-#if MG_HAVE_SIMD
-                if constexpr (MC > 0 && MC % MG_SIMD_LANES == 0) {
-                    seg_detail::sum_rows<MC / MG_SIMD_LANES>(idx, ptr[s], ptr[s + 1], total, src, out + s * m);
-                    continue;
-                }
-#endif
-#pragma omp simd
-                for (idx_t j = 0; j < m; ++j) acc[j] = 0.f;
-                for (idx_t i = ptr[s]; i < ptr[s + 1]; ++i) {
-                    if (i + seg_detail::kLookahead < total) prefetch_l1<64>(src + idx[i + seg_detail::kLookahead] * m);
-                    const float* r = src + idx[i] * m;
-#pragma omp simd
-                    for (idx_t j = 0; j < m; ++j) acc[j] += r[j];
-                }
-                copy_row(acc, out + s * m, m);
-            }
-        }
-    });
+    seg_detail::segment_sums(ptr, segments, src, width, out, seg_detail::PlainEntries{idx});
 }
 
 // out[s] = the sum of w[idx[i] / w_div] * src[row[i]] over i in [ptr[s], ptr[s+1]), width floats
@@ -236,36 +242,7 @@ inline void segment_row_sums(const idx_t* ptr, const idx_t* idx, idx_t segments,
 // w_div = B maps an edge of a B-block product to its one weight).
 inline void weighted_segment_row_sums(const idx_t* ptr, const idx_t* idx, const idx_t* row, const float* w,
                                       idx_t w_div, idx_t segments, const float* src, idx_t width, float* out) {
-    with_width(width, [&](auto constant) {
-        constexpr int MC = decltype(constant)::value;
-        const idx_t m = MC ? MC : width;
-        const idx_t total = ptr[segments];
-#pragma omp parallel
-        {
-            RowBuffer<MC> buffer(m);
-            float* acc = buffer.data;
-#pragma omp for schedule(guided)
-            for (idx_t s = 0; s < segments; ++s) {
-#if MG_HAVE_SIMD
-                if constexpr (MC > 0 && MC % MG_SIMD_LANES == 0) {
-                    seg_detail::sum_scaled_rows<MC / MG_SIMD_LANES>(idx, row, w, w_div, ptr[s], ptr[s + 1], total,
-                                                                     src, out + s * m);
-                    continue;
-                }
-#endif
-#pragma omp simd
-                for (idx_t j = 0; j < m; ++j) acc[j] = 0.f;
-                for (idx_t i = ptr[s]; i < ptr[s + 1]; ++i) {
-                    if (i + seg_detail::kLookahead < total) prefetch_l1<64>(src + row[i + seg_detail::kLookahead] * m);
-                    const float* r = src + row[i] * m;
-                    const float c = w[idx[i] / w_div];
-#pragma omp simd
-                    for (idx_t j = 0; j < m; ++j) acc[j] += c * r[j];
-                }
-                copy_row(acc, out + s * m, m);
-            }
-        }
-    });
+    seg_detail::segment_sums(ptr, segments, src, width, out, seg_detail::ScaledEntries{idx, row, w, w_div});
 }
 
 }  // namespace mg
