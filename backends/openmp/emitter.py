@@ -47,6 +47,8 @@ _ACT_FWD = {"relu": "mg::relu_fwd({x}, {y}, {n})", "exp": "mg::exp_fwd({x}, {y},
 _ACT_DEFAULT_ALPHA = {"leaky_relu": 0.01, "elu": 1.0}
 _MATH_FN = {"sqrt": "Sqrt", "rsqrt": "Rsqrt", "log": "Log", "abs": "Abs", "pow": "Pow", "gelu": "Gelu",
             "softplus": "Softplus", "shift": "Shift"}
+# The G input of each gradient of a typed linear at edge ends.
+_EDGE_TYPED_GRAD_G = {"edge_typed_linear_input_grad": 0, "edge_typed_linear_weight_grad": 1}
 _EPILOGUE_ACT = {"relu": "mg::Act::Relu", "leaky_relu": "mg::Act::LeakyRelu", "elu": "mg::Act::Elu"}
 
 
@@ -131,6 +133,7 @@ class OpenMPEmitter:
         self.gathered_grads: dict = {}   # id(edge typed gradient op) -> the weighted gather its row sums read
         self.far_plans: set = set()      # keys of edge typed row layouts that keep each edge's destination
         self.stored_rows: dict = {}      # value id -> its edge typed linear, whose products it holds by row
+        self.stored_plans: dict = {}     # layout key -> whether a traversal over sources reads its stored rows
         self.needs_dense_features = False   # an op reads the raw feature matrix (not through a linear layer)
         self.fused_into: dict = {}       # id() of an op run inside another op's kernel -> that op
         self.edge_scatters: dict = {}    # id(scatter) -> (x, end x is read at, edge weights, heads)
@@ -642,13 +645,12 @@ class OpenMPEmitter:
         gradients of the same G reuses the sums where no gradient over the same layout ran in
         between (R-GCN's input and weight gradients have the add of the self-loop's gradient
         between them; only these gradients write the sums)."""
-        position = {"edge_typed_linear_input_grad": 0, "edge_typed_linear_weight_grad": 1}
         sums_of = {}    # layout key -> the G whose row sums its scratch holds
         for op in self.p.backward:
-            if op.opcode not in position:
+            if op.opcode not in _EDGE_TYPED_GRAD_G:
                 continue
             key = self.edge_typed_key(op)
-            g = op.inputs[position[op.opcode]]
+            g = op.inputs[_EDGE_TYPED_GRAD_G[op.opcode]]
             if sums_of.get(key) is g:
                 self.rows_summed.add(id(op))
             sums_of[key] = g
@@ -757,7 +759,6 @@ class OpenMPEmitter:
         weights must be one per edge or one per diagonal block of the product (a sum row is one
         block wide).  Destinations only: a rank of the MPI lowering owns every destination row it
         reads, so no exchange is involved."""
-        grads = {"edge_typed_linear_input_grad": 0, "edge_typed_linear_weight_grad": 1}
         for op in self.p.backward:
             if id(op) not in self.weighted_gathers or id(op) in self.absorbed:
                 continue
@@ -765,7 +766,8 @@ class OpenMPEmitter:
             heads = op.attrs.get("heads", 1)
             readers = self.readers.get(op.output.id, [])
             if end != "dst" or not readers or not all(
-                    grads.get(r.opcode) == k and id(r) not in self.absorbed and heads in (1, blocks_of(r))
+                    _EDGE_TYPED_GRAD_G.get(r.opcode) == k and id(r) not in self.absorbed
+                    and heads in (1, blocks_of(r))
                     for r, k in readers):
                 continue
             self.absorbed.add(id(op))
@@ -785,27 +787,30 @@ class OpenMPEmitter:
         messages).  The buffer keeps its [E, F] size, of which the first rows are used."""
         for op in self.p.forward:
             v = op.output
-            if op.opcode != "edge_typed_linear" or op.attrs["layout"] != "compact" or id(op) in self.absorbed:
+            if op.opcode != "edge_typed_linear" or op.attrs["layout"] != "compact":
                 continue
-            readers = self.readers.get(v.id, [])
-            if readers and all(self._reads_stored_row(r, v) for r, _ in readers):
+            reads = [self._stored_row_read(r, v) for r, _ in self.readers.get(v.id, [])]
+            if reads and None not in reads:
                 self.stored_rows[v.id] = op
+                key = self.edge_typed_key(op)
+                self.stored_plans[key] = self.stored_plans.get(key, False) or "src" in reads
 
-    def _reads_stored_row(self, reader, v) -> bool:
-        """Whether ``reader`` reads ``v`` only inside a traversal that can take an edge's row by index."""
+    def _stored_row_read(self, reader, v) -> Optional[str]:
+        """Where ``reader`` walks the edges when it reads ``v`` only inside a traversal that can
+        take an edge's row by index ("dst": by destination, "src": by source), else None."""
         scatter = self.fused_into.get(id(reader)) if id(reader) in self.absorbed else reader
         if scatter is not None and id(scatter) in self.edge_scatters:
             x, x_end = self.edge_scatters[id(scatter)][:2]
-            return x is v and x_end == "edge"
+            return scatter.attrs.get("end", "dst") if x is v and x_end == "edge" else None
         if id(reader) in self.edge_dots:
             a, a_end, b, b_end, _ = self.edge_dots[id(reader)]
             ends = {(a.id, a_end), (b.id, b_end)}
-            return (v.id, "edge") in ends and any(end == "dst" for _, end in ends)
-        return False
+            return "dst" if (v.id, "edge") in ends and any(end == "dst" for _, end in ends) else None
+        return None
 
     def _stored_plan(self, v) -> str:
         """The row layout whose stored products ``v`` holds (plan_stored_rows)."""
-        return self.edge_typed_plan(*self.edge_typed_key(self.stored_rows[v.id]))
+        return self.edge_typed_plan(self.stored_rows[v.id])
 
     def _edge_scaling(self, op) -> Optional[tuple]:
         """(rows, weights) when ``op`` scales rows by per-head or per-edge weights: a head_mul, a
@@ -1349,23 +1354,23 @@ class OpenMPEmitter:
                           f"{self.ptr(out)})", f"4.0 * ({combined} + {streamed})", f"2.0 * {combined}")
 
     # ---- typed linears of node rows read at edge ends (passes/edge_typed_linear.py) ---------------
-    def edge_typed_plan(self, end: str, layout: str, blocks: int = 1) -> str:
+    def edge_typed_plan(self, op) -> str:
         """The product rows (one per distinct (node, edge type) pair at ``end``, or one per edge),
         built once at load time; the ops of one end, layout and block count share them and their
         scratch.  With B diagonal blocks the rows are those of B times the edges, node b of node n
         being n's columns of block b and type b of type t weight W[t]'s block b: the kernels run a
-        block-diagonal product as plain products one block wide."""
-        key = ("edge_typed", end, layout, blocks)
+        block-diagonal product as plain products one block wide.  ``op``: an edge typed op."""
+        end, layout, blocks = layout_key = self.edge_typed_key(op)
+        key = ("edge_typed",) + layout_key
         if key not in self.plans:
             name = f"plan{len(self.plans)}"
             self.plans[key] = name
             ends = "m.graph.col" if end == "src" else self.edge_dst()
             # what gradient sums from node rows (far ends) and products stored by row need; named
             # only when needed (the CUDA op layer's build takes neither)
-            far = key[1:] in self.far_plans
-            stored = any(self.edge_typed_key(op) == key[1:] for op in self.stored_rows.values())
+            far, stored = layout_key in self.far_plans, layout_key in self.stored_plans
             extra = f", {self.edge_dst() if far else 'nullptr'}" if far or stored else ""
-            extra += ", true" if stored else ""
+            extra += f", true, {'true' if self.stored_plans[layout_key] else 'false'}" if stored else ""
             self.members.append(f"mg::op::EdgeTypedRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
             self.prepare.append(f"mg::op::build_edge_typed_rows(m.{name}, {ends}, {self.type_expr('etype')}, "
@@ -1387,7 +1392,7 @@ class OpenMPEmitter:
         is the features, ``x_values``); the rows' reads or writes, the edges' M-wide ones and the
         weights moved (K and M one block's, the rows and edges B times as many)."""
         blocks = blocks_of(op)
-        plan = self.edge_typed_plan(*self.edge_typed_key(op))
+        plan = self.edge_typed_plan(op)
         row_values = f"(double(mg::op::feature_values(m.features)) / m.features.rows)" if x_values else K
         gathered = self.gathered_grads.get(id(op))
         sums = []

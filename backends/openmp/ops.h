@@ -321,13 +321,14 @@ inline void build_blocked_groups(TypeGroups &groups, const idx_t *type, idx_t ro
 // weights are block diagonal, B blocks per type (runtime/edge_rows.h); the kernels then take K
 // and M of one block.  far: the node at each edge's other end, where a gradient's node rows are
 // read by gathered_row_sums (nullptr: none is).  store_rows: the forward products are stored
-// one per row and read by index (EdgeRowLayout::store_rows).
+// one per row and read by index (EdgeRowLayout::store_rows); by_source: also by a traversal over
+// the sources.
 inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_t *type, const GraphView &g,
                                   bool compact, idx_t blocks = 1, const idx_t *far = nullptr,
-                                  bool store_rows = false) {
+                                  bool store_rows = false, bool by_source = false) {
     check(p.build(end, type, g.num_edges, g.num_etypes, g.num_nodes, compact, blocks, far),
           "edge typed linear rows (a node or edge type index is out of range)");
-    if (store_rows) p.layout.store_rows(g.t_eid);
+    if (store_rows) p.layout.store_rows(by_source ? g.t_eid : nullptr);
 }
 // The product rows' sums of the edge gradient w[e] * G[far(e)], which is never stored; the
 // gradients of the product then run with rows_summed (the emitter's plan_gathered_row_sums).

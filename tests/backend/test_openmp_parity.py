@@ -211,6 +211,35 @@ def test_typed_gradients_summed_from_destination_rows_match_interpreter(layout, 
     assert len(products) == 2 and all((v in emitter.stored_rows) == (layout == "compact") for v in products)
 
 
+OUT_EDGE_MESSAGES = """
+function outtyped(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[F][8]> W0 = glorot;
+    weight<float[g.etypes][8][C]> W = glorot;
+    propNode<float[8]> h;  propNode<float[C]> out;
+    gnn.optimizer("sgd", lr = 0.1);
+    for (int epoch = 0; epoch < 3; epoch++) {
+        forall (v in g.nodes()) { v.h = relu(v.x * W0); }
+        forall (v in g.nodes()) { v.out = Sum(e in v.outgoing_edges(): e.dst.h * W[e.etype] / e.rel_degree); }
+        gnn.loss(out, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+"""
+
+
+def test_typed_products_stored_by_row_and_summed_at_sources_match_interpreter():
+    """Messages typed at destinations and summed at sources: the compact products stay one per
+    (destination, type) pair and the walk over each source's out-edges reads them through the
+    layout's index by source position (EdgeRowLayout::edge_row_by_src)."""
+    from morphgen.frontend import compile_source
+
+    graph = random_graph(n=300, e=4000, seed=9, etypes=5, ntypes=1)
+    x, labels, mask = random_data(graph, 37, classes=3)
+    _check(compile_source(OUT_EDGE_MESSAGES, filename="outtyped.mp"), graph, x, labels, mask, classes=3,
+           edge_typed_layout="compact")
+
+
 def test_typed_linear_of_wide_gathered_rows_matches_interpreter():
     """Node rows wider than one column block of the weight gradient's work units (100 > 64): the
     kernels read each block of the gathered rows where it lies."""
