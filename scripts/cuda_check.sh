@@ -39,6 +39,9 @@ JOBS=${JOBS:-$(nproc)}
 EPOCHS=${EPOCHS:-20}
 PY=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
+# `python -m` puts the working directory first on sys.path, where the checkout's morphgen/ folder
+# is not the installed package (its subpackages live in other folders): import the installed one.
+export PYTHONSAFEPATH=1
 mkdir -p "$OUT"
 failed=0
 
@@ -167,7 +170,7 @@ run_host() {   # every core of the host, against PyG (CPU) and, for MPI, against
         result $? "host: $model on $graph, $cores threads" "$(grep -m2 -E 'morphgen|pyg' "$dir.log" | tr -s ' ' | tr '\n' '|')"
     done
     # shellcheck disable=SC2086
-    timeout "${HOST_MPI_TIMEOUT:-900}" "$PY" -m morphgen.backends.mpi.bench_ranks --cores "$cores" \
+    timeout "${HOST_MPI_TIMEOUT:-900}" "$PY" -m morphgen.backends.mpi.bench_ranks --model examples/gcn3.mp --cores "$cores" \
         --ranks ${HOST_RANKS:-1 2 4 8} --epochs 10 --repeat 1 --peers pyg --data-dir "$DATA_DIR" \
         --dataset "${GRAPH[${HOST_MPI_GRAPH:-products-1/8}]}" > "$OUT/host/mpi.log" 2>&1
     result $? "host: MPI ranks on ${HOST_MPI_GRAPH:-products-1/8}, $cores cores" "$(grep -E '^\| (OpenMP|MPI) ' "$OUT/host/mpi.log" | cut -d'|' -f3,4 | tr -s ' ' | tr '\n' ';')"
