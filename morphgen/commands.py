@@ -237,7 +237,7 @@ def train_command(args) -> int:
             "final_loss": result.history[-1]["loss"], "epoch_times_s": times,
             "compile_seconds": model.compile_seconds, "prepare_seconds": model.session.prepare_seconds,
             "hoisted_aggregations": len(model.program.invariant), "feature_path": path,
-            "edge_typed_layouts": typed_layouts,
+            "edge_typed_layouts": typed_layouts, "cuda_graph": model.session.epoch_graph(),
             "feature_sparsity": sparsity, "sparsity_threshold": tau,
             "peak_rss_bytes": peak, "baseline_rss_bytes": baseline_rss,
             "allocated_bytes": model.session.allocated_bytes(),

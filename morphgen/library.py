@@ -172,6 +172,10 @@ class Session:
         """Epochs trained so far, counting those of a loaded checkpoint."""
         return int(self.lib.mg_epoch(self.ctx))
 
+    def epoch_graph(self) -> bool:
+        """Whether the last training epoch was replayed as one CUDA graph."""
+        return bool(self.lib.mg_epoch_graph(self.ctx))
+
     def train_epoch(self) -> float:
         loss = self.lib.mg_train_epoch(self.ctx)
         if math.isnan(loss):

@@ -61,6 +61,9 @@ double mg_train_epoch(mg_ctx *ctx);
 /* Epochs trained so far (a loaded checkpoint sets it): what keys the dropout streams, Adam's step
  * and, in the caller, each epoch's negative triples. */
 int64_t mg_epoch(mg_ctx *ctx);
+/* 1 when the last training epoch was replayed as one CUDA graph (the CUDA backend, from its
+ * second epoch on, unless the kernels are timed; backends/cuda/graph.cuh), else 0. */
+int mg_epoch_graph(mg_ctx *ctx);
 int mg_evaluate(mg_ctx *ctx, double *loss_train_val_test_acc);
 int mg_predict(mg_ctx *ctx, float *logits);
 

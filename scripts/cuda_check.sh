@@ -9,7 +9,8 @@
 #   host      the host's CPU cores, no GPU: the homogeneous and relational models with every core
 #             against PyG (`--threads $(nproc)`), then the MPI backend with 1, 2, 4 and 8 ranks
 #             against one process with every core (needs the pip `mpich` wheel there)
-#   ab        morphgen alone, the default schedule against a former one, interleaved: the typed
+#   ab        morphgen alone, the default schedule against a former one, interleaved: epochs
+#             replayed as one CUDA graph against kernel by kernel (MORPHGEN_CUDA_GRAPHS=0), the typed
 #             weight gradients by chunks of rows against one chunk per type
 #             (MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000), the edge softmax by lane groups against a
 #             warp per (destination, head) (MORPHGEN_CUDA_SOFTMAX_LANES=32)
@@ -23,7 +24,7 @@
 # TESTS_K (pytest -k expression: a subset of tests/cuda),
 # EPOCHS (benchmark epochs, default 20), BENCH (the "model:graph" runs, space-separated),
 # MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
-# PARITY (the "model:graph" parity checks), CHUNKS and SOFTMAX (the "model:graph" runs of ab), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
+# PARITY (the "model:graph" parity checks), GRAPHS, CHUNKS and SOFTMAX (the "model:graph" runs of ab), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
 # HOST (the "model:graph" runs of host), HOST_RANKS and HOST_MPI_GRAPH (its MPI rank counts,
 # default "1 2 4 8", and graph, default products-1/8),
 # {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
@@ -132,6 +133,8 @@ run_parity() {   # the benchmark's parity check: three epochs each (one for HGT)
 ab() {   # ab SETTING RUNS: each run with the default and with SETTING (VAR=VALUE), twice, interleaved
     local setting=$1 runs=$2
     mkdir -p "$OUT/ab"
+    for run in $runs; do prebuild "${run%%:*}" "${GRAPH[${run#*:}]}"; done
+    wait
     for run in $runs; do
         local model=${run%%:*} graph=${run#*:}
         for env_ in default "$setting" default "$setting"; do
@@ -139,14 +142,15 @@ ab() {   # ab SETTING RUNS: each run with the default and with SETTING (VAR=VALU
             [ "$env_" = default ] || extra=("$env_")
             env "${extra[@]}" timeout "${BENCH_TIMEOUT:-240}" "$PY" -m morphgen bench "examples/$model.mp" \
                 --backend cuda --peers none --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" --epochs "$EPOCHS" \
-                --warmup 3 --quick-machine --out "$dir" > "$dir.log" 2>&1
+                --warmup 3 --quick-machine ${BENCH_FLAGS:-} --out "$dir" > "$dir.log" 2>&1
             result $? "ab $model on $graph, $env_" "$(grep -m1 -E 'morphgen' "$dir.log" | tr -s ' ')"
         done
     done
 }
-run_ab() {
-    ab MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000 "${CHUNKS:-hgt:acm_heco bench/rgat_pyg:acm_heco rgcn:mutag}"
-    ab MORPHGEN_CUDA_SOFTMAX_LANES=32 "${SOFTMAX:-gat:arxiv-like gat:cora}"
+run_ab() {   # each list may be set empty to leave its comparison out
+    ab MORPHGEN_CUDA_GRAPHS=0 "${GRAPHS-gcn3:cora sage:cora sage:arxiv-like gat:arxiv-like}"
+    ab MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000 "${CHUNKS-hgt:acm_heco bench/rgat_pyg:acm_heco rgcn:mutag}"
+    ab MORPHGEN_CUDA_SOFTMAX_LANES=32 "${SOFTMAX-gat:arxiv-like gat:cora}"
 }
 
 run_calibrate() {

@@ -46,18 +46,56 @@ inline unsigned stride_blocks(int64_t n) {
     return unsigned(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
 }
 
+// The stream of every kernel, copy and cuBLAS call of the op layer, created on first use (after
+// the device is selected).  It is a blocking stream, so the legacy stream's synchronous copies of
+// the load-time code still wait for its work; an epoch on it can be captured into a CUDA graph
+// (graph.cuh), which a stream of its own allows and the legacy stream does not.
+inline cudaStream_t stream() {
+    static cudaStream_t s = [] {
+        cudaStream_t made = nullptr;
+        check(cudaStreamCreate(&made), "creating the stream");
+        return made;
+    }();
+    return s;
+}
+
 // Launch `kernel` on grid x block and check the launch; `name` names the kernel in errors.
 // An empty grid launches nothing (CUDA refuses a zero-sized grid).
 template <class... Params, class... Args>
 inline void launch(const char *name, void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
 #ifdef __CUDACC__
-    kernel<<<grid, block>>>(args...);
+    kernel<<<grid, block, 0, stream()>>>(args...);
 #else
-    simt::launch(grid, block, 0, [&] { kernel(Params(args)...); });
+    // the arguments by value: a captured launch runs when its graph is replayed
+    check(simt::enqueue(stream(), [=] { simt::launch(grid, block, 0, [&] { kernel(Params(args)...); }); }), name);
 #endif
     check(cudaGetLastError(), name);
 }
+
+// Device memory this library has freed, counted: a captured epoch names its buffers by address,
+// so a graph captured before a free (a shared scratch array grown for another model) is captured
+// again instead of replayed (graph.cuh).
+inline uint64_t &frees() {
+    static uint64_t count = 0;
+    return count;
+}
+
+// Stream-ordered copies and fills of device memory (the epoch's; load-time code may copy
+// synchronously).
+inline void copy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, const char *what) {
+    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, kind, stream()), what);
+}
+inline void fill_async(void *dst, int byte, size_t bytes, const char *what) {
+    if (bytes) check(cudaMemsetAsync(dst, byte, bytes, stream()), what);
+}
+
+// Epochs since the CUDA graph being replayed was captured: its kernels' arguments hold the
+// captured epoch, so what depends on the epoch (dropout streams, Adam's bias corrections, SGD's
+// first step) adds this on the device.  0 whenever kernels are launched one by one; each replay
+// sets it first (graph.cuh).  One per translation unit: every model library is one.
+static __device__ int64_t g_epochs_since_capture = 0;
+__device__ __forceinline__ int64_t epochs_since_capture() { return g_epochs_since_capture; }
 
 }  // namespace cuda
 }  // namespace mg

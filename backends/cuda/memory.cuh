@@ -54,7 +54,7 @@ class DeviceArray {
         return out;
     }
     void reset() {
-        if (data_) cudaFree(data_);
+        if (data_) cudaFree(data_), ++frees();
         data_ = nullptr;
         size_ = 0;
     }
@@ -77,7 +77,7 @@ struct Buffer {
     Buffer(const Buffer &) = delete;
     Buffer &operator=(const Buffer &) = delete;
     ~Buffer() {
-        if (data) cudaFree(data);
+        if (data) cudaFree(data), ++cuda::frees();
     }
     void allocate(int64_t n, int64_t &accounted) {
         release(accounted);
@@ -115,6 +115,7 @@ struct Buffer {
         if (data) {
             accounted -= size * int64_t(sizeof(float));
             cudaFree(data);
+            ++cuda::frees();
         }
         data = nullptr;
         size = 0;

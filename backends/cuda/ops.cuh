@@ -25,6 +25,7 @@
 
 #include "device.cuh"
 #include "context.h"
+#include "graph.cuh"
 #include "memory.cuh"
 #include "kernels/aggregate.cuh"
 #include "kernels/dense.cuh"
@@ -85,12 +86,12 @@ class ScopedTimer {
         t.bytes += bytes;
         t.flops += flops;
         t.calls += 1;
-        if (start_) cuda::check(cudaEventRecord(start_, 0), "timer event");
+        if (start_) cuda::check(cudaEventRecord(start_, cuda::stream()), "timer event");
     }
     ~ScopedTimer() {
         if (!start_) return;
         cudaEvent_t stop = cuda::take_event();
-        cudaEventRecord(stop, 0);
+        cudaEventRecord(stop, cuda::stream());
         cuda::pending_times().push_back({start_, stop, &t_});
     }
 
@@ -461,7 +462,7 @@ inline cuda::FeatureDrop feature_drop(const FeatureView &f) {
     cuda::FeatureDrop d;
     if (f.drop_p > 0.f) {
         d.on = true;
-        d.base = dropout_detail::stream_base(DropoutKey{f.drop_seed, f.drop_epoch, f.drop_site});
+        d.stream = cuda::DropStream::of(DropoutKey{f.drop_seed, f.drop_epoch, f.drop_site});
         d.thr = dropout_detail::drop_threshold(f.drop_p);
         d.scale = 1.0f / (1.0f - f.drop_p);
         d.row_ids = f.drop_row_ids;
@@ -479,7 +480,7 @@ inline void linear_features(const FeatureView &f, const SparseFeatureBlocks &, c
             break;
         }
         case FeatureKind::Identity:
-            cuda::check(cudaMemcpy(Y, W, sizeof(float) * size_t(f.rows * M), cudaMemcpyDeviceToDevice), "identity features");
+            cuda::copy_async(Y, W, sizeof(float) * size_t(f.rows * M), cudaMemcpyDeviceToDevice, "identity features");
             break;
         default: throw Error("features are not set");
     }
@@ -496,7 +497,7 @@ inline void matmul_tn_features(const FeatureView &f, SparseFeatureBlocks &blocks
             break;
         }
         case FeatureKind::Identity:
-            cuda::check(cudaMemcpy(dW, G, sizeof(float) * size_t(f.rows * M), cudaMemcpyDeviceToDevice), "identity features");
+            cuda::copy_async(dW, G, sizeof(float) * size_t(f.rows * M), cudaMemcpyDeviceToDevice, "identity features");
             break;
         default: throw Error("features are not set");
     }
@@ -514,7 +515,7 @@ inline int64_t dropped_feature_buffer(const FeatureView &f) {
 inline void dropout_rows(const char *name, const float *x, float *y, idx_t rows, idx_t cols, const idx_t *row_ids,
                          float p, DropoutKey key) {
     cuda::map(name, rows * cols,
-              cuda::DropoutRowsOp{x, y, row_ids, cols, dropout_detail::stream_base(key),
+              cuda::DropoutRowsOp{x, y, row_ids, cols, cuda::DropStream::of(key),
                                   dropout_detail::drop_threshold(p), 1.0f / (1.0f - p)});
 }
 inline void dropout_features(bool training, const FeatureView &in, FeatureView &out, float *values, float p,
@@ -677,13 +678,13 @@ inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t 
 enum class ActKind { Relu, LeakyRelu, Elu, Exp, Sigmoid, Tanh };
 
 inline void act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float *dX) {
-    cuda::map("activation backward", n, cuda::ActGradOp{int(act), alpha, G, Y, dX, 0, 0, 1.f, false});
+    cuda::map("activation backward", n, cuda::ActGradOp{int(act), alpha, G, Y, dX, cuda::DropStream{}, 0, 1.f, false});
 }
 inline void dropout_act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float p,
                              uint64_t seed, uint64_t epoch, uint64_t site, float *dX) {
     if (p <= 0.f) return act_grad(act, alpha, G, Y, n, dX);
     cuda::map("dropout + activation backward", n,
-              cuda::ActGradOp{int(act), alpha, G, Y, dX, dropout_detail::stream_base(DropoutKey{seed, epoch, site}),
+              cuda::ActGradOp{int(act), alpha, G, Y, dX, cuda::DropStream::of(DropoutKey{seed, epoch, site}),
                               dropout_detail::drop_threshold(p), 1.0f / (1.0f - p), true});
 }
 inline void feature_sum(const float *G, idx_t rows, idx_t F, float *out) {
@@ -691,7 +692,7 @@ inline void feature_sum(const float *G, idx_t rows, idx_t F, float *out) {
                  dim3(cuda::kThreads), G, out, rows, F);
 }
 inline void copy(const float *x, float *y, idx_t n) {
-    if (x != y && n > 0) cuda::check(cudaMemcpy(y, x, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice), "copy");
+    if (x != y && n > 0) cuda::copy_async(y, x, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice, "copy");
 }
 
 // ---- dropout, loss, accuracy ------------------------------------------------------------------------
@@ -1048,7 +1049,7 @@ inline void embedding_rows_grad_rows(const EmbeddingPlan &plan, const float *G, 
               cuda::EmbeddingGradOp{G, plan.order_.data(), plan.key_ptr_.data(), plan.keys_.data(), M, dW});
 }
 inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t table_rows, idx_t M, float *dW) {
-    cuda::check(cudaMemset(dW, 0, sizeof(float) * size_t(table_rows * M)), "embedding rows gradient");
+    cuda::fill_async(dW, 0, sizeof(float) * size_t(table_rows * M), "embedding rows gradient");
     embedding_rows_grad_rows(plan, G, M, dW);
 }
 // The lookups of a typed linear with bases on featureless input, grouped once at load time by
@@ -1080,14 +1081,14 @@ inline void basis_lookup(const BasisLookupPlan &plan, const float *A, const floa
 inline void basis_lookup_coef_grad(const BasisLookupPlan &plan, const float *V, const float *G, idx_t B, idx_t P,
                                    idx_t M, float *dA) {
     const EmbeddingPlan &p = plan.by_row;
-    cuda::check(cudaMemset(dA, 0, sizeof(float) * size_t(plan.types * B)), "basis lookup coefficient gradient");
+    cuda::fill_async(dA, 0, sizeof(float) * size_t(plan.types * B), "basis lookup coefficient gradient");
     cuda::map("basis lookup coefficient gradient", p.unique * B,
               cuda::BasisCoefGradOp{V, G, p.order_.data(), p.key_ptr_.data(), p.keys_.data(), plan.types, B, P, M, dA});
 }
 inline void basis_lookup_bases_grad(const BasisLookupPlan &plan, const float *A, const float *G, idx_t B, idx_t P,
                                     idx_t M, float *dV) {
     const EmbeddingPlan &p = plan.by_row;
-    cuda::check(cudaMemset(dV, 0, sizeof(float) * size_t(B * P * M)), "basis lookup bases gradient");
+    cuda::fill_async(dV, 0, sizeof(float) * size_t(B * P * M), "basis lookup bases gradient");
     cuda::map("basis lookup bases gradient", plan.rows * M,
               cuda::BasisBasesGradOp{A, G, p.order_.data(), p.key_ptr_.data(), p.keys_.data(), plan.row_start_.data(),
                                      plan.types, B, P, M, dV});
@@ -1124,7 +1125,8 @@ inline cuda::AdamOp adam_op(bool decoupled, float *p, const float *g, float *m, 
                             double b2, double eps, double wd, int64_t step) {
     const double bc1 = 1.0 - std::pow(b1, double(step)), bc2 = 1.0 - std::pow(b2, double(step));
     return cuda::AdamOp{p, m, v, g, float(lr / bc1), float(std::sqrt(bc2)), float(1.0 - b1), float(b2),
-                        float(1.0 - b2), float(eps), decoupled ? 0.f : float(wd), decoupled ? float(1.0 - lr * wd) : 1.f};
+                        float(1.0 - b2), float(eps), decoupled ? 0.f : float(wd), decoupled ? float(1.0 - lr * wd) : 1.f,
+                        lr, b1, b2, step};
 }
 inline void adam(bool decoupled, float *p, const float *g, float *m, float *v, idx_t n, double lr, double b1,
                  double b2, double eps, double wd, int64_t step) {
@@ -1139,7 +1141,7 @@ inline void adam_rows(bool decoupled, float *p, const float *g, float *m, float 
     cuda::map(decoupled ? "adamw (looked-up rows)" : "adam (looked-up rows)", rows * M, op);
 }
 inline void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double momentum, double wd, int64_t step) {
-    cuda::map("sgd", n, cuda::SgdOp{p, buf, g, float(lr), float(wd), float(momentum), step <= 1});
+    cuda::map("sgd", n, cuda::SgdOp{p, buf, g, float(lr), float(wd), float(momentum), step});
 }
 
 }  // namespace op

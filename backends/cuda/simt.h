@@ -16,7 +16,11 @@
 //    a new one) and the block order are pseudo-random, derived from the seed, the block and the
 //    barrier count, so a missing __syncthreads shows up as a wrong result.  Without shuffling,
 //    threads start in linear order and resume in the order they reached the barrier.
-//  * The runtime API subset treats host memory as device memory; everything is synchronous.
+//  * The runtime API subset treats host memory as device memory; everything is synchronous, except
+//    that a stream being captured (cudaStreamBeginCapture) records its work, kernel launches
+//    included, into a graph that cudaGraphLaunch replays in order.  As in the CUDA runtime's global
+//    capture mode, a synchronous copy, memset, allocation or wait during a capture, or work on any
+//    other stream, is refused and invalidates the capture (cudaStreamEndCapture then fails).
 //
 // Limits: no dynamic shared memory (`extern __shared__` does not compile; a launch with dynamic
 // shared memory fails with cudaErrorInvalidConfiguration); no preemption between barriers, so races
@@ -51,6 +55,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -147,6 +152,10 @@ enum cudaError {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
     cudaErrorLaunchFailure = 719,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnmatched = 903,
+    cudaErrorStreamCaptureImplicit = 906,
 };
 typedef enum cudaError cudaError_t;
 
@@ -158,10 +167,28 @@ enum cudaMemcpyKind {
     cudaMemcpyDefault = 4,
 };
 
+// A stream runs its work at once (the emulation is synchronous), except while it is captured: then
+// its work is recorded, in order, into the graph that cudaStreamEndCapture returns.
 struct CUstream_st {
     int unused;
+    std::vector<std::function<void()>> *captured = nullptr;   // the graph being recorded, or none
+    bool invalidated = false;                                   // a refused call ended the capture's use
 };
 typedef CUstream_st *cudaStream_t;
+
+struct CUgraph_st {
+    std::vector<std::function<void()>> work;
+};
+typedef CUgraph_st *cudaGraph_t;
+struct CUgraphExec_st {
+    std::vector<std::function<void()>> work;
+};
+typedef CUgraphExec_st *cudaGraphExec_t;
+
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
+                             cudaStreamCaptureModeRelaxed = 2 };
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1,
+                               cudaStreamCaptureStatusInvalidated = 2 };
 
 struct CUevent_st {
     std::chrono::steady_clock::time_point when;
@@ -195,7 +222,38 @@ inline cudaError_t fail(cudaError_t e) {
     if (e != cudaSuccess) last_error = e;
     return e;
 }
+// The stream being captured (one at a time, in the global capture mode: the strictest).
+inline cudaStream_t &capturing() {
+    static cudaStream_t stream = nullptr;
+    return stream;
+}
+// A call that synchronises with the device (a synchronous copy or memset, an allocation, a wait)
+// is refused while a capture is active and invalidates that capture, as on a GPU: work the
+// epoch's graph would have to replay must never hide in such a call.
+inline bool refused_in_capture() {
+    if (capturing() == nullptr) return false;
+    capturing()->invalidated = true;
+    fail(cudaErrorStreamCaptureUnsupported);
+    return true;
+}
 }  // namespace detail
+
+// Work on `stream`: done now, or recorded while the stream is captured.  Work on another stream
+// (the legacy default stream included) during a capture is refused and invalidates the capture.
+template <class Work>
+inline cudaError_t enqueue(cudaStream_t stream, Work &&work) {
+    cudaStream_t captured = detail::capturing();
+    if (captured == nullptr) {
+        work();
+        return cudaSuccess;
+    }
+    if (stream != captured) {
+        captured->invalidated = true;
+        return detail::fail(cudaErrorStreamCaptureImplicit);
+    }
+    captured->captured->emplace_back(std::forward<Work>(work));
+    return cudaSuccess;
+}
 }  // namespace simt
 
 inline const char *cudaGetErrorName(cudaError_t e) {
@@ -210,6 +268,10 @@ inline const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     }
     return "cudaErrorUnknown";
 }
@@ -226,6 +288,10 @@ inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     }
     return "unrecognized error code";
 }
@@ -244,6 +310,7 @@ inline cudaError_t cudaPeekAtLastError() { return simt::detail::last_error; }
 
 inline cudaError_t cudaMalloc(void **ptr, size_t bytes) {
     if (ptr == nullptr) return simt::detail::fail(cudaErrorInvalidValue);
+    if (simt::detail::refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
     *ptr = nullptr;
     if (bytes == 0) return cudaSuccess;
     if (bytes > SIZE_MAX - 255) return simt::detail::fail(cudaErrorMemoryAllocation);
@@ -259,6 +326,7 @@ inline cudaError_t cudaMalloc(T **ptr, size_t bytes) {
 }
 
 inline cudaError_t cudaFree(void *ptr) {
+    if (simt::detail::refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
     std::free(ptr);
     return cudaSuccess;
 }
@@ -270,30 +338,28 @@ inline cudaError_t cudaMallocHost(T **ptr, size_t bytes) {
 }
 inline cudaError_t cudaFreeHost(void *ptr) { return cudaFree(ptr); }
 
-inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                                   cudaStream_t stream = nullptr) {
     if (unsigned(kind) > unsigned(cudaMemcpyDefault)) return simt::detail::fail(cudaErrorInvalidValue);
     if (bytes == 0) return cudaSuccess;
     if (dst == nullptr || src == nullptr) return simt::detail::fail(cudaErrorInvalidValue);
-    std::memmove(dst, src, bytes);
-    return cudaSuccess;
+    return simt::enqueue(stream, [=] { std::memmove(dst, src, bytes); });
 }
 
-inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                                   cudaStream_t stream = nullptr) {
-    (void)stream;
-    return cudaMemcpy(dst, src, bytes, kind);
-}
-
-inline cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
-    if (bytes == 0) return cudaSuccess;
-    if (ptr == nullptr) return simt::detail::fail(cudaErrorInvalidValue);
-    std::memset(ptr, value, bytes);
-    return cudaSuccess;
+inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (simt::detail::refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    return cudaMemcpyAsync(dst, src, bytes, kind);
 }
 
 inline cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t stream = nullptr) {
-    (void)stream;
-    return cudaMemset(ptr, value, bytes);
+    if (bytes == 0) return cudaSuccess;
+    if (ptr == nullptr) return simt::detail::fail(cudaErrorInvalidValue);
+    return simt::enqueue(stream, [=] { std::memset(ptr, value, bytes); });
+}
+
+inline cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
+    if (simt::detail::refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    return cudaMemsetAsync(ptr, value, bytes);
 }
 
 // __constant__ and __device__ variables are ordinary globals.
@@ -302,6 +368,13 @@ inline cudaError_t cudaMemcpyToSymbol(T &symbol, const void *src, size_t bytes, 
                                       cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
     if (offset + bytes > sizeof(T)) return simt::detail::fail(cudaErrorInvalidValue);
     return cudaMemcpy(reinterpret_cast<char *>(&symbol) + offset, src, bytes, kind);
+}
+
+template <class T>
+inline cudaError_t cudaMemcpyToSymbolAsync(T &symbol, const void *src, size_t bytes, size_t offset = 0,
+                                           cudaMemcpyKind kind = cudaMemcpyHostToDevice, cudaStream_t stream = nullptr) {
+    if (offset + bytes > sizeof(T)) return simt::detail::fail(cudaErrorInvalidValue);
+    return cudaMemcpyAsync(reinterpret_cast<char *>(&symbol) + offset, src, bytes, kind, stream);
 }
 
 template <class T>
@@ -344,10 +417,14 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     (void)stream;
+    if (simt::detail::refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
     return cudaSuccess;
 }
 
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() {
+    if (simt::detail::refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    return cudaSuccess;
+}
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 
 inline cudaError_t cudaSetDevice(int device) {
@@ -434,6 +511,67 @@ inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_
 
 inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
     delete event;
+    return cudaSuccess;
+}
+
+// ---- stream capture and graphs: a graph is the captured stream's work, replayed in order --------
+
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+    (void)mode;   // every capture is global: the strictest mode refuses the most
+    if (stream == nullptr || simt::detail::capturing() != nullptr)
+        return simt::detail::fail(cudaErrorStreamCaptureUnsupported);
+    stream->captured = new std::vector<std::function<void()>>();
+    stream->invalidated = false;
+    simt::detail::capturing() = stream;
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+    if (graph == nullptr) return simt::detail::fail(cudaErrorInvalidValue);
+    *graph = nullptr;
+    if (stream == nullptr || stream != simt::detail::capturing())
+        return simt::detail::fail(cudaErrorStreamCaptureUnmatched);
+    simt::detail::capturing() = nullptr;
+    std::vector<std::function<void()>> *work = stream->captured;
+    stream->captured = nullptr;
+    if (stream->invalidated) {
+        delete work;
+        return simt::detail::fail(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = new CUgraph_st{std::move(*work)};
+    delete work;
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus *status) {
+    if (status == nullptr) return simt::detail::fail(cudaErrorInvalidValue);
+    const bool active = stream != nullptr && stream == simt::detail::capturing();
+    *status = !active ? cudaStreamCaptureStatusNone
+                      : stream->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags = 0) {
+    (void)flags;
+    if (exec == nullptr || graph == nullptr) return simt::detail::fail(cudaErrorInvalidValue);
+    *exec = new CUgraphExec_st{graph->work};
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    if (exec == nullptr) return simt::detail::fail(cudaErrorInvalidResourceHandle);
+    return simt::enqueue(stream, [exec] {
+        for (const std::function<void()> &work : exec->work) work();
+    });
+}
+
+inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete graph;
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
     return cudaSuccess;
 }
 

@@ -371,6 +371,22 @@ def test_runtime_last_error_is_returned_then_cleared(builds):
     assert errors == ["cudaErrorInvalidDevice", "cudaErrorInvalidDevice", "cudaSuccess"]
 
 
+def test_stream_capture_records_then_replays_and_refuses_what_would_synchronise(builds):
+    """The CUDA graph of a training epoch (backends/cuda/graph.cuh) rests on these: a captured
+    stream's work runs only when its graph is launched, once per launch; a synchronous copy, or
+    work on the legacy stream, during a capture is refused and spoils it (as in the CUDA
+    runtime's global capture mode), so an epoch that would need one falls back instead of
+    replaying a wrong graph."""
+    out = dict(line.split(" ", 1) for line in run(builds.binary("runtime"), "graph").stdout.splitlines())
+    assert out["captured_ran_nothing"] == "1"
+    assert out["replays"] == "2 fill 12"
+    assert out["sync_copy"] == "cudaErrorStreamCaptureUnsupported"
+    assert out["end_after_sync_copy"] == "cudaErrorStreamCaptureInvalidated graph 0"
+    assert out["legacy_stream"] == "cudaErrorStreamCaptureImplicit"
+    assert out["end_after_legacy"] == "cudaErrorStreamCaptureInvalidated graph 0"
+    assert out["counter_after"] == "2"
+
+
 def test_two_translation_units_link(builds):
     out = run(builds.binary("link")).stdout.split()
     assert out == ["a", "528", "b", "768"]

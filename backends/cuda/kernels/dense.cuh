@@ -36,8 +36,10 @@ inline const char *cublas_status_name(cublasStatus_t s) {
 inline cublasHandle_t blas_handle() {
     static cublasHandle_t handle = [] {
         cublasHandle_t h = nullptr;
-        const cublasStatus_t s = cublasCreate(&h);
+        cublasStatus_t s = cublasCreate(&h);
         if (s != CUBLAS_STATUS_SUCCESS) throw DeviceError(std::string("cuBLAS: cannot create a handle: ") + cublas_status_name(s));
+        s = cublasSetStream(h, stream());   // the op layer's stream, which an epoch's graph captures
+        if (s != CUBLAS_STATUS_SUCCESS) throw DeviceError(std::string("cuBLAS: cannot set the stream: ") + cublas_status_name(s));
         return h;
     }();
     return handle;
@@ -59,8 +61,12 @@ inline void gemm(const char *name, bool trans_a, bool trans_b, int64_t M, int64_
                                          int(ldb), A, int(lda), &zero, C, int(ldc));
     if (s != CUBLAS_STATUS_SUCCESS) throw DeviceError(std::string("cuBLAS error in ") + name + ": " + cublas_status_name(s));
 #else
-    scipy_cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(M),
-                      int(N), int(K), one, A, int(lda), B, int(ldb), zero, C, int(ldc));
+    // on the stream, as cuBLAS's product is: a captured epoch replays it
+    check(simt::enqueue(stream(), [=] {
+              scipy_cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                                int(M), int(N), int(K), one, A, int(lda), B, int(ldb), zero, C, int(ldc));
+          }),
+          name);
 #endif
 }
 

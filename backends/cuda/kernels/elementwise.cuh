@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "../device.cuh"
+#include "dropout.cuh"
 #include "op_types.h"
 
 namespace mg {
@@ -86,12 +87,13 @@ struct ActGradOp {
     float alpha;
     const float *g, *y;
     float *dx;
-    uint64_t base, thr;   // dropout stream (thr == 0 and scale 1: none)
+    DropStream drop;
+    uint64_t thr;         // (thr == 0 and scale 1: no dropout)
     float scale;
     bool dropout;
     __device__ void operator()(int64_t i) const {
         float gv = g[i];
-        if (dropout) gv = dropout_detail::keep(base, uint64_t(i), thr) ? gv * scale : 0.f;
+        if (dropout) gv = dropout_detail::keep(drop.now(), uint64_t(i), thr) ? gv * scale : 0.f;
         const float yv = y[i];
         float r;
         switch (kind) {
@@ -109,10 +111,11 @@ struct ActGradOp {
 struct DropoutOp {
     const float *x;
     float *y;
-    uint64_t base, thr;
+    DropStream drop;
+    uint64_t thr;
     float scale;
     __device__ void operator()(int64_t i) const {
-        y[i] = dropout_detail::keep(base, uint64_t(i), thr) ? x[i] * scale : 0.f;
+        y[i] = dropout_detail::keep(drop.now(), uint64_t(i), thr) ? x[i] * scale : 0.f;
     }
 };
 
@@ -122,12 +125,13 @@ struct DropoutRowsOp {
     float *y;
     const int64_t *row_ids;
     int64_t cols;
-    uint64_t base, thr;
+    DropStream drop;
+    uint64_t thr;
     float scale;
     __device__ void operator()(int64_t i) const {
         const int64_t r = i / cols;
         const int64_t id = (row_ids ? row_ids[r] : r) * cols + i % cols;
-        y[i] = dropout_detail::keep(base, uint64_t(id), thr) ? x[i] * scale : 0.f;
+        y[i] = dropout_detail::keep(drop.now(), uint64_t(id), thr) ? x[i] * scale : 0.f;
     }
 };
 

@@ -10,13 +10,15 @@
 
 #include "../device.cuh"
 #include "aggregate.cuh"
+#include "dropout.cuh"
 #include "op_types.h"
 
 namespace mg {
 namespace cuda {
 
 struct FeatureDrop {
-    uint64_t base = 0, thr = 0;
+    DropStream stream{};
+    uint64_t thr = 0;
     float scale = 1.f;
     bool on = false;
     const int64_t *row_ids = nullptr;   // row r drops as row row_ids[r] (distributed runs)
@@ -32,6 +34,7 @@ __global__ void __launch_bounds__(256) csr_linear_kernel(const int64_t *indptr, 
     const int64_t r = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
     if (r >= rows) return;
+    const uint64_t base = drop.on ? drop.stream.now() : 0;   // this epoch's stream
     const int64_t id = drop.row_ids ? drop.row_ids[r] : r;
     const int64_t first = indptr[r], end = indptr[r + 1];
     for (int64_t f = lane; f < M; f += tpr) {
@@ -40,7 +43,7 @@ __global__ void __launch_bounds__(256) csr_linear_kernel(const int64_t *indptr, 
         for (int64_t k = first; k < end; ++k) {
             const int64_t c = indices[k];
             float v = vals[k];
-            if (drop.on) v = dropout_detail::keep(drop.base, uint64_t(id * cols + c), drop.thr) ? v * drop.scale : 0.f;
+            if (drop.on) v = dropout_detail::keep(base, uint64_t(id * cols + c), drop.thr) ? v * drop.scale : 0.f;
             acc += v * W[c * M + f];
         }
         Y[r * M + f] = acc;
@@ -54,6 +57,7 @@ __global__ void __launch_bounds__(256) csc_weight_grad_kernel(const int64_t *col
     const int64_t c = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
     if (c >= cols) return;
+    const uint64_t base = drop.on ? drop.stream.now() : 0;   // this epoch's stream
     const int64_t first = colptr[c], end = colptr[c + 1];
     for (int64_t f = lane; f < M; f += tpr) {
         float acc = 0.f;
@@ -63,7 +67,7 @@ __global__ void __launch_bounds__(256) csc_weight_grad_kernel(const int64_t *col
             float v = vals[k];
             if (drop.on) {
                 const int64_t id = drop.row_ids ? drop.row_ids[r] : r;
-                v = dropout_detail::keep(drop.base, uint64_t(id * cols + c), drop.thr) ? v * drop.scale : 0.f;
+                v = dropout_detail::keep(base, uint64_t(id * cols + c), drop.thr) ? v * drop.scale : 0.f;
             }
             acc += v * G[r * M + f];
         }

@@ -3,6 +3,8 @@
 //   runtime invalid_launch   bad launches through mg::cuda::launch, each must throw DeviceError
 //   runtime api              memory, streams, events, devices; prints "name value" lines
 //   runtime deadlock         a divergent barrier; prints "finished" only if the launch returned
+//   runtime graph            stream capture: work recorded, not run, then replayed; calls that
+//                            would synchronise, and work on the legacy stream, end the capture
 #include <cstdint>
 
 #include "simt_case.h"
@@ -124,10 +126,55 @@ static int api() {
     return 0;
 }
 
+__global__ void count_up(int *counter) {
+    if (threadIdx.x == 0) *counter += 1;
+}
+
+static int graph() {
+    cudaStream_t s = mg::cuda::stream();
+    int *out = simt_case::device_zeros<int>(64), *counter = simt_case::device_zeros<int>(1);
+    cudaGraph_t g = nullptr;
+    mg::cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    mg::cuda::check(cudaMemsetAsync(out, 0, 64 * sizeof(int), s), "cudaMemsetAsync");
+    mg::cuda::launch("fill", fill, dim3(2), dim3(32), out, 7);
+    mg::cuda::launch("count_up", count_up, dim3(1), dim3(32), counter);
+    mg::cuda::check(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
+    std::printf("captured_ran_nothing %d\n", int(simt_case::to_host(out, 64)[5] == 0 && simt_case::to_host(counter, 1)[0] == 0));
+    cudaGraphExec_t exec = nullptr;
+    mg::cuda::check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+    mg::cuda::check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    mg::cuda::check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    mg::cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    std::printf("replays %d fill %d\n", simt_case::to_host(counter, 1)[0], simt_case::to_host(out, 64)[5]);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+
+    int host = 0;   // a synchronous copy inside a capture is refused and spoils the capture
+    mg::cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    mg::cuda::launch("count_up", count_up, dim3(1), dim3(32), counter);
+    std::printf("sync_copy %s\n", cudaGetErrorName(cudaMemcpy(&host, counter, sizeof(int), cudaMemcpyDeviceToHost)));
+    g = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(s, &g);
+    std::printf("end_after_sync_copy %s graph %d\n", cudaGetErrorName(ended), int(g != nullptr));
+    cudaGetLastError();
+
+    // work on the legacy stream while another stream is captured: refused, the capture spoilt
+    mg::cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    std::printf("legacy_stream %s\n", cudaGetErrorName(cudaMemsetAsync(out, 0, sizeof(int), nullptr)));
+    g = nullptr;
+    std::printf("end_after_legacy %s graph %d\n", cudaGetErrorName(cudaStreamEndCapture(s, &g)), int(g != nullptr));
+    cudaGetLastError();
+    std::printf("counter_after %d\n", simt_case::to_host(counter, 1)[0]);
+    cudaFree(out);
+    cudaFree(counter);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "graph") return graph();
     if (mode == "invalid_launch") return invalid_launch();
     if (mode == "api") return api();
     if (mode == "deadlock") return deadlock();
-    simt_case::fail("usage: runtime invalid_launch|api|deadlock");
+    simt_case::fail("usage: runtime invalid_launch|api|deadlock|graph");
 }
