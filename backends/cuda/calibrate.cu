@@ -13,7 +13,7 @@ namespace {
 
 using namespace mg;
 
-// Seconds of fn() between two events on the default stream: the best of reps, after a warm-up.
+// Seconds of fn() between two events on the op layer's stream: the best of reps, after a warm-up.
 template <class Fn>
 double best_seconds(int reps, Fn fn) {
     cudaEvent_t start, stop;
@@ -22,9 +22,9 @@ double best_seconds(int reps, Fn fn) {
     fn();
     double best = 1e30;
     for (int r = 0; r < reps; ++r) {
-        cuda::check(cudaEventRecord(start), "calibration events");
+        cuda::check(cudaEventRecord(start, cuda::stream()), "calibration events");
         fn();
-        cuda::check(cudaEventRecord(stop), "calibration events");
+        cuda::check(cudaEventRecord(stop, cuda::stream()), "calibration events");
         cuda::check(cudaEventSynchronize(stop), "calibration events");
         float ms = 0.f;
         cuda::check(cudaEventElapsedTime(&ms, start, stop), "calibration events");

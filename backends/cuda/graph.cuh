@@ -67,6 +67,8 @@ class EpochGraph {
         } else {
             eager(body);
         }
+        // The epoch ends when its work on the GPU has: its wall time then counts the backward pass
+        // and the optimizer step too, as a peer's clock read after torch.cuda.synchronize() does.
         check(cudaStreamSynchronize(stream()), "the epoch");
         return host_->loss;
     }
