@@ -214,7 +214,7 @@ __global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey
     int64_t v, h, first, end;
     group_segment(grp, indptr, num_nodes, H, v, h, first, end);
     const bool drop = p > 0.f;
-    const uint64_t base = drop ? DropStream::of(key).now() : 0, thr = drop ? dropout_detail::drop_threshold(p) : 0;
+    const uint64_t base = drop ? DropStream::of(key).at_this_epoch().base : 0, thr = drop ? dropout_detail::drop_threshold(p) : 0;
     const float scale = drop ? 1.0f / (1.0f - p) : 1.0f;
     float dot = 0.f;
     for (int64_t e = first + grp.lane; e < end; e += G) {

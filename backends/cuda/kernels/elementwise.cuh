@@ -19,8 +19,9 @@ namespace cuda {
 
 template <class Op>
 __global__ void map_kernel(int64_t n, Op op) {
+    const Op now = at_this_epoch(op, 0);   // once per thread (kernels/dropout.cuh)
     const int64_t stride = int64_t(blockDim.x) * gridDim.x;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) op(i);
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) now(i);
 }
 
 // Runs op(i) for i in [0, n) on the device.
@@ -91,9 +92,14 @@ struct ActGradOp {
     uint64_t thr;         // (thr == 0 and scale 1: no dropout)
     float scale;
     bool dropout;
+    __device__ ActGradOp at_this_epoch() const {
+        ActGradOp op = *this;
+        if (dropout) op.drop = drop.at_this_epoch();
+        return op;
+    }
     __device__ void operator()(int64_t i) const {
         float gv = g[i];
-        if (dropout) gv = dropout_detail::keep(drop.now(), uint64_t(i), thr) ? gv * scale : 0.f;
+        if (dropout) gv = dropout_detail::keep(drop.base, uint64_t(i), thr) ? gv * scale : 0.f;
         const float yv = y[i];
         float r;
         switch (kind) {
@@ -114,8 +120,9 @@ struct DropoutOp {
     DropStream drop;
     uint64_t thr;
     float scale;
+    __device__ DropoutOp at_this_epoch() const { return DropoutOp{x, y, drop.at_this_epoch(), thr, scale}; }
     __device__ void operator()(int64_t i) const {
-        y[i] = dropout_detail::keep(drop.now(), uint64_t(i), thr) ? x[i] * scale : 0.f;
+        y[i] = dropout_detail::keep(drop.base, uint64_t(i), thr) ? x[i] * scale : 0.f;
     }
 };
 
@@ -128,10 +135,13 @@ struct DropoutRowsOp {
     DropStream drop;
     uint64_t thr;
     float scale;
+    __device__ DropoutRowsOp at_this_epoch() const {
+        return DropoutRowsOp{x, y, row_ids, cols, drop.at_this_epoch(), thr, scale};
+    }
     __device__ void operator()(int64_t i) const {
         const int64_t r = i / cols;
         const int64_t id = (row_ids ? row_ids[r] : r) * cols + i % cols;
-        y[i] = dropout_detail::keep(drop.now(), uint64_t(id), thr) ? x[i] * scale : 0.f;
+        y[i] = dropout_detail::keep(drop.base, uint64_t(id), thr) ? x[i] * scale : 0.f;
     }
 };
 

@@ -19,24 +19,28 @@ struct AdamOp {
     // a later step are derived here, in double as on the host (ops.cuh: adam_op).
     double lr, beta1, beta2;
     int64_t step;
+    __device__ AdamOp at_this_epoch() const {
+        AdamOp op = *this;
+        if (const int64_t later = epochs_since_capture()) {
+            const double t = double(step + later);
+            op.step_size = float(lr / (1.0 - pow(beta1, t)));
+            op.bc2_sqrt = float(sqrt(1.0 - pow(beta2, t)));
+            op.step = step + later;
+        }
+        return op;
+    }
     // A table's row-wise step (adam_rows): only the rows flagged here have a gradient in g (the
     // looked-up rows of an embedding table); the others step with a zero gradient, unread.
     const uint8_t *row_has_grad = nullptr;
     int64_t width = 1;
     __device__ void operator()(int64_t i) const {
-        float size = step_size, bc2 = bc2_sqrt;
-        if (const int64_t later = epochs_since_capture()) {
-            const double t = double(step + later);
-            size = float(lr / (1.0 - pow(beta1, t)));
-            bc2 = float(sqrt(1.0 - pow(beta2, t)));
-        }
         float pi = p[i] * decay;
         const float raw = row_has_grad && !row_has_grad[i / width] ? 0.f : g[i];
         const float gi = raw + coupled_wd * p[i];
         const float mi = m[i] + w1 * (gi - m[i]);
         const float vi = b2 * v[i] + w2 * gi * gi;
-        const float denom = sqrtf(vi) / bc2 + eps;
-        pi -= size * (mi / denom);
+        const float denom = sqrtf(vi) / bc2_sqrt + eps;
+        pi -= step_size * (mi / denom);
         m[i] = mi;
         v[i] = vi;
         p[i] = pi;
@@ -48,8 +52,13 @@ struct SgdOp {
     const float *g;
     float lr, wd, mom;
     int64_t step;   // the first (step 1) starts the momentum buffer
+    __device__ SgdOp at_this_epoch() const {
+        SgdOp op = *this;
+        op.step += epochs_since_capture();
+        return op;
+    }
     __device__ void operator()(int64_t i) const {
-        const bool first = step + epochs_since_capture() <= 1;
+        const bool first = step <= 1;
         const float d = g[i] + wd * p[i];
         if (mom == 0.f) {
             p[i] -= lr * d;

@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(256) csr_linear_kernel(const int64_t *indptr, 
     const int64_t r = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
     if (r >= rows) return;
-    const uint64_t base = drop.on ? drop.stream.now() : 0;   // this epoch's stream
+    const uint64_t base = drop.on ? drop.stream.at_this_epoch().base : 0;
     const int64_t id = drop.row_ids ? drop.row_ids[r] : r;
     const int64_t first = indptr[r], end = indptr[r + 1];
     for (int64_t f = lane; f < M; f += tpr) {
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(256) csc_weight_grad_kernel(const int64_t *col
     const int64_t c = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
     if (c >= cols) return;
-    const uint64_t base = drop.on ? drop.stream.now() : 0;   // this epoch's stream
+    const uint64_t base = drop.on ? drop.stream.at_this_epoch().base : 0;
     const int64_t first = colptr[c], end = colptr[c + 1];
     for (int64_t f = lane; f < M; f += tpr) {
         float acc = 0.f;
