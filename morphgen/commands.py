@@ -219,6 +219,9 @@ def train_command(args) -> int:
     times = [r["epoch_time_s"] for r in result.history]
     print(f"final: {final_metrics(final)} loss {result.history[-1]['loss']:.4f} "
           f"median epoch {np.median(times) * 1e3:.2f} ms")
+    if model.session.epoch_graph() and not args.quiet:
+        print(f"morphgen: cuda: epochs 2-{len(result.history)} each replayed as one CUDA graph "
+              f"(MORPHGEN_CUDA_GRAPHS=0: kernel by kernel)", file=sys.stderr)
     first_timed = 2 if epochs > 1 else 1
     if args.profile:
         left_out = " (the first, with its one-off library and module loading, left out)" if first_timed == 2 else ""

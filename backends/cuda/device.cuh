@@ -50,13 +50,13 @@ inline unsigned stride_blocks(int64_t n) {
 // the device is selected).  It is a blocking stream, so the legacy stream's synchronous copies of
 // the load-time code still wait for its work; an epoch on it can be captured into a CUDA graph
 // (graph.cuh), which a stream of its own allows and the legacy stream does not.
-inline cudaStream_t stream() {
-    static cudaStream_t s = [] {
-        cudaStream_t made = nullptr;
-        check(cudaStreamCreate(&made), "creating the stream");
-        return made;
-    }();
-    return s;
+// One per library, held at namespace scope with internal linkage: a function-local static's guard
+// is a process-wide (GNU unique) symbol while a variable of the emulation's hidden stream type
+// stays per library, so a second library would have found the guard set and its stream null.
+static cudaStream_t g_stream = nullptr;
+static inline cudaStream_t stream() {
+    if (g_stream == nullptr) check(cudaStreamCreate(&g_stream), "creating the stream");
+    return g_stream;
 }
 
 // Launch `kernel` on grid x block and check the launch; `name` names the kernel in errors.
@@ -73,9 +73,10 @@ inline void launch(const char *name, void (*kernel)(Params...), dim3 grid, dim3 
     check(cudaGetLastError(), name);
 }
 
-// Device memory this library has freed, counted: a captured epoch names its buffers by address,
-// so a graph captured before a free (a shared scratch array grown for another model) is captured
-// again instead of replayed (graph.cuh).
+// Device memory freed, counted: a captured epoch names its buffers by address, so a graph
+// captured before a free (a scratch array grown for another model) is captured again instead of
+// replayed (graph.cuh).  Process-wide, as the op layer's function-local scratch arrays are (their
+// symbols are unique across libraries): a library's graph must see another library's frees.
 inline uint64_t &frees() {
     static uint64_t count = 0;
     return count;

@@ -10,10 +10,18 @@ what would synchronise inside a capture.
 """
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e.support import example
 from tests.mpi.support import assert_same_run, train
 
 SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_class=12,val=60,test=100"
+
+
+@pytest.fixture(autouse=True)
+def unoptimised_builds(monkeypatch):
+    """-O0, as tests/cuda/test_cuda_parity.py builds the examples: the same builds, from the cache."""
+    monkeypatch.setenv("MORPHGEN_OPT_LEVEL", "0")
 
 
 def test_replayed_epochs_match_epochs_launched_one_by_one(tmp_path, monkeypatch):
