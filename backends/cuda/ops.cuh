@@ -47,14 +47,11 @@ struct PendingTime {
     cudaEvent_t start, stop;
     Timer *timer;
 };
-inline std::vector<PendingTime> &pending_times() {
-    static std::vector<PendingTime> pending;
-    return pending;
-}
-inline std::vector<cudaEvent_t> &spare_events() {
-    static std::vector<cudaEvent_t> spare;
-    return spare;
-}
+// Per library, at namespace scope with internal linkage, as device.cuh's stream (why: there).
+static std::vector<PendingTime> g_pending_times;
+static std::vector<cudaEvent_t> g_spare_events;
+static inline std::vector<PendingTime> &pending_times() { return g_pending_times; }
+static inline std::vector<cudaEvent_t> &spare_events() { return g_spare_events; }
 inline cudaEvent_t take_event() {
     auto &spare = spare_events();
     if (!spare.empty()) {
