@@ -62,7 +62,7 @@ def test_replayed_epochs_count_their_kernels_and_timed_epochs_are_not_replayed()
         session.reset_timers()
         session.train_epoch()
         calls.append({r["kernel"]: (r["calls"], r["bytes"], r["flops"]) for r in session.timers()})
-    assert [session.epoch_graph()] == [True]
+    assert session.epoch_graph()
     assert calls[0] == calls[1] == calls[2] == calls[3]          # eager, captured, replayed, replayed
     assert sum(c for c, _, _ in calls[0].values()) > 0
     session.time_kernels(True)
