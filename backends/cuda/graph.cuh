@@ -146,7 +146,6 @@ class EpochGraph {
         }
         captured_epoch_ = epoch;
         frees_at_capture_ = frees();
-        host_->since_capture = 0;
         check(cudaGraphLaunch(exec_, stream()), "launching the epoch's CUDA graph");
     }
 

@@ -54,7 +54,10 @@ class DeviceArray {
         return out;
     }
     void reset() {
-        if (data_) cudaFree(data_), ++frees();
+        if (data_) {
+            cudaFree(data_);
+            ++frees();
+        }
         data_ = nullptr;
         size_ = 0;
     }
@@ -77,7 +80,10 @@ struct Buffer {
     Buffer(const Buffer &) = delete;
     Buffer &operator=(const Buffer &) = delete;
     ~Buffer() {
-        if (data) cudaFree(data), ++cuda::frees();
+        if (data) {
+            cudaFree(data);
+            ++cuda::frees();
+        }
     }
     void allocate(int64_t n, int64_t &accounted) {
         release(accounted);

@@ -48,12 +48,10 @@ struct PendingTime {
     Timer *timer;
 };
 // Per library, at namespace scope with internal linkage, as device.cuh's stream (why: there).
-static std::vector<PendingTime> g_pending_times;
-static std::vector<cudaEvent_t> g_spare_events;
-static inline std::vector<PendingTime> &pending_times() { return g_pending_times; }
-static inline std::vector<cudaEvent_t> &spare_events() { return g_spare_events; }
+static std::vector<PendingTime> pending_times;
+static std::vector<cudaEvent_t> spare_events;
 inline cudaEvent_t take_event() {
-    auto &spare = spare_events();
+    auto &spare = spare_events;
     if (!spare.empty()) {
         cudaEvent_t e = spare.back();
         spare.pop_back();
@@ -65,15 +63,15 @@ inline cudaEvent_t take_event() {
 }
 // Adds every recorded interval to its timer (waits for the last kernel).
 inline void settle_timers() {
-    for (PendingTime &p : pending_times()) {
+    for (PendingTime &p : pending_times) {
         float ms = 0.f;
         check(cudaEventSynchronize(p.stop), "timer event");
         check(cudaEventElapsedTime(&ms, p.start, p.stop), "timer event");
         p.timer->seconds += double(ms) * 1e-3;
-        spare_events().push_back(p.start);
-        spare_events().push_back(p.stop);
+        spare_events.push_back(p.start);
+        spare_events.push_back(p.stop);
     }
-    pending_times().clear();
+    pending_times.clear();
 }
 }  // namespace cuda
 
@@ -89,7 +87,7 @@ class ScopedTimer {
         if (!start_) return;
         cudaEvent_t stop = cuda::take_event();
         cudaEventRecord(stop, cuda::stream());
-        cuda::pending_times().push_back({start_, stop, &t_});
+        cuda::pending_times.push_back({start_, stop, &t_});
     }
 
   private:

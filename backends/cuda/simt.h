@@ -169,17 +169,17 @@ enum cudaMemcpyKind {
 
 // A stream runs its work at once (the emulation is synchronous), except while it is captured: then
 // its work is recorded, in order, into the graph that cudaStreamEndCapture returns.
-struct CUstream_st {
-    int unused;
-    std::vector<std::function<void()>> *captured = nullptr;   // the graph being recorded, or none
-    bool invalidated = false;                                   // a refused call ended the capture's use
-};
-typedef CUstream_st *cudaStream_t;
-
 struct CUgraph_st {
     std::vector<std::function<void()>> work;
 };
 typedef CUgraph_st *cudaGraph_t;
+
+struct CUstream_st {
+    int unused;
+    CUgraph_st *captured = nullptr;   // the graph being recorded, or none
+    bool invalidated = false;         // a refused call ended the capture's use
+};
+typedef CUstream_st *cudaStream_t;
 struct CUgraphExec_st {
     std::vector<std::function<void()>> work;
 };
@@ -251,7 +251,7 @@ inline cudaError_t enqueue(cudaStream_t stream, Work &&work) {
         captured->invalidated = true;
         return detail::fail(cudaErrorStreamCaptureImplicit);
     }
-    captured->captured->emplace_back(std::forward<Work>(work));
+    captured->captured->work.emplace_back(std::forward<Work>(work));
     return cudaSuccess;
 }
 }  // namespace simt
@@ -520,7 +520,7 @@ inline cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCapture
     (void)mode;   // every capture is global: the strictest mode refuses the most
     if (stream == nullptr || simt::detail::capturing() != nullptr)
         return simt::detail::fail(cudaErrorStreamCaptureUnsupported);
-    stream->captured = new std::vector<std::function<void()>>();
+    stream->captured = new CUgraph_st();
     stream->invalidated = false;
     simt::detail::capturing() = stream;
     return cudaSuccess;
@@ -532,14 +532,13 @@ inline cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph)
     if (stream == nullptr || stream != simt::detail::capturing())
         return simt::detail::fail(cudaErrorStreamCaptureUnmatched);
     simt::detail::capturing() = nullptr;
-    std::vector<std::function<void()>> *work = stream->captured;
+    CUgraph_st *recorded = stream->captured;
     stream->captured = nullptr;
     if (stream->invalidated) {
-        delete work;
+        delete recorded;
         return simt::detail::fail(cudaErrorStreamCaptureInvalidated);
     }
-    *graph = new CUgraph_st{std::move(*work)};
-    delete work;
+    *graph = recorded;
     return cudaSuccess;
 }
 

@@ -114,18 +114,6 @@ struct ActGradOp {
     }
 };
 
-struct DropoutOp {
-    const float *x;
-    float *y;
-    DropStream drop;
-    uint64_t thr;
-    float scale;
-    __device__ DropoutOp at_this_epoch() const { return DropoutOp{x, y, drop.at_this_epoch(), thr, scale}; }
-    __device__ void operator()(int64_t i) const {
-        y[i] = dropout_detail::keep(drop.base, uint64_t(i), thr) ? x[i] * scale : 0.f;
-    }
-};
-
 // Row r of a [rows, cols] value drops as row row_ids[r] (distributed ranks; nullptr: r).
 struct DropoutRowsOp {
     const float *x;
