@@ -244,6 +244,30 @@ MG_INLINE int64_t traversal_row(const int64_t* other, const int64_t* eid, int64_
     return other ? other[k] : eid ? eid[k] : k;
 }
 
+// What a tile of NV vectors starting at column f0 needs to know of the heads: its lane masks (the
+// row's last tile may be narrower), the head of each vector (Broadcast) or of each lane
+// (Permuted).  The same for every output row, so built once per call: per row, its integer
+// divisions cost more than a cora-sized row's few edges.
+template <int NV, HeadLanes HL>
+struct TileHeads {
+    int64_t f0;
+    bool masked;
+    simd::mask m[NV];
+    int64_t head[NV];   // Broadcast: the head of vector j
+    simd::vi lane_head[NV];   // Permuted: the head of every lane of vector j
+
+    TileHeads(int64_t H, int64_t D, int64_t F, int64_t f0_) : f0(f0_), masked(f0_ + NV * simd::kLanes > F) {
+        using simd::kLanes;
+        for (int j = 0; j < NV; ++j) {
+            m[j] = simd::lanes(masked ? F - f0 - kLanes * j : kLanes);
+            head[j] = H == 1 ? 0 : std::min(H - 1, (f0 + kLanes * j) / D);
+            alignas(64) std::int32_t h[kLanes];
+            for (int l = 0; l < kLanes; ++l) h[l] = std::int32_t(std::min(H - 1, (f0 + kLanes * j + l) / D));
+            lane_head[j] = simd::load_i32(h);
+        }
+    }
+};
+
 // One tile of a weighted_gather_scatter output row: o[f0, f0 + NV vectors) = sum over the CSR
 // positions k in [k0, k1) of w[e(k), head] * x[traversal_row(k), f], accumulated in registers.
 // Rows LA positions ahead (up to `avail`, possibly in the next output rows) are prefetched.
@@ -251,22 +275,19 @@ MG_INLINE int64_t traversal_row(const int64_t* other, const int64_t* eid, int64_
 template <int NV, bool MASKED, HeadLanes HL>
 MG_INLINE void weighted_tile(const int64_t* MG_RESTRICT other, const int64_t* eid, int64_t k0, int64_t k1,
                              int64_t avail, const float* MG_RESTRICT x, const float* MG_RESTRICT w, int64_t H,
-                             int64_t D, int64_t F, int64_t f0, float* MG_RESTRICT o) {
+                             int64_t F, const TileHeads<NV, HL>& t, float* MG_RESTRICT o) {
     using namespace simd;
+    const int64_t f0 = t.f0;
     vf acc[NV];
-    mask m[NV];
-    int64_t head[NV];   // Broadcast: the head of vector j
-    vi lane_head[NV];   // Permuted: the head of every lane of vector j
+    mask m[NV];            // the tile's constants in registers, not read through t per edge
+    int64_t head[NV];
+    vi lane_head[NV];
 #pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) {
         acc[j] = zero();
-        m[j] = lanes(MASKED ? F - f0 - kLanes * j : kLanes);
-        head[j] = H == 1 ? 0 : std::min(H - 1, (f0 + kLanes * j) / D);
-        if constexpr (HL == HeadLanes::Permuted) {
-            alignas(64) std::int32_t h[kLanes];
-            for (int l = 0; l < kLanes; ++l) h[l] = std::int32_t(std::min(H - 1, (f0 + kLanes * j + l) / D));
-            lane_head[j] = load_i32(h);
-        }
+        m[j] = t.m[j];
+        head[j] = H == 1 ? 0 : t.head[j];
+        if constexpr (HL == HeadLanes::Permuted) lane_head[j] = t.lane_head[j];
     }
     const mask heads = lanes(H);
     constexpr int LA = kTraversalLookahead;
@@ -297,13 +318,21 @@ void weighted_rows(bool to_dst, const float* x, const float* w, const int64_t* i
     constexpr int64_t T = NV * simd::kLanes;
     const int64_t F = H * D, E = indptr[num_nodes];
     const int64_t* e = to_dst ? nullptr : eid;
+    std::vector<TileHeads<NV, HL>> tiles;
+    for (int64_t f0 = 0; f0 < F; f0 += T) tiles.emplace_back(H, D, F, f0);
+    if (tiles.size() == 1 && !tiles[0].masked) {  // the common row of one full tile: no loop over tiles
+        const TileHeads<NV, HL> t = tiles[0];
+#pragma omp parallel for schedule(dynamic, 64) if (E * F > kParallelMin)
+        for (int64_t v = 0; v < num_nodes; ++v)
+            weighted_tile<NV, false, HL>(other, e, indptr[v], indptr[v + 1], E, x, w, H, F, t, out + v * F);
+        return;
+    }
 #pragma omp parallel for schedule(dynamic, 64) if (E * F > kParallelMin)
     for (int64_t v = 0; v < num_nodes; ++v) {
-        int64_t f0 = 0;
-        for (; f0 + T <= F; f0 += T)
-            weighted_tile<NV, false, HL>(other, e, indptr[v], indptr[v + 1], E, x, w, H, D, F, f0, out + v * F);
-        if (f0 < F)
-            weighted_tile<NV, true, HL>(other, e, indptr[v], indptr[v + 1], E, x, w, H, D, F, f0, out + v * F);
+        for (const TileHeads<NV, HL>& t : tiles) {
+            if (t.masked) weighted_tile<NV, true, HL>(other, e, indptr[v], indptr[v + 1], E, x, w, H, F, t, out + v * F);
+            else weighted_tile<NV, false, HL>(other, e, indptr[v], indptr[v + 1], E, x, w, H, F, t, out + v * F);
+        }
     }
 }
 
