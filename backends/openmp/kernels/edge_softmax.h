@@ -8,6 +8,7 @@
 // segments (edge_attention_fwd, edge_softmax_act_bwd); the plain forms are their special cases.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -21,6 +22,8 @@ namespace mg {
 namespace esm_detail {
 
 inline constexpr int64_t kParallelMin = 1 << 14;
+inline constexpr int64_t kRowChunk = 64;         // destinations a thread takes at a time
+inline constexpr int64_t kChunkMaskMax = 2048;    // elements of a chunk's masks made in one run (8 KiB an array)
 
 // Per-head state of one segment: HC heads known at compile time (the loops over heads unroll and
 // vectorise; the per-edge loop overhead of a run-time trip count was most of these kernels' time
@@ -118,59 +121,71 @@ void softmax_act_rows(const float* g, float p, DropoutKey key, const int64_t* ed
     const bool drop = p > 0.0f;
     const uint64_t base = drop ? stream_base(key) : 0, thr = drop ? drop_threshold(p) : 0;
     const float scale = drop ? 1.0f / (1.0f - p) : 1.0f;
+    const int64_t chunks = (num_nodes + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel if (indptr[num_nodes] * H > kParallelMin)
     {
         HeadState<HC> dot_state(H), sum_state(H);
         float* MG_RESTRICT dot = dot_state.data();
         float* MG_RESTRICT sum = sum_state.data();
         alignas(64) uint32_t k[kBlock];
-#pragma omp for schedule(dynamic, 64)
-        for (int64_t v = 0; v < num_nodes; ++v) {
-            const int64_t b0 = indptr[v], e_end = indptr[v + 1];
-            if (b0 == e_end) {
-                if (dst_sum != nullptr)
-                    for (int64_t h = 0; h < H; ++h) dst_sum[v * H + h] = 0.0f;
-                continue;
-            }
-            const int64_t lo = b0 * H, hi = e_end * H;     // the segment's elements, flat
-            if (drop && edge_ids == nullptr) {      // the segment's masks are one run of the stream
-                for (int64_t i = lo; i < hi; i += kBlock) {
-                    const int64_t m = hi - i < kBlock ? hi - i : kBlock;
-                    keep_masks(base, static_cast<uint64_t>(i), m, thr, k);
+        auto drop_run = [&](int64_t lo, int64_t hi) {   // de[lo, hi) = dropout(g), keyed by position
+            for (int64_t i = lo; i < hi; i += kBlock) {
+                const int64_t m = hi - i < kBlock ? hi - i : kBlock;
+                keep_masks(base, static_cast<uint64_t>(i), m, thr, k);
 #pragma omp simd
-                    for (int64_t j = 0; j < m; ++j) de[i + j] = keep_bits(k[j], g[i + j] * scale);
-                }
-            } else if (drop) {                      // one run per edge, at its global id
-                for (int64_t e = b0; e < e_end; ++e)
-                    for (int64_t h = 0; h < H; h += kBlock) {
-                        const int64_t m = H - h < kBlock ? H - h : kBlock, i = e * H + h;
-                        keep_masks(base, static_cast<uint64_t>(edge_ids[e] * H + h), m, thr, k);
-                        for (int64_t j = 0; j < m; ++j) de[i + j] = keep_bits(k[j], g[i + j] * scale);
-                    }
+                for (int64_t j = 0; j < m; ++j) de[i + j] = keep_bits(k[j], g[i + j] * scale);
             }
-            const float* gd = drop ? de : g;   // g', in de when the dropout's mask applied
-            if constexpr (HC == 1) {
-                float d = 0.0f;
+        };
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < chunks; ++c) {
+            const int64_t v0 = c * kRowChunk, v1 = std::min(num_nodes, v0 + kRowChunk);
+            // Masks in whole blocks over the chunk's segments, one run of the stream, while the
+            // run is small enough to stay in L1 for the walk after it (per segment, the mask
+            // generator's set-up cost more than a one-head segment's few masks).
+            const int64_t lo = indptr[v0] * H, hi = indptr[v1] * H;
+            const bool chunk_masks = drop && edge_ids == nullptr && hi - lo <= kChunkMaskMax;
+            if (chunk_masks) drop_run(lo, hi);
+            for (int64_t v = v0; v < v1; ++v) {
+                const int64_t b0 = indptr[v], e_end = indptr[v + 1];
+                if (b0 == e_end) {
+                    if (dst_sum != nullptr)
+                        for (int64_t h = 0; h < H; ++h) dst_sum[v * H + h] = 0.0f;
+                    continue;
+                }
+                if (drop && !chunk_masks && edge_ids == nullptr) {
+                    drop_run(b0 * H, e_end * H);          // the segment's masks: one run
+                } else if (drop && edge_ids != nullptr) {  // one run per edge, at its global id
+                    for (int64_t e = b0; e < e_end; ++e)
+                        for (int64_t h = 0; h < H; h += kBlock) {
+                            const int64_t m = H - h < kBlock ? H - h : kBlock, i = e * H + h;
+                            keep_masks(base, static_cast<uint64_t>(edge_ids[e] * H + h), m, thr, k);
+                            for (int64_t j = 0; j < m; ++j) de[i + j] = keep_bits(k[j], g[i + j] * scale);
+                        }
+                }
+                const float* gd = drop ? de : g;   // g', in de when the dropout's mask applied
+                if constexpr (HC == 1) {
+                    float d = 0.0f;
 #pragma omp simd reduction(+ : d)
-                for (int64_t e = b0; e < e_end; ++e) d += alpha[e] * gd[e];
-                dot[0] = d;
-            } else {
-                for (int64_t h = 0; h < H; ++h) dot[h] = 0.0f;
+                    for (int64_t e = b0; e < e_end; ++e) d += alpha[e] * gd[e];
+                    dot[0] = d;
+                } else {
+                    for (int64_t h = 0; h < H; ++h) dot[h] = 0.0f;
+                    for (int64_t e = b0; e < e_end; ++e)
+#pragma omp simd
+                        for (int64_t h = 0; h < H; ++h) dot[h] += alpha[e * H + h] * gd[e * H + h];
+                }
+                for (int64_t h = 0; h < H; ++h) sum[h] = 0.0f;
                 for (int64_t e = b0; e < e_end; ++e)
 #pragma omp simd
-                    for (int64_t h = 0; h < H; ++h) dot[h] += alpha[e * H + h] * gd[e * H + h];
+                    for (int64_t h = 0; h < H; ++h) {
+                        const float ds = alpha[e * H + h] * (gd[e * H + h] - dot[h]);
+                        const float d = s == nullptr ? ds : select_bits(s[e * H + h] > 0.0f, ds, slope * ds);
+                        de[e * H + h] = d;
+                        sum[h] += d;
+                    }
+                if (dst_sum != nullptr)
+                    for (int64_t h = 0; h < H; ++h) dst_sum[v * H + h] = sum[h];
             }
-            for (int64_t h = 0; h < H; ++h) sum[h] = 0.0f;
-            for (int64_t e = b0; e < e_end; ++e)
-#pragma omp simd
-                for (int64_t h = 0; h < H; ++h) {
-                    const float ds = alpha[e * H + h] * (gd[e * H + h] - dot[h]);
-                    const float d = s == nullptr ? ds : select_bits(s[e * H + h] > 0.0f, ds, slope * ds);
-                    de[e * H + h] = d;
-                    sum[h] += d;
-                }
-            if (dst_sum != nullptr)
-                for (int64_t h = 0; h < H; ++h) dst_sum[v * H + h] = sum[h];
         }
     }
 }
