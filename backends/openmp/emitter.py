@@ -92,6 +92,7 @@ class OpenMPEmitter:
     edge_typed_feature_views = True  # typed linears of feature rows at edge ends read dense or CSR features
     row_gradients = True             # an embedding table's gradient keeps the looked-up rows only (Adam)
     fuses_batch_norm_grads = True    # batch norm's backward with its affine part's gradients: one kernel
+    fuses_relu_into_batch_norm_grads = True   # ... and the backward of a relu after that affine part
     fuses_batch_norm_affine = True   # batch norm with its affine part and activation: one forward kernel
     spmm_tile_by_width = True        # aggregations of rows wider than 32 use 64-float tiles (spmm_tile)
     narrow_tn_by_width = True        # narrow dense weight gradients take a kernel of their width (narrow_tn_width)
@@ -590,12 +591,42 @@ class OpenMPEmitter:
                     if len(total) == 1 and total[0][0].opcode == "row_sum" and read_after(total[0][0].output, step):
                         dgamma = total[0][0].output
                         absorbed += [reader, total[0][0]]
-            self.batch_norm_grads[id(bn)] = (a, gamma, dgamma, dbeta)
+            relu = self._relu_before_batch_norm_grad(a, y, gamma, absorbed)
+            beta = None
+            if relu is not None:
+                act, beta = relu
+                absorbed.append(act)
+                a = act.inputs[0]           # the relu's output gradient: the kernel masks it itself
+            self.batch_norm_grads[id(bn)] = (a, gamma, dgamma, dbeta, beta)
             for op in absorbed:
                 self.absorbed.add(id(op))
                 self.fused_into[id(op)] = bn
             self.extra_reads.append((a.id, bn))
             self.extra_writes += [(v.id, bn) for v in (dgamma, dbeta) if v is not None]
+
+    def _relu_before_batch_norm_grad(self, a, y, gamma, group):
+        """(act_grad, beta) when ``a`` is the relu's backward of ``relu(y * gamma + beta)``, the
+        forward of this batch norm's affine part, and only the ops of its fused backward (``group``)
+        read ``a``: batch_norm_affine_bwd then masks the relu's output gradient itself, and the
+        act_grad's pass over two arrays and its writing of a third are saved.  None otherwise."""
+        if not self.fuses_relu_into_batch_norm_grads:
+            return None
+        act = self.producer.get(a.id)
+        if (act is None or act.opcode != "act_grad" or act.attrs.get("act") != "relu" or id(act) in self.absorbed
+                or act.output.id in self.fused_dropout_grad):
+            return None
+        if {id(r) for r, _ in self.readers.get(a.id, [])} - {id(op) for op in group}:
+            return None
+        relu = self.producer.get(act.inputs[1].id)
+        add = self.producer.get(relu.inputs[0].id) if relu is not None and relu.opcode == "relu" else None
+        if add is None or add.opcode != "bias_add":
+            return None
+        scaled, beta = add.inputs
+        scale = self.producer.get(scaled.id)
+        if (beta.assoc != "param" or len(beta.shape) != 1 or scale is None or scale.opcode != "mul"
+                or sorted(map(id, scale.inputs)) != sorted((id(y), id(gamma)))):
+            return None
+        return act, beta
 
     def plan_batch_norm_affine(self) -> None:
         """Run batch norm's forward with the product by gamma that follows it (and that product's
@@ -1705,13 +1736,14 @@ class OpenMPEmitter:
 
     def op_batch_standardize_grad(self, op, g, x, y):
         if id(op) in self.batch_norm_grads:
-            a, gamma, dgamma, dbeta = self.batch_norm_grads[id(op)]
+            a, gamma, dgamma, dbeta, relu_beta = self.batch_norm_grads[id(op)]
             y_rows = "nullptr" if y.id in self.unwritten else self.ptr(y)     # recomputed from x
+            relu = f", {self.ptr(relu_beta)}" if relu_beta is not None else ""
             return self.timed("elementwise", f"mg::batch_norm_affine_bwd({self.ptr(a)}, {self.ptr(gamma)}, "
                               f"{self.ptr(x)}, {y_rows}, {self.rows(op.output)}, {self.all_rows(op.output)}, "
                               f"{self.width(g)}, {_float(op.attrs['eps'])}f, {self.ptr(op.output)}, "
                               f"{self.ptr(dgamma) if dgamma is not None else 'nullptr'}, "
-                              f"{self.ptr(dbeta) if dbeta is not None else 'nullptr'}, {self.across_ranks()})",
+                              f"{self.ptr(dbeta) if dbeta is not None else 'nullptr'}, {self.across_ranks()}{relu})",
                               f"28.0 * {self.numel(op.output)}")
         return self.timed("elementwise", f"mg::batch_standardize_bwd({self.ptr(g)}, {self.ptr(x)}, {self.ptr(y)}, "
                           f"{self.rows(op.output)}, {self.all_rows(op.output)}, {self.width(g)}, "

@@ -24,6 +24,7 @@ CASES = {
     "gat_heads": lambda: models.gat_heads(),
     "normed": lambda: models.normed(),
     "normed_reread": lambda: models.normed_reread(),
+    "normed_relu": lambda: models.normed_relu(),
 }
 # Hidden layers wider than 32: their aggregations run in 64-float tiles (one width is enough).
 WIDE = {
@@ -324,7 +325,27 @@ def test_standardised_rows_read_again_are_still_written():
     assert bn.output.id in emitter.has_buffer
 
 
-@pytest.mark.parametrize("name", ["normed", "normed_reread"])
+def test_relu_after_batch_norm_runs_inside_its_backward():
+    """relu(standardize(x) * gamma + beta): the relu's act_grad runs inside batch_norm_affine_bwd,
+    which recomputes the standardised rows; the parity cases check the numbers, with perturbed
+    gamma and beta."""
+    program = models.normed_relu()
+    ran, emitter = _openmp_plan(program)
+    bn = next(op for op in program.backward if op.opcode == "batch_standardize_grad")
+    act = next(op for op in program.backward if op.opcode == "act_grad" and op.attrs["act"] == "relu")
+    assert ran[id(bn)] == ["mg::batch_norm_affine_bwd"] and ran[id(act)] == []
+    assert act.output.id not in emitter.has_buffer
+
+
+def test_relu_read_elsewhere_keeps_its_own_backward():
+    """A relu whose input gradient has a reader outside batch norm's backward keeps its act_grad."""
+    program = models.normed()       # the relu comes after an aggregation, not the affine part
+    ran, _ = _openmp_plan(program)
+    act = next(op for op in program.backward if op.opcode == "act_grad" and op.attrs["act"] == "relu")
+    assert ran[id(act)] == ["mg::op::act_grad"]
+
+
+@pytest.mark.parametrize("name", ["normed", "normed_reread", "normed_relu"])
 def test_batch_norm_models_match_interpreter_on_threads(name):
     """Enough rows for the batch norm kernels to run on the thread team (their sums in per-thread
     partials)."""

@@ -213,18 +213,28 @@ void batch_standardize_bwd(const float* g, const float* x, const float* y, int64
 // of x, as batch_standardize_bwd).  y may be null: it is then recomputed from x with the moments,
 // the same arithmetic as the forward's, so the same values.  dbeta and dgamma (either may be
 // null) are this process's sums; the means use the sums over all rows (across).
+//
+// relu_beta: not null when a relu follows, relu(standardize(x) * gamma + beta) with beta =
+// relu_beta, and `a` is then the gradient u of the relu's output: the relu's backward (a = u
+// where the relu passed its input, 0 elsewhere) runs inside both passes, so its pass over u and
+// the relu's output, and its writing of a, are saved.  Where the relu passed is
+// y * gamma > -beta: for floats t and b, round(t + b) > 0 exactly when t + b > 0, so this is the
+// forward's own test on the same product y * gamma, without the rounding of the sum.
 template <class Across>
 void batch_norm_affine_bwd(const float* a, const float* gamma, const float* x, const float* y, int64_t rows,
                            int64_t total, int64_t F, float eps, float* dx, float* dgamma, float* dbeta,
-                           Across across) {
+                           Across across, const float* relu_beta = nullptr) {
     std::vector<float> mean, var, inv;
     norm_detail::column_moments(x, rows, total, F, eps, mean, var, inv, across);
     const float *mu = mean.data(), *iv = inv.data();
-    // Two instances, so that the inner loops carry no test of y.
-    auto run = [&](auto standardized) {
+    // One instance per (y stored or recomputed) x (relu or not), so the inner loops test neither.
+    auto run = [&](auto standardized, auto grad) {
         std::vector<double> sums = norm_detail::column_sum_pair(
-            rows, F, [&](int64_t i, int64_t j) { return a[i * F + j]; },
-            [&](int64_t i, int64_t j) { return a[i * F + j] * standardized(i, j); });
+            rows, F, [&](int64_t i, int64_t j) { return grad(i, j, standardized(i, j)); },
+            [&](int64_t i, int64_t j) {
+                const float yv = standardized(i, j);
+                return grad(i, j, yv) * yv;
+            });
         for (int64_t j = 0; j < F; ++j) {
             if (dbeta) dbeta[j] = float(sums[size_t(j)]);
             if (dgamma) dgamma[j] = float(sums[size_t(F + j)]);
@@ -240,13 +250,23 @@ void batch_norm_affine_bwd(const float* a, const float* gamma, const float* x, c
 #pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
         for (int64_t i = 0; i < rows; ++i)
 #pragma omp simd
-            for (int64_t j = 0; j < F; ++j)
-                dx[i * F + j] = (a[i * F + j] - m1[j] - standardized(i, j) * m2[j]) * sc[j];
+            for (int64_t j = 0; j < F; ++j) {
+                const float yv = standardized(i, j);
+                dx[i * F + j] = (grad(i, j, yv) - m1[j] - yv * m2[j]) * sc[j];
+            }
+    };
+    auto with_grad = [&](auto standardized) {
+        if (relu_beta)
+            run(standardized, [&](int64_t i, int64_t j, float yv) {
+                return select_bits(yv * gamma[j] > -relu_beta[j], a[i * F + j], 0.0f);
+            });
+        else
+            run(standardized, [&](int64_t i, int64_t j, float) { return a[i * F + j]; });
     };
     if (y)
-        run([&](int64_t i, int64_t j) { return y[i * F + j]; });
+        with_grad([&](int64_t i, int64_t j) { return y[i * F + j]; });
     else
-        run([&](int64_t i, int64_t j) { return (x[i * F + j] - mu[j]) * iv[j]; });
+        with_grad([&](int64_t i, int64_t j) { return (x[i * F + j] - mu[j]) * iv[j]; });
 }
 
 }  // namespace mg
