@@ -337,6 +337,7 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
             "layers": shape.resolved_layers(data.num_features, data.num_classes),
             "dropout": shape.hidden_dropout if dropout is None else dropout, "lr": shape.lr,
             "weight_decay": shape.weight_decay, "epochs": epochs, "warmup": min(warmup, epochs - 1),
+            "input_dropout": shape.input_dropout if dropout is None else dropout,
             "threads": threads, "bias": shape.bias, "self_loops": shape.self_loops,
             "sparse_features": bool(sparse_features)}
     if shape.activation != "relu":

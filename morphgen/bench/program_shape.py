@@ -69,6 +69,11 @@ class PeerModel:
     block_diagonal: dict = field(default_factory=dict)
 
     @property
+    def input_dropout(self) -> float:
+        """The dropout on the input features (the peers apply it too)."""
+        return float(self.dropouts[0]) if self.dropouts else 0.0
+
+    @property
     def hidden_dropout(self) -> float:
         """The dropout between layers (what the peers apply)."""
         inner = self.dropouts[1:]
@@ -338,9 +343,8 @@ def _program_notes(program, dropouts: list) -> list:
     """What a reader of the comparison must know about the program's preprocessing and loop."""
     notes = []
     if dropouts and dropouts[0] > 0:
-        notes.append(f"morphgen applies dropout {dropouts[0]} to the input features (as Kipf & Welling); "
-                     "the peers apply dropout only between layers, so morphgen does slightly more work "
-                     "per epoch and the parity check (dropout 0) is unaffected")
+        notes.append(f"the program drops out its input features (p = {dropouts[0]}, as Kipf & Welling); the "
+                     "peers do the same (on the stored values of sparse features, as morphgen's sparse path)")
     norm = program.feature_normalization
     if norm is not None:
         notes.append(f"the program normalises its input features ('{norm}'); the peers receive the features "

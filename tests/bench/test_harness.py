@@ -194,7 +194,7 @@ def test_program_shape_of_a_three_layer_gcn(tmp_path):
     s = harness.program_shape(prog)
     assert s.layers == ["F", 32, 32, "C"] and s.dropouts == [0.5, 0.5, 0.5]
     assert s.bias and s.optimizer == "adam" and s.lr == 0.01 and s.weight_decay == 5e-4
-    assert s.unsupported is None and s.hidden_dropout == 0.5
+    assert s.unsupported is None and s.hidden_dropout == 0.5 and s.input_dropout == 0.5
     assert any("input features" in n for n in s.notes)
     assert s.resolved_layers(100, 7) == [100, 32, 32, 7]
 

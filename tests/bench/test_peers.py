@@ -342,6 +342,10 @@ def runs(files):
         "dgl": ("dgl", "dense", _spec(init_weights=w)),
         "dgl_sparse": ("dgl", "sparse", _spec(init_weights=w, sparse_features=True, epochs=2)),
         "pyg_dropout": ("pyg", "dense", _spec(dropout=0.5, epochs=30, lr=0.05)),   # library init
+        # The program's input dropout: on a sparse input's stored values (PyG), on dense rows (DGL).
+        "pyg_sparse_input_dropout": ("pyg", "sparse", _spec(init_weights=w, sparse_features=True, input_dropout=0.5,
+                                                            epochs=2)),
+        "dgl_input_dropout": ("dgl", "dense", _spec(init_weights=w, input_dropout=0.5, epochs=2)),
     }
     # Each run is a separate process that spends most of its time importing torch: two at a time.
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -430,6 +434,17 @@ def test_pyg_reports_its_configuration(runs):
     assert runs["pyg_sparse"]["config"]["features"].startswith("sparse")
     assert runs["pyg_dense"]["config"]["features"].startswith("dense")
     assert "csr" in runs["pyg_dense"]["config"]["adjacency"].lower() or "SparseTensor" in runs["pyg_dense"]["config"]["adjacency"]
+
+
+@pytest.mark.parametrize("name,convention", [("pyg_sparse_input_dropout", "pyg"), ("dgl_input_dropout", "dgl")])
+def test_input_dropout_is_applied_and_reported(runs, files, name, convention):
+    """From the parity weights, dropping half the input changes the first loss, and the result says
+    the model had it."""
+    r = runs[name]
+    assert r["error"] is None, r["error"]
+    without = reference_first_loss(files["dense"], files["weights"], convention)
+    assert abs(r["first_epoch_loss"] - without) > 1e-3
+    assert "dropout 0.5 on the input features" in r["config"]["model"]
 
 
 def test_dgl_records_that_sparse_features_are_not_honoured(runs, files):

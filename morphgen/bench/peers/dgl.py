@@ -205,7 +205,8 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
             for conv, weights in zip(convs, load_init_weights(spec)):
                 load_weights(torch, conv, weights, _targets(conv, spec.model))
     call = (lambda conv, h: conv(g, h).flatten(1)) if spec.model == "gat" else (lambda conv, h: conv(g, h))
-    model = build_stack(torch, convs, spec.dropout, call, spec.activation)
+    model = build_stack(torch, convs, spec.dropout, call, spec.activation,
+                        input_dropout=spec.input_dropout)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     conv_name = {"gcn": "GraphConv", "sage": "SAGEConv", "gat": "GATConv", "gin": "GINConv"}[spec.model]
@@ -237,7 +238,8 @@ def _train_rgcn(dgl, torch, spec: BenchSpec, data: NodeClassificationData, devic
             for conv, weights in zip(convs, load_init_weights(spec)):
                 load_weights(torch, conv, weights, _TARGETS["rgcn"])
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(g, h, etypes, norm, presorted=True),
-                        spec.activation)
+                        spec.activation,
+                        input_dropout=spec.input_dropout)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     regularizer = f"regularizer='basis', num_bases={spec.num_bases}" if spec.num_bases else "regularizer=None"

@@ -189,7 +189,8 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
                 load_weights(torch, conv, weights, weight_targets(conv, spec.model))
-    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t), spec.activation)
+    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t), spec.activation,
+                        input_dropout=spec.input_dropout)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     default_init = {"gcn": "GCNConv default (glorot)", "sage": "SAGEConv default (kaiming uniform)",
@@ -221,7 +222,8 @@ def _train_rgcn(torch, torch_geometric, spec: BenchSpec, data: NodeClassificatio
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
                 load_weights(torch, conv, weights, _TARGETS[spec.model])
-    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, edge_index, edge_type), spec.activation)
+    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, edge_index, edge_type), spec.activation,
+                        input_dropout=spec.input_dropout)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     if spec.model == "rgat":

@@ -82,7 +82,7 @@ class BenchSpec:
     model: str                       # SUPPORTED_MODELS
     aggr: str                        # neighbourhood reduction, one of _AGGREGATIONS[model]
     layers: tuple[int, ...]          # widths, input first and class count last: [F, 32, 32, C]
-    dropout: float
+    dropout: float                   # between layers
     lr: float
     weight_decay: float
     epochs: int
@@ -96,6 +96,7 @@ class BenchSpec:
     activation: str = "relu"         # between layers: ACTIVATIONS
     heads: tuple[int, ...] = ()      # gat, hgt, rgat: attention heads per layer (layers[i+1] counts all of them)
     attention_dropout: float = 0.0   # gat, rgat: dropout on the attention coefficients
+    input_dropout: float = 0.0       # on the input features (their stored values where sparse)
     negative_slope: float = 0.2      # gat, rgat: leaky_relu slope of the attention scores
     norms: tuple[bool, ...] = ()     # gin: batch norm in each layer (after both MLP products and the layer)
     num_relations: int = 1           # rgcn, hgt, rgat: edge types (the data's edge_type values lie below it)
@@ -125,7 +126,7 @@ _DEFAULTS = {
     "model": "gcn", "aggr": None, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "epochs": 200,
     "warmup": 3, "threads": 1, "bias": True, "self_loops": True, "init_weights": None,
     "sparse_features": False, "device": "cpu", "activation": "relu", "heads": None,
-    "attention_dropout": 0.0, "negative_slope": 0.2, "norms": None,
+    "attention_dropout": 0.0, "input_dropout": 0.0, "negative_slope": 0.2, "norms": None,
     "num_relations": None, "num_bases": None, "pyg_conv": None, "num_node_types": None,
 }
 # "cuda" alone is accepted and means GPU 0; the index is always written out after parsing, so a
@@ -231,6 +232,7 @@ def parse_spec(raw: object) -> BenchSpec:
         init_weights=init, sparse_features=_flag(d, "sparse_features"), device=_device(d),
         activation=d["activation"], heads=_heads(d, layers),
         attention_dropout=_number(d, "attention_dropout", 0.0, 0.999),
+        input_dropout=_number(d, "input_dropout", 0.0, 0.999),
         negative_slope=_number(d, "negative_slope", 0.0, 10.0), norms=_norms(d, layers),
         **_relational(d),
     )

@@ -141,9 +141,11 @@ def decay_groups(torch, model, weight_decay: float) -> list:
             {"params": [p for p in model.parameters() if id(p) in spared], "weight_decay": 0.0}]
 
 
-def build_stack(torch, convs: list, dropout: float, call: Callable, activation: str = "relu"):
-    """A stack of convolutions: conv, ReLU, dropout between layers (not on the input, which may
-    be sparse).
+def build_stack(torch, convs: list, dropout: float, call: Callable, activation: str = "relu",
+                input_dropout: float = 0.0):
+    """A stack of convolutions: conv, ReLU, dropout between layers, and `input_dropout` on the
+    input features first when the program has it (on a sparse CSR input, on its stored values,
+    as morphgen's sparse feature path drops them).
 
     `call(conv, h)` applies one convolution; the peers differ only in what that needs.
     `activation` (spec.ACTIVATIONS) runs between layers.
@@ -151,13 +153,21 @@ def build_stack(torch, convs: list, dropout: float, call: Callable, activation: 
     import torch.nn.functional as F
     act = {"relu": F.relu, "elu": F.elu}[activation]
 
+    def drop_input(x, training):
+        if input_dropout <= 0:
+            return x
+        if x.layout == torch.sparse_csr:
+            return torch.sparse_csr_tensor(x.crow_indices(), x.col_indices(),
+                                           F.dropout(x.values(), p=input_dropout, training=training), x.shape)
+        return F.dropout(x, p=input_dropout, training=training)
+
     class GCNStack(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.convs = torch.nn.ModuleList(convs)
 
         def forward(self, x):
-            h = x
+            h = drop_input(x, self.training)
             for i, conv in enumerate(self.convs):
                 if i > 0:
                     h = F.dropout(h, p=dropout, training=self.training)
@@ -230,6 +240,9 @@ def model_config(spec: BenchSpec) -> dict:
                                           f"{spec.num_relations} edge types, {spec.num_node_types} node types) "
                                           f"-> linear classifier")}
     described = MODEL_CONFIG["model"].replace("GCN", name, 1).replace("ReLU", spec.activation, 1)
+    if spec.input_dropout > 0:
+        described = described.replace("no dropout on the input features",
+                                      f"dropout {spec.input_dropout} on the input features", 1)
     return {**MODEL_CONFIG, "model": described}
 
 
