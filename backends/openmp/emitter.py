@@ -93,6 +93,7 @@ class OpenMPEmitter:
     row_gradients = True             # an embedding table's gradient keeps the looked-up rows only (Adam)
     fuses_batch_norm_grads = True    # batch norm's backward with its affine part's gradients: one kernel
     fuses_relu_into_batch_norm_grads = True   # ... and the backward of a relu after that affine part
+    keeps_batch_statistics = True    # a fused batch norm's forward leaves its statistics to its backward
     fuses_batch_norm_affine = True   # batch norm with its affine part and activation: one forward kernel
     spmm_tile_by_width = True        # aggregations of rows wider than 32 use 64-float tiles (spmm_tile)
     narrow_tn_by_width = True        # narrow dense weight gradients take a kernel of their width (narrow_tn_width)
@@ -147,6 +148,7 @@ class OpenMPEmitter:
         self.extra_writes: list = []     # (value id, op): values a fused kernel writes at that op
         self.batch_norm_grads: dict = {}  # id(batch_standardize_grad) -> (a, gamma, dgamma, dbeta)
         self.batch_norm_affine: dict = {}  # id(batch_standardize) -> (the mul by gamma it runs, gamma)
+        self.batch_statistics: dict = {}   # id(batch norm forward or backward) -> Model member of its statistics
         self.unwritten: set = set()      # ids of values every reader recomputes: never stored
         self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
         self.residuals: dict = {}        # id(op) -> the value its kernel adds before its epilogue
@@ -356,6 +358,7 @@ class OpenMPEmitter:
         self.plan_edge_typed_row_sums()
         self.plan_batch_norm_grads()
         self.plan_batch_norm_affine()
+        self.plan_kept_batch_statistics()
         self.plan_typed_biases()
         self.plan_residual_adds()
         self.lower_invariant()
@@ -656,6 +659,22 @@ class OpenMPEmitter:
             if all(self._recomputes_standardized(reader, y) for reader, _ in self.readers.get(y.id, [])
                    if reader is not scale):
                 self.unwritten.add(y.id)
+
+    def plan_kept_batch_statistics(self) -> None:
+        """A fused batch norm forward keeps the batch's mean and 1/sigma for its fused backward
+        (kernels/norm.h, BatchStatistics), which then does not compute them again from x: one pass
+        over x fewer per batch norm and epoch, the same values."""
+        if not self.keeps_batch_statistics:
+            return
+        for bn in self.p.backward:
+            if id(bn) not in self.batch_norm_grads:
+                continue
+            forward = self.producer.get(bn.inputs[2].id)
+            if forward is None or id(forward) not in self.batch_norm_affine or forward.inputs[0] is not bn.inputs[1]:
+                continue
+            name = f"batch_stats{forward.output.id}"
+            self.members.append(f"mg::BatchStatistics {name};")
+            self.batch_statistics[id(forward)] = self.batch_statistics[id(bn)] = name
 
     def _scales_by_weight(self, op, y) -> bool:
         """Whether ``op`` is ``y * gamma`` with gamma a weight of one value per feature."""
@@ -1724,11 +1743,12 @@ class OpenMPEmitter:
             scale, gamma = self.batch_norm_affine[id(op)]
             epilogue, final = self._epilogue_struct(scale)
             y = "nullptr" if op.output.id in self.unwritten else self.ptr(op.output)
+            keep = f", &m.{self.batch_statistics[id(op)]}" if id(op) in self.batch_statistics else ""
             return self.timed("elementwise", f"mg::batch_norm_affine_fwd(training, {self.ptr(x)}, {self.rows(op.output)}, "
                               f"{self.all_rows(op.output)}, {self.width(x)}, {self.ptr(mean)}, {self.ptr(var)}, "
                               f"{_float(op.attrs['eps'])}f, {_float(op.attrs['momentum'])}f, {self.ptr(gamma)}, "
                               f"{epilogue or 'mg::Epilogue{}'}, {y}, "
-                              f"{self.ptr(final)}, {self.across_ranks()})", f"12.0 * {self.numel(op.output)}")
+                              f"{self.ptr(final)}, {self.across_ranks()}{keep})", f"12.0 * {self.numel(op.output)}")
         return self.timed("elementwise", f"mg::batch_standardize_fwd(training, {self.ptr(x)}, {self.rows(op.output)}, "
                           f"{self.all_rows(op.output)}, {self.width(x)}, {self.ptr(mean)}, {self.ptr(var)}, "
                           f"{_float(op.attrs['eps'])}f, {_float(op.attrs['momentum'])}f, {self.ptr(op.output)}, "
@@ -1739,12 +1759,18 @@ class OpenMPEmitter:
             a, gamma, dgamma, dbeta, relu_beta = self.batch_norm_grads[id(op)]
             y_rows = "nullptr" if y.id in self.unwritten else self.ptr(y)     # recomputed from x
             relu = f", {self.ptr(relu_beta)}" if relu_beta is not None else ""
+            kept = id(op) in self.batch_statistics
+            if kept:
+                relu = (relu or ", nullptr") + f", &m.{self.batch_statistics[id(op)]}"
+            # Arrays of node rows moved: x for the moments (unless kept), a and x (or y) for the
+            # sums, a and x (or y) read and dx written for dx.
+            arrays = 5 if kept else 6
             return self.timed("elementwise", f"mg::batch_norm_affine_bwd({self.ptr(a)}, {self.ptr(gamma)}, "
                               f"{self.ptr(x)}, {y_rows}, {self.rows(op.output)}, {self.all_rows(op.output)}, "
                               f"{self.width(g)}, {_float(op.attrs['eps'])}f, {self.ptr(op.output)}, "
                               f"{self.ptr(dgamma) if dgamma is not None else 'nullptr'}, "
                               f"{self.ptr(dbeta) if dbeta is not None else 'nullptr'}, {self.across_ranks()}{relu})",
-                              f"28.0 * {self.numel(op.output)}")
+                              f"{4.0 * arrays} * {self.numel(op.output)}")
         return self.timed("elementwise", f"mg::batch_standardize_bwd({self.ptr(g)}, {self.ptr(x)}, {self.ptr(y)}, "
                           f"{self.rows(op.output)}, {self.all_rows(op.output)}, {self.width(g)}, "
                           f"{_float(op.attrs['eps'])}f, {self.ptr(op.output)}, {self.across_ranks()})",

@@ -337,6 +337,17 @@ def test_relu_after_batch_norm_runs_inside_its_backward():
     assert act.output.id not in emitter.has_buffer
 
 
+def test_batch_norm_backward_takes_its_forwards_statistics():
+    """The fused forward keeps the batch's mean and 1/sigma in a Model member that the fused
+    backward reads instead of summing x again (the parity cases check the numbers)."""
+    program = models.normed_relu()
+    _, emitter = _openmp_plan(program)
+    forward = next(op for op in program.forward if op.opcode == "batch_standardize")
+    backward = next(op for op in program.backward if op.opcode == "batch_standardize_grad")
+    name = emitter.batch_statistics[id(forward)]
+    assert emitter.batch_statistics[id(backward)] == name and f"mg::BatchStatistics {name};" in emitter.members
+
+
 def test_relu_read_elsewhere_keeps_its_own_backward():
     """A relu whose input gradient has a reader outside batch norm's backward keeps its act_grad."""
     program = models.normed()       # the relu comes after an aggregation, not the affine part

@@ -60,6 +60,13 @@ inline void layer_standardize_bwd(const float* g, const float* x, const float* y
 }
 
 // ---- batch norm: per feature, over the node rows ----------------------------------------------
+
+// The batch's statistics a training forward standardised with, kept for its backward: the same
+// values the backward would compute from the same rows, one pass over them fewer.
+struct BatchStatistics {
+    std::vector<float> mean, inv;
+};
+
 namespace norm_detail {
 // This process's sum_i f1(i, j) (first F) and sum_i f2(i, j) (next F) for every feature j, in
 // double, in one pass over the rows: thread-local partials a cache line apart, added in thread
@@ -154,13 +161,18 @@ void batch_standardize_fwd(bool training, const float* x, int64_t rows, int64_t 
 // activation ran in its epilogue, in one pass over the rows after the statistics.  y is written
 // too unless null (a backward that recomputes it from x, batch_norm_affine_bwd, needs no copy).
 // The arithmetic is that of the two kernels it replaces, so out is the same to the bit.
+// keep: where a training forward leaves its batch statistics for the backward (or null).
 template <class Across>
 void batch_norm_affine_fwd(bool training, const float* x, int64_t rows, int64_t total, int64_t F, float* run_mean,
                            float* run_var, float eps, float momentum, const float* gamma, const Epilogue& epi,
-                           float* y, float* out, Across across) {
+                           float* y, float* out, Across across, BatchStatistics* keep = nullptr) {
     std::vector<float> mean, inv;
     norm_detail::standardize_statistics(training, x, rows, total, F, run_mean, run_var, eps, momentum, mean, inv,
                                         across);
+    if (training && keep != nullptr) {
+        keep->mean = mean;
+        keep->inv = inv;
+    }
     const float *mu = mean.data(), *iv = inv.data();
 #pragma omp parallel for schedule(static) if (rows * F > ew_detail::kParallelMin)
     for (int64_t i = 0; i < rows; ++i) {
@@ -220,12 +232,20 @@ void batch_standardize_bwd(const float* g, const float* x, const float* y, int64
 // the relu's output, and its writing of a, are saved.  Where the relu passed is
 // y * gamma > -beta: for floats t and b, round(t + b) > 0 exactly when t + b > 0, so this is the
 // forward's own test on the same product y * gamma, without the rounding of the sum.
+//
+// kept: the training forward's statistics of these rows (batch_norm_affine_fwd's keep), which
+// spare the pass over x that computes them again; null or empty: that pass runs.
 template <class Across>
 void batch_norm_affine_bwd(const float* a, const float* gamma, const float* x, const float* y, int64_t rows,
                            int64_t total, int64_t F, float eps, float* dx, float* dgamma, float* dbeta,
-                           Across across, const float* relu_beta = nullptr) {
+                           Across across, const float* relu_beta = nullptr, const BatchStatistics* kept = nullptr) {
     std::vector<float> mean, var, inv;
-    norm_detail::column_moments(x, rows, total, F, eps, mean, var, inv, across);
+    if (kept != nullptr && !kept->mean.empty()) {
+        mean = kept->mean;
+        inv = kept->inv;
+    } else {
+        norm_detail::column_moments(x, rows, total, F, eps, mean, var, inv, across);
+    }
     const float *mu = mean.data(), *iv = inv.data();
     // One instance per (y stored or recomputed) x (relu or not), so the inner loops test neither.
     auto run = [&](auto standardized, auto grad) {
