@@ -22,6 +22,7 @@ namespace mg {
 namespace esm_detail {
 
 inline constexpr int64_t kParallelMin = 1 << 14;
+inline constexpr int64_t kLookahead = 16;       // edges ahead whose source row is fetched
 inline constexpr int64_t kRowChunk = 64;         // destinations a thread takes at a time
 inline constexpr int64_t kChunkMaskMax = 2048;    // elements of a chunk's masks made in one run (8 KiB an array)
 
@@ -198,11 +199,16 @@ void softmax_act_rows(const float* g, float p, DropoutKey key, const int64_t* ed
 // arrays, four of them written) with one that writes alpha and, when a reader needs it (the
 // backward's act_grad), s.  The arithmetic is that of the five kernels (edge_softmax_fwd runs the
 // same loops), so the results are the same to the bit.  s may be nullptr.
+//
+// The source's row of a is a random read per edge: the row of the edge kLookahead positions on
+// is fetched meanwhile (GAT's 8 heads on an arxiv-sized graph, 2 threads: 16.5 -> 11.8 ms).
 inline void edge_attention_fwd(const float* a, const float* b, const int64_t* indptr, const int64_t* col,
                                int64_t num_nodes, int64_t H, float slope, float* s, float* alpha) {
+    const int64_t E = indptr[num_nodes];
     esm_detail::by_heads(H, [&](auto hc) {
         const int64_t heads = decltype(hc)::value > 0 ? decltype(hc)::value : H;
         auto score = [=](int64_t v, int64_t e) {
+            if (e + esm_detail::kLookahead < E) __builtin_prefetch(a + col[e + esm_detail::kLookahead] * heads);
             const float *au = a + col[e] * heads, *bv = b + v * heads;
             return [=](int64_t h) {
                 const float x = au[h] + bv[h];
