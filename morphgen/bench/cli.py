@@ -53,6 +53,9 @@ def add_device_options(p) -> None:
     p.add_argument("--rounds", type=int, default=1,
                    help="runs of every system, interleaved (morphgen, the peers, morphgen, ...); the report "
                         "keeps each system's fastest median and lists every round's (default 1)")
+    p.add_argument("--peer-input-dropout", choices=("program", "none"), default="program",
+                   help="program (default): the peers drop out the input features as the program does; "
+                        "none: they skip it (morphgen still applies it), which times the layers alone")
 
 
 def add_parser(subparsers) -> None:

@@ -330,14 +330,14 @@ def morphgen_device_config(device: str) -> dict:
 
 def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int, threads: int,
               sparse_features: bool, dropout: Optional[float] = None, init_weights=None,
-              device: str = "cpu") -> dict:
+              device: str = "cpu", input_dropout: Optional[float] = None) -> dict:
     """The peers' spec for `shape` on `data`; `dropout` overrides every dropout rate (the parity
-    check's 0, attention dropout included)."""
+    check's 0, attention dropout included), `input_dropout` that of the input features alone."""
     spec = {"model": shape.conv, "aggr": shape.aggr,
             "layers": shape.resolved_layers(data.num_features, data.num_classes),
             "dropout": shape.hidden_dropout if dropout is None else dropout, "lr": shape.lr,
             "weight_decay": shape.weight_decay, "epochs": epochs, "warmup": min(warmup, epochs - 1),
-            "input_dropout": shape.input_dropout if dropout is None else dropout,
+            "input_dropout": next(p for p in (dropout, input_dropout, shape.input_dropout) if p is not None),
             "threads": threads, "bias": shape.bias, "self_loops": shape.self_loops,
             "sparse_features": bool(sparse_features)}
     if shape.activation != "relu":

@@ -90,6 +90,8 @@ def command_line(args) -> str:
         parts += ["--sweep", args.sweep, "--sweep-min", str(args.sweep_min), "--sweep-max", str(args.sweep_max)]
     if args.sparsity_threshold is not None:
         parts += ["--sparsity-threshold", repr(args.sparsity_threshold)]
+    if skips_input_dropout(args):
+        parts += ["--peer-input-dropout", "none"]
     return shlex.join(parts)
 
 
@@ -110,6 +112,9 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
     peers = parse_peers(args.peers)
     rounds = getattr(args, "rounds", 1)
     notes = list(shape.notes)
+    if skips_input_dropout(args) and shape.input_dropout > 0:
+        notes.append(f"--peer-input-dropout none: the peers skip the program's dropout of the input features "
+                     f"(p = {shape.input_dropout}), which morphgen applies: morphgen does that work alone")
     kept: dict = {}                       # system -> the run reported (harness.faster_run)
     times: dict = {}                      # system -> every round's median epoch (None: failed)
     # Rounds interleave the systems, so that a slow spell of a shared machine hits each of them.
@@ -176,11 +181,17 @@ def run_round(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
             systems.append(entry)
             continue
         spec = harness.peer_spec(shape, data, epochs=args.epochs, warmup=args.warmup, threads=threads,
-                                 sparse_features=sparse, device=harness.device_name(backend, device))
+                                 sparse_features=sparse, device=harness.device_name(backend, device),
+                                 input_dropout=0.0 if skips_input_dropout(args) else None)
         systems.append(harness.run_peer_fastest(system, data.peer_path, spec, work,
                                                 harness.peer_variants(system, shape), cap_gib=cap,
                                                 timeout_s=args.timeout, round_tag=tag))
     return systems
+
+
+def skips_input_dropout(args) -> bool:
+    """--peer-input-dropout none: the peers leave out the program's dropout of the input features."""
+    return getattr(args, "peer_input_dropout", "program") == "none"
 
 
 def gpu_limits(args, device: int) -> dict:

@@ -178,7 +178,7 @@ def bench_args(args, graph: SuiteGraph, out: Path, model: str) -> argparse.Names
         warmup=args.warmup, out=str(out), parity=not args.no_parity, peer_features="auto", no_profile=False,
         sparsity_threshold=args.sparsity_threshold, sweep=None, threads=args.threads, seed=args.seed,
         memory_cap_gib=args.memory_cap_gib, timeout=args.timeout, quick_machine=args.quick_machine,
-        backend=args.backend, device=args.device, rounds=args.rounds)
+        backend=args.backend, device=args.device, rounds=args.rounds, peer_input_dropout=args.peer_input_dropout)
 
 
 def run_graph(args, graph: SuiteGraph, out: Path, model: str) -> dict:
@@ -433,7 +433,8 @@ def run(args) -> int:
                           *(["--sparsity-threshold", repr(args.sparsity_threshold)]
                             if args.sparsity_threshold is not None else []),
                           *(["--backend", "cuda", "--device", str(runs.resolve_device(args))] if gpu else []),
-                          *(["--rounds", str(args.rounds)] if args.rounds > 1 else [])])
+                          *(["--rounds", str(args.rounds)] if args.rounds > 1 else []),
+                          *(["--peer-input-dropout", "none"] if args.peer_input_dropout == "none" else [])])
     if command == shlex.join(["morphgen", "bench-suite", "--epochs", "50", "--peers", "pyg,dgl"]):
         command = "make bench"
     (out / "suite.json").write_text(json.dumps({"graphs": [{"name": g.name, "model": r.get("suite_model"),

@@ -188,6 +188,17 @@ function g3(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
 }
 """
 
+def test_peers_drop_the_input_as_the_program_unless_told_not_to(tmp_path):
+    prog = tmp_path / "g3.mp"
+    prog.write_text(THREE_LAYERS_INPUT_DROPOUT)
+    shape = harness.program_shape(prog)
+    data = harness.prepare_dataset(TINY, None, tmp_path)
+    spec = lambda **kw: harness.peer_spec(shape, data, epochs=2, warmup=1, threads=1, sparse_features=False, **kw)
+    assert spec()["input_dropout"] == 0.5 and spec()["dropout"] == 0.5
+    assert spec(input_dropout=0.0)["input_dropout"] == 0.0 and spec(input_dropout=0.0)["dropout"] == 0.5
+    assert spec(dropout=0.0)["input_dropout"] == 0.0                # the parity check: no dropout anywhere
+
+
 def test_program_shape_of_a_three_layer_gcn(tmp_path):
     prog = tmp_path / "g3.mp"
     prog.write_text(THREE_LAYERS_INPUT_DROPOUT)
