@@ -146,7 +146,7 @@ class OpenMPEmitter:
         self.head_products: dict = {}    # id(row_sum | add) -> the head_mul it runs (plan_head_products)
         self.extra_reads: list = []      # (value id, op): values a fused kernel reads at that op
         self.extra_writes: list = []     # (value id, op): values a fused kernel writes at that op
-        self.batch_norm_grads: dict = {}  # id(batch_standardize_grad) -> (a, gamma, dgamma, dbeta)
+        self.batch_norm_grads: dict = {}  # id(batch_standardize_grad) -> (a, gamma, dgamma, dbeta, relu beta or None)
         self.batch_norm_affine: dict = {}  # id(batch_standardize) -> (the mul by gamma it runs, gamma)
         self.batch_statistics: dict = {}   # id(batch norm forward or backward) -> Model member of its statistics
         self.unwritten: set = set()      # ids of values every reader recomputes: never stored

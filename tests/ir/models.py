@@ -175,16 +175,22 @@ def normed(hidden=8) -> Program:
     return m.finish(m.emit("linear", m.emit("tanh", h), m.param("W3", (hidden, "C"))))
 
 
-def normed_relu(hidden=8) -> Program:
-    """Batch norm, its affine weights and a relu right after them (GIN's MLP): the relu's backward
-    runs inside batch norm's, from the standardised rows it recomputes."""
-    m = ModelBuilder("normed_relu")
+def _linear_batch_norm_relu(m, hidden):
+    """x W1, batch norm, its affine weights and a relu: (the standardised rows, the relu's output)."""
     h = m.emit("linear", m.x, m.param("W1", ("F", hidden)))
     mean = m.param("bn.running_mean", (hidden,), init="zeros", trainable=False)
     var = m.param("bn.running_var", (hidden,), init="ones", trainable=False)
     y = m.emit("batch_standardize", h, mean, var, eps=1e-5, momentum=0.1)
     h = m.emit("relu", m.emit("bias_add", m.emit("mul", y, m.param("bn.gamma", (hidden,), init="ones")),
                               m.param("bn.beta", (hidden,), init="zeros")))
+    return y, h
+
+
+def normed_relu(hidden=8) -> Program:
+    """Batch norm, its affine weights and a relu right after them (GIN's MLP): the relu's backward
+    runs inside batch norm's, from the standardised rows it recomputes."""
+    m = ModelBuilder("normed_relu")
+    _, h = _linear_batch_norm_relu(m, hidden)
     h = m.emit("aggregate", h, reduce="sum", norm="none", self_loops=True)
     return m.finish(m.emit("linear", h, m.param("W2", (hidden, "C"))))
 
@@ -193,12 +199,7 @@ def normed_reread(hidden=8) -> Program:
     """Batch norm whose standardised rows are read again after its affine part (a residual of
     them): the fused forward must still write them."""
     m = ModelBuilder("normed_reread")
-    h = m.emit("linear", m.x, m.param("W1", ("F", hidden)))
-    mean = m.param("bn.running_mean", (hidden,), init="zeros", trainable=False)
-    var = m.param("bn.running_var", (hidden,), init="ones", trainable=False)
-    y = m.emit("batch_standardize", h, mean, var, eps=1e-5, momentum=0.1)
-    h = m.emit("relu", m.emit("bias_add", m.emit("mul", y, m.param("bn.gamma", (hidden,), init="ones")),
-                              m.param("bn.beta", (hidden,), init="zeros")))
+    y, h = _linear_batch_norm_relu(m, hidden)
     h = m.emit("add", m.emit("aggregate", h, reduce="sum", norm="none", self_loops=True), y)
     return m.finish(m.emit("linear", h, m.param("W2", (hidden, "C"))))
 
