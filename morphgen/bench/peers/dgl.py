@@ -238,8 +238,7 @@ def _train_rgcn(dgl, torch, spec: BenchSpec, data: NodeClassificationData, devic
             for conv, weights in zip(convs, load_init_weights(spec)):
                 load_weights(torch, conv, weights, _TARGETS["rgcn"])
     model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(g, h, etypes, norm, presorted=True),
-                        spec.activation,
-                        input_dropout=spec.input_dropout)
+                        spec.activation, input_dropout=spec.input_dropout)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     regularizer = f"regularizer='basis', num_bases={spec.num_bases}" if spec.num_bases else "regularizer=None"

@@ -156,6 +156,8 @@ def build_stack(torch, convs: list, dropout: float, call: Callable, activation: 
     def drop_input(x, training):
         if input_dropout <= 0:
             return x
+        if x is None or not x.is_floating_point():
+            raise ValueError("input_dropout on a featureless input (node ids): there are no features to drop")
         if x.layout == torch.sparse_csr:
             return torch.sparse_csr_tensor(x.crow_indices(), x.col_indices(),
                                            F.dropout(x.values(), p=input_dropout, training=training), x.shape)
