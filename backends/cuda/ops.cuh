@@ -51,10 +51,9 @@ struct PendingTime {
 static std::vector<PendingTime> pending_times;
 static std::vector<cudaEvent_t> spare_events;
 inline cudaEvent_t take_event() {
-    auto &spare = spare_events;
-    if (!spare.empty()) {
-        cudaEvent_t e = spare.back();
-        spare.pop_back();
+    if (!spare_events.empty()) {
+        cudaEvent_t e = spare_events.back();
+        spare_events.pop_back();
         return e;
     }
     cudaEvent_t e;

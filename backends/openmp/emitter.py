@@ -1758,10 +1758,13 @@ class OpenMPEmitter:
         if id(op) in self.batch_norm_grads:
             a, gamma, dgamma, dbeta, relu_beta = self.batch_norm_grads[id(op)]
             y_rows = "nullptr" if y.id in self.unwritten else self.ptr(y)     # recomputed from x
-            relu = f", {self.ptr(relu_beta)}" if relu_beta is not None else ""
             kept = id(op) in self.batch_statistics
+            # The kernel's optional trailing arguments: the relu's beta, then the kept statistics.
+            optional = []
+            if relu_beta is not None or kept:
+                optional.append(self.ptr(relu_beta) if relu_beta is not None else "nullptr")
             if kept:
-                relu = (relu or ", nullptr") + f", &m.{self.batch_statistics[id(op)]}"
+                optional.append(f"&m.{self.batch_statistics[id(op)]}")
             # Arrays of node rows moved: x for the moments (unless kept), a and x (or y) for the
             # sums, a and x (or y) read and dx written for dx.
             arrays = 5 if kept else 6
@@ -1769,8 +1772,8 @@ class OpenMPEmitter:
                               f"{self.ptr(x)}, {y_rows}, {self.rows(op.output)}, {self.all_rows(op.output)}, "
                               f"{self.width(g)}, {_float(op.attrs['eps'])}f, {self.ptr(op.output)}, "
                               f"{self.ptr(dgamma) if dgamma is not None else 'nullptr'}, "
-                              f"{self.ptr(dbeta) if dbeta is not None else 'nullptr'}, {self.across_ranks()}{relu})",
-                              f"{4.0 * arrays} * {self.numel(op.output)}")
+                              f"{self.ptr(dbeta) if dbeta is not None else 'nullptr'}, {self.across_ranks()}"
+                              f"{''.join(', ' + arg for arg in optional)})", f"{4.0 * arrays} * {self.numel(op.output)}")
         return self.timed("elementwise", f"mg::batch_standardize_bwd({self.ptr(g)}, {self.ptr(x)}, {self.ptr(y)}, "
                           f"{self.rows(op.output)}, {self.all_rows(op.output)}, {self.width(g)}, "
                           f"{_float(op.attrs['eps'])}f, {self.ptr(op.output)}, {self.across_ranks()})",

@@ -21,7 +21,6 @@ namespace mg {
 
 namespace edge_detail {
 inline constexpr int64_t kParallelMin = 1 << 14;
-inline constexpr int64_t kNarrowLookahead = 16;   // edges ahead whose narrow row is fetched
 }
 
 // out[e, :] = x[col[e], :]   (message from the source)
@@ -112,24 +111,6 @@ template <Reduce R>
 inline void scatter_src(const float* m, const int64_t* t_indptr, const int64_t* t_eid, int64_t num_nodes,
                         int64_t F, float* out, int64_t* argmax = nullptr, const float* counts = nullptr) {
     constexpr Reduce kSegment = R == Reduce::Mean ? Reduce::Sum : R;
-    if (R == Reduce::Sum && F <= 16) {
-        // Narrow edge rows (GAT's per-head attention gradients) are one random line each, read in
-        // edge-id order: the row kLookahead positions on is fetched meanwhile (one head on an
-        // arxiv-sized graph, 2 threads: 5.0 -> 3.5 ms).
-        const int64_t E = t_indptr[num_nodes];
-        constexpr int64_t LA = edge_detail::kNarrowLookahead;
-#pragma omp parallel for schedule(dynamic, 64) if (E * F > edge_detail::kParallelMin)
-        for (int64_t u = 0; u < num_nodes; ++u) {
-            float* o = out + u * F;
-            for (int64_t f = 0; f < F; ++f) o[f] = 0.0f;
-            for (int64_t k = t_indptr[u]; k < t_indptr[u + 1]; ++k) {
-                if (k + LA < E) __builtin_prefetch(m + t_eid[k + LA] * F);
-                const float* r = m + t_eid[k] * F;
-                for (int64_t f = 0; f < F; ++f) o[f] += r[f];
-            }
-        }
-        return;
-    }
 #pragma omp parallel for schedule(dynamic, 64) if (t_indptr[num_nodes] * F > edge_detail::kParallelMin)
     for (int64_t u = 0; u < num_nodes; ++u) {
         float* o = out + u * F;
@@ -305,7 +286,7 @@ MG_INLINE void weighted_tile(const int64_t* MG_RESTRICT other, const int64_t* ei
     for (int j = 0; j < NV; ++j) {
         acc[j] = zero();
         m[j] = t.m[j];
-        head[j] = H == 1 ? 0 : t.head[j];
+        head[j] = t.head[j];
         if constexpr (HL == HeadLanes::Permuted) lane_head[j] = t.lane_head[j];
     }
     const mask heads = lanes(H);
