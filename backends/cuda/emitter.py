@@ -55,7 +55,7 @@ class CUDAEmitter(OpenMPEmitter):
     keeps_batch_statistics = False             # ... nor statistics from its forward
 
     def softmax_edges_arg(self) -> str:
-        return ", m.graph.num_edges"     # ops.cuh: softmax_lanes
+        return ", m.g"     # ops.cuh: with_softmax_groups (the lane groups' size, the long rows' blocks)
 
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""

@@ -94,11 +94,67 @@ class ScopedTimer {
     cudaEvent_t start_;
 };
 
-// The CSC copy of CSR features (built at prepare), for X^T G without atomics.
+// ---- split rows: the segments of a CSR's long rows (aggregate.cuh, RowSplit) ----------------------
+// $MORPHGEN_CUDA_SPLIT_EDGES sets the longest row walked whole (default 256 edges; 0: never split).
+inline int64_t split_edges_setting() {
+    const char *env = std::getenv("MORPHGEN_CUDA_SPLIT_EDGES");
+    if (!env || !*env) return 256;
+    char *end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (*end || v < 0) throw Error(std::string("$MORPHGEN_CUDA_SPLIT_EDGES must be a number of edges >= 0, not '") +
+                                   env + "'");
+    return int64_t(v);
+}
+
+class RowSplitPlan {
+  public:
+    void build(const idx_t *indptr, int64_t rows, int64_t edges) {
+        std::vector<idx_t> seg_row, seg_first;
+        for (int64_t r = 0; edges > 0 && r < rows; ++r) {
+            const int64_t degree = indptr[r + 1] - indptr[r];
+            if (degree <= edges) continue;
+            const idx_t first = idx_t(seg_row.size());
+            for (int64_t k = 0; k < (degree + edges - 1) / edges; ++k) {
+                seg_row.push_back(r);
+                seg_first.push_back(first);
+            }
+        }
+        segments_ = int64_t(seg_row.size());
+        edges_ = segments_ ? edges : 0;
+        if (!segments_) return;
+        seg_row_.upload(seg_row, "uploading split rows");
+        seg_first_.upload(seg_first, "uploading split rows");
+        arrivals_.upload(std::vector<unsigned>(size_t(segments_) * cuda::kMaxWarpsPerRow, 0u), "uploading split rows");
+    }
+    // The split for rows of F features; the partial sums grow to the widest F asked for.
+    cuda::RowSplit view(int64_t F) {
+        cuda::RowSplit s;
+        if (!segments_) return s;
+        if (partial_.size() < segments_ * F) partial_.allocate(segments_ * F);
+        s.seg_row = seg_row_.data();
+        s.seg_first = seg_first_.data();
+        s.partial = partial_.data();
+        s.arrivals = arrivals_.data();
+        s.segments = segments_;
+        s.edges = edges_;
+        return s;
+    }
+    int64_t bytes() const { return seg_row_.bytes() + seg_first_.bytes() + arrivals_.bytes() + partial_.bytes(); }
+
+  private:
+    cuda::DeviceArray<idx_t> seg_row_, seg_first_;
+    cuda::DeviceArray<unsigned> arrivals_;
+    cuda::DeviceArray<float> partial_;
+    int64_t segments_ = 0, edges_ = 0;
+};
+
+// The CSC copy of CSR features (built at prepare), for X^T G without atomics; split: its long
+// columns, walked in pieces (csc_weight_grad_kernel).
 struct SparseFeatureBlocks {
     cuda::DeviceArray<int64_t> colptr, row_of;
     cuda::DeviceArray<float> vals;
-    int64_t bytes() const { return colptr.bytes() + row_of.bytes() + vals.bytes(); }
+    RowSplitPlan split;
+    int64_t bytes() const { return colptr.bytes() + row_of.bytes() + vals.bytes() + split.bytes(); }
 };
 
 namespace op {
@@ -199,60 +255,6 @@ struct TypeGroups {
     }
 };
 
-// ---- split rows: the segments of a CSR's long rows (aggregate.cuh, RowSplit) ----------------------
-// $MORPHGEN_CUDA_SPLIT_EDGES sets the longest row walked whole (default 256 edges; 0: never split).
-inline int64_t split_edges_setting() {
-    const char *env = std::getenv("MORPHGEN_CUDA_SPLIT_EDGES");
-    if (!env || !*env) return 256;
-    char *end = nullptr;
-    const long long v = std::strtoll(env, &end, 10);
-    if (*end || v < 0) throw Error(std::string("$MORPHGEN_CUDA_SPLIT_EDGES must be a number of edges >= 0, not '") +
-                                   env + "'");
-    return int64_t(v);
-}
-
-class RowSplitPlan {
-  public:
-    void build(const idx_t *indptr, int64_t rows, int64_t edges) {
-        std::vector<idx_t> seg_row, seg_first;
-        for (int64_t r = 0; edges > 0 && r < rows; ++r) {
-            const int64_t degree = indptr[r + 1] - indptr[r];
-            if (degree <= edges) continue;
-            const idx_t first = idx_t(seg_row.size());
-            for (int64_t k = 0; k < (degree + edges - 1) / edges; ++k) {
-                seg_row.push_back(r);
-                seg_first.push_back(first);
-            }
-        }
-        segments_ = int64_t(seg_row.size());
-        edges_ = segments_ ? edges : 0;
-        if (!segments_) return;
-        seg_row_.upload(seg_row, "uploading split rows");
-        seg_first_.upload(seg_first, "uploading split rows");
-        arrivals_.upload(std::vector<unsigned>(size_t(segments_) * cuda::kMaxWarpsPerRow, 0u), "uploading split rows");
-    }
-    // The split for rows of F features; the partial sums grow to the widest F asked for.
-    cuda::RowSplit view(int64_t F) {
-        cuda::RowSplit s;
-        if (!segments_) return s;
-        if (partial_.size() < segments_ * F) partial_.allocate(segments_ * F);
-        s.seg_row = seg_row_.data();
-        s.seg_first = seg_first_.data();
-        s.partial = partial_.data();
-        s.arrivals = arrivals_.data();
-        s.segments = segments_;
-        s.edges = edges_;
-        return s;
-    }
-    int64_t bytes() const { return seg_row_.bytes() + seg_first_.bytes() + arrivals_.bytes() + partial_.bytes(); }
-
-  private:
-    cuda::DeviceArray<idx_t> seg_row_, seg_first_;
-    cuda::DeviceArray<unsigned> arrivals_;
-    cuda::DeviceArray<float> partial_;
-    int64_t segments_ = 0, edges_ = 0;
-};
-
 // ---- graph: uploaded once; derived arrays built on the host, then uploaded --------------------------
 struct Graph {
     GraphView host;                     // the caller's arrays (host memory), valid while prepared
@@ -263,6 +265,13 @@ struct Graph {
     cuda::DeviceArray<float> gcn_scale_self, gcn_scale_plain;
     TypeGroups etypes, ntypes;
     mutable RowSplitPlan by_dst_split, by_src_split;   // long rows of the CSR and of its transpose
+    // The destinations with more than `edges` in-edges, whose (destination, head) pairs the edge
+    // softmaxes give a block each (edges.cuh, BlockGroup); built on first use.
+    struct SoftmaxLongRows {
+        cuda::DeviceArray<idx_t> rows;
+        int64_t count = 0, edges = -1;
+    };
+    mutable SoftmaxLongRows softmax_long;
 
     void build(const GraphView &g, const float *in_degree = nullptr) {
         host = g;
@@ -293,6 +302,17 @@ struct Graph {
             for (idx_t e = host.indptr[v]; e < host.indptr[v + 1]; ++e) dst[size_t(e)] = v;
         edge_dst.upload(dst, "uploading edge destinations");
     }
+    const SoftmaxLongRows &softmax_long_rows(int64_t edges) const {
+        if (softmax_long.edges != edges) {
+            std::vector<idx_t> rows;
+            for (idx_t v = 0; v < host.num_nodes; ++v)
+                if (host.indptr[v + 1] - host.indptr[v] > edges) rows.push_back(v);
+            softmax_long.count = int64_t(rows.size());
+            if (!rows.empty()) softmax_long.rows.upload(rows, "uploading the edge softmax's long rows");
+            softmax_long.edges = edges;
+        }
+        return softmax_long;
+    }
     // The destination of each CSR position (edge_dst), built on first use.
     const idx_t *edge_destinations() const {
         if (!edge_dst.data() && host.num_edges > 0) build_edge_dst();
@@ -321,7 +341,8 @@ struct Graph {
     int64_t bytes() const {
         return indptr.bytes() + col.bytes() + t_indptr.bytes() + t_col.bytes() + t_eid.bytes() + etype_.bytes() +
                ntype_.bytes() + edge_dst.bytes() + node_ids.bytes() + gcn_scale_self.bytes() +
-               gcn_scale_plain.bytes() + etypes.bytes() + ntypes.bytes() + by_dst_split.bytes() + by_src_split.bytes();
+               gcn_scale_plain.bytes() + etypes.bytes() + ntypes.bytes() + by_dst_split.bytes() + by_src_split.bytes() +
+               softmax_long.rows.bytes();
     }
 };
 
@@ -443,6 +464,20 @@ inline void group_nonzeros(SparseFeatureBlocks &blocks, int64_t groups, const st
     blocks.colptr.upload(ptr, what);
     blocks.row_of.upload(row_of, what);
     blocks.vals.upload(vals, what);
+    blocks.split.build(ptr.data(), groups, split_edges_setting());
+}
+// dW[g, :] = sum over group g's nonzeros (r, val) of val * G[r, :] (drop: a feature dropout on the
+// values), long groups in pieces (csc_weight_grad_kernel).
+inline void csc_weight_grad(const char *name, SparseFeatureBlocks &blocks, int64_t groups, const float *G, idx_t M,
+                            float *dW, const cuda::FeatureDrop &drop) {
+    const int tpr = cuda::threads_per_row(M);
+    const cuda::RowSplit split = blocks.split.view(M);
+    cuda::launch(name, cuda::csc_weight_grad_kernel, dim3(cuda::blocks_for(split.segments + groups, cuda::kThreads / tpr)),
+                 dim3(cuda::kThreads), blocks.colptr.data(), blocks.row_of.data(), blocks.vals.data(), groups, G, M, dW,
+                 drop, tpr, split);
+    if (split.segments)
+        cuda::map("sparse feature weight gradient: the long columns' pieces", split.segments * M,
+                  cuda::SplitRowSumOp{split, blocks.colptr.data(), M, dW});
 }
 inline void build_feature_blocks(const FeatureView &f, SparseFeatureBlocks &blocks) {
     if (f.kind != FeatureKind::Csr) return;
@@ -483,11 +518,8 @@ inline void matmul_tn_features(const FeatureView &f, SparseFeatureBlocks &blocks
     switch (f.kind) {
         case FeatureKind::Dense: matmul_tn(f.dense, f.rows, f.cols, G, M, dW); break;
         case FeatureKind::Csr: {
-            const int tpr = cuda::threads_per_row(M);
-            cuda::launch("sparse feature weight gradient (csc_weight_grad_kernel)", cuda::csc_weight_grad_kernel,
-                         dim3(cuda::blocks_for(f.cols, cuda::kThreads / tpr)), dim3(cuda::kThreads),
-                         blocks.colptr.data(), blocks.row_of.data(), blocks.vals.data(), f.cols, G, M, dW,
-                         feature_drop(f), tpr);
+            csc_weight_grad("sparse feature weight gradient (csc_weight_grad_kernel)", blocks, f.cols, G, M, dW,
+                            feature_drop(f));
             break;
         }
         case FeatureKind::Identity:
@@ -618,24 +650,47 @@ inline void mean_norm(const Graph &g, bool self_loops, float *out) {
     upload_floats(h, out, "mean edge norms");
 }
 
-// ---- edges -------------------------------------------------------------------------------------------
-inline void broadcast_to_in_edges(const char *name, const Graph &g, const float *x, const idx_t *argmax, idx_t F,
-                                  float *out) {
-    const int tpr = cuda::threads_per_row(F);
-    cuda::launch(name, cuda::segment_broadcast_kernel, dim3(cuda::blocks_for(g.dev.num_nodes, cuda::kThreads / tpr)),
-                 dim3(cuda::kThreads), x, g.dev.indptr, argmax, g.dev.num_nodes, F, out, tpr);
+// ---- segmented sums ----------------------------------------------------------------------------------
+// out[out_row(s)] = the sum (mean: the average) of X[gather(i)] over the positions i of segment s
+// (ptr[s] .. ptr[s+1]; gather nullptr: i itself; out_row nullptr: s itself), 0 for an empty
+// segment.  It runs on the aggregation kernel: its chunked walk, and segments longer than the
+// split length cut into pieces by `split` (built from the same ptr), so that a hub's segment
+// (6,783 edges of one node in mutag) is not one group of threads' loop while the rest of the
+// grid has finished.  The pieces' partial sums are added in order: deterministic.
+inline void segment_sum(const char *name, const idx_t *ptr, const idx_t *gather, idx_t segments, const float *X,
+                        idx_t F, float *out, RowSplitPlan &split, bool mean = false, const idx_t *out_row = nullptr) {
+    cuda::AggArgs a;
+    a.indptr = a.fwd_indptr = ptr;
+    a.col = gather;
+    a.eid = nullptr;
+    a.edge_weight = a.node_scale = nullptr;
+    a.mean = mean;
+    a.self_loop = a.transpose = false;
+    a.rows = segments;
+    a.F = F;
+    a.split = split.view(F);
+    a.out_row = out_row;
+    cuda::launch_aggregate(name, a, X, out, Epilogue{});
 }
+
+// ---- edges -------------------------------------------------------------------------------------------
+// Gathers onto edges are edge-parallel (a destination's row onto its in-edges too: CSR position e
+// reads row edge_destinations()[e]), never a loop over a node's edges.
 inline void gather(const Graph &g, bool from_src, const float *X, idx_t F, float *out) {
     if (from_src) cuda::map("gather (source rows)", g.dev.num_edges * F, cuda::GatherRowsOp{X, g.dev.col, out, F});
-    else broadcast_to_in_edges("gather (destination rows, segment_broadcast_kernel)", g, X, nullptr, F, out);
+    else cuda::map("gather (destination rows)", g.dev.num_edges * F, cuda::GatherRowsOp{X, g.edge_destinations(), out, F});
 }
 inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t F, float *out, idx_t *argmax) {
     const GraphView &v = g.dev;
+    if (r != Reduce::Max)   // edge rows by destination are in CSR order; by source, t_eid lists them
+        return segment_sum(to_dst ? "scatter to destinations (aggregate_kernel)" : "scatter to sources (aggregate_kernel)",
+                           to_dst ? v.indptr : v.t_indptr, to_dst ? nullptr : v.t_eid, v.num_nodes, m, F, out,
+                           to_dst ? g.by_dst_split : g.by_src_split, r == Reduce::Mean);
     const int tpr = cuda::threads_per_row(F);
-    cuda::launch(to_dst ? "scatter to destinations (segment_reduce_kernel)" : "scatter to sources (segment_reduce_kernel)",
-                 cuda::segment_reduce_kernel, dim3(cuda::blocks_for(v.num_nodes, cuda::kThreads / tpr)),
-                 dim3(cuda::kThreads), r, m, to_dst ? v.indptr : v.t_indptr, to_dst ? nullptr : v.t_eid, v.num_nodes,
-                 F, out, argmax, tpr);
+    cuda::launch(to_dst ? "max scatter to destinations (segment_max_kernel)" : "max scatter to sources (segment_max_kernel)",
+                 cuda::segment_max_kernel, dim3(cuda::blocks_for(v.num_nodes, cuda::kThreads / tpr)),
+                 dim3(cuda::kThreads), m, to_dst ? v.indptr : v.t_indptr, to_dst ? nullptr : v.t_eid, v.num_nodes, F,
+                 out, argmax, tpr);
 }
 // out[v] = sum over the edges whose `to` end is v of w[e, head] * x[other end] (edges.cuh).
 // x_at_src: over the in-edges of each destination (x read at sources); else the transpose.
@@ -662,7 +717,8 @@ inline void edge_dot(const Graph &g, const float *A, RowAt a_at, const float *B,
 }
 inline void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, const idx_t *argmax, float *gm) {
     if (to_dst)
-        broadcast_to_in_edges("scatter max backward (segment_broadcast_kernel)", g, G, argmax, F, gm);
+        cuda::map("scatter max backward", g.dev.num_edges * F,
+                  cuda::ArgmaxBroadcastOp{G, g.edge_destinations(), argmax, gm, F});
     else
         cuda::map("scatter max backward", g.dev.num_edges * F,
                   cuda::ScatterSrcGradOp{Reduce::Max, G, g.dev.col, g.dev.t_indptr, argmax, gm, F});
@@ -861,16 +917,18 @@ inline void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *
 // gradients live in scratch grown to the widest op that uses the layout.
 struct EdgeTypedRows {
     TypeGroups groups;          // the product rows by type (type-major already: perm is the identity)
-    cuda::DeviceArray<idx_t> row_node_, edge_ptr_, edges_, node_ptr_, node_rows_;
+    cuda::DeviceArray<idx_t> row_node_, edge_ptr_, edges_, row_of_edge_, node_ptr_, node_rows_;
+    RowSplitPlan edge_split_, node_split_;    // long segments of edge_ptr and node_ptr (segment_sum)
     cuda::DeviceArray<float> product_, row_grad_, row_dx_;
     // CSR feature rows: their nonzeros by (type, column), for the weight gradient without atomics
     // (built on first use, edge_typed_feature_columns).
     SparseFeatureBlocks by_type_column;
-    idx_t product_rows = 0, nodes = 0;
+    idx_t product_rows = 0, nodes = 0, edge_count = 0;
     idx_t rows() const { return product_rows; }
     int64_t bytes() const {
-        return groups.bytes() + row_node_.bytes() + edge_ptr_.bytes() + edges_.bytes() + node_ptr_.bytes() +
-               node_rows_.bytes() + product_.bytes() + row_grad_.bytes() + row_dx_.bytes() + by_type_column.bytes();
+        return groups.bytes() + row_node_.bytes() + edge_ptr_.bytes() + edges_.bytes() + row_of_edge_.bytes() +
+               node_ptr_.bytes() + node_rows_.bytes() + edge_split_.bytes() + node_split_.bytes() + product_.bytes() +
+               row_grad_.bytes() + row_dx_.bytes() + by_type_column.bytes();
     }
     float *scratch(cuda::DeviceArray<float> &a, idx_t n) {
         if (a.size() < n) a.allocate(n);
@@ -905,21 +963,29 @@ inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_
     p.row_node_.upload(layout.row_node, "uploading edge typed linear rows");
     p.edge_ptr_.upload(layout.edge_ptr, "uploading edge typed linear rows");
     p.edges_.upload(layout.edges, "uploading edge typed linear rows");
+    std::vector<idx_t> row_of_edge(layout.edges.size());
+    for (idx_t r = 0; r < layout.rows; ++r)
+        for (idx_t j = layout.edge_ptr[size_t(r)]; j < layout.edge_ptr[size_t(r + 1)]; ++j) row_of_edge[size_t(j)] = r;
+    p.row_of_edge_.upload(row_of_edge, "uploading edge typed linear rows");
     p.node_ptr_.upload(layout.node_ptr, "uploading edge typed linear rows");
     p.node_rows_.upload(layout.node_rows, "uploading edge typed linear rows");
     p.product_rows = layout.rows;
     p.nodes = layout.node_count;
+    p.edge_count = idx_t(layout.edges.size());
+    const int64_t split = split_edges_setting();
+    p.edge_split_.build(layout.edge_ptr.data(), layout.rows, split);
+    p.node_split_.build(layout.node_ptr.data(), layout.node_count, split);
 }
 inline void edge_rows_collapse(EdgeTypedRows &p, const float *G, idx_t M, float *out) {
-    cuda::map("edge typed linear: sum of each row's edge gradients", p.rows() * M,
-              cuda::TypedRowSumOp{G, p.edges_.data(), p.edge_ptr_.data(), M, out});
+    segment_sum("edge typed linear: sum of each row's edge gradients (aggregate_kernel)", p.edge_ptr_.data(),
+                p.edges_.data(), p.rows(), G, M, out, p.edge_split_);
 }
 inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const float *W, idx_t M, float *Y) {
     float *product = p.scratch(p.product_, p.rows() * M);
     typed_gemm("edge typed linear (typed_gemm_kernel)", p.groups, X, K, cuda::TypedB{W, K * M, M, 1}, M, product,
                p.row_node_.data());
-    cuda::map("edge typed linear: products to edges", p.rows() * M,
-              cuda::EdgeRowsExpandOp{product, p.edge_ptr_.data(), p.edges_.data(), M, Y});
+    cuda::map("edge typed linear: products to edges", p.edge_count * M,
+              cuda::EdgeRowsExpandOp{product, p.row_of_edge_.data(), p.edges_.data(), M, Y});
 }
 // rows_summed: the other gradient of the same product ran just before and left G's row sums in
 // row_grad_ (the emitter's plan_edge_typed_row_sums).
@@ -929,8 +995,8 @@ inline void edge_typed_linear_input_grad(EdgeTypedRows &p, const float *G, idx_t
     if (!rows_summed) edge_rows_collapse(p, G, M, grad);
     typed_gemm("edge typed linear input gradient (typed_gemm_kernel)", p.groups, grad, M, cuda::TypedB{W, K * M, 1, M},
                K, dx_rows);
-    cuda::map("edge typed linear input gradient: rows to nodes", p.nodes * K,
-              cuda::TypedRowSumOp{dx_rows, p.node_rows_.data(), p.node_ptr_.data(), K, dX});
+    segment_sum("edge typed linear input gradient: rows to nodes (aggregate_kernel)", p.node_ptr_.data(),
+                p.node_rows_.data(), p.nodes, dx_rows, K, dX, p.node_split_);
 }
 inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_t K, const float *G, idx_t M,
                                           float *dW, bool rows_summed = false) {
@@ -950,8 +1016,8 @@ inline void edge_typed_linear_features(EdgeTypedRows &p, const FeatureView &f, c
     cuda::launch("edge typed linear of sparse features (csr_typed_rows_kernel)", cuda::csr_typed_rows_kernel,
                  dim3(cuda::blocks_for(p.rows(), cuda::kThreads / tpr)), dim3(cuda::kThreads), f.indptr, f.indices,
                  f.data, p.row_node_.data(), p.groups.ptr, p.groups.types, p.rows(), f.cols, W, M, product, tpr);
-    cuda::map("edge typed linear: products to edges", p.rows() * M,
-              cuda::EdgeRowsExpandOp{product, p.edge_ptr_.data(), p.edges_.data(), M, Y});
+    cuda::map("edge typed linear: products to edges", p.edge_count * M,
+              cuda::EdgeRowsExpandOp{product, p.row_of_edge_.data(), p.edges_.data(), M, Y});
 }
 // The nonzeros of the product rows' feature rows grouped by (row type, column), rows in order
 // inside a group: column c of type t is group t * cols + c of a CSC-like copy (on the host, once).
@@ -978,12 +1044,8 @@ inline void edge_typed_linear_weight_grad_features(EdgeTypedRows &p, const Featu
     float *grad = p.scratch(p.row_grad_, p.rows() * M);
     if (!rows_summed) edge_rows_collapse(p, G, M, grad);
     edge_typed_feature_columns(p, f);
-    const int tpr = cuda::threads_per_row(M);
-    const idx_t groups = p.groups.types * f.cols;
-    cuda::launch("edge typed linear weight gradient of sparse features (csc_weight_grad_kernel)",
-                 cuda::csc_weight_grad_kernel, dim3(cuda::blocks_for(groups, cuda::kThreads / tpr)),
-                 dim3(cuda::kThreads), p.by_type_column.colptr.data(), p.by_type_column.row_of.data(),
-                 p.by_type_column.vals.data(), groups, (const float *)grad, M, dW, cuda::FeatureDrop{}, tpr);
+    csc_weight_grad("edge typed linear weight gradient of sparse features (csc_weight_grad_kernel)", p.by_type_column,
+                    p.groups.types * f.cols, grad, M, dW, cuda::FeatureDrop{});
 }
 
 // The lookups of a featureless input grouped by the table row they read (on the host, once).
@@ -991,6 +1053,7 @@ struct EmbeddingPlan {
     cuda::DeviceArray<idx_t> order_, key_ptr_, keys_;
     idx_t unique = 0;
     mutable cuda::DeviceArray<uint8_t> row_has_grad_;   // per table row: a key (adam_rows; built on first use)
+    mutable RowSplitPlan key_split_;                    // long segments of key_ptr (segment_sum)
     void build(const idx_t *type, const idx_t *rows, idx_t R, idx_t num_types, idx_t rows_per_type) {
         auto host = [&](const idx_t *d) {      // device arrays (the graph's) read back once
             std::vector<idx_t> h;
@@ -1020,8 +1083,11 @@ struct EmbeddingPlan {
         order_.upload(order, "uploading an embedding plan");
         key_ptr_.upload(key_ptr, "uploading an embedding plan");
         keys_.upload(keys, "uploading an embedding plan");
+        key_split_.build(key_ptr.data(), unique, split_edges_setting());
     }
-    int64_t bytes() const { return order_.bytes() + key_ptr_.bytes() + keys_.bytes() + row_has_grad_.bytes(); }
+    int64_t bytes() const {
+        return order_.bytes() + key_ptr_.bytes() + keys_.bytes() + row_has_grad_.bytes() + key_split_.bytes();
+    }
     // 1 for the table rows the lookups read, 0 for the others.
     const uint8_t *rows_with_gradient(idx_t table_rows) const {
         if (row_has_grad_.size() != table_rows) {
@@ -1039,8 +1105,8 @@ inline void embedding_rows(const float *W, const idx_t *type, const idx_t *idx, 
 // The gradient of the rows the lookups read (plan.keys_); the others are left as they were, for
 // an optimizer that reads those rows only (adam_rows).
 inline void embedding_rows_grad_rows(const EmbeddingPlan &plan, const float *G, idx_t M, float *dW) {
-    cuda::map("embedding rows gradient", plan.unique * M,
-              cuda::EmbeddingGradOp{G, plan.order_.data(), plan.key_ptr_.data(), plan.keys_.data(), M, dW});
+    segment_sum("embedding rows gradient (aggregate_kernel)", plan.key_ptr_.data(), plan.order_.data(), plan.unique, G,
+                M, dW, plan.key_split_, false, plan.keys_.data());
 }
 inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t table_rows, idx_t M, float *dW) {
     cuda::fill_async(dW, 0, sizeof(float) * size_t(table_rows * M), "embedding rows gradient");
@@ -1241,48 +1307,67 @@ inline int softmax_lanes(int64_t num_nodes, int64_t num_edges) {
     const int64_t degree = num_nodes > 0 ? (num_edges + num_nodes - 1) / num_nodes : 0;
     return degree <= 4 ? 4 : degree <= 8 ? 8 : degree <= 16 ? 16 : 32;
 }
-// Calls fn(G) with G the lanes per pair (a compile-time constant) and the grid of a lane group
-// per (destination, head) pair.
+// Destinations with more in-edges than this get a block per (destination, head) in the edge
+// softmaxes (edges.cuh, BlockGroup): by default 8 per lane of the lane groups, so that no lane
+// walks more than 8 edges; $MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES sets it (0: every destination
+// with an in-edge gets blocks).
+inline int64_t softmax_block_edges(int lanes) {
+    const char *env = std::getenv("MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES");
+    if (!env || !*env) return 8 * int64_t(lanes);
+    char *end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (*end || v < 0)
+        throw Error(std::string("$MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES must be a number of edges >= 0, not '") + env + "'");
+    return int64_t(v);
+}
+// Calls fn(G, grid, long_rows, long_edges) for the lane groups (G the lanes per pair, a
+// compile-time constant, a group per (destination, head) pair, the long rows skipped), then, when
+// the graph has long rows, for the blocks (G = 0, a block per (long row, head)).
 template <class Fn>
-inline void with_softmax_lanes(int64_t num_nodes, int64_t num_edges, int64_t H, Fn fn) {
-    const int lanes = softmax_lanes(num_nodes, num_edges);
-    const dim3 grid(cuda::blocks_for(num_nodes * H * lanes));
+inline void with_softmax_groups(const op::Graph &g, int64_t H, Fn fn) {
+    const int64_t nodes = g.dev.num_nodes;
+    const int lanes = softmax_lanes(nodes, g.dev.num_edges);
+    const int64_t long_edges = softmax_block_edges(lanes);
+    const auto &long_rows = g.softmax_long_rows(long_edges);
+    const idx_t *rows = long_rows.rows.data();
+    const dim3 grid(cuda::blocks_for(nodes * H * lanes));
     switch (lanes) {
-        case 4: return fn(std::integral_constant<int, 4>{}, grid);
-        case 8: return fn(std::integral_constant<int, 8>{}, grid);
-        case 16: return fn(std::integral_constant<int, 16>{}, grid);
-        default: return fn(std::integral_constant<int, 32>{}, grid);
+        case 4: fn(std::integral_constant<int, 4>{}, grid, rows, long_edges); break;
+        case 8: fn(std::integral_constant<int, 8>{}, grid, rows, long_edges); break;
+        case 16: fn(std::integral_constant<int, 16>{}, grid, rows, long_edges); break;
+        default: fn(std::integral_constant<int, 32>{}, grid, rows, long_edges); break;
     }
+    if (long_rows.count > 0) fn(std::integral_constant<int, 0>{}, dim3(unsigned(long_rows.count * H)), rows, long_edges);
 }
 
 inline void edge_softmax_fwd(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H, float *alpha,
-                             int64_t num_edges) {
-    with_softmax_lanes(num_nodes, num_edges, H, [&](auto lanes, dim3 grid) {
+                             const op::Graph &g) {
+    with_softmax_groups(g, H, [&](auto lanes, dim3 grid, const idx_t *rows, int64_t long_edges) {
         cuda::launch("edge softmax (edge_softmax_kernel)", cuda::edge_softmax_kernel<decltype(lanes)::value>, grid,
-                     dim3(cuda::kThreads), s, indptr, num_nodes, H, alpha);
+                     dim3(cuda::kThreads), s, indptr, num_nodes, H, alpha, rows, long_edges);
     });
 }
 inline void edge_attention_fwd(const float *a, const float *b, const int64_t *indptr, const int64_t *col,
-                               int64_t num_nodes, int64_t H, float slope, float *s, float *alpha, int64_t num_edges) {
-    with_softmax_lanes(num_nodes, num_edges, H, [&](auto lanes, dim3 grid) {
+                               int64_t num_nodes, int64_t H, float slope, float *s, float *alpha, const op::Graph &g) {
+    with_softmax_groups(g, H, [&](auto lanes, dim3 grid, const idx_t *rows, int64_t long_edges) {
         cuda::launch("attention scores and edge softmax (edge_attention_kernel)",
                      cuda::edge_attention_kernel<decltype(lanes)::value>, grid, dim3(cuda::kThreads), a, b, indptr,
-                     col, num_nodes, H, slope, s, alpha);
+                     col, num_nodes, H, slope, s, alpha, rows, long_edges);
     });
 }
 inline void edge_softmax_act_bwd(const float *g, float p, DropoutKey key, const int64_t *edge_ids, const float *alpha,
                                  const float *s, float slope, const int64_t *indptr, int64_t num_nodes, int64_t H,
-                                 float *de, float *dst_sum, int64_t num_edges) {
-    with_softmax_lanes(num_nodes, num_edges, H, [&](auto lanes, dim3 grid) {
+                                 float *de, float *dst_sum, const op::Graph &graph) {
+    with_softmax_groups(graph, H, [&](auto lanes, dim3 grid, const idx_t *rows, int64_t long_edges) {
         cuda::launch("edge softmax backward with its dropout and leaky_relu (edge_softmax_act_grad_kernel)",
                      cuda::edge_softmax_act_grad_kernel<decltype(lanes)::value>, grid, dim3(cuda::kThreads), g, p,
-                     key, edge_ids, alpha, s, slope, indptr, num_nodes, H, de, dst_sum);
+                     key, edge_ids, alpha, s, slope, indptr, num_nodes, H, de, dst_sum, rows, long_edges);
     });
 }
 inline void edge_softmax_bwd(const float *alpha, const float *g, const int64_t *indptr, int64_t num_nodes, int64_t H,
-                             float *ds, int64_t num_edges) {
+                             float *ds, const op::Graph &graph) {
     edge_softmax_act_bwd(g, 0.0f, DropoutKey{0, 0, 0}, nullptr, alpha, nullptr, 1.0f, indptr, num_nodes, H, ds, nullptr,
-                         num_edges);
+                         graph);
 }
 
 }  // namespace mg

@@ -75,6 +75,21 @@ def test_edge_softmax_lane_groups_match_the_interpreter(monkeypatch, name, lanes
     _check(CASES[name](), graph, x, labels, mask, classes=4)
 
 
+@pytest.mark.parametrize("block_edges", ["0", "20"])
+@pytest.mark.parametrize("name", ["gat", "gat_heads_dropped", "hgt"])
+def test_edge_softmax_blocks_for_long_rows_match_the_interpreter(monkeypatch, name, block_edges):
+    """Destinations with more in-edges than $MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES get a block per
+    (destination, head) in the edge softmaxes (edges.cuh, BlockGroup), the others their lane
+    groups: every destination with an in-edge (0), or those above 20 in-edges of a graph whose
+    in-degrees run from 0 to past 32.  GAT's fused attention and its backward (with attention
+    dropout), HGT's plain softmax and its backward."""
+    monkeypatch.setenv("MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES", block_edges)
+    graph = random_graph(n=40, e=1100, seed=5, **({"etypes": 3, "ntypes": 2} if name == "hgt" else {}))
+    assert graph.in_degree[0] == 0 and graph.in_degree.max() > 32
+    x, labels, mask = random_data(graph, 9, classes=4)
+    _check(models.hgt() if name == "hgt" else CASES[name](), graph, x, labels, mask, classes=4)
+
+
 @pytest.mark.parametrize("split_edges", [None, "1", "5", "64"])
 @pytest.mark.parametrize("width", [3, 40, 300, 1100])
 def test_aggregation_rows_match_the_interpreter(monkeypatch, width, split_edges):
@@ -187,6 +202,36 @@ def test_relational_models_match_the_interpreter(monkeypatch, name, chunk_rows):
     x, labels, mask = random_data(graph, None if name.startswith("rgcn") else 7, classes=3)
     program = models.rgcn(bases=2) if name == "rgcn_bases" else getattr(models, name)()
     _check(program, graph, x, labels, mask, classes=3)
+
+
+@pytest.mark.parametrize("layout", ["compact", "edge"])
+@pytest.mark.parametrize("name", ["rgcn", "rgcn_bases", "rgat", "hgt"])
+def test_segment_sums_of_split_segments_match_the_interpreter(monkeypatch, name, layout):
+    """Segmented sums run on the aggregation kernel with long segments split (ops.cuh:
+    segment_sum): with $MORPHGEN_CUDA_SPLIT_EDGES=2 every segment of more than two entries is
+    walked in pieces, in the scatters to destinations and to sources, the sums of edge gradients
+    into typed rows and of rows into nodes (both edge-end layouts), and the featureless rows'
+    gradient (rgcn: distinct (type, node) keys read by up to 15 edges)."""
+    monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", "2")
+    graph = random_graph(n=40, e=400, seed=4, etypes=3, ntypes=2)
+    x, labels, mask = random_data(graph, None if name.startswith("rgcn") else 7, classes=3)
+    program = models.rgcn(bases=2) if name == "rgcn_bases" else getattr(models, name)()
+    assert_matches_interpreter(program, graph, x, labels, mask, 3, backend="cuda", edge_typed_layout=layout)
+
+
+@pytest.mark.parametrize("name", ["gcn", "gcn_dropped", "typed_attention"])
+def test_long_feature_columns_in_pieces_match_the_interpreter(monkeypatch, name):
+    """The sparse features' weight gradients walk columns of more nonzeros than the split length in
+    pieces and add the pieces afterwards (csc_weight_grad_kernel, SplitRowSumOp): the plain
+    features' columns (with the input dropout's mask applied in each piece: gcn_dropped) and the
+    typed ones' (type, column) groups."""
+    monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", "3")
+    graph = random_graph(n=60, e=300, seed=2, etypes=3, ntypes=2)
+    x, labels, mask = random_data(graph, 20, classes=3)
+    x[np.random.default_rng(3).random(x.shape) < 0.6] = 0.0
+    program = {"gcn": lambda: models.gcn(dropout=0.0), "gcn_dropped": lambda: models.gcn(dropout=0.5),
+               "typed_attention": models.typed_attention}[name]()
+    assert_matches_interpreter(program, graph, x, labels, mask, 3, features="csr", backend="cuda")
 
 
 @pytest.mark.parametrize("layout,chunk_rows", [("compact", None), ("edge", None), ("compact", "20")])

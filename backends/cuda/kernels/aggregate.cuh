@@ -39,7 +39,9 @@ constexpr int kMaxWarpsPerRow = 8;        // 256 threads per row at most (thread
 
 // Coefficients of one aggregation: c(u -> v) = w[e] * s[u], row factor s[v] (/ count for mean).
 struct AggArgs {
-    const int64_t *indptr, *col, *eid;   // the CSR walked (eid: edge-weight index, nullptr = position)
+    // the CSR walked (col: the row of X each position reads, nullptr = the position itself, as in
+    // a segmented sum of edge rows; eid: edge-weight index, nullptr = position)
+    const int64_t *indptr, *col, *eid;
     const int64_t *fwd_indptr;           // by-destination row pointers (degrees for mean / backward)
     const float *edge_weight, *node_scale;
     bool mean, self_loop, transpose;
@@ -49,6 +51,8 @@ struct AggArgs {
     // feature f of the edge at CSR position k is weighted by head_weight[eid(k) * heads + f / head_dim].
     const float *head_weight = nullptr;
     int64_t heads = 1, head_dim = 1;
+    // The row of Y each walked row writes (a segmented sum into chosen rows), nullptr = its own.
+    const int64_t *out_row = nullptr;
 };
 
 // Threads per row: the smallest power of two >= F between 8 and 256 threads (whole feature rows
@@ -116,7 +120,7 @@ __global__ void __launch_bounds__(256, K == 1 ? 4 : 2) aggregate_kernel(AggArgs 
         // memory latency passes while the previous chunk's rows are gathered; its coefficient
         // (node_scale[u] depends on u) is computed when the chunk is stored.
         const int slot = int(threadIdx.x) - first;
-        int64_t u_ahead = start + slot < end ? a.col[start + slot] : 0;
+        int64_t u_ahead = start + slot < end ? (a.col ? a.col[start + slot] : start + slot) : 0;
         for (int64_t e0 = start; e0 < end; e0 += width) {
             const int n = int(end - e0 < width ? end - e0 : width);
             if (slot < n) {
@@ -124,7 +128,7 @@ __global__ void __launch_bounds__(256, K == 1 ? 4 : 2) aggregate_kernel(AggArgs 
                 if (HEADS) chunk_w[threadIdx.x] = (a.eid ? a.eid[e0 + slot] : e0 + slot) * a.heads;
                 else chunk_c[threadIdx.x] = edge_coefficient(a, e0 + slot, u_ahead);
             }
-            if (e0 + width + slot < end) u_ahead = a.col[e0 + width + slot];
+            if (e0 + width + slot < end) u_ahead = a.col ? a.col[e0 + width + slot] : e0 + width + slot;
             __syncwarp(mask);
 #pragma unroll (K == 1 ? 8 : 4)   // rows in flight per thread: 8, or 4 of four features each
             for (int j = 0; j < n; ++j) {
@@ -177,13 +181,14 @@ __global__ void __launch_bounds__(256, K == 1 ? 4 : 2) aggregate_kernel(AggArgs 
             if (!a.transpose) row_f = cnt > 0 ? s_row / float(cnt) : s_row;
             else if (a.self_loop) self_c = s_row / float(cnt);
         }
+        const int64_t out = a.out_row ? a.out_row[row] : row;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             const int64_t f = f0 + lane + int64_t(k) * tpr;
             if (f >= a.F) continue;
             float v = (acc[k] + (a.self_loop ? self_c * X[row * a.F + f] : 0.f)) * row_f;
             if (epi.bias) v += epi.bias[f];
-            Y[row * a.F + f] = activate(epi.act, v, epi.alpha);
+            Y[out * a.F + f] = activate(epi.act, v, epi.alpha);
         }
     }
 }

@@ -7,6 +7,7 @@
 #define MORPHGEN_CUDA_EDGES_CUH
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../device.cuh"
 #include "aggregate.cuh"
@@ -25,50 +26,45 @@ struct GatherRowsOp {
     __device__ void operator()(int64_t k) const { out[k] = x[idx[k / F] * F + k % F]; }
 };
 
-// out[v, :] = reduce over the segment [indptr[v], indptr[v+1]) of m[eid(k), :]; eid nullptr: k.
-// Max: argmax is the edge position of the (first) maximum, -1 and 0 for an empty segment.
-__global__ void __launch_bounds__(256) segment_reduce_kernel(Reduce r, const float *m, const int64_t *indptr,
-                                                               const int64_t *eid, int64_t rows, int64_t F,
-                                                               float *out, int64_t *argmax, int tpr) {
+// out[v, :] = max over the segment [indptr[v], indptr[v+1]) of m[eid(k), :]; eid nullptr: k.
+// argmax is the edge position of the (first) maximum, -1 and 0 for an empty segment.  Sums and
+// means of segments run on the aggregation kernel instead (ops.cuh: segment_sum), whose split
+// rows keep a hub's segment from being walked by one group of threads alone.
+__global__ void __launch_bounds__(256) segment_max_kernel(const float *m, const int64_t *indptr, const int64_t *eid,
+                                                            int64_t rows, int64_t F, float *out, int64_t *argmax,
+                                                            int tpr) {
     const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
     if (v >= rows) return;
     const int64_t b = indptr[v], end = indptr[v + 1];
     for (int64_t f = lane; f < F; f += tpr) {
-        if (r == Reduce::Max) {
-            float best = 0.f;
-            int64_t arg = -1;
-            for (int64_t k = b; k < end; ++k) {
-                const int64_t e = eid ? eid[k] : k;
-                const float x = m[e * F + f];
-                if (arg < 0 || x > best) {
-                    best = x;
-                    arg = e;
-                }
+        float best = 0.f;
+        int64_t arg = -1;
+        for (int64_t k = b; k < end; ++k) {
+            const int64_t e = eid ? eid[k] : k;
+            const float x = m[e * F + f];
+            if (arg < 0 || x > best) {
+                best = x;
+                arg = e;
             }
-            out[v * F + f] = best;
-            argmax[v * F + f] = arg;
-        } else {
-            float acc = 0.f;
-            for (int64_t k = b; k < end; ++k) acc += m[(eid ? eid[k] : k) * F + f];
-            if (r == Reduce::Mean && end > b) acc *= 1.0f / float(end - b);
-            out[v * F + f] = acc;
         }
+        out[v * F + f] = best;
+        argmax[v * F + f] = arg;
     }
 }
 
-// out[e, :] = x[v, :] for every edge e of v's segment (the destination's row onto its in-edges);
-// with argmax (the max scatter's backward), out[e, f] = x[v, f] only where argmax[v, f] == e.
-__global__ void __launch_bounds__(256) segment_broadcast_kernel(const float *x, const int64_t *indptr,
-                                                                  const int64_t *argmax, int64_t rows, int64_t F,
-                                                                  float *out, int tpr) {
-    const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
-    const int lane = threadIdx.x % tpr;
-    if (v >= rows) return;
-    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e)
-        for (int64_t f = lane; f < F; f += tpr)
-            out[e * F + f] = (argmax && argmax[v * F + f] != e) ? 0.f : x[v * F + f];
-}
+// out[e, f] = x[dst[e], f] where argmax[dst[e], f] == e, else 0 (the max scatter's backward onto
+// in-edges): edge-parallel, so a hub's thousands of in-edges are not one thread's loop.
+struct ArgmaxBroadcastOp {
+    const float *x;
+    const int64_t *dst, *argmax;
+    float *out;
+    int64_t F;
+    __device__ void operator()(int64_t k) const {
+        const int64_t e = k / F, i = dst[e] * F + k % F;
+        out[k] = argmax[i] == e ? x[i] : 0.f;
+    }
+};
 
 // ... onto sources: gm[e, :] from g[u, :] of e's source u = col[e].
 struct ScatterSrcGradOp {
@@ -122,6 +118,7 @@ struct EdgeDotOp {
 // nothing), so there is no early return.
 template <int G>
 struct LaneGroup {
+    static constexpr int kSize = G;
     int64_t pair;   // destination * H + head
     int lane;       // in [0, G)
     __device__ LaneGroup() {
@@ -140,14 +137,48 @@ struct LaneGroup {
     }
 };
 
+// A hub's pair gets a whole block instead (G = 0 below): the destinations with more in-edges
+// than a lane group should walk (ops.cuh: SoftmaxLongRows), one block per (such destination,
+// head).  A lane group of 8 walking the 2,108 in-edges of the arxiv-shaped graph's largest hub,
+// each step waiting on two dependent reads, set the time of the whole launch.  The block's
+// reductions go through shared memory; all of its threads take part in each.
+struct BlockGroup {
+    static constexpr int kSize = kThreads;
+    int64_t pair;
+    int lane;
+    __device__ BlockGroup(const int64_t *long_rows, int64_t H)
+        : pair(long_rows[blockIdx.x / H] * H + blockIdx.x % H), lane(int(threadIdx.x)) {}
+    template <class Op>
+    __device__ float reduce(float v, Op op) const {
+        __shared__ float warp_part[kThreads / 32];
+        for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+        __syncthreads();   // the previous reduction has read warp_part
+        if (lane % 32 == 0) warp_part[lane / 32] = v;
+        __syncthreads();
+        v = warp_part[0];
+        for (int w = 1; w < kThreads / 32; ++w) v = op(v, warp_part[w]);
+        return v;
+    }
+    __device__ float sum(float v) const { return reduce(v, [](float a, float b) { return a + b; }); }
+    __device__ float max(float v) const { return reduce(v, [](float a, float b) { return fmaxf(a, b); }); }
+};
+template <int G>
+using SoftmaxGroup = std::conditional_t<G == 0, BlockGroup, LaneGroup<G>>;
+template <int G>
+__device__ SoftmaxGroup<G> softmax_group(const int64_t *long_rows, int64_t H) {
+    if constexpr (G == 0) return BlockGroup(long_rows, H);
+    else return LaneGroup<G>();
+}
+
 // Softmax over the segment [first, end) of score(e) for one (destination, head) pair, by one
-// lane group: three passes (max, sum of exponentials, normalise); the scores are written to
-// `scores` too when it is not nullptr.  Each lane reads back only the elements it wrote, so the
-// passes need no barrier between them; alpha may alias what score reads at (e, h).  An empty
-// segment writes nothing.
-template <int G, class Score>
-__device__ void group_segment_softmax(const LaneGroup<G> &grp, int64_t first, int64_t end, int64_t H, int64_t h,
+// group: three passes (max, sum of exponentials, normalise); the scores are written to `scores`
+// too when it is not nullptr.  Each lane reads back only the elements it wrote, so the passes
+// need no barrier between them; alpha may alias what score reads at (e, h).  An empty segment
+// writes nothing.
+template <class Group, class Score>
+__device__ void group_segment_softmax(const Group &grp, int64_t first, int64_t end, int64_t H, int64_t h,
                                       Score score, float *scores, float *alpha) {
+    constexpr int G = Group::kSize;
     float mx = -INFINITY;
     for (int64_t e = first + grp.lane; e < end; e += G) {
         const float y = score(e);
@@ -163,37 +194,42 @@ __device__ void group_segment_softmax(const LaneGroup<G> &grp, int64_t first, in
     for (int64_t e = first + grp.lane; e < end; e += G) alpha[e * H + h] = expf(alpha[e * H + h] - mx) * inv;
 }
 
-// The segment of a lane group's pair: [first, end) of destination v = pair / H; empty past the
-// last pair.
-template <int G>
-__device__ void group_segment(const LaneGroup<G> &grp, const int64_t *indptr, int64_t num_nodes, int64_t H,
-                              int64_t &v, int64_t &h, int64_t &first, int64_t &end) {
-    const bool real = grp.pair < num_nodes * H;
-    v = real ? grp.pair / H : 0;
-    h = real ? grp.pair % H : 0;
-    first = real ? indptr[v] : 0;
-    end = real ? indptr[v + 1] : 0;
+// The segment [first, end) of a group's pair (destination v = pair / H, head h).  Returns whether
+// the group owns the pair: a lane group past the last pair, or whose destination has more than
+// long_edges in-edges (a block's, long_edges >= 0), gets an empty segment and owns nothing.
+template <class Group>
+__device__ bool group_segment(const Group &grp, const int64_t *indptr, int64_t num_nodes, int64_t H,
+                              int64_t long_edges, int64_t &v, int64_t &h, int64_t &first, int64_t &end) {
+    bool owned = grp.pair < num_nodes * H;
+    v = owned ? grp.pair / H : 0;
+    h = owned ? grp.pair % H : 0;
+    first = owned ? indptr[v] : 0;
+    end = owned ? indptr[v + 1] : 0;
+    if (!std::is_same_v<Group, BlockGroup> && long_edges >= 0 && end - first > long_edges) owned = false;
+    if (!owned) first = end = 0;
+    return owned;
 }
 
-// Edge softmax per (destination, head), one lane group per pair.  alpha may alias s.
+// Edge softmax per (destination, head), one group per pair.  alpha may alias s.
 template <int G>
 __global__ void edge_softmax_kernel(const float *s, const int64_t *indptr, int64_t num_nodes, int64_t H,
-                                    float *alpha) {
-    const LaneGroup<G> grp;
+                                    float *alpha, const int64_t *long_rows, int64_t long_edges) {
+    const auto grp = softmax_group<G>(long_rows, H);
     int64_t v, h, first, end;
-    group_segment(grp, indptr, num_nodes, H, v, h, first, end);
+    group_segment(grp, indptr, num_nodes, H, long_edges, v, h, first, end);
     group_segment_softmax(grp, first, end, H, h, [&](int64_t e) { return s[e * H + h]; }, nullptr, alpha);
 }
 
 // GAT's attention (edge_attention_fwd of the OpenMP backend's edge_softmax.h): per
-// (destination, head) one lane group computes s = leaky_relu(a[src] + b[v]) for the segment,
+// (destination, head) one group computes s = leaky_relu(a[src] + b[v]) for the segment,
 // writes s (when a reader needs it) and the softmax of it.
 template <int G>
 __global__ void edge_attention_kernel(const float *a, const float *b, const int64_t *indptr, const int64_t *col,
-                                      int64_t num_nodes, int64_t H, float slope, float *s, float *alpha) {
-    const LaneGroup<G> grp;
+                                      int64_t num_nodes, int64_t H, float slope, float *s, float *alpha,
+                                      const int64_t *long_rows, int64_t long_edges) {
+    const auto grp = softmax_group<G>(long_rows, H);
     int64_t v, h, first, end;
-    group_segment(grp, indptr, num_nodes, H, v, h, first, end);
+    group_segment(grp, indptr, num_nodes, H, long_edges, v, h, first, end);
     const float bv = first < end ? b[v * H + h] : 0.f;
     group_segment_softmax(grp, first, end, H, h, [&](int64_t e) {
         const float x = a[col[e] * H + h] + bv;
@@ -203,21 +239,23 @@ __global__ void edge_attention_kernel(const float *a, const float *b, const int6
 
 // The backward of an edge softmax with its dropout_grad before, its leaky_relu act_grad after
 // (s != nullptr) and the sum of the result at destinations (dst_sum != nullptr), per
-// (destination, head) one lane group (edge_softmax_act_bwd of edge_softmax.h); with none of
+// (destination, head) one group (edge_softmax_act_bwd of edge_softmax.h); with none of
 // them (p = 0, s and dst_sum nullptr) the plain edge softmax backward.  de holds g' meanwhile;
 // each lane reads back only its own elements, so de may alias g.
 template <int G>
 __global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey key, const int64_t *edge_ids,
                                              const float *alpha, const float *s, float slope, const int64_t *indptr,
-                                             int64_t num_nodes, int64_t H, float *de, float *dst_sum) {
-    const LaneGroup<G> grp;
+                                             int64_t num_nodes, int64_t H, float *de, float *dst_sum,
+                                             const int64_t *long_rows, int64_t long_edges) {
+    const auto grp = softmax_group<G>(long_rows, H);
     int64_t v, h, first, end;
-    group_segment(grp, indptr, num_nodes, H, v, h, first, end);
+    const bool owned = group_segment(grp, indptr, num_nodes, H, long_edges, v, h, first, end);
+    constexpr int stride = SoftmaxGroup<G>::kSize;   // G, or a block's threads
     const bool drop = p > 0.f;
     const uint64_t base = drop ? DropStream::of(key).at_this_epoch().base : 0, thr = drop ? dropout_detail::drop_threshold(p) : 0;
     const float scale = drop ? 1.0f / (1.0f - p) : 1.0f;
     float dot = 0.f;
-    for (int64_t e = first + grp.lane; e < end; e += G) {
+    for (int64_t e = first + grp.lane; e < end; e += stride) {
         const int64_t i = e * H + h;
         const uint64_t key_index = uint64_t(edge_ids != nullptr ? edge_ids[e] * H + h : i);
         const float gv = drop ? (dropout_detail::keep(base, key_index, thr) ? g[i] * scale : 0.f) : g[i];
@@ -226,7 +264,7 @@ __global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey
     }
     dot = grp.sum(dot);
     float sum = 0.f;
-    for (int64_t e = first + grp.lane; e < end; e += G) {
+    for (int64_t e = first + grp.lane; e < end; e += stride) {
         const int64_t i = e * H + h;
         const float ds = alpha[i] * (de[i] - dot);
         const float d = s == nullptr ? ds : (s[i] > 0.f ? ds : slope * ds);
@@ -234,7 +272,7 @@ __global__ void edge_softmax_act_grad_kernel(const float *g, float p, DropoutKey
         sum += d;
     }
     sum = grp.sum(sum);
-    if (dst_sum != nullptr && grp.lane == 0 && grp.pair < num_nodes * H) dst_sum[v * H + h] = sum;
+    if (dst_sum != nullptr && grp.lane == 0 && owned) dst_sum[v * H + h] = sum;
 }
 
 }  // namespace cuda

@@ -145,23 +145,22 @@ struct TypedChunkSumOp {
 // A typed linear of node rows read at edge ends (runtime/edge_rows.h): products are made per
 // row of the layout (a distinct (node, type) pair, or an edge) by typed_gemm_kernel with the
 // row's node as its gather list, then copied to the row's edges; the edges' gradients are summed
-// into rows first (TypedRowSumOp).  One thread per (row, column), one writer per output element:
-// no atomics.
-struct EdgeRowsExpandOp {      // Y[edges[j], c] = P[r, c] for the edges j of row r
+// into rows first (ops.cuh: segment_sum).  One thread per (edge, column), one writer per output
+// element, no atomics: one thread per (row, column) had left a hub's edges to a loop.
+struct EdgeRowsExpandOp {      // Y[edges[j], c] = P[row_of[j], c]
     const float *product;
-    const int64_t *edge_ptr, *edges;
+    const int64_t *row_of, *edges;
     int64_t M;
     float *y;
     __device__ void operator()(int64_t k) const {
-        const int64_t r = k / M, c = k % M;
-        const float v = product[k];
-        for (int64_t j = edge_ptr[r]; j < edge_ptr[r + 1]; ++j) y[edges[j] * M + c] = v;
+        const int64_t j = k / M, c = k % M;
+        y[edges[j] * M + c] = product[row_of[j] * M + c];
     }
 };
 
 // out[t, k] = sum of G[perm[i], k] over i in [ptr[t], ptr[t+1]); 0 for an empty segment: the
-// chunks' partial sums of a typed parameter's rows (segments = chunks, then TypedChunkSumOp), and
-// the edge typed linear's sums of edge gradients into rows and of rows into nodes.
+// chunks' partial sums of a typed parameter's rows (segments = chunks of at most a few hundred
+// rows, then TypedChunkSumOp).
 struct TypedRowSumOp {
     const float *g;
     const int64_t *perm, *ptr;
@@ -185,20 +184,6 @@ struct EmbeddingRowsOp {
         const int64_t r = k / M, j = k % M;
         const int64_t key = (type ? type[r] : 0) * rows_per_type + (idx ? idx[r] : 0);
         y[k] = table[key * M + j];
-    }
-};
-
-// dtable[keys[u]] = sum of G[order[i]] over segment u (one writer per table row).
-struct EmbeddingGradOp {
-    const float *g;
-    const int64_t *order, *key_ptr, *keys;
-    int64_t M;
-    float *dtable;
-    __device__ void operator()(int64_t k) const {
-        const int64_t u = k / M, j = k % M;
-        float acc = 0.f;
-        for (int64_t i = key_ptr[u]; i < key_ptr[u + 1]; ++i) acc += g[order[i] * M + j];
-        dtable[keys[u] * M + j] = acc;
     }
 };
 
