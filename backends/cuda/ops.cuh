@@ -1117,8 +1117,9 @@ inline void embedding_rows_grad(const EmbeddingPlan &plan, const float *G, idx_t
 // first segment, so that one thread owns a row of the bases' gradient.
 struct BasisLookupPlan {
     EmbeddingPlan by_row;
-    cuda::DeviceArray<idx_t> row_start_;
-    idx_t types = 0, rows = 0;
+    cuda::DeviceArray<idx_t> row_start_, segment_of_;   // segment_of_: each lookup's segment, in segment order
+    mutable cuda::DeviceArray<float> segment_sums_;     // [segments, M]: G summed per segment (segment_sum)
+    idx_t types = 0, rows = 0, lookups = 0;
     void build(const idx_t *type, const idx_t *row, idx_t R, idx_t num_types, idx_t num_rows) {
         by_row.build(row, type, R, num_rows, num_types);
         const std::vector<idx_t> keys = by_row.keys_.download();
@@ -1127,31 +1128,45 @@ struct BasisLookupPlan {
             if (k == 0 || keys[k] / num_types != keys[k - 1] / num_types) starts.push_back(idx_t(k));
         starts.push_back(idx_t(keys.size()));
         row_start_.upload(starts, "uploading a basis lookup plan");
+        const std::vector<idx_t> key_ptr = by_row.key_ptr_.download();
+        std::vector<idx_t> segment_of(static_cast<size_t>(R));
+        for (size_t u = 0; u + 1 < key_ptr.size(); ++u)
+            for (idx_t i = key_ptr[u]; i < key_ptr[u + 1]; ++i) segment_of[size_t(i)] = idx_t(u);
+        segment_of_.upload(segment_of, "uploading a basis lookup plan");
         types = num_types;
         rows = idx_t(starts.size()) - 1;
+        lookups = R;
     }
-    int64_t bytes() const { return by_row.bytes() + row_start_.bytes(); }
+    // G's rows summed per segment (one distinct (row, type) pair), long segments split.
+    const float *sum_segments(const float *G, idx_t M) const {
+        if (segment_sums_.size() < by_row.unique * M) segment_sums_.allocate(by_row.unique * M);
+        segment_sum("basis lookup gradient: sums per (row, type) (aggregate_kernel)", by_row.key_ptr_.data(),
+                    by_row.order_.data(), by_row.unique, G, M, segment_sums_.data(), by_row.key_split_);
+        return segment_sums_.data();
+    }
+    int64_t bytes() const { return by_row.bytes() + row_start_.bytes() + segment_of_.bytes() + segment_sums_.bytes(); }
 };
 inline void basis_lookup(const BasisLookupPlan &plan, const float *A, const float *V, idx_t B, idx_t P, idx_t M,
                          float *Y) {
     const EmbeddingPlan &p = plan.by_row;
-    cuda::map("basis lookup", p.unique * M, cuda::BasisLookupOp{A, V, p.order_.data(), p.key_ptr_.data(),
-                                                                p.keys_.data(), plan.types, B, P, M, Y});
+    cuda::map("basis lookup", plan.lookups * M, cuda::BasisLookupOp{A, V, p.order_.data(), plan.segment_of_.data(),
+                                                                     p.keys_.data(), plan.types, B, P, M, Y});
 }
 inline void basis_lookup_coef_grad(const BasisLookupPlan &plan, const float *V, const float *G, idx_t B, idx_t P,
                                    idx_t M, float *dA) {
     const EmbeddingPlan &p = plan.by_row;
+    const float *sums = plan.sum_segments(G, M);
     cuda::fill_async(dA, 0, sizeof(float) * size_t(plan.types * B), "basis lookup coefficient gradient");
     cuda::map("basis lookup coefficient gradient", p.unique * B,
-              cuda::BasisCoefGradOp{V, G, p.order_.data(), p.key_ptr_.data(), p.keys_.data(), plan.types, B, P, M, dA});
+              cuda::BasisCoefGradOp{V, sums, p.keys_.data(), plan.types, B, P, M, dA});
 }
 inline void basis_lookup_bases_grad(const BasisLookupPlan &plan, const float *A, const float *G, idx_t B, idx_t P,
                                     idx_t M, float *dV) {
     const EmbeddingPlan &p = plan.by_row;
+    const float *sums = plan.sum_segments(G, M);
     cuda::fill_async(dV, 0, sizeof(float) * size_t(B * P * M), "basis lookup bases gradient");
     cuda::map("basis lookup bases gradient", plan.rows * M,
-              cuda::BasisBasesGradOp{A, G, p.order_.data(), p.key_ptr_.data(), p.keys_.data(), plan.row_start_.data(),
-                                     plan.types, B, P, M, dV});
+              cuda::BasisBasesGradOp{A, sums, p.keys_.data(), plan.row_start_.data(), plan.types, B, P, M, dV});
 }
 
 // R-GCN's c_{i,r}: for the edge e into v of type r, the number of v's in-edges of type r.

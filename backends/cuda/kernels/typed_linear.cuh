@@ -189,46 +189,45 @@ struct EmbeddingRowsOp {
 
 // Featureless lookups of W_t = sum_b A[t, b] V[b] read from the bases (passes/basis_lookup.py),
 // with the lookups grouped by (row, type) in row order (ops.cuh: BasisLookupPlan): V [B, P, M],
-// A [T, B], segment u is one distinct pair, keys[u] = row * T + type.
-struct BasisLookupOp {      // the segment's rows of Y, column j: sum_b A[t, b] V[b][s][j]
+// A [T, B], segment u is one distinct pair, keys[u] = row * T + type.  Every op here is parallel
+// over lookups or over segments, never a loop over a segment's lookups: the gradients read the
+// segments' sums of G (S [segments, M], ops.cuh: segment_sum), so a hub's thousands of lookups of
+// one (row, type) pair are not one thread's loop.
+struct BasisLookupOp {      // Y[order[i], j] = sum_b A[t, b] V[b][s][j], (s, t) the pair of lookup i's segment
     const float *a, *v;
-    const int64_t *order, *key_ptr, *keys;
+    const int64_t *order, *segment_of, *keys;
     int64_t T, B, P, M;
     float *y;
     __device__ void operator()(int64_t k) const {
-        const int64_t u = k / M, j = k % M, s = keys[u] / T, t = keys[u] % T;
+        const int64_t i = k / M, j = k % M, u = segment_of[i], s = keys[u] / T, t = keys[u] % T;
         float acc = 0.f;
         for (int64_t b = 0; b < B; ++b) acc += a[t * B + b] * v[(b * P + s) * M + j];
-        for (int64_t i = key_ptr[u]; i < key_ptr[u + 1]; ++i) y[order[i] * M + j] = acc;
+        y[order[i] * M + j] = acc;
     }
 };
-struct BasisCoefGradOp {    // dA[t, b] += <V[b][s], the segment's G rows>: one (segment, basis) per thread
-    const float *v, *g;
-    const int64_t *order, *key_ptr, *keys;
+struct BasisCoefGradOp {    // dA[t, b] += <V[b][s], S[u]>: one (segment, basis) per thread
+    const float *v, *sums;
+    const int64_t *keys;
     int64_t T, B, P, M;
     float *da;
     __device__ void operator()(int64_t k) const {
         const int64_t u = k / B, b = k % B, s = keys[u] / T, t = keys[u] % T;
-        const float *vr = v + (b * P + s) * M;
+        const float *vr = v + (b * P + s) * M, *su = sums + u * M;
         float dot = 0.f;
-        for (int64_t i = key_ptr[u]; i < key_ptr[u + 1]; ++i) {
-            const float *gr = g + order[i] * M;
-            for (int64_t j = 0; j < M; ++j) dot += vr[j] * gr[j];
-        }
+        for (int64_t j = 0; j < M; ++j) dot += vr[j] * su[j];
         atomicAdd(da + t * B + b, dot);
     }
 };
-struct BasisBasesGradOp {   // dV[b][s][j] for one distinct row s and column j, every b: one writer, no atomics
-    const float *a, *g;
-    const int64_t *order, *key_ptr, *keys, *row_start;
+struct BasisBasesGradOp {   // dV[b][s][j] = sum over row s's segments u of A[t_u, b] S[u, j]: one writer, no atomics
+    const float *a, *sums;
+    const int64_t *keys, *row_start;
     int64_t T, B, P, M;
     float *dv;
     __device__ void operator()(int64_t k) const {
         const int64_t r = k / M, j = k % M;
         for (int64_t u = row_start[r]; u < row_start[r + 1]; ++u) {
             const int64_t s = keys[u] / T, t = keys[u] % T;
-            float gs = 0.f;
-            for (int64_t i = key_ptr[u]; i < key_ptr[u + 1]; ++i) gs += g[order[i] * M + j];
+            const float gs = sums[u * M + j];
             for (int64_t b = 0; b < B; ++b) dv[(b * P + s) * M + j] += a[t * B + b] * gs;
         }
     }
