@@ -13,7 +13,9 @@
 #             replayed as one CUDA graph against kernel by kernel (MORPHGEN_CUDA_GRAPHS=0), the typed
 #             weight gradients by chunks of rows against one chunk per type
 #             (MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000), the edge softmax by lane groups against a
-#             warp per (destination, head) (MORPHGEN_CUDA_SOFTMAX_LANES=32)
+#             warp per (destination, head) (MORPHGEN_CUDA_SOFTMAX_LANES=32), long segments split
+#             against walked whole (MORPHGEN_CUDA_SPLIT_EDGES=0), hubs' softmax blocks against
+#             lane groups alone (MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES=1000000000)
 #
 # Usage: scripts/cuda_check.sh OUT_DIR [calibrate] [tests] [sanitize] [bench] [parity] [ab] [host]
 # (default: calibrate tests sanitize bench parity)
@@ -24,7 +26,7 @@
 # TESTS_K (pytest -k expression: a subset of tests/cuda),
 # EPOCHS (benchmark epochs, default 20), BENCH (the "model:graph" runs, space-separated),
 # MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
-# PARITY (the "model:graph" parity checks), GRAPHS, CHUNKS and SOFTMAX (the "model:graph" runs of ab), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
+# PARITY (the "model:graph" parity checks), GRAPHS, CHUNKS, SOFTMAX, SPLITS and BLOCKS (the "model:graph" runs of ab), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
 # HOST (the "model:graph" runs of host), HOST_RANKS and HOST_MPI_GRAPH (its MPI rank counts,
 # default "1 2 4 8", and graph, default products-1/8),
 # {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
@@ -151,6 +153,8 @@ run_ab() {   # each list may be set empty to leave its comparison out
     ab MORPHGEN_CUDA_GRAPHS=0 "${GRAPHS-gcn3:cora sage:cora sage:arxiv-like gat:arxiv-like}"
     ab MORPHGEN_CUDA_TYPED_CHUNK_ROWS=1000000000 "${CHUNKS-hgt:acm_heco bench/rgat_pyg:acm_heco rgcn:mutag}"
     ab MORPHGEN_CUDA_SOFTMAX_LANES=32 "${SOFTMAX-gat:arxiv-like gat:cora}"
+    ab MORPHGEN_CUDA_SPLIT_EDGES=0 "${SPLITS-rgcn:mutag hgt:acm_heco rgcn_bases:aifb}"
+    ab MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES=1000000000 "${BLOCKS-gat:arxiv-like hgt:acm_heco}"
 }
 
 run_calibrate() {

@@ -293,6 +293,7 @@ def test_every_typed_gemm_coarsening_trains_as_on_openmp(tmp_path, monkeypatch):
     ("MORPHGEN_CUDA_TYPED_COARSEN", "3", "must be 1, 2 or 4, not '3'", "rgcn"),
     ("MORPHGEN_CUDA_TYPED_CHUNK_ROWS", "0", "must be a number of rows >= 1, not '0'", "rgcn"),
     ("MORPHGEN_CUDA_SOFTMAX_LANES", "12", "must be 4, 8, 16 or 32, not '12'", "gat"),
+    ("MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES", "-1", "must be a number of edges >= 0, not '-1'", "gat"),
 ])
 def test_a_bad_schedule_setting_is_refused(tmp_path, monkeypatch, variable, value, message, model):
     from tests.e2e.support import run_cli
