@@ -1,7 +1,9 @@
 // Normalisation layers without their affine part (as backends/openmp/kernels/norm.h): layer norm
-// with one warp per row, batch norm with one warp per feature summing over the rows in a fixed
-// order (reproducible), statistics in double.
+// with one warp per row, batch norm's per-feature sums by chunks of rows added in a fixed order
+// (reproducible), statistics in double.
 #pragma once
+
+#include <algorithm>
 
 #include "elementwise.cuh"
 
@@ -40,27 +42,49 @@ __global__ void layer_standardize_kernel(const float *x, const float *g, const f
     for (int64_t j = lane; j < F; j += 32) o[j] = (gr[j] - mg_ - yr[j] * mgy) * inv;
 }
 
-// out[j] = sum_i v(i, j) over the rows in double, one warp per feature j, where v is the float
-// (a - centre[j])^2 (square), a * (b - centre[j]) * inv[j] (b standardised on the fly: centre
-// and inv given), a * b, or a.
-__global__ void column_sum_of_kernel(const float *a, const float *b, const float *centre, const float *inv,
-                                     bool square, int64_t rows, int64_t F, double *out) {
+// The value column sums add: v(i, j) is the float (a - centre[j])^2 (square), a * (b - centre[j])
+// * inv[j] (b standardised on the fly: centre and inv given), a * b, or a.
+__device__ inline float column_value(const float *a, const float *b, const float *centre, const float *inv,
+                                     bool square, int64_t i, int64_t j, int64_t F) {
+    const float v = a[i * F + j];
+    if (square) {
+        const float d = v - centre[j];
+        return d * d;
+    }
+    if (!b) return v;
+    return v * (inv ? (b[i * F + j] - centre[j]) * inv[j] : b[i * F + j]);
+}
+
+// out[j] = sum_i v(i, j) over the rows in double, in two passes of a fixed order (reproducible,
+// whatever the launch): partial[c, j] sums chunk c of kColumnChunk rows, a block per (chunk, 32
+// features) with the features on the lanes (coalesced) and the chunk's rows strided over its
+// warps, the warps' sums added in warp order; then a warp per feature adds the chunks' partials.
+// One warp per feature walking every row, each lane reading another row, had given a batch norm
+// as many warps as features (64 on the GPU's 132 SMs) and no coalesced load.
+constexpr int64_t kColumnChunk = 256;
+__global__ void column_partial_kernel(const float *a, const float *b, const float *centre, const float *inv,
+                                      bool square, int64_t rows, int64_t F, double *partial) {
+    __shared__ double warp_sums[kWarpsPerBlock][32];
+    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+    const int64_t c = blockIdx.x, j = int64_t(blockIdx.y) * 32 + lane;
+    const int64_t end = (c + 1) * kColumnChunk < rows ? (c + 1) * kColumnChunk : rows;
+    double s = 0.0;
+    if (j < F)
+        for (int64_t i = c * kColumnChunk + warp; i < end; i += kWarpsPerBlock)
+            s += double(column_value(a, b, centre, inv, square, i, j, F));
+    warp_sums[warp][lane] = s;
+    __syncthreads();
+    if (warp == 0 && j < F) {
+        for (int w = 1; w < kWarpsPerBlock; ++w) s += warp_sums[w][lane];
+        partial[c * F + j] = s;
+    }
+}
+__global__ void column_partials_sum_kernel(const double *partial, int64_t chunks, int64_t F, double *out) {
     const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (j >= F) return;
     double s = 0.0;
-    for (int64_t i = lane; i < rows; i += 32) {
-        const float v = a[i * F + j];
-        if (square) {
-            const float d = v - centre[j];
-            s += double(d * d);
-        } else if (!b) {
-            s += double(v);
-        } else {
-            const float w = inv ? (b[i * F + j] - centre[j]) * inv[j] : b[i * F + j];
-            s += double(v * w);
-        }
-    }
+    for (int64_t c = lane; c < chunks; c += 32) s += partial[c * F + j];
     s = warp_sum(s);
     if (lane == 0) out[j] = s;
 }
@@ -165,15 +189,20 @@ inline Stats stats(int64_t F) {
 }
 inline void column_sum(const char *name, const float *a, const float *b, const float *centre, bool square,
                        int64_t rows, int64_t F, double *out, const float *inv = nullptr) {
-    cuda::launch(name, cuda::column_sum_of_kernel, dim3(cuda::warp_blocks(F)), dim3(cuda::kThreads), a, b, centre,
-                 inv, square, rows, F, out);
+    static cuda::DeviceArray<double> partial;
+    const int64_t chunks = std::max<int64_t>(1, (rows + cuda::kColumnChunk - 1) / cuda::kColumnChunk);
+    if (partial.size() < chunks * F) partial.allocate(chunks * F);
+    cuda::launch(name, cuda::column_partial_kernel, dim3(unsigned(chunks), unsigned((F + 31) / 32)), dim3(cuda::kThreads),
+                 a, b, centre, inv, square, rows, F, partial.data());
+    cuda::launch("batch norm sums: the chunks' partials (column_partials_sum_kernel)", cuda::column_partials_sum_kernel,
+                 dim3(cuda::warp_blocks(F)), dim3(cuda::kThreads), (const double *)partial.data(), chunks, F, out);
 }
 // The batch mean and inverse deviation of x's features (the running statistics updated when asked).
 inline void moments(const float *x, int64_t rows, int64_t total, int64_t F, float eps, float *run_mean, float *run_var,
                     float momentum, bool update, const Stats &st) {
-    column_sum("batch norm sums (column_sum_of_kernel)", x, nullptr, nullptr, false, rows, F, st.sums);
+    column_sum("batch norm sums (column_partial_kernel)", x, nullptr, nullptr, false, rows, F, st.sums);
     cuda::map("batch norm mean (MeanOp)", F, cuda::MeanOp{st.sums, st.mean, total});
-    column_sum("batch norm squares (column_sum_of_kernel)", x, nullptr, st.mean, true, rows, F, st.sums + F);
+    column_sum("batch norm squares (column_partial_kernel)", x, nullptr, st.mean, true, rows, F, st.sums + F);
     cuda::map("batch norm moments (BatchMomentsOp)", F,
               cuda::BatchMomentsOp{st.mean, st.sums + F, st.inv, run_mean, run_var, total, eps, momentum, update});
 }
@@ -222,8 +251,8 @@ void batch_standardize_bwd(const float *g, const float *x, const float *y, int64
                            float eps, float *dx, Across) {
     const norm_detail::Stats st = norm_detail::stats(F);
     norm_detail::moments(x, rows, total, F, eps, nullptr, nullptr, 0.f, false, st);
-    norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", g, nullptr, nullptr, false, rows, F, st.sums);
-    norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", g, y, nullptr, false, rows, F, st.sums + F);
+    norm_detail::column_sum("batch norm backward (column_partial_kernel)", g, nullptr, nullptr, false, rows, F, st.sums);
+    norm_detail::column_sum("batch norm backward (column_partial_kernel)", g, y, nullptr, false, rows, F, st.sums + F);
     cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums, st.mg, total});
     cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums + F, st.mgy, total});
     cuda::map("batch norm backward (BatchApplyOp)", rows * F,
@@ -238,11 +267,11 @@ void batch_norm_affine_bwd(const float *a, const float *gamma, const float *x, c
                            int64_t total, int64_t F, float eps, float *dx, float *dgamma, float *dbeta, Across) {
     const norm_detail::Stats st = norm_detail::stats(F);
     norm_detail::moments(x, rows, total, F, eps, nullptr, nullptr, 0.f, false, st);
-    norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, nullptr, nullptr, false, rows, F, st.sums);
+    norm_detail::column_sum("batch norm backward (column_partial_kernel)", a, nullptr, nullptr, false, rows, F, st.sums);
     if (y)
-        norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, y, nullptr, false, rows, F, st.sums + F);
+        norm_detail::column_sum("batch norm backward (column_partial_kernel)", a, y, nullptr, false, rows, F, st.sums + F);
     else
-        norm_detail::column_sum("batch norm backward (column_sum_of_kernel)", a, x, st.mean, false, rows, F,
+        norm_detail::column_sum("batch norm backward (column_partial_kernel)", a, x, st.mean, false, rows, F,
                                 st.sums + F, st.inv);
     // The affine weights' gradients are the sums themselves (a "mean" over one row rounds them once).
     if (dbeta) cuda::map("batch norm beta gradient (MeanOp)", F, cuda::MeanOp{st.sums, dbeta, 1});
