@@ -51,8 +51,6 @@ class CUDAEmitter(OpenMPEmitter):
                                      # a pass of its own to add the residual, as the add does
     typed_bias_epilogues = False     # ops.cuh's products take a bias per column only
     traverses_edge_rows = False      # ops.cuh's traversals read node rows at an edge end only
-    fuses_relu_into_batch_norm_grads = False   # norm.cuh's batch_norm_affine_bwd takes no relu
-    keeps_batch_statistics = False             # ... nor statistics from its forward
 
     def softmax_edges_arg(self) -> str:
         return ", m.g"     # ops.cuh: with_softmax_groups (the lane groups' size, the long rows' blocks)

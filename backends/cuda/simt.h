@@ -1455,6 +1455,12 @@ inline double rsqrt_(double x) { return 1.0 / std::sqrt(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : (x == x ? x : 0.0f)); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+// The product rounded to float, never contracted into an FMA with a later add (as on the device).
+inline float __fmul_rn(float a, float b) {
+    float r = a * b;
+    __asm__("" : "+x"(r));
+    return r;
+}
 
 template <class T>
 inline T __ldg(const T *p) {

@@ -42,18 +42,45 @@ __global__ void layer_standardize_kernel(const float *x, const float *g, const f
     for (int64_t j = lane; j < F; j += 32) o[j] = (gr[j] - mg_ - yr[j] * mgy) * inv;
 }
 
-// The value column sums add: v(i, j) is the float (a - centre[j])^2 (square), a * (b - centre[j])
-// * inv[j] (b standardised on the fly: centre and inv given), a * b, or a.
-__device__ inline float column_value(const float *a, const float *b, const float *centre, const float *inv,
-                                     bool square, int64_t i, int64_t j, int64_t F) {
-    const float v = a[i * F + j];
-    if (square) {
-        const float d = v - centre[j];
-        return d * d;
+// The values column sums add.  ColumnValue: v(i, j) is the float (a - centre[j])^2 (square),
+// a * (b - centre[j]) * inv[j] (b standardised on the fly: centre and inv given), a * b, or a.
+struct ColumnValue {
+    const float *a, *b, *centre, *inv;
+    bool square;
+    int64_t F;
+    __device__ float operator()(int64_t i, int64_t j) const {
+        const float v = a[i * F + j];
+        if (square) {
+            const float d = v - centre[j];
+            return d * d;
+        }
+        if (!b) return v;
+        return v * (inv ? (b[i * F + j] - centre[j]) * inv[j] : b[i * F + j]);
     }
-    if (!b) return v;
-    return v * (inv ? (b[i * F + j] - centre[j]) * inv[j] : b[i * F + j]);
-}
+};
+// y = standardize(x), stored (y) or recomputed from x with the statistics: the same arithmetic
+// as the forward's, so the same values.
+struct Standardized {
+    const float *y, *x, *mean, *inv;
+    int64_t F;
+    __device__ float operator()(int64_t k, int64_t j) const { return y ? y[k] : (x[k] - mean[j]) * inv[j]; }
+};
+// The gradient a of batch norm's affine output, with the backward of a relu after it when beta is
+// given (a where the forward's relu passed, y * gamma > -beta, else 0: for floats t and b,
+// round(t + b) > 0 exactly when t + b > 0, so this is the forward's own test on the same rounded
+// product); times y for the gamma gradient's sum.
+struct AffineGradValue {
+    const float *a, *gamma, *beta;
+    Standardized y;
+    bool times_y;
+    __device__ float operator()(int64_t i, int64_t j) const {
+        const int64_t k = i * y.F + j;
+        if (!beta && !times_y) return a[k];   // the plain sum needs no y
+        const float yv = y(k, j);
+        const float g = beta && !(__fmul_rn(yv, gamma[j]) > -beta[j]) ? 0.f : a[k];
+        return times_y ? g * yv : g;
+    }
+};
 
 // out[j] = sum_i v(i, j) over the rows in double, in two passes of a fixed order (reproducible,
 // whatever the launch): partial[c, j] sums chunk c of kColumnChunk rows, a block per (chunk, 32
@@ -62,8 +89,8 @@ __device__ inline float column_value(const float *a, const float *b, const float
 // One warp per feature walking every row, each lane reading another row, had given a batch norm
 // as many warps as features (64 on the GPU's 132 SMs) and no coalesced load.
 constexpr int64_t kColumnChunk = 256;
-__global__ void column_partial_kernel(const float *a, const float *b, const float *centre, const float *inv,
-                                      bool square, int64_t rows, int64_t F, double *partial) {
+template <class Value>
+__global__ void column_partial_kernel(Value value, int64_t rows, int64_t F, double *partial) {
     __shared__ double warp_sums[kWarpsPerBlock][32];
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
     const int64_t c = blockIdx.x, j = int64_t(blockIdx.y) * 32 + lane;
@@ -71,7 +98,7 @@ __global__ void column_partial_kernel(const float *a, const float *b, const floa
     double s = 0.0;
     if (j < F)
         for (int64_t i = c * kColumnChunk + warp; i < end; i += kWarpsPerBlock)
-            s += double(column_value(a, b, centre, inv, square, i, j, F));
+            s += double(value(i, j));
     warp_sums[warp][lane] = s;
     __syncthreads();
     if (warp == 0 && j < F) {
@@ -128,17 +155,23 @@ struct RunningMomentsOp {      // evaluation: the running statistics
 
 // y = (x - mean) * inv (forward) or dx = (g - mg - y * mgy) * inv (backward; mg, mgy the means
 // of g and g * y), times gamma[j] when given (the affine backward, g = dL/d(out)).  The backward
-// recomputes y from x when y is null (mean given).
+// recomputes y from x when y is null (mean given); with beta, g is masked by the relu after the
+// affine part (AffineGradValue).
 struct BatchApplyOp {
     const float *x, *g, *y, *mean, *inv, *mg, *mgy;
     float *out;
     int64_t F;
-    const float *gamma = nullptr;
+    const float *gamma = nullptr, *beta = nullptr;
     __device__ void operator()(int64_t k) const {
         const int64_t j = k % F;
         const float scale = gamma ? inv[j] * gamma[j] : inv[j];
         const float standardized = y ? y[k] : (x[k] - mean[j]) * inv[j];
-        out[k] = g ? (g[k] - mg[j] - standardized * mgy[j]) * scale : standardized;
+        if (!g) {
+            out[k] = standardized;
+            return;
+        }
+        const float gv = beta && !(__fmul_rn(standardized, gamma[j]) > -beta[j]) ? 0.f : g[k];
+        out[k] = (gv - mg[j] - standardized * mgy[j]) * scale;
     }
 };
 
@@ -155,7 +188,7 @@ struct BatchAffineOp {
         const int64_t j = k % F;
         const float standardized = (x[k] - mean[j]) * inv[j];
         if (y) y[k] = standardized;
-        const float scaled = standardized * gamma[j];
+        const float scaled = __fmul_rn(standardized, gamma[j]);   // rounded: the backward's relu test
         out[k] = activate(act, scaled + (bias ? bias[j] : 0.f), alpha);
     }
 };
@@ -172,6 +205,13 @@ inline void layer_standardize_bwd(const float *g, const float *x, const float *y
                  dim3(cuda::warp_blocks(rows)), dim3(cuda::kThreads), x, g, y, rows, F, eps, dx);
 }
 
+// The batch's statistics a training forward standardised with (device memory), kept for its
+// backward: the same values the backward would compute from the same rows, two passes over them
+// fewer (the emitter's plan_kept_batch_statistics, as on OpenMP).
+struct BatchStatistics {
+    cuda::DeviceArray<float> mean, inv;
+};
+
 namespace norm_detail {
 // Scratch for per-feature statistics, reused by every batch norm: sums [2, F] in double and
 // mean, inverse deviation, mean of g, mean of g * y [4, F] in float.
@@ -187,15 +227,19 @@ inline Stats stats(int64_t F) {
     float *f = floats.data();
     return Stats{sums.data(), f, f + F, f + 2 * F, f + 3 * F};
 }
-inline void column_sum(const char *name, const float *a, const float *b, const float *centre, bool square,
-                       int64_t rows, int64_t F, double *out, const float *inv = nullptr) {
+template <class Value>
+inline void column_sum_of(const char *name, Value value, int64_t rows, int64_t F, double *out) {
     static cuda::DeviceArray<double> partial;
     const int64_t chunks = std::max<int64_t>(1, (rows + cuda::kColumnChunk - 1) / cuda::kColumnChunk);
     if (partial.size() < chunks * F) partial.allocate(chunks * F);
-    cuda::launch(name, cuda::column_partial_kernel, dim3(unsigned(chunks), unsigned((F + 31) / 32)), dim3(cuda::kThreads),
-                 a, b, centre, inv, square, rows, F, partial.data());
+    cuda::launch(name, cuda::column_partial_kernel<Value>, dim3(unsigned(chunks), unsigned((F + 31) / 32)),
+                 dim3(cuda::kThreads), value, rows, F, partial.data());
     cuda::launch("batch norm sums: the chunks' partials (column_partials_sum_kernel)", cuda::column_partials_sum_kernel,
                  dim3(cuda::warp_blocks(F)), dim3(cuda::kThreads), (const double *)partial.data(), chunks, F, out);
+}
+inline void column_sum(const char *name, const float *a, const float *b, const float *centre, bool square,
+                       int64_t rows, int64_t F, double *out, const float *inv = nullptr) {
+    column_sum_of(name, cuda::ColumnValue{a, b, centre, inv, square, F}, rows, F, out);
 }
 // The batch mean and inverse deviation of x's features (the running statistics updated when asked).
 inline void moments(const float *x, int64_t rows, int64_t total, int64_t F, float eps, float *run_mean, float *run_var,
@@ -236,12 +280,23 @@ void batch_standardize_fwd(bool training, const float *x, int64_t rows, int64_t 
 
 // Batch norm with its affine part and activation in one pass after the statistics; y (the
 // standardised rows) written too unless null.
+// keep: where a training forward leaves its batch statistics for the backward (or null).
 template <class Across>
 void batch_norm_affine_fwd(bool training, const float *x, int64_t rows, int64_t total, int64_t F, float *run_mean,
                            float *run_var, float eps, float momentum, const float *gamma, const Epilogue &epi,
-                           float *y, float *out, Across) {
+                           float *y, float *out, Across, BatchStatistics *keep = nullptr) {
     const norm_detail::Stats st =
         norm_detail::standardize_statistics(training, x, rows, total, F, run_mean, run_var, eps, momentum);
+    if (training && keep != nullptr) {
+        if (keep->mean.size() != F) {
+            keep->mean.allocate(F);
+            keep->inv.allocate(F);
+        }
+        cuda::copy_async(keep->mean.data(), st.mean, sizeof(float) * size_t(F), cudaMemcpyDeviceToDevice,
+                         "keeping batch norm's statistics");
+        cuda::copy_async(keep->inv.data(), st.inv, sizeof(float) * size_t(F), cudaMemcpyDeviceToDevice,
+                         "keeping batch norm's statistics");
+    }
     cuda::map("batch norm with its affine part (BatchAffineOp)", rows * F,
               cuda::BatchAffineOp{x, st.mean, st.inv, gamma, epi.bias, y, out, F, epi.act, epi.alpha});
 }
@@ -262,24 +317,33 @@ void batch_standardize_bwd(const float *g, const float *x, const float *y, int64
 // Batch norm's backward with its affine part (backends/openmp/kernels/norm.h): from
 // a = dL/d(standardize(x) * gamma + beta), dbeta = sum a, dgamma = sum a * y (either may be null)
 // and dx = gamma * (a - mean a - y * mean(a * y)) / sigma.  y null: recomputed from x.
+// relu_beta: a relu follows the affine part (beta = relu_beta) and `a` is the gradient of its
+// output; its backward runs inside the sums and dx (AffineGradValue).  kept: the training
+// forward's statistics (null or empty: computed again from x).
 template <class Across>
 void batch_norm_affine_bwd(const float *a, const float *gamma, const float *x, const float *y, int64_t rows,
-                           int64_t total, int64_t F, float eps, float *dx, float *dgamma, float *dbeta, Across) {
+                           int64_t total, int64_t F, float eps, float *dx, float *dgamma, float *dbeta, Across,
+                           const float *relu_beta = nullptr, const BatchStatistics *kept = nullptr) {
     const norm_detail::Stats st = norm_detail::stats(F);
-    norm_detail::moments(x, rows, total, F, eps, nullptr, nullptr, 0.f, false, st);
-    norm_detail::column_sum("batch norm backward (column_partial_kernel)", a, nullptr, nullptr, false, rows, F, st.sums);
-    if (y)
-        norm_detail::column_sum("batch norm backward (column_partial_kernel)", a, y, nullptr, false, rows, F, st.sums + F);
-    else
-        norm_detail::column_sum("batch norm backward (column_partial_kernel)", a, x, st.mean, false, rows, F,
-                                st.sums + F, st.inv);
+    const float *mean = st.mean, *inv = st.inv;
+    if (kept != nullptr && kept->mean.size() == F) {
+        mean = kept->mean.data();
+        inv = kept->inv.data();
+    } else {
+        norm_detail::moments(x, rows, total, F, eps, nullptr, nullptr, 0.f, false, st);
+    }
+    const cuda::Standardized standardized{y, x, mean, inv, F};
+    norm_detail::column_sum_of("batch norm backward (column_partial_kernel)",
+                               cuda::AffineGradValue{a, gamma, relu_beta, standardized, false}, rows, F, st.sums);
+    norm_detail::column_sum_of("batch norm backward (column_partial_kernel)",
+                               cuda::AffineGradValue{a, gamma, relu_beta, standardized, true}, rows, F, st.sums + F);
     // The affine weights' gradients are the sums themselves (a "mean" over one row rounds them once).
     if (dbeta) cuda::map("batch norm beta gradient (MeanOp)", F, cuda::MeanOp{st.sums, dbeta, 1});
     if (dgamma) cuda::map("batch norm gamma gradient (MeanOp)", F, cuda::MeanOp{st.sums + F, dgamma, 1});
     cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums, st.mg, total});
     cuda::map("batch norm backward (MeanOp)", F, cuda::MeanOp{st.sums + F, st.mgy, total});
     cuda::map("batch norm backward (BatchApplyOp)", rows * F,
-              cuda::BatchApplyOp{x, a, y, st.mean, st.inv, st.mg, st.mgy, dx, F, gamma});
+              cuda::BatchApplyOp{x, a, y, mean, inv, st.mg, st.mgy, dx, F, gamma, relu_beta});
 }
 
 }  // namespace mg
