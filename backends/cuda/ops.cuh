@@ -1266,26 +1266,13 @@ inline void binary_fwd(BinOp op, const float *a, Bcast sa, const float *b, Bcast
 inline void bias_add(const float *x, const float *bias, float *y, int64_t rows, int64_t cols) {
     binary_fwd(BinOp::Add, x, Bcast::Full, bias, Bcast::Row, y, rows, cols);
 }
-// out[j] = sum_i value(i, j): per-block column partials over row chunks, then one pass over them,
-// in a fixed order (reproducible, no atomics).
-template <class Value>
-inline void column_sums(const char *what, Value value, float *out, int64_t rows, int64_t cols) {
-    if (cols <= 0) return;
-    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(256, rows / 64));
-    static cuda::DeviceArray<float> partial;
-    if (partial.size() < chunks * cols) partial.allocate(chunks * cols);
-    const int64_t per = (rows + chunks - 1) / chunks;
-    cuda::map(what, chunks * cols, cuda::ChunkSumOp<Value>{value, partial.data(), rows, cols, per});
-    cuda::launch("column sums (column_sum_kernel)", cuda::column_sum_kernel, dim3(cuda::blocks_for(cols)),
-                 dim3(cuda::kThreads), (const float *)partial.data(), out, chunks, cols);
-}
 inline void row_sum(const float *x, float *out, int64_t rows, int64_t cols) {
-    column_sums("row sum (chunks)", cuda::StoredValue{x, cols}, out, rows, cols);
+    cuda::column_sums_of("row sum (column_partial_kernel)", cuda::StoredValue{x, cols}, rows, cols, out);
 }
 // row_sum(head_mul(x, s)) without the products stored (the emitter's plan_head_products).
 inline void head_mul_row_sum(const float *x, const float *s, float *out, int64_t rows, int64_t heads, int64_t dim) {
-    column_sums("per-head products summed over rows (chunks)", cuda::HeadProductValue{x, s, heads, dim}, out, rows,
-                heads * dim);
+    cuda::column_sums_of("per-head products summed over rows (column_partial_kernel)",
+                         cuda::HeadProductValue{x, s, heads, dim}, rows, heads * dim, out);
 }
 inline void rowwise_dot_fwd(const float *a, const float *b, bool b_is_row, float *out, int64_t rows, int64_t heads,
                             int64_t dim) {

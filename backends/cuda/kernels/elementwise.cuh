@@ -7,10 +7,12 @@
 #ifndef MORPHGEN_CUDA_ELEMENTWISE_CUH
 #define MORPHGEN_CUDA_ELEMENTWISE_CUH
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "../device.cuh"
+#include "../memory.cuh"
 #include "dropout.cuh"
 #include "op_types.h"
 
@@ -304,21 +306,7 @@ __global__ void row_softmax_kernel(const float *x, const float *g, float *y, int
     }
 }
 
-// partial[c, j] = sum of value(r, j) over chunk c of the rows (per rows each).
-template <class Value>
-struct ChunkSumOp {
-    Value value;
-    float *partial;
-    int64_t rows, cols, per;
-    __device__ void operator()(int64_t k) const {
-        const int64_t c = k / cols, j = k % cols, r1 = (c + 1) * per < rows ? (c + 1) * per : rows;
-        float acc = 0.f;
-        for (int64_t r = c * per; r < r1; ++r) acc += value(r, j);
-        partial[k] = acc;
-    }
-};
-
-// The values ChunkSumOp sums: a stored row-major matrix's...
+// The values column sums add (column_sums_of): a stored row-major matrix's...
 struct StoredValue {
     const float *x;
     int64_t cols;
@@ -333,14 +321,51 @@ struct HeadProductValue {
     __device__ float operator()(int64_t r, int64_t j) const { return x[r * heads * dim + j] * s[r * heads + j / dim]; }
 };
 
-
-// out[j] = sum_i x[i, j]: a column sum, one thread per column, rows in order (reproducible).
-__global__ void column_sum_kernel(const float *x, float *out, int64_t rows, int64_t cols) {
-    const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (j >= cols) return;
-    double acc = 0.0;
-    for (int64_t i = 0; i < rows; ++i) acc += x[i * cols + j];
-    out[j] = float(acc);
+// out[j] = sum_i value(i, j) over the rows in double, in two passes of a fixed order
+// (reproducible, whatever the launch): partial[c, j] sums chunk c of kColumnChunk rows, a block
+// per (chunk, 32 columns) with the columns on the lanes (coalesced) and the chunk's rows strided
+// over its warps, the warps' sums added in warp order; then a warp per column adds the chunks'
+// partials.  One warp per column walking every row (batch norm's sums, each lane reading another
+// row) or a thread per (chunk of rows, column) walking hundreds of rows one load at a time (the
+// bias gradients) had left the GPU nearly empty.
+constexpr int64_t kColumnChunk = 256;
+template <class Value>
+__global__ void column_partial_kernel(Value value, int64_t rows, int64_t F, double *partial) {
+    __shared__ double warp_sums[kWarpsPerBlock][32];
+    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+    const int64_t c = blockIdx.x, j = int64_t(blockIdx.y) * 32 + lane;
+    const int64_t end = (c + 1) * kColumnChunk < rows ? (c + 1) * kColumnChunk : rows;
+    double s = 0.0;
+    if (j < F)
+        for (int64_t i = c * kColumnChunk + warp; i < end; i += kWarpsPerBlock) s += double(value(i, j));
+    warp_sums[warp][lane] = s;
+    __syncthreads();
+    if (warp == 0 && j < F) {
+        for (int w = 1; w < kWarpsPerBlock; ++w) s += warp_sums[w][lane];
+        partial[c * F + j] = s;
+    }
+}
+template <class Out>
+__global__ void column_partials_sum_kernel(const double *partial, int64_t chunks, int64_t F, Out *out) {
+    const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (j >= F) return;
+    double s = 0.0;
+    for (int64_t c = lane; c < chunks; c += 32) s += partial[c * F + j];
+    s = warp_sum(s);
+    if (lane == 0) out[j] = Out(s);
+}
+// out[j] = sum_i value(i, j) (Out: float or double), by the two kernels above.
+template <class Value, class Out>
+inline void column_sums_of(const char *name, Value value, int64_t rows, int64_t F, Out *out) {
+    if (F <= 0) return;
+    static DeviceArray<double> partial;
+    const int64_t chunks = std::max<int64_t>(1, (rows + kColumnChunk - 1) / kColumnChunk);
+    if (partial.size() < chunks * F) partial.allocate(chunks * F);
+    launch(name, column_partial_kernel<Value>, dim3(unsigned(chunks), unsigned((F + 31) / 32)), dim3(kThreads), value,
+           rows, F, partial.data());
+    launch("column sums: the chunks' partials (column_partials_sum_kernel)", column_partials_sum_kernel<Out>,
+           dim3(warp_blocks(F)), dim3(kThreads), (const double *)partial.data(), chunks, F, out);
 }
 
 // out[r] = sum_f x[r, f]: one warp per row.

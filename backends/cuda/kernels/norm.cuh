@@ -82,40 +82,6 @@ struct AffineGradValue {
     }
 };
 
-// out[j] = sum_i v(i, j) over the rows in double, in two passes of a fixed order (reproducible,
-// whatever the launch): partial[c, j] sums chunk c of kColumnChunk rows, a block per (chunk, 32
-// features) with the features on the lanes (coalesced) and the chunk's rows strided over its
-// warps, the warps' sums added in warp order; then a warp per feature adds the chunks' partials.
-// One warp per feature walking every row, each lane reading another row, had given a batch norm
-// as many warps as features (64 on the GPU's 132 SMs) and no coalesced load.
-constexpr int64_t kColumnChunk = 256;
-template <class Value>
-__global__ void column_partial_kernel(Value value, int64_t rows, int64_t F, double *partial) {
-    __shared__ double warp_sums[kWarpsPerBlock][32];
-    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
-    const int64_t c = blockIdx.x, j = int64_t(blockIdx.y) * 32 + lane;
-    const int64_t end = (c + 1) * kColumnChunk < rows ? (c + 1) * kColumnChunk : rows;
-    double s = 0.0;
-    if (j < F)
-        for (int64_t i = c * kColumnChunk + warp; i < end; i += kWarpsPerBlock)
-            s += double(value(i, j));
-    warp_sums[warp][lane] = s;
-    __syncthreads();
-    if (warp == 0 && j < F) {
-        for (int w = 1; w < kWarpsPerBlock; ++w) s += warp_sums[w][lane];
-        partial[c * F + j] = s;
-    }
-}
-__global__ void column_partials_sum_kernel(const double *partial, int64_t chunks, int64_t F, double *out) {
-    const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (j >= F) return;
-    double s = 0.0;
-    for (int64_t c = lane; c < chunks; c += 32) s += partial[c * F + j];
-    s = warp_sum(s);
-    if (lane == 0) out[j] = s;
-}
-
 struct MeanOp {               // out[j] = sum[j] / total, rounded once
     const double *sum;
     float *out;
@@ -227,19 +193,9 @@ inline Stats stats(int64_t F) {
     float *f = floats.data();
     return Stats{sums.data(), f, f + F, f + 2 * F, f + 3 * F};
 }
-template <class Value>
-inline void column_sum_of(const char *name, Value value, int64_t rows, int64_t F, double *out) {
-    static cuda::DeviceArray<double> partial;
-    const int64_t chunks = std::max<int64_t>(1, (rows + cuda::kColumnChunk - 1) / cuda::kColumnChunk);
-    if (partial.size() < chunks * F) partial.allocate(chunks * F);
-    cuda::launch(name, cuda::column_partial_kernel<Value>, dim3(unsigned(chunks), unsigned((F + 31) / 32)),
-                 dim3(cuda::kThreads), value, rows, F, partial.data());
-    cuda::launch("batch norm sums: the chunks' partials (column_partials_sum_kernel)", cuda::column_partials_sum_kernel,
-                 dim3(cuda::warp_blocks(F)), dim3(cuda::kThreads), (const double *)partial.data(), chunks, F, out);
-}
 inline void column_sum(const char *name, const float *a, const float *b, const float *centre, bool square,
                        int64_t rows, int64_t F, double *out, const float *inv = nullptr) {
-    column_sum_of(name, cuda::ColumnValue{a, b, centre, inv, square, F}, rows, F, out);
+    cuda::column_sums_of(name, cuda::ColumnValue{a, b, centre, inv, square, F}, rows, F, out);
 }
 // The batch mean and inverse deviation of x's features (the running statistics updated when asked).
 inline void moments(const float *x, int64_t rows, int64_t total, int64_t F, float eps, float *run_mean, float *run_var,
@@ -333,9 +289,9 @@ void batch_norm_affine_bwd(const float *a, const float *gamma, const float *x, c
         norm_detail::moments(x, rows, total, F, eps, nullptr, nullptr, 0.f, false, st);
     }
     const cuda::Standardized standardized{y, x, mean, inv, F};
-    norm_detail::column_sum_of("batch norm backward (column_partial_kernel)",
+    cuda::column_sums_of("batch norm backward (column_partial_kernel)",
                                cuda::AffineGradValue{a, gamma, relu_beta, standardized, false}, rows, F, st.sums);
-    norm_detail::column_sum_of("batch norm backward (column_partial_kernel)",
+    cuda::column_sums_of("batch norm backward (column_partial_kernel)",
                                cuda::AffineGradValue{a, gamma, relu_beta, standardized, true}, rows, F, st.sums + F);
     // The affine weights' gradients are the sums themselves (a "mean" over one row rounds them once).
     if (dbeta) cuda::map("batch norm beta gradient (MeanOp)", F, cuda::MeanOp{st.sums, dbeta, 1});
