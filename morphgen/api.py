@@ -35,13 +35,15 @@ class CompiledModel:
 
     def __init__(self, path, backend: str = "openmp", threads: Optional[int] = None, seed: int = 0,
                  sparsity_threshold: Optional[float] = None, sanitize: bool = False,
-                 hoist_invariants: bool = True, edge_typed_layout: str = "auto"):
+                 hoist_invariants: bool = True, edge_typed_layout: str = "auto", op_timers: bool = False):
         """``hoist_invariants=False`` keeps aggregations of the input features inside the epoch
         (passes/hoist_invariant.py), e.g. to measure what hoisting them saves.
         ``edge_typed_layout``: how a typed linear of gathered node rows is computed on backends
         with those kernels: auto (picked per op from the graph), compact (one product per
         distinct (node, edge type) pair), edge (one per edge), gathered (per-edge copies of the
-        rows first, the unfused form); passes/edge_typed_linear.py."""
+        rows first, the unfused form); passes/edge_typed_linear.py.
+        ``op_timers``: one kernel timer per IR op (``session.timers()`` names each 'family: %id
+        opcode') instead of one per kernel family."""
         self._backend = require_backend(backend)
         self.path = Path(path)
         self.backend = backend
@@ -53,6 +55,7 @@ class CompiledModel:
         self.sanitize = sanitize
         self.hoist_invariants = hoist_invariants
         self.edge_typed_layout = _checked_edge_typed_layout(edge_typed_layout)
+        self.op_timers = op_timers
         self.program = None
         self.session = None
         self.dataset = None             # what the session holds (features possibly normalised)
@@ -138,7 +141,7 @@ class CompiledModel:
                              self._backend.capabilities.bases_per_lookup,
                              self.edge_typed_layout if fused else None, dataset.graph)
         self._backend.check_program(self.program)
-        self._emitter = self._backend.emitter_class()(self.program)
+        self._emitter = self._backend.emitter_class()(self.program, op_timers=self.op_timers)
         return self._emitter.emit()
 
     @staticmethod

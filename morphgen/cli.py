@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
     p.add_argument("--resume", default=None, help="start from this checkpoint")
     p.add_argument("--profile", action="store_true", help="report per-kernel time, GB/s and GFLOP/s")
+    p.add_argument("--profile-ops", action="store_true",
+                   help="--profile with a timer per IR op (named 'family: %%id opcode', as `compile --emit "
+                        "plan` lists the ops) instead of one per kernel family")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--sanitize", action="store_true",
                    help="build with AddressSanitizer and UndefinedBehaviorSanitizer (slow; for bug reports)")

@@ -158,6 +158,9 @@ def train_command(args) -> int:
             raise UserError(f"morphgen: error: --device must be 0 or more, not {args.device}")
         from morphgen.backends.cuda.toolchain import DEVICE_ENV
         os.environ[DEVICE_ENV] = str(args.device)     # read by the library when it prepares
+    if getattr(args, "profile_ops", False) and backend.capabilities.distributed:
+        raise UserError(f"morphgen: error: --profile-ops times the ops of one process (--backend openmp or cuda); "
+                        f"--profile gives the kernel timers of a {args.backend} run")
     if backend.capabilities.distributed:
         return _train_distributed(args)
     if args.ranks is not None or args.parts_dir is not None or args.partitioner is not None:
@@ -172,7 +175,9 @@ def train_command(args) -> int:
     from .bench.memory import start_training_peak
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
                           sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist,
-                          sanitize=args.sanitize, edge_typed_layout=args.edge_typed_layout)
+                          sanitize=args.sanitize, edge_typed_layout=args.edge_typed_layout,
+                          op_timers=getattr(args, "profile_ops", False))
+    args.profile = args.profile or getattr(args, "profile_ops", False)
     print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)
     # Compiling and loading the library come before the baseline, as importing their library does
     # for the peers: the growth measured from there is what training allocates.
@@ -328,10 +333,10 @@ def _timers_from_second_epoch(session, progress):
 
 
 def print_profile(rows):
-    print(f"{'kernel':<28}{'calls':>8}{'seconds':>10}{'GB/s':>9}{'GFLOP/s':>9}")
+    rows = [r for r in rows if r["calls"]]
+    width = max([28] + [len(r["kernel"]) + 2 for r in rows])    # per-op timers have longer names
+    print(f"{'kernel':<{width}}{'calls':>8}{'seconds':>10}{'GB/s':>9}{'GFLOP/s':>9}")
     for r in sorted(rows, key=lambda r: -r["seconds"]):
-        if not r["calls"]:
-            continue
         s = max(r["seconds"], 1e-12)
-        print(f"{r['kernel']:<28}{r['calls']:>8}{r['seconds']:>10.4f}{r['bytes'] / s / 1e9:>9.2f}"
+        print(f"{r['kernel']:<{width}}{r['calls']:>8}{r['seconds']:>10.4f}{r['bytes'] / s / 1e9:>9.2f}"
               f"{r['flops'] / s / 1e9:>9.2f}")

@@ -4,6 +4,7 @@
 #   sanitize  compute-sanitizer: memcheck over every example, racecheck and initcheck over a few
 #   bench     morphgen against PyG on the same GPU, ms/epoch and peak device memory
 #   parity    the first epochs' losses of morphgen and PyG from identical weights, dropout off (--parity)
+#   ops       a timer per IR op (train --profile-ops) for each BENCH row: the slowest ops by name
 #   calibrate the GPU's dense/sparse feature-path threshold (backends/cuda/calibrate.cu), measured
 #             afresh; `bench` and `parity` train with whatever the cache holds, so run it first
 #   host      the host's CPU cores, no GPU: the homogeneous and relational models with every core
@@ -17,7 +18,7 @@
 #             against walked whole (MORPHGEN_CUDA_SPLIT_EDGES=0), hubs' softmax blocks against
 #             lane groups alone (MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES=1000000000)
 #
-# Usage: scripts/cuda_check.sh OUT_DIR [calibrate] [tests] [sanitize] [bench] [parity] [ab] [host]
+# Usage: scripts/cuda_check.sh OUT_DIR [calibrate] [tests] [sanitize] [bench] [parity] [ops] [ab] [host]
 # (default: calibrate tests sanitize bench parity)
 # Every step writes its log into OUT_DIR and one line into OUT_DIR/summary.txt; a step that fails
 # or runs out of time is reported and the next one still runs.  The exit status is the number of
@@ -34,7 +35,7 @@
 # results.tgz of everything else: a remote runner that returns a limited number of files gets all).
 set -uo pipefail
 
-OUT=$(realpath -m "${1:?usage: scripts/cuda_check.sh OUT_DIR [calibrate] [tests] [sanitize] [bench] [parity] [ab] [host]}")
+OUT=$(realpath -m "${1:?usage: scripts/cuda_check.sh OUT_DIR [calibrate] [tests] [sanitize] [bench] [parity] [ops] [ab] [host]}")
 shift
 STEPS=${*:-calibrate tests sanitize bench parity}
 DATA_DIR=$(realpath -m "${DATA_DIR:-../shared/datasets}")
@@ -119,6 +120,22 @@ run_bench() {
     done
 }
 
+run_ops() {   # a timer per IR op (train --profile-ops) for each BENCH row: which op a family's time is
+    mkdir -p "$OUT/ops"
+    for run in $BENCH; do
+        local model=${run%%:*} graph=${run#*:}
+        "$PY" -m morphgen train "examples/$model.mp" --backend cuda --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" \
+            --epochs 1 --profile-ops --quiet > /dev/null 2>&1 &     # the per-op build, in parallel
+    done
+    wait
+    for run in $BENCH; do
+        local model=${run%%:*} graph=${run#*:} log="$OUT/ops/${run//[:\/]/_}.log"
+        timeout "${BENCH_TIMEOUT:-240}" "$PY" -m morphgen train "examples/$model.mp" --backend cuda \
+            --dataset "${GRAPH[$graph]}" --data-dir "$DATA_DIR" --epochs 8 --profile-ops --quiet > "$log" 2>&1
+        result $? "per-op timers of $model on $graph" "slowest: $(grep -m1 -A1 '^kernel  ' "$log" | tail -1 | tr -s ' ')"
+    done
+}
+
 run_parity() {   # the benchmark's parity check: three epochs each (one for HGT), dropout off, morphgen's initial weights
     for run in ${PARITY:-gcn3:cora sage:cora gat:cora rgcn:aifb}; do
         local model=${run%%:*} graph=${run#*:} dir="$OUT/parity/${run//[:\/]/_}"
@@ -191,9 +208,10 @@ for step in $STEPS; do
         sanitize) run_sanitize ;;
         bench) mkdir -p "$OUT/bench"; run_bench ;;
         parity) run_parity ;;
+        ops) run_ops ;;
         ab) run_ab ;;
         host) run_host ;;
-        *) note "unknown step '$step' (calibrate, tests, sanitize, bench, parity, ab, host)"; failed=$((failed + 1)) ;;
+        *) note "unknown step '$step' (calibrate, tests, sanitize, bench, parity, ops, ab, host)"; failed=$((failed + 1)) ;;
     esac
 done
 note "== $(date -u +%FT%TZ)  $failed failed"

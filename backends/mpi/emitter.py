@@ -43,8 +43,8 @@ class MPIEmitter(OpenMPEmitter):
     identity_nodes = "m.part.global_nodes"    # featureless rows are one-hots of global node ids
     row_gradients = False            # its all-reduce sums whole gradients
 
-    def __init__(self, program, buffer_plan=None):
-        super().__init__(program, buffer_plan)
+    def __init__(self, program, buffer_plan=None, op_timers: bool = False):
+        super().__init__(program, buffer_plan, op_timers)
         self.full_rows: set = set()         # node values computed for ghost rows too (see rows())
         self.exchanged: set = set()         # forward values whose ghost rows an exchange has filled
         self.backward_ids: set = set()

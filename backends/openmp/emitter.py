@@ -102,10 +102,13 @@ class OpenMPEmitter:
     typed_bias_epilogues = True      # a dense or typed product adds a per-type bias row (typed_param)
     traverses_edge_rows = True       # edge traversals read stored edge rows in place and write scaled gathers
 
-    def __init__(self, program: Program, buffer_plan: Optional[tuple] = None):
+    def __init__(self, program: Program, buffer_plan: Optional[tuple] = None, op_timers: bool = False):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
-        lowering's share_buffers; emit() makes it, so callers pass only the program."""
+        lowering's share_buffers; emit() makes it, so callers pass only the program.
+        ``op_timers``: a timer per IR op (timed()) besides the kernel families' timers."""
         self.p = program
+        self.op_timers = op_timers
+        self.timers = list(type(self).timers)   # the families, then the ops' timers when op_timers
         self.buffer_of, self.shared_buffers = buffer_plan or ({}, None)
         self.sizes: list = []
         self.buffers: list = []          # dicts: name, numel, comment (one per value needing storage)
@@ -289,6 +292,11 @@ class OpenMPEmitter:
         """A call inside its kernel family's timer; ``kernel`` names it when the call is not
         one function call (the plan table and backends' checks read the name)."""
         self.note_kernel(kernel or call.split("(", 1)[0])
+        op = self.current_op
+        if self.op_timers and op is not None:
+            timer = f"{timer}: %{op.output.id if op.output is not None else '-'} {op.opcode}"
+            if timer not in self.timers:
+                self.timers.append(timer)
         return (f"{{ mg::ScopedTimer _t(m.timers[{self.timers.index(timer)}], double({bytes_}), double({flops})); "
                 f"{call}; }}")
 
@@ -331,7 +339,7 @@ class OpenMPEmitter:
         lowering writes every call with its final buffer, so no generated text is rewritten."""
         probe = type(self)(self.p)
         probe.lower_program()
-        self.__init__(self.p, buffer_plan=probe.share_buffers())
+        self.__init__(self.p, buffer_plan=probe.share_buffers(), op_timers=self.op_timers)
         return self.render(*self.lower_program())
 
     def lower_program(self) -> tuple:

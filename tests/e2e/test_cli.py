@@ -206,6 +206,25 @@ def test_train_hoists_the_first_aggregation_unless_told_not_to(tmp_path):
                                [r["loss"] for r in plain["history"]], rtol=1e-5)
 
 
+def test_profile_ops_times_each_ir_op(tmp_path):
+    """--profile-ops: a timer per IR op, named by its kernel family, value id and opcode (as
+    `compile --emit plan` lists the ops); the optimizer keeps its family's timer.  The same
+    training: the timers change only what the library counts."""
+    data = "synthetic:nodes=200,edges=1200,features=24,classes=3,val=40,test=60,seed=2"
+    out = tmp_path / "ops.json"
+    proc = run_cli("train", example("gcn"), "--dataset", data, "--epochs", "3", "--threads", "1", "--json", out,
+                   "--quiet", "--profile-ops", env={"MORPHGEN_OPT_LEVEL": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["kernel"]: r for r in json.loads(out.read_text())["profile"]}
+    per_op = [name for name, r in rows.items() if r["calls"] and ": %" in name]
+    assert any(name.startswith("aggregate: %") and name.endswith(" aggregate") for name in per_op), per_op
+    assert any(name.startswith("aggregate_backward: %") for name in per_op), per_op
+    assert rows["optimizer"]["calls"] > 0 and rows["aggregate"]["calls"] == 0
+    assert "aggregate: %" in proc.stdout and "kernel timers" in proc.stdout
+    refused = run_cli("train", example("gcn"), "--dataset", data, "--backend", "mpi", "--profile-ops", "--quiet")
+    assert_clean_failure(refused, 2, "--profile-ops times the ops of one process")
+
+
 @pytest.mark.parametrize("flag", ["--json", "--checkpoint"])
 def test_an_unwritable_output_is_refused_before_training(tmp_path, flag):
     proc = run_cli("train", example("gcn"), "--epochs", "1", "--quiet", flag, tmp_path / "missing" / "out")
