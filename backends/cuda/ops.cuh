@@ -149,12 +149,13 @@ class RowSplitPlan {
 };
 
 // The CSC copy of CSR features (built at prepare), for X^T G without atomics; split: its long
-// columns, walked in pieces (csc_weight_grad_kernel).
+// columns, walked in pieces (csc_weight_grad_kernel); row_split: the CSR's long rows, likewise
+// (csr_linear_kernel).
 struct SparseFeatureBlocks {
     cuda::DeviceArray<int64_t> colptr, row_of;
     cuda::DeviceArray<float> vals;
-    RowSplitPlan split;
-    int64_t bytes() const { return colptr.bytes() + row_of.bytes() + vals.bytes() + split.bytes(); }
+    RowSplitPlan split, row_split;
+    int64_t bytes() const { return colptr.bytes() + row_of.bytes() + vals.bytes() + split.bytes() + row_split.bytes(); }
 };
 
 namespace op {
@@ -477,7 +478,7 @@ inline void csc_weight_grad(const char *name, SparseFeatureBlocks &blocks, int64
                  drop, tpr, split);
     if (split.segments)
         cuda::map("sparse feature weight gradient: the long columns' pieces", split.segments * M,
-                  cuda::SplitRowSumOp{split, blocks.colptr.data(), M, dW});
+                  cuda::SplitRowSumOp{split, M, dW});
 }
 inline void build_feature_blocks(const FeatureView &f, SparseFeatureBlocks &blocks) {
     if (f.kind != FeatureKind::Csr) return;
@@ -486,6 +487,7 @@ inline void build_feature_blocks(const FeatureView &f, SparseFeatureBlocks &bloc
         for (int64_t r = 0; r < f.rows; ++r)
             for (int64_t k = h.indptr[size_t(r)]; k < h.indptr[size_t(r + 1)]; ++k) visit(h.indices[size_t(k)], r, k);
     }, "uploading the transposed features");
+    blocks.row_split.build(h.indptr.data(), f.rows, split_edges_setting());
 }
 inline cuda::FeatureDrop feature_drop(const FeatureView &f) {
     cuda::FeatureDrop d;
@@ -498,14 +500,18 @@ inline cuda::FeatureDrop feature_drop(const FeatureView &f) {
     }
     return d;
 }
-inline void linear_features(const FeatureView &f, const SparseFeatureBlocks &, const float *W, idx_t M, float *Y) {
+inline void linear_features(const FeatureView &f, SparseFeatureBlocks &blocks, const float *W, idx_t M, float *Y) {
     switch (f.kind) {
         case FeatureKind::Dense: linear(f.dense, f.rows, f.cols, W, M, Y); break;
         case FeatureKind::Csr: {
             const int tpr = cuda::threads_per_row(M);
+            const cuda::RowSplit split = blocks.row_split.view(M);
             cuda::launch("sparse feature linear (csr_linear_kernel)", cuda::csr_linear_kernel,
-                         dim3(cuda::blocks_for(f.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads), f.indptr,
-                         f.indices, f.data, f.rows, f.cols, W, M, Y, feature_drop(f), tpr);
+                         dim3(cuda::blocks_for(split.segments + f.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads),
+                         f.indptr, f.indices, f.data, f.rows, f.cols, W, M, Y, feature_drop(f), tpr, split);
+            if (split.segments)
+                cuda::map("sparse feature linear: the long rows' pieces", split.segments * M,
+                          cuda::SplitRowSumOp{split, M, Y});
             break;
         }
         case FeatureKind::Identity:
@@ -921,14 +927,17 @@ struct EdgeTypedRows {
     RowSplitPlan edge_split_, node_split_;    // long segments of edge_ptr and node_ptr (segment_sum)
     cuda::DeviceArray<float> product_, row_grad_, row_dx_;
     // CSR feature rows: their nonzeros by (type, column), for the weight gradient without atomics
-    // (built on first use, edge_typed_feature_columns).
+    // (built on first use, edge_typed_feature_columns), and the product rows whose feature row is
+    // long, walked in pieces (built on first use, edge_typed_feature_rows).
     SparseFeatureBlocks by_type_column;
+    RowSplitPlan feature_row_split_;
+    bool feature_rows_planned_ = false;
     idx_t product_rows = 0, nodes = 0, edge_count = 0;
     idx_t rows() const { return product_rows; }
     int64_t bytes() const {
         return groups.bytes() + row_node_.bytes() + edge_ptr_.bytes() + edges_.bytes() + row_of_edge_.bytes() +
                node_ptr_.bytes() + node_rows_.bytes() + edge_split_.bytes() + node_split_.bytes() + product_.bytes() +
-               row_grad_.bytes() + row_dx_.bytes() + by_type_column.bytes();
+               row_grad_.bytes() + row_dx_.bytes() + by_type_column.bytes() + feature_row_split_.bytes();
     }
     float *scratch(cuda::DeviceArray<float> &a, idx_t n) {
         if (a.size() < n) a.allocate(n);
@@ -1008,14 +1017,33 @@ inline void edge_typed_linear_weight_grad(EdgeTypedRows &p, const float *X, idx_
 // ---- the same products when x is the input features, read in their own format ---------------------
 // Dense features are the dense case; CSR rows are read in place, so a relational program keeps
 // the sparse feature path (R-GAT's and HGT's x_src * W[etype] on acm_heco's 97% sparse features).
+// The product rows' long feature rows (more nonzeros than the split length), once: the plan is
+// built over each product row's nonzero count, as if the rows' feature rows were one CSR.
+inline void edge_typed_feature_rows(EdgeTypedRows &p, const FeatureView &f) {
+    if (p.feature_rows_planned_) return;
+    const std::vector<idx_t> row_node = p.row_node_.download();
+    std::vector<int64_t> indptr(static_cast<size_t>(f.rows + 1)), nnz_ptr(row_node.size() + 1, 0);
+    cuda::check(cudaMemcpy(indptr.data(), f.indptr, sizeof(int64_t) * indptr.size(), cudaMemcpyDeviceToHost),
+                "edge typed linear rows of sparse features");
+    for (size_t r = 0; r < row_node.size(); ++r)
+        nnz_ptr[r + 1] = nnz_ptr[r] + indptr[size_t(row_node[r] + 1)] - indptr[size_t(row_node[r])];
+    p.feature_row_split_.build(nnz_ptr.data(), idx_t(row_node.size()), split_edges_setting());
+    p.feature_rows_planned_ = true;
+}
 inline void edge_typed_linear_features(EdgeTypedRows &p, const FeatureView &f, const float *W, idx_t M, float *Y) {
     if (f.kind == FeatureKind::Dense) return edge_typed_linear(p, f.dense, f.cols, W, M, Y);
     if (f.kind != FeatureKind::Csr) throw Error("edge typed linear of features: dense or CSR features expected");
     float *product = p.scratch(p.product_, p.rows() * M);
     const int tpr = cuda::threads_per_row(M);
+    edge_typed_feature_rows(p, f);
+    const cuda::RowSplit split = p.feature_row_split_.view(M);
     cuda::launch("edge typed linear of sparse features (csr_typed_rows_kernel)", cuda::csr_typed_rows_kernel,
-                 dim3(cuda::blocks_for(p.rows(), cuda::kThreads / tpr)), dim3(cuda::kThreads), f.indptr, f.indices,
-                 f.data, p.row_node_.data(), p.groups.ptr, p.groups.types, p.rows(), f.cols, W, M, product, tpr);
+                 dim3(cuda::blocks_for(split.segments + p.rows(), cuda::kThreads / tpr)), dim3(cuda::kThreads),
+                 f.indptr, f.indices, f.data, p.row_node_.data(), p.groups.ptr, p.groups.types, p.rows(), f.cols, W, M,
+                 product, tpr, split);
+    if (split.segments)
+        cuda::map("edge typed linear of sparse features: the long rows' pieces", split.segments * M,
+                  cuda::SplitRowSumOp{split, M, product});
     cuda::map("edge typed linear: products to edges", p.edge_count * M,
               cuda::EdgeRowsExpandOp{product, p.row_of_edge_.data(), p.edges_.data(), M, Y});
 }

@@ -222,10 +222,10 @@ def test_segment_sums_of_split_segments_match_the_interpreter(monkeypatch, name,
 
 @pytest.mark.parametrize("name", ["gcn", "gcn_dropped", "typed_attention"])
 def test_long_feature_columns_in_pieces_match_the_interpreter(monkeypatch, name):
-    """The sparse features' weight gradients walk columns of more nonzeros than the split length in
-    pieces and add the pieces afterwards (csc_weight_grad_kernel, SplitRowSumOp): the plain
-    features' columns (with the input dropout's mask applied in each piece: gcn_dropped) and the
-    typed ones' (type, column) groups."""
+    """The sparse features' products walk rows, and their weight gradients columns, of more
+    nonzeros than the split length in pieces and add the pieces afterwards (csr_linear_kernel,
+    csc_weight_grad_kernel, SplitRowSumOp): the plain features' rows and columns (with the input
+    dropout's mask applied in each piece: gcn_dropped) and the typed ones' (type, column) groups."""
     monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", "3")
     graph = random_graph(n=60, e=300, seed=2, etypes=3, ntypes=2)
     x, labels, mask = random_data(graph, 20, classes=3)

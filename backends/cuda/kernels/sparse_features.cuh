@@ -24,19 +24,30 @@ struct FeatureDrop {
     const int64_t *row_ids = nullptr;   // row r drops as row row_ids[r] (distributed runs)
 };
 
-// Y[r, :] = sum_k val[k] * keep(r, c_k) * W[c_k, :] over row r's nonzeros, one group per row.
+// Y[r, :] = sum_k val[k] * keep(r, c_k) * W[c_k, :] over row r's nonzeros, one group per row;
+// rows of more nonzeros than split.edges (1,290 in an acm_heco author row) in pieces, by groups
+// [0, split.segments), whose partial sums SplitRowSumOp adds in order (as csc_weight_grad_kernel).
 // The nonzero loops here are unrolled so that several nonzeros' loads are in flight at once: a
 // loop that takes one nonzero at a time waits on two dependent memory reads for each one.
 __global__ void __launch_bounds__(256) csr_linear_kernel(const int64_t *indptr, const int32_t *indices,
                                                            const float *vals, int64_t rows, int64_t cols,
                                                            const float *W, int64_t M, float *Y, FeatureDrop drop,
-                                                           int tpr) {
-    const int64_t r = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+                                                           int tpr, RowSplit split) {
+    const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
+    const int64_t seg = group < split.segments ? group : -1;
+    const int64_t r = seg >= 0 ? split.seg_row[seg] : group - split.segments;
     if (r >= rows) return;
+    int64_t first = indptr[r], end = indptr[r + 1];
+    if (seg >= 0) {
+        first += (seg - split.seg_first[seg]) * split.edges;
+        end = end - first < split.edges ? end : first + split.edges;
+    } else if (split.edges && end - first > split.edges) {
+        return;   // walked by its pieces' groups
+    }
+    float *out = seg >= 0 ? split.partial + seg * M : Y + r * M;
     const uint64_t base = drop.on ? drop.stream.at_this_epoch().base : 0;
     const int64_t id = drop.row_ids ? drop.row_ids[r] : r;
-    const int64_t first = indptr[r], end = indptr[r + 1];
     for (int64_t f = lane; f < M; f += tpr) {
         float acc = 0.f;
 #pragma unroll 4
@@ -46,7 +57,7 @@ __global__ void __launch_bounds__(256) csr_linear_kernel(const int64_t *indptr, 
             if (drop.on) v = dropout_detail::keep(base, uint64_t(id * cols + c), drop.thr) ? v * drop.scale : 0.f;
             acc += v * W[c * M + f];
         }
-        Y[r * M + f] = acc;
+        out[f] = acc;
     }
 }
 
@@ -89,35 +100,36 @@ __global__ void __launch_bounds__(256) csc_weight_grad_kernel(const int64_t *col
     }
 }
 
-// out[row, f] = the sum of a split row's pieces' partial sums, in piece order; one thread per
-// (first piece of a row, f), the other pieces' threads do nothing.
+// out[row, f] = the sum of a split row's pieces' partial sums, in piece order (a row's pieces are
+// consecutive and name their first); one thread per (first piece of a row, f), the other pieces'
+// threads do nothing.
 struct SplitRowSumOp {
     RowSplit split;
-    const int64_t *ptr;   // the split rows' segments, as split was built from
     int64_t F;
     float *out;
     __device__ void operator()(int64_t k) const {
         const int64_t s = k / F, f = k % F;
         if (split.seg_first[s] != s) return;
-        const int64_t row = split.seg_row[s];
-        const int64_t pieces = (ptr[row + 1] - ptr[row] + split.edges - 1) / split.edges;
         float acc = 0.f;
-        for (int64_t i = 0; i < pieces; ++i) acc += split.partial[(s + i) * F + f];
-        out[row * F + f] = acc;
+        for (int64_t i = s; i < split.segments && split.seg_first[i] == s; ++i) acc += split.partial[i * F + f];
+        out[split.seg_row[s] * F + f] = acc;
     }
 };
 
 // The product rows of a typed linear of CSR feature rows read at edge ends (ops.cuh,
 // edge_typed_linear_features): Y[r, :] = sum over the nonzeros (c, val) of feature row x_rows[r]
 // of val * W[t][c, :], t the row's type.  Rows are type-major: type t owns rows
-// [type_ptr[t], type_ptr[t + 1]), found by binary search.
+// [type_ptr[t], type_ptr[t + 1]), found by binary search.  Rows whose feature row has more
+// nonzeros than split.edges are walked in pieces, as in csr_linear_kernel.
 __global__ void __launch_bounds__(256) csr_typed_rows_kernel(const int64_t *indptr, const int32_t *indices,
                                                                const float *vals, const int64_t *x_rows,
                                                                const int64_t *type_ptr, int64_t types, int64_t rows,
                                                                int64_t cols, const float *W, int64_t M, float *Y,
-                                                               int tpr) {
-    const int64_t r = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+                                                               int tpr, RowSplit split) {
+    const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
+    const int64_t seg = group < split.segments ? group : -1;
+    const int64_t r = seg >= 0 ? split.seg_row[seg] : group - split.segments;
     if (r >= rows) return;
     int64_t lo = 0, hi = types - 1;             // the last type whose first row is at or before r
     while (lo < hi) {
@@ -126,12 +138,20 @@ __global__ void __launch_bounds__(256) csr_typed_rows_kernel(const int64_t *indp
         else hi = mid - 1;
     }
     const float *Wt = W + lo * cols * M;
-    const int64_t x = x_rows[r], first = indptr[x], end = indptr[x + 1];
+    const int64_t x = x_rows[r];
+    int64_t first = indptr[x], end = indptr[x + 1];
+    if (seg >= 0) {
+        first += (seg - split.seg_first[seg]) * split.edges;
+        end = end - first < split.edges ? end : first + split.edges;
+    } else if (split.edges && end - first > split.edges) {
+        return;   // walked by its pieces' groups
+    }
+    float *out = seg >= 0 ? split.partial + seg * M : Y + r * M;
     for (int64_t f = lane; f < M; f += tpr) {
         float acc = 0.f;
 #pragma unroll 4
         for (int64_t k = first; k < end; ++k) acc += vals[k] * Wt[int64_t(indices[k]) * M + f];
-        Y[r * M + f] = acc;
+        out[f] = acc;
     }
 }
 
