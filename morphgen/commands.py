@@ -158,7 +158,7 @@ def train_command(args) -> int:
             raise UserError(f"morphgen: error: --device must be 0 or more, not {args.device}")
         from morphgen.backends.cuda.toolchain import DEVICE_ENV
         os.environ[DEVICE_ENV] = str(args.device)     # read by the library when it prepares
-    if getattr(args, "profile_ops", False) and backend.capabilities.distributed:
+    if args.profile_ops and backend.capabilities.distributed:
         raise UserError(f"morphgen: error: --profile-ops times the ops of one process (--backend openmp or cuda); "
                         f"--profile gives the kernel timers of a {args.backend} run")
     if backend.capabilities.distributed:
@@ -176,8 +176,8 @@ def train_command(args) -> int:
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads, seed=args.seed,
                           sparsity_threshold=args.sparsity_threshold, hoist_invariants=not args.no_hoist,
                           sanitize=args.sanitize, edge_typed_layout=args.edge_typed_layout,
-                          op_timers=getattr(args, "profile_ops", False))
-    args.profile = args.profile or getattr(args, "profile_ops", False)
+                          op_timers=args.profile_ops)
+    args.profile = args.profile or args.profile_ops
     print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)
     # Compiling and loading the library come before the baseline, as importing their library does
     # for the peers: the growth measured from there is what training allocates.

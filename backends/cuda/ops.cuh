@@ -95,16 +95,17 @@ class ScopedTimer {
 };
 
 // ---- split rows: the segments of a CSR's long rows (aggregate.cuh, RowSplit) ----------------------
-// $MORPHGEN_CUDA_SPLIT_EDGES sets the longest row walked whole (default 256 edges; 0: never split).
-inline int64_t split_edges_setting() {
-    const char *env = std::getenv("MORPHGEN_CUDA_SPLIT_EDGES");
-    if (!env || !*env) return 256;
+// An edge count from the environment variable `var` (a number >= 0), or `fallback` when unset.
+inline int64_t edges_setting(const char *var, int64_t fallback) {
+    const char *env = std::getenv(var);
+    if (!env || !*env) return fallback;
     char *end = nullptr;
     const long long v = std::strtoll(env, &end, 10);
-    if (*end || v < 0) throw Error(std::string("$MORPHGEN_CUDA_SPLIT_EDGES must be a number of edges >= 0, not '") +
-                                   env + "'");
+    if (*end || v < 0) throw Error(std::string("$") + var + " must be a number of edges >= 0, not '" + env + "'");
     return int64_t(v);
 }
+// $MORPHGEN_CUDA_SPLIT_EDGES sets the longest row walked whole (default 256 edges; 0: never split).
+inline int64_t split_edges_setting() { return edges_setting("MORPHGEN_CUDA_SPLIT_EDGES", 256); }
 
 class RowSplitPlan {
   public:
@@ -467,18 +468,25 @@ inline void group_nonzeros(SparseFeatureBlocks &blocks, int64_t groups, const st
     blocks.vals.upload(vals, what);
     blocks.split.build(ptr.data(), groups, split_edges_setting());
 }
+// Launches a kernel of a group of threads per row of M outputs whose long rows are walked in
+// pieces (csr_linear_kernel, csc_weight_grad_kernel, csr_typed_rows_kernel: `args` then the
+// group width and the split), then adds the pieces' partial sums into `out`.
+template <class... Params, class... Args>
+inline void launch_in_pieces(const char *name, void (*kernel)(Params...), RowSplitPlan &plan, idx_t rows, idx_t M,
+                             float *out, Args... args) {
+    const int tpr = cuda::threads_per_row(M);
+    const cuda::RowSplit split = plan.view(M);
+    cuda::launch(name, kernel, dim3(cuda::blocks_for(split.segments + rows, cuda::kThreads / tpr)),
+                 dim3(cuda::kThreads), args..., tpr, split);
+    if (split.segments)
+        cuda::map("the long rows' pieces added (SplitRowSumOp)", split.segments * M, cuda::SplitRowSumOp{split, M, out});
+}
 // dW[g, :] = sum over group g's nonzeros (r, val) of val * G[r, :] (drop: a feature dropout on the
 // values), long groups in pieces (csc_weight_grad_kernel).
 inline void csc_weight_grad(const char *name, SparseFeatureBlocks &blocks, int64_t groups, const float *G, idx_t M,
                             float *dW, const cuda::FeatureDrop &drop) {
-    const int tpr = cuda::threads_per_row(M);
-    const cuda::RowSplit split = blocks.split.view(M);
-    cuda::launch(name, cuda::csc_weight_grad_kernel, dim3(cuda::blocks_for(split.segments + groups, cuda::kThreads / tpr)),
-                 dim3(cuda::kThreads), blocks.colptr.data(), blocks.row_of.data(), blocks.vals.data(), groups, G, M, dW,
-                 drop, tpr, split);
-    if (split.segments)
-        cuda::map("sparse feature weight gradient: the long columns' pieces", split.segments * M,
-                  cuda::SplitRowSumOp{split, M, dW});
+    launch_in_pieces(name, cuda::csc_weight_grad_kernel, blocks.split, groups, M, dW, blocks.colptr.data(),
+                     blocks.row_of.data(), blocks.vals.data(), groups, G, M, dW, drop);
 }
 inline void build_feature_blocks(const FeatureView &f, SparseFeatureBlocks &blocks) {
     if (f.kind != FeatureKind::Csr) return;
@@ -504,14 +512,8 @@ inline void linear_features(const FeatureView &f, SparseFeatureBlocks &blocks, c
     switch (f.kind) {
         case FeatureKind::Dense: linear(f.dense, f.rows, f.cols, W, M, Y); break;
         case FeatureKind::Csr: {
-            const int tpr = cuda::threads_per_row(M);
-            const cuda::RowSplit split = blocks.row_split.view(M);
-            cuda::launch("sparse feature linear (csr_linear_kernel)", cuda::csr_linear_kernel,
-                         dim3(cuda::blocks_for(split.segments + f.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads),
-                         f.indptr, f.indices, f.data, f.rows, f.cols, W, M, Y, feature_drop(f), tpr, split);
-            if (split.segments)
-                cuda::map("sparse feature linear: the long rows' pieces", split.segments * M,
-                          cuda::SplitRowSumOp{split, M, Y});
+            launch_in_pieces("sparse feature linear (csr_linear_kernel)", cuda::csr_linear_kernel, blocks.row_split,
+                             f.rows, M, Y, f.indptr, f.indices, f.data, f.rows, f.cols, W, M, Y, feature_drop(f));
             break;
         }
         case FeatureKind::Identity:
@@ -932,7 +934,7 @@ struct EdgeTypedRows {
     SparseFeatureBlocks by_type_column;
     RowSplitPlan feature_row_split_;
     bool feature_rows_planned_ = false;
-    idx_t product_rows = 0, nodes = 0, edge_count = 0;
+    idx_t product_rows = 0, nodes = 0;
     idx_t rows() const { return product_rows; }
     int64_t bytes() const {
         return groups.bytes() + row_node_.bytes() + edge_ptr_.bytes() + edges_.bytes() + row_of_edge_.bytes() +
@@ -980,7 +982,6 @@ inline void build_edge_typed_rows(EdgeTypedRows &p, const idx_t *end, const idx_
     p.node_rows_.upload(layout.node_rows, "uploading edge typed linear rows");
     p.product_rows = layout.rows;
     p.nodes = layout.node_count;
-    p.edge_count = idx_t(layout.edges.size());
     const int64_t split = split_edges_setting();
     p.edge_split_.build(layout.edge_ptr.data(), layout.rows, split);
     p.node_split_.build(layout.node_ptr.data(), layout.node_count, split);
@@ -993,7 +994,7 @@ inline void edge_typed_linear(EdgeTypedRows &p, const float *X, idx_t K, const f
     float *product = p.scratch(p.product_, p.rows() * M);
     typed_gemm("edge typed linear (typed_gemm_kernel)", p.groups, X, K, cuda::TypedB{W, K * M, M, 1}, M, product,
                p.row_node_.data());
-    cuda::map("edge typed linear: products to edges", p.edge_count * M,
+    cuda::map("edge typed linear: products to edges", p.edges_.size() * M,
               cuda::EdgeRowsExpandOp{product, p.row_of_edge_.data(), p.edges_.data(), M, Y});
 }
 // rows_summed: the other gradient of the same product ran just before and left G's row sums in
@@ -1034,17 +1035,11 @@ inline void edge_typed_linear_features(EdgeTypedRows &p, const FeatureView &f, c
     if (f.kind == FeatureKind::Dense) return edge_typed_linear(p, f.dense, f.cols, W, M, Y);
     if (f.kind != FeatureKind::Csr) throw Error("edge typed linear of features: dense or CSR features expected");
     float *product = p.scratch(p.product_, p.rows() * M);
-    const int tpr = cuda::threads_per_row(M);
     edge_typed_feature_rows(p, f);
-    const cuda::RowSplit split = p.feature_row_split_.view(M);
-    cuda::launch("edge typed linear of sparse features (csr_typed_rows_kernel)", cuda::csr_typed_rows_kernel,
-                 dim3(cuda::blocks_for(split.segments + p.rows(), cuda::kThreads / tpr)), dim3(cuda::kThreads),
-                 f.indptr, f.indices, f.data, p.row_node_.data(), p.groups.ptr, p.groups.types, p.rows(), f.cols, W, M,
-                 product, tpr, split);
-    if (split.segments)
-        cuda::map("edge typed linear of sparse features: the long rows' pieces", split.segments * M,
-                  cuda::SplitRowSumOp{split, M, product});
-    cuda::map("edge typed linear: products to edges", p.edge_count * M,
+    launch_in_pieces("edge typed linear of sparse features (csr_typed_rows_kernel)", cuda::csr_typed_rows_kernel,
+                     p.feature_row_split_, p.rows(), M, product, f.indptr, f.indices, f.data,
+                     p.row_node_.data(), p.groups.ptr, p.groups.types, p.rows(), f.cols, W, M, product);
+    cuda::map("edge typed linear: products to edges", p.edges_.size() * M,
               cuda::EdgeRowsExpandOp{product, p.row_of_edge_.data(), p.edges_.data(), M, Y});
 }
 // The nonzeros of the product rows' feature rows grouped by (row type, column), rows in order
@@ -1147,7 +1142,7 @@ struct BasisLookupPlan {
     EmbeddingPlan by_row;
     cuda::DeviceArray<idx_t> row_start_, segment_of_;   // segment_of_: each lookup's segment, in segment order
     mutable cuda::DeviceArray<float> segment_sums_;     // [segments, M]: G summed per segment (segment_sum)
-    idx_t types = 0, rows = 0, lookups = 0;
+    idx_t types = 0, rows = 0;
     void build(const idx_t *type, const idx_t *row, idx_t R, idx_t num_types, idx_t num_rows) {
         by_row.build(row, type, R, num_rows, num_types);
         const std::vector<idx_t> keys = by_row.keys_.download();
@@ -1163,7 +1158,6 @@ struct BasisLookupPlan {
         segment_of_.upload(segment_of, "uploading a basis lookup plan");
         types = num_types;
         rows = idx_t(starts.size()) - 1;
-        lookups = R;
     }
     // G's rows summed per segment (one distinct (row, type) pair), long segments split.
     const float *sum_segments(const float *G, idx_t M) const {
@@ -1177,7 +1171,7 @@ struct BasisLookupPlan {
 inline void basis_lookup(const BasisLookupPlan &plan, const float *A, const float *V, idx_t B, idx_t P, idx_t M,
                          float *Y) {
     const EmbeddingPlan &p = plan.by_row;
-    cuda::map("basis lookup", plan.lookups * M, cuda::BasisLookupOp{A, V, p.order_.data(), plan.segment_of_.data(),
+    cuda::map("basis lookup", p.order_.size() * M, cuda::BasisLookupOp{A, V, p.order_.data(), plan.segment_of_.data(),
                                                                      p.keys_.data(), plan.types, B, P, M, Y});
 }
 inline void basis_lookup_coef_grad(const BasisLookupPlan &plan, const float *V, const float *G, idx_t B, idx_t P,
@@ -1342,13 +1336,7 @@ inline int softmax_lanes(int64_t num_nodes, int64_t num_edges) {
 // walks more than 8 edges; $MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES sets it (0: every destination
 // with an in-edge gets blocks).
 inline int64_t softmax_block_edges(int lanes) {
-    const char *env = std::getenv("MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES");
-    if (!env || !*env) return 8 * int64_t(lanes);
-    char *end = nullptr;
-    const long long v = std::strtoll(env, &end, 10);
-    if (*end || v < 0)
-        throw Error(std::string("$MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES must be a number of edges >= 0, not '") + env + "'");
-    return int64_t(v);
+    return edges_setting("MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES", 8 * int64_t(lanes));
 }
 // Calls fn(G, grid, long_rows, long_edges) for the lane groups (G the lanes per pair, a
 // compile-time constant, a group per (destination, head) pair, the long rows skipped), then, when

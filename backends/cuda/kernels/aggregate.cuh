@@ -37,6 +37,21 @@ struct RowSplit {
 };
 constexpr int kMaxWarpsPerRow = 8;        // 256 threads per row at most (threads_per_row)
 
+// The row a group walks: groups [0, s.segments) take one segment (piece) of a split row each
+// (seg >= 0), the groups after them one whole row each (seg = -1).
+__device__ inline int64_t split_row(const RowSplit &s, int64_t group, int64_t &seg) {
+    seg = group < s.segments ? group : -1;
+    return seg >= 0 ? s.seg_row[seg] : group - s.segments;
+}
+// Narrows the row's range [first, end) to the segment's; false for a whole row that is split,
+// whose segments' groups walk it instead.
+__device__ inline bool split_range(const RowSplit &s, int64_t seg, int64_t &first, int64_t &end) {
+    if (seg < 0) return !(s.edges && end - first > s.edges);
+    first += (seg - s.seg_first[seg]) * s.edges;
+    end = end - first < s.edges ? end : first + s.edges;
+    return true;
+}
+
 // Coefficients of one aggregation: c(u -> v) = w[e] * s[u], row factor s[v] (/ count for mean).
 struct AggArgs {
     // the CSR walked (col: the row of X each position reads, nullptr = the position itself, as in
@@ -93,17 +108,12 @@ __global__ void __launch_bounds__(256, K == 1 ? 4 : 2) aggregate_kernel(AggArgs 
     const RowSplit &sp = a.split;
     const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
-    const int64_t seg = group < sp.segments ? group : -1;
-    const int64_t row = seg >= 0 ? sp.seg_row[seg] : group - sp.segments;
+    int64_t seg;
+    const int64_t row = split_row(sp, group, seg);
     if (row >= a.rows) return;   // a whole group at once: tpr divides the block
     int64_t start = a.indptr[row], end = a.indptr[row + 1];
     const int64_t row_edges = end - start;
-    if (seg >= 0) {
-        start += (seg - sp.seg_first[seg]) * sp.edges;
-        end = end - start < sp.edges ? end : start + sp.edges;
-    } else if (sp.edges && row_edges > sp.edges) {
-        return;   // walked by its segments' groups
-    }
+    if (!split_range(sp, seg, start, end)) return;   // walked by its segments' groups
     const int width = tpr < 32 ? tpr : 32;                 // the lanes sharing one chunk
     const int first = int(threadIdx.x) - int(threadIdx.x) % width;
     const unsigned mask = width == 32 ? 0xffffffffu : ((1u << width) - 1u) << (first % 32);

@@ -43,9 +43,9 @@ __global__ void layer_standardize_kernel(const float *x, const float *g, const f
 }
 
 // The values column sums add.  ColumnValue: v(i, j) is the float (a - centre[j])^2 (square),
-// a * (b - centre[j]) * inv[j] (b standardised on the fly: centre and inv given), a * b, or a.
+// a * b, or a.
 struct ColumnValue {
-    const float *a, *b, *centre, *inv;
+    const float *a, *b, *centre;
     bool square;
     int64_t F;
     __device__ float operator()(int64_t i, int64_t j) const {
@@ -54,8 +54,7 @@ struct ColumnValue {
             const float d = v - centre[j];
             return d * d;
         }
-        if (!b) return v;
-        return v * (inv ? (b[i * F + j] - centre[j]) * inv[j] : b[i * F + j]);
+        return b ? v * b[i * F + j] : v;
     }
 };
 // y = standardize(x), stored (y) or recomputed from x with the statistics: the same arithmetic
@@ -66,9 +65,13 @@ struct Standardized {
     __device__ float operator()(int64_t k, int64_t j) const { return y ? y[k] : (x[k] - mean[j]) * inv[j]; }
 };
 // The gradient a of batch norm's affine output, with the backward of a relu after it when beta is
-// given (a where the forward's relu passed, y * gamma > -beta, else 0: for floats t and b,
+// given: a where the forward's relu passed, y * gamma > -beta, else 0 (for floats t and b,
 // round(t + b) > 0 exactly when t + b > 0, so this is the forward's own test on the same rounded
-// product); times y for the gamma gradient's sum.
+// product).
+__device__ inline float affine_relu_grad(float a, float y, const float *gamma, const float *beta, int64_t j) {
+    return beta && !(__fmul_rn(y, gamma[j]) > -beta[j]) ? 0.f : a;
+}
+// That gradient, times y for the gamma gradient's sum.
 struct AffineGradValue {
     const float *a, *gamma, *beta;
     Standardized y;
@@ -77,7 +80,7 @@ struct AffineGradValue {
         const int64_t k = i * y.F + j;
         if (!beta && !times_y) return a[k];   // the plain sum needs no y
         const float yv = y(k, j);
-        const float g = beta && !(__fmul_rn(yv, gamma[j]) > -beta[j]) ? 0.f : a[k];
+        const float g = affine_relu_grad(a[k], yv, gamma, beta, j);
         return times_y ? g * yv : g;
     }
 };
@@ -136,7 +139,7 @@ struct BatchApplyOp {
             out[k] = standardized;
             return;
         }
-        const float gv = beta && !(__fmul_rn(standardized, gamma[j]) > -beta[j]) ? 0.f : g[k];
+        const float gv = affine_relu_grad(g[k], standardized, gamma, beta, j);
         out[k] = (gv - mg[j] - standardized * mgy[j]) * scale;
     }
 };
@@ -194,8 +197,8 @@ inline Stats stats(int64_t F) {
     return Stats{sums.data(), f, f + F, f + 2 * F, f + 3 * F};
 }
 inline void column_sum(const char *name, const float *a, const float *b, const float *centre, bool square,
-                       int64_t rows, int64_t F, double *out, const float *inv = nullptr) {
-    cuda::column_sums_of(name, cuda::ColumnValue{a, b, centre, inv, square, F}, rows, F, out);
+                       int64_t rows, int64_t F, double *out) {
+    cuda::column_sums_of(name, cuda::ColumnValue{a, b, centre, square, F}, rows, F, out);
 }
 // The batch mean and inverse deviation of x's features (the running statistics updated when asked).
 inline void moments(const float *x, int64_t rows, int64_t total, int64_t F, float eps, float *run_mean, float *run_var,

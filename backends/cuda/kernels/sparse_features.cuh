@@ -35,16 +35,11 @@ __global__ void __launch_bounds__(256) csr_linear_kernel(const int64_t *indptr, 
                                                            int tpr, RowSplit split) {
     const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
-    const int64_t seg = group < split.segments ? group : -1;
-    const int64_t r = seg >= 0 ? split.seg_row[seg] : group - split.segments;
+    int64_t seg;
+    const int64_t r = split_row(split, group, seg);
     if (r >= rows) return;
     int64_t first = indptr[r], end = indptr[r + 1];
-    if (seg >= 0) {
-        first += (seg - split.seg_first[seg]) * split.edges;
-        end = end - first < split.edges ? end : first + split.edges;
-    } else if (split.edges && end - first > split.edges) {
-        return;   // walked by its pieces' groups
-    }
+    if (!split_range(split, seg, first, end)) return;   // walked by its pieces' groups
     float *out = seg >= 0 ? split.partial + seg * M : Y + r * M;
     const uint64_t base = drop.on ? drop.stream.at_this_epoch().base : 0;
     const int64_t id = drop.row_ids ? drop.row_ids[r] : r;
@@ -72,16 +67,11 @@ __global__ void __launch_bounds__(256) csc_weight_grad_kernel(const int64_t *col
                                                                 RowSplit split) {
     const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
-    const int64_t seg = group < split.segments ? group : -1;
-    const int64_t c = seg >= 0 ? split.seg_row[seg] : group - split.segments;
+    int64_t seg;
+    const int64_t c = split_row(split, group, seg);
     if (c >= cols) return;
     int64_t first = colptr[c], end = colptr[c + 1];
-    if (seg >= 0) {
-        first += (seg - split.seg_first[seg]) * split.edges;
-        end = end - first < split.edges ? end : first + split.edges;
-    } else if (split.edges && end - first > split.edges) {
-        return;   // walked by its pieces' groups
-    }
+    if (!split_range(split, seg, first, end)) return;   // walked by its pieces' groups
     float *out = seg >= 0 ? split.partial + seg * M : dW + c * M;
     const uint64_t base = drop.on ? drop.stream.at_this_epoch().base : 0;
     for (int64_t f = lane; f < M; f += tpr) {
@@ -128,8 +118,8 @@ __global__ void __launch_bounds__(256) csr_typed_rows_kernel(const int64_t *indp
                                                                int tpr, RowSplit split) {
     const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
-    const int64_t seg = group < split.segments ? group : -1;
-    const int64_t r = seg >= 0 ? split.seg_row[seg] : group - split.segments;
+    int64_t seg;
+    const int64_t r = split_row(split, group, seg);
     if (r >= rows) return;
     int64_t lo = 0, hi = types - 1;             // the last type whose first row is at or before r
     while (lo < hi) {
@@ -140,12 +130,7 @@ __global__ void __launch_bounds__(256) csr_typed_rows_kernel(const int64_t *indp
     const float *Wt = W + lo * cols * M;
     const int64_t x = x_rows[r];
     int64_t first = indptr[x], end = indptr[x + 1];
-    if (seg >= 0) {
-        first += (seg - split.seg_first[seg]) * split.edges;
-        end = end - first < split.edges ? end : first + split.edges;
-    } else if (split.edges && end - first > split.edges) {
-        return;   // walked by its pieces' groups
-    }
+    if (!split_range(split, seg, first, end)) return;   // walked by its pieces' groups
     float *out = seg >= 0 ? split.partial + seg * M : Y + r * M;
     for (int64_t f = lane; f < M; f += tpr) {
         float acc = 0.f;
