@@ -165,9 +165,8 @@ def test_blas_thread_count_is_settable():
 # Outputs of one vector (M <= 16 with AVX-512, <= 8 with AVX2) take taller tiles: full and
 # partial vectors, several tiles per thread (fetching the next) and a remainder.
 # Wider outputs end on a last tile of two vectors, of one full vector (AVX-512 48, AVX2 24 and 40)
-# or of one partial vector (AVX-512 33 and 40).  Outputs of three or four vectors with AVX-512
-# (49-64) take 6-row tiles of 4 vectors, the last full or partial: rows not a multiple of 6,
-# several tiles per thread, and a remainder row by row.
+# or of one partial vector (AVX-512 33 and 40), and 49-64 columns (a last tile of one or two
+# partial vectors) with rows in several tiles per thread and a remainder.
 @pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
                                         (100, 9, 64), (29, 50, 7), (0, 4, 8), (90, 20, 16), (301, 70, 8),
                                         (77, 33, 5), (45, 21, 40), (50, 12, 48), (33, 10, 24),
@@ -226,8 +225,8 @@ def test_dense_product_epilogue(variant, M, act, with_bias, with_residual):
 # vector of either width (1..8, 16, 17, 24, 33, 40, 64), rows cross the 16-row chunk, the
 # 1,024-row span summed apart and the split between threads.
 @pytest.mark.parametrize("variant", sh.VARIANTS)
-# G of 49-64 columns with AVX-512: one slice of 6 x 4 tiles, K not a multiple of 6 (the last
-# tile narrower), rows of 128 or more values in 32-row chunks, rows crossing chunks and spans.
+# G of 49-64 columns: rows of X of 128 or more values (prefetched chunks), K not a multiple of the
+# tile's block, rows crossing chunks and spans.
 @pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
                                         (300, 48, 7), (129, 49, 5), (257, 500, 3), (100, 9, 64),
                                         (3, 2, 2), (0, 4, 8), (4099, 13, 40), (2600, 31, 24),

@@ -43,14 +43,6 @@ constexpr int kTnBlock = kRows;
 // AVX2, 74,000 x 16 through 8 0.20 -> 0.12, 89,250 x 64 through 7 1.30 -> 0.50 (12 rows
 // measured the same as 8 or 16).
 constexpr int kNarrowRows = kLanes == 16 ? 16 : 8;
-// Rows of a tile whose columns take three or four vectors (49-64 with AVX-512: the common hidden
-// width 64): 6 rows x 4 vectors, 24 accumulators, in one pass over the rows of X instead of two
-// passes of 8 rows x 2 vectors.  Per k, 4 loads of W and 6 broadcasts feed 24 FMAs (10 loads for
-// 16 before), and the tile's rows of X are read once.  Intel Xeon (Sapphire Rapids class), 2
-// threads, 89,250 x 500 through 64, five alternations: 20.0-20.3 -> 19.2-19.7 ms (X alone takes
-// 8.3 ms to stream in at the 21 GB/s two threads read here).  The weight gradient takes the
-// same tiles where it pays (wide_tn_tiles).  AVX2's 16 registers hold no such tile (0: none).
-constexpr int kWideRows = kLanes == 16 ? 6 : 0;
 constexpr idx_t kCols = 2 * kLanes;    // columns of Y (forward) or dW (gradient) per tile
 constexpr idx_t kLineFloats = 16;      // floats per 64-byte cache line
 
@@ -67,21 +59,18 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     const float* xr[INDEXED ? R : 1];
     if constexpr (INDEXED)
         for (int i = 0; i < R; ++i) xr[i] = X + index[i] * K;
-    // Row i as base (i / 3) plus (i % 3) rows: one base register per three rows, the rows between
-    // reached by the addressing mode's scaled index (K and 2K).  With a pointer or an offset per
-    // row GCC ran out of registers for 6 or more rows and reloaded them from the stack every k.
     auto x_at = [&](int i, idx_t k) -> float {
         if constexpr (INDEXED) return xr[i][k];
-        else return (X + (i / 3) * 3 * K + k)[(i % 3) * K];
+        else return X[i * K + k];
     };
     auto next_row = [&](int i) -> const float* { return INDEXED ? X + index[R + i] * K : X + (R + i) * K; };
     mask q[NV];
     vf acc[R][NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) q[v] = lanes(M - m0 - v * kLanes);
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < NV; ++v) acc[i][v] = zero();
     for (idx_t k = 0; k < K; ++k) {
         if (prefetch_next && k % kLineFloats == 0) {
@@ -90,18 +79,18 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
         }
         const float* w = W + k * M + m0;
         vf wv[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < NV; ++v) wv[v] = FULL ? load(w + v * kLanes) : load(q[v], w + v * kLanes);
 #pragma GCC unroll 16
         for (int i = 0; i < R; ++i) {
             const vf x = set1(x_at(i, k));
-#pragma GCC unroll 4
+#pragma GCC unroll 2
             for (int v = 0; v < NV; ++v) acc[i][v] = fmadd(x, wv[v], acc[i][v]);
         }
     }
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < NV; ++v) {
             if (FULL) store(Y + i * M + m0 + v * kLanes, acc[i][v]);
             else store(q[v], Y + i * M + m0 + v * kLanes, acc[i][v]);
@@ -174,14 +163,13 @@ MG_INLINE void tn_tile_upto(int kb, const float* X, idx_t K, const float* G, idx
 
 // Every block of kTnBlock columns of X (and the last, narrower one) against G's columns
 // [m0, m0 + NV vectors).
-// [m0, m0 + NV vectors), KB columns of X per tile.
-template <int NV, bool FULL, int KB = kTnBlock>
+template <int NV, bool FULL>
 MG_INLINE void tn_slice(const float* X, idx_t K, const float* G, idx_t M, idx_t m0, idx_t r0, idx_t r1,
                         float* dW, idx_t ahead, const idx_t* index, idx_t ld) {
     idx_t k0 = 0;
-    for (; k0 + KB <= K; k0 += KB)
-        tn_tile<KB, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW, ahead, index, ld);
-    if (k0 < K) tn_tile_upto<KB - 1, NV, FULL>(int(K - k0), X, K, G, M, m0, k0, r0, r1, dW, index, ld);
+    for (; k0 + kTnBlock <= K; k0 += kTnBlock)
+        tn_tile<kTnBlock, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW, ahead, index, ld);
+    if (k0 < K) tn_tile_upto<kTnBlock - 1, NV, FULL>(int(K - k0), X, K, G, M, m0, k0, r0, r1, dW, index, ld);
 }
 
 // The weight gradient of a narrow G (M <= kNarrowTnMax columns, AVX-512 only) in the transposed
@@ -252,21 +240,10 @@ inline void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, i
 
 #else
 constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as with the tiles
-constexpr int kWideRows = 0;
 constexpr int kNarrowTnMax = 0;
 template <int M>   // declared for tall_skinny_tn's discarded branch; never called without SIMD
 void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, idx_t r0, idx_t r1);
 #endif
-
-// Whether tn_rows takes one slice of kWideRows x 4 tiles (AVX-512: G of 49-64 columns, rows of
-// X of 128 values or more) in 32-row chunks: 24 FMAs per row step instead of 16, X's chunk read
-// by one slice instead of two.  Intel Xeon (Sapphire Rapids class), 2 threads, 89,250 x 500
-// through 64: 25.6-26.1 ms with 8 x 2 tiles and 64 rows, 21.5-22.7 ms this way (64-row chunks
-// 24.2-25.6, 16-row 23.0-24.4); 169,343 x 128 through 64 13.3-13.6 -> 12.2-12.4 ms.  Shorter rows
-// keep the 8 x 2 tiles: GIN's 89,250 x 64 through 64 took 4.1 ms in its epoch this way against 3.6.
-inline bool wide_tn_tiles(idx_t K, idx_t M) {
-    return kWideRows > 0 && K >= 128 && M > 3 * simd::kLanes && M <= 4 * simd::kLanes;
-}
 
 // dW[K x M] += X^T G over rows [r0, r1), in chunks of rows: the chunk of X (rows x K) stays in
 // L1/L2 while every slice of G's columns passes over it, and each tile's accumulators are added
@@ -282,7 +259,6 @@ inline bool wide_tn_tiles(idx_t K, idx_t M) {
 // through 40 5.4 -> 5.0, 89,250 x 64 through 7 1.34 -> 0.99 (64 rows: 5.6, 9.4, 14.2, 5.0,
 // 1.27); AVX-512, 169,343 x 64 through 40 4.1 -> 3.8, 89,250 x 64 through 7 1.34 -> 0.82.
 inline idx_t tn_chunk_rows(idx_t K, idx_t M) {
-    if (wide_tn_tiles(K, M)) return 32;
     if (simd::kLanes == 16 && K >= 128) return 64;
     return K < 128 && M > 48 ? 16 : 32;
 }
@@ -308,13 +284,6 @@ inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW,
         const idx_t c1 = std::min(r1, c0 + chunk);
         // The first slice of columns fetches the next chunk (the others find this one in cache).
         idx_t ahead = !index && tn_prefetches(K) && c1 + chunk <= r1 ? chunk * K : 0;
-        if constexpr (kWideRows > 0) {
-            if (wide_tn_tiles(K, M)) {
-                if (M == 4 * kLanes) tn_slice<4, true, kWideRows>(X, K, G, M, 0, c0, c1, dW, ahead, index, ld);
-                else tn_slice<4, false, kWideRows>(X, K, G, M, 0, c0, c1, dW, ahead, index, ld);
-                continue;
-            }
-        }
         idx_t m0 = 0;
         for (; m0 + kCols <= M; m0 += kCols)
             tn_slice<2, true>(X, K, G, M, m0, c0, c1, dW, std::exchange(ahead, 0), index, ld);
@@ -355,23 +324,6 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
         }
         for (; r < r1; ++r) {
             nn_tile<1, false, 1, INDEXED>(tile_x(r), K, W, M, 0, Y + r * M, false, tile_index(r));
-            apply_epilogue_rows(epi, Y, M, r, r + 1);
-        }
-        return;
-    }
-    if constexpr (kWideRows > 0) if (M > 3 * kLanes && M <= 4 * kLanes) {
-        constexpr int R = kWideRows;
-        idx_t r = r0;
-        for (; r + R <= r1; r += R) {
-            const bool prefetch_next = r + 2 * R <= r1;
-            if (M == 4 * kLanes)
-                nn_tile<R, true, 4, INDEXED>(tile_x(r), K, W, M, 0, Y + r * M, prefetch_next, tile_index(r));
-            else
-                nn_tile<R, false, 4, INDEXED>(tile_x(r), K, W, M, 0, Y + r * M, prefetch_next, tile_index(r));
-            apply_epilogue_rows(epi, Y, M, r, r + R);
-        }
-        for (; r < r1; ++r) {
-            nn_tile<1, false, 4, INDEXED>(tile_x(r), K, W, M, 0, Y + r * M, false, tile_index(r));
             apply_epilogue_rows(epi, Y, M, r, r + 1);
         }
         return;
