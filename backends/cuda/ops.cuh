@@ -127,25 +127,31 @@ class RowSplitPlan {
         seg_first_.upload(seg_first, "uploading split rows");
         arrivals_.upload(std::vector<unsigned>(size_t(segments_) * cuda::kMaxWarpsPerRow, 0u), "uploading split rows");
     }
-    // The split for rows of F features; the partial sums grow to the widest F asked for.
-    cuda::RowSplit view(int64_t F) {
+    // The split for rows of F features; the partial sums grow to the widest F asked for, and so
+    // do a max's partial argmaxes (max_args: a max reduction asks for them).
+    cuda::RowSplit view(int64_t F, bool max_args = false) {
         cuda::RowSplit s;
         if (!segments_) return s;
         if (partial_.size() < segments_ * F) partial_.allocate(segments_ * F);
+        if (max_args && partial_arg_.size() < segments_ * F) partial_arg_.allocate(segments_ * F);
         s.seg_row = seg_row_.data();
         s.seg_first = seg_first_.data();
         s.partial = partial_.data();
+        s.partial_arg = max_args ? partial_arg_.data() : nullptr;
         s.arrivals = arrivals_.data();
         s.segments = segments_;
         s.edges = edges_;
         return s;
     }
-    int64_t bytes() const { return seg_row_.bytes() + seg_first_.bytes() + arrivals_.bytes() + partial_.bytes(); }
+    int64_t bytes() const {
+        return seg_row_.bytes() + seg_first_.bytes() + arrivals_.bytes() + partial_.bytes() + partial_arg_.bytes();
+    }
 
   private:
     cuda::DeviceArray<idx_t> seg_row_, seg_first_;
     cuda::DeviceArray<unsigned> arrivals_;
     cuda::DeviceArray<float> partial_;
+    cuda::DeviceArray<int64_t> partial_arg_;
     int64_t segments_ = 0, edges_ = 0;
 };
 
@@ -585,7 +591,8 @@ inline cuda::AggArgs agg_args(const Graph &g, const AggSpec &s, idx_t F, bool tr
     a.transpose = transpose;
     a.rows = v.num_nodes;
     a.F = F;
-    if (split_rows && s.reduce != Reduce::Max) a.split = (transpose ? g.by_src_split : g.by_dst_split).view(F);
+    if (split_rows)
+        a.split = (transpose ? g.by_src_split : g.by_dst_split).view(F, s.reduce == Reduce::Max && !transpose);
     return a;
 }
 inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,
@@ -594,8 +601,11 @@ inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F,
     if (s.reduce == Reduce::Max) {
         const int tpr = cuda::threads_per_row(F);
         cuda::launch("aggregate max (aggregate_max_kernel)", cuda::aggregate_max_kernel,
-                     dim3(cuda::blocks_for(a.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads), a, X, Y, argmax,
-                     epi, tpr);
+                     dim3(cuda::blocks_for(a.split.segments + a.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads),
+                     a, X, Y, argmax, epi, tpr);
+        if (a.split.segments)
+            cuda::map("aggregate max, the long rows' segments compared (SplitRowMaxOp)", a.split.segments * F,
+                      cuda::SplitRowMaxOp{a, X, Y, argmax, epi});
     } else {
         cuda::launch_aggregate("aggregate (aggregate_kernel)", a, X, Y, epi);
     }
@@ -610,7 +620,11 @@ inline void aggregate_max_grad(const Graph &g, const AggSpec &s, const idx_t *ar
     const cuda::AggArgs a = agg_args(g, s, F, true);
     const int tpr = cuda::threads_per_row(F);
     cuda::launch("max aggregate backward (aggregate_max_grad_kernel)", cuda::aggregate_max_grad_kernel,
-                 dim3(cuda::blocks_for(a.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads), a, argmax, G, dX, tpr);
+                 dim3(cuda::blocks_for(a.split.segments + a.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads), a,
+                 argmax, G, dX, tpr);
+    if (a.split.segments)
+        cuda::map("max aggregate backward, the long rows' segments added (SplitRowSumOp)", a.split.segments * F,
+                  cuda::SplitRowSumOp{a.split, F, dX});
 }
 // An aggregation of the dense input features, once at prepare (passes/hoist_invariant.py); on the
 // device always into its own buffer.
@@ -695,10 +709,14 @@ inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t
                            to_dst ? v.indptr : v.t_indptr, to_dst ? nullptr : v.t_eid, v.num_nodes, m, F, out,
                            to_dst ? g.by_dst_split : g.by_src_split, r == Reduce::Mean);
     const int tpr = cuda::threads_per_row(F);
+    const cuda::RowSplit split = (to_dst ? g.by_dst_split : g.by_src_split).view(F, true);
     cuda::launch(to_dst ? "max scatter to destinations (segment_max_kernel)" : "max scatter to sources (segment_max_kernel)",
-                 cuda::segment_max_kernel, dim3(cuda::blocks_for(v.num_nodes, cuda::kThreads / tpr)),
+                 cuda::segment_max_kernel, dim3(cuda::blocks_for(split.segments + v.num_nodes, cuda::kThreads / tpr)),
                  dim3(cuda::kThreads), m, to_dst ? v.indptr : v.t_indptr, to_dst ? nullptr : v.t_eid, v.num_nodes, F,
-                 out, argmax, tpr);
+                 out, argmax, tpr, split);
+    if (split.segments)
+        cuda::map("max scatter, the long segments' pieces compared (SplitSegmentMaxOp)", split.segments * F,
+                  cuda::SplitSegmentMaxOp{split, F, out, argmax});
 }
 // out[v] = sum over the edges whose `to` end is v of w[e, head] * x[other end] (edges.cuh).
 // x_at_src: over the in-edges of each destination (x read at sources); else the transpose.

@@ -13,6 +13,7 @@ import pytest
 
 from tests.backend.harness import assert_matches_interpreter
 from morphgen.data.npz import save_npz
+from morphgen.graph import Graph
 from tests.e2e.support import datasets_dir, example, typed_dataset, write_link_npz
 from tests.ir import models
 from tests.ir.helpers import random_data, random_graph
@@ -218,6 +219,39 @@ def test_segment_sums_of_split_segments_match_the_interpreter(monkeypatch, name,
     x, labels, mask = random_data(graph, None if name.startswith("rgcn") else 7, classes=3)
     program = models.rgcn(bases=2) if name == "rgcn_bases" else getattr(models, name)()
     assert_matches_interpreter(program, graph, x, labels, mask, 3, backend="cuda", edge_typed_layout=layout)
+
+
+def max_reduction(kind):
+    """One layer reducing a neighbourhood by max: an aggregation (with or without self loops), or
+    a scatter of edge messages to destinations or to sources (tanh of the gathered rows, so that
+    no pass makes it an aggregation)."""
+    m = models.ModelBuilder(f"max_{kind}")
+    h = m.emit("linear", m.x, m.param("W", ("F", "C")))
+    if kind.startswith("aggregate"):
+        reduced = m.emit("aggregate", h, reduce="max", self_loops=kind == "aggregate_loops")
+    else:
+        end = kind.removeprefix("scatter_")
+        messages = m.emit("tanh", m.emit("gather", h, end="src" if end == "dst" else "dst"))
+        reduced = m.emit("scatter", messages, reduce="max", end=end)
+    return m.finish(m.emit("add", reduced, h))
+
+
+@pytest.mark.parametrize("split_edges", ["1", "5"])
+@pytest.mark.parametrize("kind", ["aggregate", "aggregate_loops", "scatter_dst", "scatter_src"])
+def test_max_reductions_of_split_rows_match_the_interpreter(monkeypatch, kind, split_edges):
+    """Max aggregations and max scatters walk rows longer than the split length in pieces, each
+    piece's first maximum compared in piece order afterwards (SplitRowMaxOp, SplitSegmentMaxOp),
+    and the max aggregation's backward walks a source's long out-edge list in pieces whose sums
+    are added afterwards, a parallel edge counted once even where it starts a piece: rows of 44
+    edges on average, one in six of them doubled by a parallel edge, one-edge and five-edge
+    pieces."""
+    monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", split_edges)
+    simple = random_graph(n=80, e=3000, seed=6)
+    doubled = np.random.default_rng(6).choice(simple.num_edges, 500, replace=False)
+    graph = Graph(simple.num_nodes, np.concatenate([simple.src, simple.src[doubled]]),
+                  np.concatenate([simple.dst, simple.dst[doubled]]))
+    x, labels, mask = random_data(graph, 5, classes=4)
+    _check(max_reduction(kind), graph, x, labels, mask, classes=4)
 
 
 @pytest.mark.parametrize("name", ["gcn", "gcn_dropped", "typed_attention"])

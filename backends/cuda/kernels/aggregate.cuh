@@ -31,7 +31,8 @@ namespace cuda {
 struct RowSplit {
     const int64_t *seg_row = nullptr;     // the row of each segment (segments of a row are consecutive)
     const int64_t *seg_first = nullptr;   // the first segment of that row
-    float *partial = nullptr;             // [segments x F] partial sums
+    float *partial = nullptr;             // [segments x F] partial sums (a max: each segment's maximum)
+    int64_t *partial_arg = nullptr;       // [segments x F] a max's argmax per segment (-1: no candidate)
     unsigned *arrivals = nullptr;         // [segments x kMaxWarpsPerRow]: finished segments, per warp of a group
     int64_t segments = 0, edges = 0;
 };
@@ -51,6 +52,22 @@ __device__ inline bool split_range(const RowSplit &s, int64_t seg, int64_t &firs
     end = end - first < s.edges ? end : first + s.edges;
     return true;
 }
+
+// out[row, f] = the sum of a split row's pieces' partial sums, in piece order (a row's pieces are
+// consecutive and name their first); one thread per (first piece of a row, f), the other pieces'
+// threads do nothing.
+struct SplitRowSumOp {
+    RowSplit split;
+    int64_t F;
+    float *out;
+    __device__ void operator()(int64_t k) const {
+        const int64_t s = k / F, f = k % F;
+        if (split.seg_first[s] != s) return;
+        float acc = 0.f;
+        for (int64_t i = s; i < split.segments && split.seg_first[i] == s; ++i) acc += split.partial[i * F + f];
+        out[split.seg_row[s] * F + f] = acc;
+    }
+};
 
 // Coefficients of one aggregation: c(u -> v) = w[e] * s[u], row factor s[v] (/ count for mean).
 struct AggArgs {
@@ -203,19 +220,37 @@ __global__ void __launch_bounds__(256, K == 1 ? 4 : 2) aggregate_kernel(AggArgs 
     }
 }
 
+// A max aggregation's output element: the best candidate times the row scale (0 without one),
+// then the epilogue; argmax keeps the candidate's node id (-1: none).
+__device__ inline void store_max(const AggArgs &a, const Epilogue &epi, int64_t row, int64_t f, float best,
+                                 int64_t arg, float s_row, float *Y, int64_t *argmax) {
+    float v = arg < 0 ? 0.f : best * s_row;
+    if (epi.bias) v += epi.bias[f];
+    Y[row * a.F + f] = activate(epi.act, v, epi.alpha);
+    if (argmax) argmax[row * a.F + f] = arg;
+}
+
 // Max: best c * X[u, f] over the candidates (self term first, then CSR order; the first maximum
-// wins), times the row scale; no candidate gives 0 and argmax -1.
+// wins), times the row scale; no candidate gives 0 and argmax -1.  A split row (a.split) is
+// walked in segments: each writes the first maximum of its own edges and that neighbour into the
+// split's partial rows (no self term), and SplitRowMaxOp then takes the self term and the
+// segments in order, keeping a later one only when strictly greater: the candidate the walk of
+// the whole row picks.  Without that a hub's thousands of in-edges were one group's loop.
 __global__ void __launch_bounds__(256) aggregate_max_kernel(AggArgs a, const float *X, float *Y, int64_t *argmax,
                                                               Epilogue epi, int tpr) {
-    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const RowSplit &sp = a.split;
+    const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
+    int64_t seg;
+    const int64_t row = split_row(sp, group, seg);
     if (row >= a.rows) return;
-    const int64_t start = a.indptr[row], end = a.indptr[row + 1];
+    int64_t start = a.indptr[row], end = a.indptr[row + 1];
+    if (!split_range(sp, seg, start, end)) return;   // walked by its segments' groups
     const float s_row = a.node_scale ? a.node_scale[row] : 1.f;
     for (int64_t f = lane; f < a.F; f += tpr) {
         float best = -INFINITY;
         int64_t arg = -1;
-        if (a.self_loop) {
+        if (a.self_loop && seg < 0) {
             best = s_row * X[row * a.F + f];
             arg = row;
         }
@@ -230,35 +265,76 @@ __global__ void __launch_bounds__(256) aggregate_max_kernel(AggArgs a, const flo
                 arg = u;
             }
         }
-        float v = arg < 0 ? 0.f : best * s_row;
-        if (epi.bias) v += epi.bias[f];
-        Y[row * a.F + f] = activate(epi.act, v, epi.alpha);
-        if (argmax) argmax[row * a.F + f] = arg;
+        if (seg >= 0) {
+            sp.partial[seg * a.F + f] = best;
+            sp.partial_arg[seg * a.F + f] = arg;
+        } else {
+            store_max(a, epi, row, f, best, arg, s_row, Y, argmax);
+        }
     }
 }
 
+// The split rows of a max aggregation, one (row, feature) per first segment of a row: the self
+// term, then each segment's maximum in segment order (see aggregate_max_kernel).
+struct SplitRowMaxOp {
+    AggArgs a;
+    const float *X;
+    float *Y;
+    int64_t *argmax;
+    Epilogue epi;
+    __device__ void operator()(int64_t k) const {
+        const RowSplit &sp = a.split;
+        const int64_t s = k / a.F, f = k % a.F;
+        if (sp.seg_first[s] != s) return;
+        const int64_t row = sp.seg_row[s];
+        const float s_row = a.node_scale ? a.node_scale[row] : 1.f;
+        float best = -INFINITY;
+        int64_t arg = -1;
+        if (a.self_loop) {
+            best = s_row * X[row * a.F + f];
+            arg = row;
+        }
+        for (int64_t i = s; i < sp.segments && sp.seg_first[i] == s; ++i) {
+            const int64_t u = sp.partial_arg[i * a.F + f];
+            if (u >= 0 && sp.partial[i * a.F + f] > best) {
+                best = sp.partial[i * a.F + f];
+                arg = u;
+            }
+        }
+        store_max(a, epi, row, f, best, arg, s_row, Y, argmax);
+    }
+};
+
 // dX[u, f] = sum over out-edges (u -> v) with argmax[v, f] == u of c * G[v, f] (+ the self term);
-// parallel edges u -> v share one argmax entry and pass the gradient once.
+// parallel edges u -> v share one argmax entry and pass the gradient once.  A split row (a.split:
+// a source with many out-edges) is walked in segments whose sums go to the split's partial rows,
+// the self term with the last segment's, for SplitRowSumOp to add in segment order.
 __global__ void __launch_bounds__(256) aggregate_max_grad_kernel(AggArgs a, const int64_t *argmax, const float *G,
                                                                    float *dX, int tpr) {
-    const int64_t u = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const RowSplit &sp = a.split;
+    const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
+    int64_t seg;
+    const int64_t u = split_row(sp, group, seg);
     if (u >= a.rows) return;
-    const int64_t start = a.indptr[u], end = a.indptr[u + 1];
+    const int64_t row_start = a.indptr[u], row_end = a.indptr[u + 1];
+    int64_t start = row_start, end = row_end;
+    if (!split_range(sp, seg, start, end)) return;
     const float su = a.node_scale ? a.node_scale[u] : 1.f;
+    float *out = seg >= 0 ? sp.partial + seg * a.F : dX + u * a.F;
     for (int64_t f = lane; f < a.F; f += tpr) {
         float acc = 0.f;
 #pragma unroll 4
         for (int64_t k = start; k < end; ++k) {
             const int64_t v = a.col[k];
-            if (k > start && a.col[k - 1] == v) continue;   // parallel edge: counted once
-            if (a.self_loop && v == u) continue;            // folded into the self term
+            if (k > row_start && a.col[k - 1] == v) continue;   // parallel edge: counted once, across segments too
+            if (a.self_loop && v == u) continue;                // folded into the self term
             float c = a.edge_weight ? a.edge_weight[a.eid[k]] : 1.f;
             if (a.node_scale) c *= su * a.node_scale[v];
             if (argmax[v * a.F + f] == u) acc += c * G[v * a.F + f];
         }
-        if (a.self_loop && argmax[u * a.F + f] == u) acc += su * su * G[u * a.F + f];
-        dX[u * a.F + f] = acc;
+        if (end == row_end && a.self_loop && argmax[u * a.F + f] == u) acc += su * su * G[u * a.F + f];
+        out[f] = acc;
     }
 }
 

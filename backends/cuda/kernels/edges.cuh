@@ -27,31 +27,69 @@ struct GatherRowsOp {
 };
 
 // out[v, :] = max over the segment [indptr[v], indptr[v+1]) of m[eid(k), :]; eid nullptr: k.
-// argmax is the edge position of the (first) maximum, -1 and 0 for an empty segment.  Sums and
-// means of segments run on the aggregation kernel instead (ops.cuh: segment_sum), whose split
-// rows keep a hub's segment from being walked by one group of threads alone.
+// argmax is the edge position of the (first) maximum, -1 and 0 for an empty segment: the first
+// entry is taken whatever its value, a later one only when greater.  Sums and means of segments
+// run on the aggregation kernel instead (ops.cuh: segment_sum).  Long segments (split) are walked
+// in pieces, as the aggregation's rows: each piece's first maximum and its edge go to the split's
+// partial rows, a piece after the first taking only entries greater than -inf (so that it finds
+// what the whole walk would compare), and SplitSegmentMaxOp keeps the first piece's and then a
+// later piece's only when strictly greater: the whole walk's pick.
 __global__ void __launch_bounds__(256) segment_max_kernel(const float *m, const int64_t *indptr, const int64_t *eid,
                                                             int64_t rows, int64_t F, float *out, int64_t *argmax,
-                                                            int tpr) {
-    const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+                                                            int tpr, RowSplit split) {
+    const int64_t group = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
+    int64_t seg;
+    const int64_t v = split_row(split, group, seg);
     if (v >= rows) return;
-    const int64_t b = indptr[v], end = indptr[v + 1];
+    const int64_t row_begin = indptr[v];
+    int64_t b = row_begin, end = indptr[v + 1];
+    if (!split_range(split, seg, b, end)) return;
+    const bool takes_first = b == row_begin;
     for (int64_t f = lane; f < F; f += tpr) {
-        float best = 0.f;
+        float best = takes_first ? 0.f : -INFINITY;
         int64_t arg = -1;
         for (int64_t k = b; k < end; ++k) {
             const int64_t e = eid ? eid[k] : k;
             const float x = m[e * F + f];
-            if (arg < 0 || x > best) {
+            if ((arg < 0 && takes_first) || x > best) {
                 best = x;
                 arg = e;
             }
         }
-        out[v * F + f] = best;
-        argmax[v * F + f] = arg;
+        if (seg >= 0) {
+            split.partial[seg * F + f] = best;
+            split.partial_arg[seg * F + f] = arg;
+        } else {
+            out[v * F + f] = best;
+            argmax[v * F + f] = arg;
+        }
     }
 }
+
+// The split segments of a max scatter, one (segment, feature) per first piece of a segment: the
+// pieces' maxima in order (see segment_max_kernel).
+struct SplitSegmentMaxOp {
+    RowSplit split;
+    int64_t F;
+    float *out;
+    int64_t *argmax;
+    __device__ void operator()(int64_t k) const {
+        const int64_t s = k / F, f = k % F;
+        if (split.seg_first[s] != s) return;
+        float best = 0.f;
+        int64_t arg = -1;
+        for (int64_t i = s; i < split.segments && split.seg_first[i] == s; ++i) {
+            const int64_t e = split.partial_arg[i * F + f];
+            if (e >= 0 && (arg < 0 || split.partial[i * F + f] > best)) {
+                best = split.partial[i * F + f];
+                arg = e;
+            }
+        }
+        out[split.seg_row[s] * F + f] = best;
+        argmax[split.seg_row[s] * F + f] = arg;
+    }
+};
 
 // out[e, f] = x[dst[e], f] where argmax[dst[e], f] == e, else 0 (the max scatter's backward onto
 // in-edges): edge-parallel, so a hub's thousands of in-edges are not one thread's loop.

@@ -90,22 +90,6 @@ __global__ void __launch_bounds__(256) csc_weight_grad_kernel(const int64_t *col
     }
 }
 
-// out[row, f] = the sum of a split row's pieces' partial sums, in piece order (a row's pieces are
-// consecutive and name their first); one thread per (first piece of a row, f), the other pieces'
-// threads do nothing.
-struct SplitRowSumOp {
-    RowSplit split;
-    int64_t F;
-    float *out;
-    __device__ void operator()(int64_t k) const {
-        const int64_t s = k / F, f = k % F;
-        if (split.seg_first[s] != s) return;
-        float acc = 0.f;
-        for (int64_t i = s; i < split.segments && split.seg_first[i] == s; ++i) acc += split.partial[i * F + f];
-        out[split.seg_row[s] * F + f] = acc;
-    }
-};
-
 // The product rows of a typed linear of CSR feature rows read at edge ends (ops.cuh,
 // edge_typed_linear_features): Y[r, :] = sum over the nonzeros (c, val) of feature row x_rows[r]
 // of val * W[t][c, :], t the row's type.  Rows are type-major: type t owns rows
