@@ -1177,8 +1177,11 @@ struct BasisLookupPlan {
         types = num_types;
         rows = idx_t(starts.size()) - 1;
     }
-    // G's rows summed per segment (one distinct (row, type) pair), long segments split.
-    const float *sum_segments(const float *G, idx_t M) const {
+    // G's rows summed per segment (one distinct (row, type) pair), long segments split; summed:
+    // the other gradient of the same G made them just before (the emitter's
+    // plan_basis_lookup_sums), so they are read as they are.
+    const float *sum_segments(const float *G, idx_t M, bool summed) const {
+        if (summed) return segment_sums_.data();
         if (segment_sums_.size() < by_row.unique * M) segment_sums_.allocate(by_row.unique * M);
         segment_sum("basis lookup gradient: sums per (row, type) (aggregate_kernel)", by_row.key_ptr_.data(),
                     by_row.order_.data(), by_row.unique, G, M, segment_sums_.data(), by_row.key_split_);
@@ -1193,17 +1196,17 @@ inline void basis_lookup(const BasisLookupPlan &plan, const float *A, const floa
                                                                      p.keys_.data(), plan.types, B, P, M, Y});
 }
 inline void basis_lookup_coef_grad(const BasisLookupPlan &plan, const float *V, const float *G, idx_t B, idx_t P,
-                                   idx_t M, float *dA) {
+                                   idx_t M, float *dA, bool summed = false) {
     const EmbeddingPlan &p = plan.by_row;
-    const float *sums = plan.sum_segments(G, M);
+    const float *sums = plan.sum_segments(G, M, summed);
     cuda::fill_async(dA, 0, sizeof(float) * size_t(plan.types * B), "basis lookup coefficient gradient");
     cuda::map("basis lookup coefficient gradient", p.unique * B,
               cuda::BasisCoefGradOp{V, sums, p.keys_.data(), plan.types, B, P, M, dA});
 }
 inline void basis_lookup_bases_grad(const BasisLookupPlan &plan, const float *A, const float *G, idx_t B, idx_t P,
-                                    idx_t M, float *dV) {
+                                    idx_t M, float *dV, bool summed = false) {
     const EmbeddingPlan &p = plan.by_row;
-    const float *sums = plan.sum_segments(G, M);
+    const float *sums = plan.sum_segments(G, M, summed);
     cuda::fill_async(dV, 0, sizeof(float) * size_t(B * P * M), "basis lookup bases gradient");
     cuda::map("basis lookup bases gradient", plan.rows * M,
               cuda::BasisBasesGradOp{A, sums, p.keys_.data(), plan.row_start_.data(), plan.types, B, P, M, dV});

@@ -363,6 +363,28 @@ def test_an_op_the_cuda_op_layer_lacks_is_refused_with_its_location(monkeypatch)
         cuda_emitter.CUDAEmitter(program).emit()
 
 
+def test_the_basis_lookups_gradients_of_one_g_sum_it_once():
+    """rgcn_bases's coefficient and bases gradients read the same G: on CUDA the second reads the
+    per-(row, type) sums of G that the first made (plan_basis_lookup_sums); OpenMP's kernels sum
+    inside and take no such flag."""
+    import re
+    from morphgen.backends.cuda.emitter import CUDAEmitter
+    from morphgen.backends.openmp.emitter import OpenMPEmitter
+    from morphgen.pipeline import lower
+    dims = {"F": 7, "C": 3, "N": 64, "etypes": 3, "ntypes": 2}
+
+    def calls(emitter):
+        program = lower(example("rgcn_bases"), dims, featureless=True, bases_per_lookup=True)
+        source = "\n".join(emitter(program).emit().values())
+        return re.findall(r"mg::op::basis_lookup_(coef|bases)_grad\((.*?)\);", source)
+    cuda = calls(CUDAEmitter)
+    assert [kind for kind, _ in cuda] == ["coef", "bases"] * (len(cuda) // 2) and cuda
+    for (_, first), (_, second) in zip(cuda[::2], cuda[1::2]):
+        assert not first.endswith("true") and second.endswith(", true")
+        assert first.split(", ")[2] == second.split(", ")[2]      # the same G
+    assert not any(args.endswith("true") for _, args in calls(OpenMPEmitter))
+
+
 def test_kernel_timers_can_count_without_reading_the_clock():
     """`morphgen train` without --profile turns the CUDA timers' events off (time_kernels(False)):
     calls, bytes and flops are still counted, no time is read; on again, time is read."""
