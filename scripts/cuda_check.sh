@@ -27,7 +27,7 @@
 # TESTS_K (pytest -k expression: a subset of tests/cuda),
 # EPOCHS (benchmark epochs, default 20), BENCH (the "model:graph" runs, space-separated),
 # MEMCHECK, RACECHECK, INITCHECK (the examples each sanitizer tool runs, space-separated),
-# PARITY (the "model:graph" parity checks), GRAPHS, CHUNKS, SOFTMAX, SPLITS and BLOCKS (the "model:graph" runs of ab), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
+# PARITY (the "model:graph" parity checks), GRAPHS, CHUNKS, SOFTMAX, SPLITS, BLOCKS and TRANSPOSES (the "model:graph" runs of ab), BENCH_FLAGS (more `morphgen bench` flags, e.g. --no-profile),
 # HOST (the "model:graph" runs of host), HOST_RANKS and HOST_MPI_GRAPH (its MPI rank counts,
 # default "1 2 4 8", and graph, default products-1/8),
 # {TESTS,SANITIZE,BENCH}_TIMEOUT (seconds per command), MORPHGEN_CUDA_ARCHS (e.g. 90: build
@@ -172,6 +172,7 @@ run_ab() {   # each list may be set empty to leave its comparison out
     ab MORPHGEN_CUDA_SOFTMAX_LANES=32 "${SOFTMAX-gat:arxiv-like gat:cora}"
     ab MORPHGEN_CUDA_SPLIT_EDGES=0 "${SPLITS-rgcn:mutag hgt:acm_heco rgcn_bases:aifb}"
     ab MORPHGEN_CUDA_SOFTMAX_BLOCK_EDGES=1000000000 "${BLOCKS-gat:arxiv-like hgt:acm_heco}"
+    ab MORPHGEN_CUDA_TRANSPOSE=atomic "${TRANSPOSES-gcn3:arxiv-like sage:arxiv-like gin:arxiv-like gcn3:products-1/8}"
 }
 
 run_calibrate() {

@@ -610,8 +610,26 @@ inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F,
         cuda::launch_aggregate("aggregate (aggregate_kernel)", a, X, Y, epi);
     }
 }
+// $MORPHGEN_CUDA_TRANSPOSE: how a sum or mean aggregation's backward walks the graph, "by-source"
+// (the default: the by-source CSR, no atomics, the same sums every run) or "atomic" (the forward
+// CSR with atomics, aggregate_transpose_atomic_kernel).
+inline bool atomic_transpose_setting() {
+    const char *env = std::getenv("MORPHGEN_CUDA_TRANSPOSE");
+    if (!env || !*env || std::string(env) == "by-source") return false;
+    if (std::string(env) == "atomic") return true;
+    throw Error(std::string("$MORPHGEN_CUDA_TRANSPOSE must be 'by-source' or 'atomic', not '") + env + "'");
+}
 inline void aggregate_transpose(const Graph &g, const AggSpec &s, const float *G, idx_t F, float *dX) {
     if (s.reduce == Reduce::Max) throw Error("internal error: the max aggregation's backward takes its argmax");
+    if (atomic_transpose_setting()) {
+        const cuda::AggArgs a = agg_args(g, s, F, false, false);
+        const int tpr = cuda::threads_per_row(F);
+        cuda::fill_async(dX, 0, sizeof(float) * size_t(g.dev.num_nodes * F), "transposed aggregate (atomic)");
+        cuda::launch("transposed aggregate (aggregate_transpose_atomic_kernel, forward CSR)",
+                     cuda::aggregate_transpose_atomic_kernel, dim3(cuda::blocks_for(a.rows, cuda::kThreads / tpr)),
+                     dim3(cuda::kThreads), a, G, dX, tpr);
+        return;
+    }
     cuda::launch_aggregate("transposed aggregate (aggregate_kernel, by source)", agg_args(g, s, F, true), G, dX,
                            Epilogue{});
 }

@@ -109,6 +109,26 @@ def test_aggregation_rows_match_the_interpreter(monkeypatch, width, split_edges)
     _check(make(), graph, x, labels, mask, classes=4)
 
 
+@pytest.mark.parametrize("width", [3, 40, 300, "gin"])
+def test_atomic_transposed_aggregations_match_the_interpreter(monkeypatch, width):
+    """$MORPHGEN_CUDA_TRANSPOSE=atomic: the backward of sum and mean aggregations walks the
+    forward CSR and adds into the sources' rows by atomics: GCN's normalised sum with self loops
+    (width 3), a mean with self loops (40), SAGE's mean without (300), GIN's plain sum."""
+    monkeypatch.setenv("MORPHGEN_CUDA_TRANSPOSE", "atomic")
+    make, features = (CASES["gin"], 5) if width == "gin" else AGGREGATION_WIDTHS[width]
+    graph = random_graph(n=80, e=600, seed=8)
+    x, labels, mask = random_data(graph, features, classes=4)
+    _check(make(), graph, x, labels, mask, classes=4)
+
+
+def test_a_bad_transpose_setting_is_refused(monkeypatch):
+    monkeypatch.setenv("MORPHGEN_CUDA_TRANSPOSE", "sideways")
+    graph = random_graph(n=12, e=30, seed=1)
+    x, labels, mask = random_data(graph, 3, classes=4)
+    with pytest.raises(Exception, match="MORPHGEN_CUDA_TRANSPOSE must be 'by-source' or 'atomic'"):
+        _check(CASES["gcn"](), graph, x, labels, mask, classes=4)
+
+
 @pytest.mark.parametrize("split_edges", ["0", "1", "5"])
 @pytest.mark.parametrize("name", ["gat_heads", "gat_heads_dropped"])
 def test_attention_weighted_sums_of_split_rows_match_the_interpreter(monkeypatch, name, split_edges):

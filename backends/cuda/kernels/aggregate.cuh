@@ -338,6 +338,34 @@ __global__ void __launch_bounds__(256) aggregate_max_grad_kernel(AggArgs a, cons
     }
 }
 
+// The implicit transpose (Morphling §IV-D): the backward of a sum or mean aggregation walked over
+// the forward CSR, a group per destination v adding c(u -> v) * rowf(v) * G[v] into dX[u] for
+// each in-edge by atomics (and the self term into dX[v]); dX zeroed first.  The by-source walk
+// of aggregate_kernel needs no atomics and gives the same sums every run; this one needs no
+// by-source CSR and reads G row by row.  Which is faster depends on the GPU and the graph
+// ($MORPHGEN_CUDA_TRANSPOSE, ops.cuh).  No head weights: GAT's transposed sums stay by source.
+__global__ void __launch_bounds__(256) aggregate_transpose_atomic_kernel(AggArgs a, const float *G, float *dX,
+                                                                           int tpr) {
+    const int64_t v = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int lane = threadIdx.x % tpr;
+    if (v >= a.rows) return;
+    const int64_t start = a.indptr[v], end = a.indptr[v + 1];
+    const float s_v = a.node_scale ? a.node_scale[v] : 1.f;
+    float row_f = s_v;
+    if (a.mean) {
+        const int64_t cnt = end - start + (a.self_loop ? 1 : 0);
+        row_f = cnt > 0 ? s_v / float(cnt) : s_v;
+    }
+    for (int64_t f = lane; f < a.F; f += tpr) {
+        const float g = G[v * a.F + f] * row_f;
+        if (a.self_loop) atomicAdd(dX + v * a.F + f, s_v * g);
+        for (int64_t e = start; e < end; ++e) {
+            const int64_t u = a.col[e];
+            atomicAdd(dX + u * a.F + f, edge_coefficient(a, e, u) * g);
+        }
+    }
+}
+
 inline void launch_aggregate(const char *name, AggArgs a, const float *X, float *Y, const Epilogue &epi) {
     const int tpr = threads_per_row(a.F);
     const int K = a.F <= tpr ? 1 : 4;
