@@ -5,8 +5,10 @@ paper's larger datasets (same node count, edge count, feature width, feature spa
 count, planted-community structure). Reddit, ogbn-products and AmazonProducts are scaled down so
 that every system fits in this machine's 24 GiB: nodes and edges are divided by the factor in
 SUITE (average degree and feature width unchanged). Each graph is one `morphgen bench` run with
-the parity check; the suite table, plots and command are written into the docs file between the
-markers BEGIN_MARK and END_MARK (everything outside them is left untouched).
+the parity check; with `--docs FILE` (`make bench` names docs/benchmarks.md) the suite table, plots
+and command are written into FILE between the markers BEGIN_MARK and END_MARK (everything outside
+them is left untouched).  Without it only --out is written: a run of a few graphs or models does
+not replace a section that a whole suite wrote, and no markdown file of the user's is touched.
 
 `--backend cuda` runs the same graphs with morphgen's CUDA backend and the peers on the same GPU.
 Its table has the peak device memory beside the peak RSS, and goes between its own markers
@@ -122,13 +124,15 @@ RELATIONAL = (
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("bench-suite", help="the benchmark suite (CPU, or --backend cuda); refreshes docs/benchmarks.md",
+    p = subparsers.add_parser("bench-suite", help="the benchmark suite (CPU, or --backend cuda); --docs: refresh its section of a markdown file",
                               description=__doc__.split("\n")[0])
     p.add_argument("--model", default="examples/gcn3.mp",
                    help="program, or comma-separated programs for a model x graph table (default examples/gcn3.mp)")
     p.add_argument("--data-dir", default="../shared/datasets", help="where cora/citeseer are (default ../shared/datasets)")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
-    p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to refresh (default docs/benchmarks.md)")
+    p.add_argument("--docs", default=None,
+                   help="markdown file whose suite section (between its markers) to refresh with the table, plots "
+                        "and command (default: none; `make bench` refreshes docs/benchmarks.md)")
     p.add_argument("--only", default=None,
                    help=f"comma-separated subset of: {', '.join(g.name for g in SUITE)}; or of the relational "
                         f"graphs {', '.join(g.name for g in RELATIONAL)} (the default for R-GCN and HGT programs)")
@@ -445,9 +449,9 @@ def run(args) -> int:
     isa = machine.get("kernel_isa") if not gpu else None
     plots = suite_plots(rows, peers, out, GPU_PLOTS if gpu else for_isa(RELATIONAL_PLOTS, isa) if relational
                         else for_isa(MODELS_PLOTS, isa) if len(programs) > 1 else PLOTS)
-    docs = Path(args.docs)
+    docs = Path(args.docs) if args.docs else None
     links = []
-    if docs:
+    if docs is not None:
         img_dir = docs.parent / "benchmarks"
         img_dir.mkdir(parents=True, exist_ok=True)
         for p in plots:
@@ -457,7 +461,7 @@ def run(args) -> int:
         docs.write_text(replace_between_markers(text, docs_section(args, programs, rows, peers, machine, links, command),
                                                 marks(args.backend, len(programs) > 1, relational, isa)))
     (out / "suite.md").write_text("\n".join(suite_table(rows, peers, device=gpu)) + "\n")
-    print(f"wrote {out / 'suite.json'}, {out / 'suite.md'}, plots, and refreshed {docs}")
+    print(f"wrote {out / 'suite.json'}, {out / 'suite.md'}, plots" + (f", and refreshed {docs}" if docs else ""))
     morphgen_failed = any(r.get("error") or (_system(r, "morphgen") or {}).get("error") for _, r in rows)
     parity_failed = any(row.get("passed") is False for _, r in rows
                         for row in (r.get("parity") or {}).get("peers", {}).values())

@@ -393,6 +393,22 @@ def test_ratios_and_kernel_limits():
 
 
 # ----------------------------------------------------------------------------- suite docs
+def test_suite_refreshes_a_docs_file_only_when_named(tmp_path, monkeypatch):
+    """A suite run writes its results under --out; a markdown file (the repository's
+    docs/benchmarks.md under the working directory included) changes only when --docs names it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(suite_cli, "run_graph", lambda args, graph, where, model: {"error": "not run here"})
+    before = f"# Benchmarks\n\n{suite_cli.BEGIN_MARK}\nold table\n{suite_cli.END_MARK}\n"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "benchmarks.md").write_text(before)
+    common = ["bench-suite", "--model", str(GCN), "--only", "cora", "--peers", "none", "--out", "out"]
+    main(common)
+    assert (tmp_path / "out" / "suite.md").is_file()
+    assert (tmp_path / "docs" / "benchmarks.md").read_text() == before
+    main(common + ["--docs", "docs/benchmarks.md"])
+    assert "old table" not in (tmp_path / "docs" / "benchmarks.md").read_text()
+
+
 def test_suite_markers_replace_only_between():
     text = f"# Benchmarks\n\nintro\n\n{suite_cli.BEGIN_MARK}\nold table\n{suite_cli.END_MARK}\n\nfooter\n"
     new = suite_cli.replace_between_markers(text, "new table")
