@@ -1196,8 +1196,8 @@ struct BasisLookupPlan {
         rows = idx_t(starts.size()) - 1;
     }
     // G's rows summed per segment (one distinct (row, type) pair), long segments split; summed:
-    // the other gradient of the same G made them just before (the emitter's
-    // plan_basis_lookup_sums), so they are read as they are.
+    // the other gradient of the same G made them just before (the emitter passes it where a
+    // backend shares_basis_lookup_sums), so they are read as they are.
     const float *sum_segments(const float *G, idx_t M, bool summed) const {
         if (summed) return segment_sums_.data();
         if (segment_sums_.size() < by_row.unique * M) segment_sums_.allocate(by_row.unique * M);

@@ -49,8 +49,6 @@ _MATH_FN = {"sqrt": "Sqrt", "rsqrt": "Rsqrt", "log": "Log", "abs": "Abs", "pow":
             "softplus": "Softplus", "shift": "Shift"}
 # The G input of each gradient of a typed linear at edge ends.
 _EDGE_TYPED_GRAD_G = {"edge_typed_linear_input_grad": 0, "edge_typed_linear_weight_grad": 1}
-# The position of G among a basis lookup gradient's inputs (op_typed_linear_bases_coef_grad, _grad).
-_BASIS_LOOKUP_GRAD_G = {"typed_linear_bases_coef_grad": 1, "typed_linear_bases_grad": 2}
 _EPILOGUE_ACT = {"relu": "mg::Act::Relu", "leaky_relu": "mg::Act::LeakyRelu", "elu": "mg::Act::Elu"}
 
 
@@ -138,7 +136,7 @@ class OpenMPEmitter:
         self.absorbed: set = set()       # id() of ops run inside a fused epilogue
         self.fused_dropout_grad: dict = {}   # act_grad output id -> the dropout_grad it runs inside
         self.rows_summed: set = set()    # id() of edge typed gradient ops whose G row sums are already made
-        self.lookup_sums_made: set = set()   # id() of basis lookup gradients whose G per-pair sums are made
+        self.lookup_sums_of: dict = {}   # basis lookup plan -> the G whose per-pair sums its scratch holds
         self.gathered_grads: dict = {}   # id(edge typed gradient op) -> the weighted gather its row sums read
         self.far_plans: set = set()      # keys of edge typed row layouts that keep each edge's destination
         self.stored_rows: dict = {}      # value id -> its edge typed linear, whose products it holds by row
@@ -368,7 +366,6 @@ class OpenMPEmitter:
         self.plan_edge_softmax_grads()
         self.plan_head_products()
         self.plan_edge_typed_row_sums()
-        self.plan_basis_lookup_sums()
         self.plan_batch_norm_grads()
         self.plan_batch_norm_affine()
         self.plan_kept_batch_statistics()
@@ -716,24 +713,6 @@ class OpenMPEmitter:
             g = op.inputs[_EDGE_TYPED_GRAD_G[op.opcode]]
             if sums_of.get(key) is g:
                 self.rows_summed.add(id(op))
-            sums_of[key] = g
-
-    def plan_basis_lookup_sums(self) -> None:
-        """A backend whose basis lookup gradients first sum G per (row, type) pair into their
-        plan's scratch (CUDA's segment_sum) makes the sums once for the coefficients' and the
-        bases' gradients of the same G: the second reuses them where no gradient of the same plan
-        ran in between (only these gradients write that scratch)."""
-        if not self.shares_basis_lookup_sums:
-            return
-        sums_of = {}    # (lookup rows, type domain): basis_plan's plan -> the G whose sums it holds
-        for op in self.p.backward:
-            if op.opcode not in _BASIS_LOOKUP_GRAD_G:
-                continue
-            x, g = op.inputs[0], op.inputs[_BASIS_LOOKUP_GRAD_G[op.opcode]]
-            domain = op.attrs["domain"] if op.opcode == "typed_linear_bases_coef_grad" else op.inputs[1].domain
-            key = (x.id, domain)
-            if sums_of.get(key) is g:
-                self.lookup_sums_made.add(id(op))
             sums_of[key] = g
 
     def plan_edge_traversals(self) -> None:
@@ -1431,7 +1410,13 @@ class OpenMPEmitter:
         pair of the plan, ``rows`` [.., M] the lookups' rows, ``streamed`` the other floats moved."""
         plan, B, M = self.basis_plan(x, domain), self.dim(bases), self.width(rows)
         combined = f"{plan}.by_row.unique * {B} * {M}"
-        summed = ", true" if id(self.current_op) in self.lookup_sums_made else ""
+        summed = ""
+        if self.shares_basis_lookup_sums and kernel != "basis_lookup":
+            # The coefficients' and the bases' gradients of one G: the second reads the sums the
+            # first made, where no gradient of the same plan ran in between (only these write
+            # the plan's scratch; calls are lowered in program order).
+            summed = ", true" if self.lookup_sums_of.get(plan) is rows else ""
+            self.lookup_sums_of[plan] = rows
         return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {B}, {self.identity_nodes}, {M}, "
                           f"{self.ptr(out)}{summed})", f"4.0 * ({combined} + {streamed})", f"2.0 * {combined}")
 

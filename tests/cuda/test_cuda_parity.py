@@ -385,7 +385,7 @@ def test_an_op_the_cuda_op_layer_lacks_is_refused_with_its_location(monkeypatch)
 
 def test_the_basis_lookups_gradients_of_one_g_sum_it_once():
     """rgcn_bases's coefficient and bases gradients read the same G: on CUDA the second reads the
-    per-(row, type) sums of G that the first made (plan_basis_lookup_sums); OpenMP's kernels sum
+    per-(row, type) sums of G that the first made (shares_basis_lookup_sums); OpenMP's kernels sum
     inside and take no such flag."""
     import re
     from morphgen.backends.cuda.emitter import CUDAEmitter
