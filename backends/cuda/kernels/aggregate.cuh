@@ -361,7 +361,9 @@ __global__ void __launch_bounds__(256) aggregate_transpose_atomic_kernel(AggArgs
         if (a.self_loop) atomicAdd(dX + v * a.F + f, s_v * g);
         for (int64_t e = start; e < end; ++e) {
             const int64_t u = a.col[e];
-            atomicAdd(dX + u * a.F + f, edge_coefficient(a, e, u) * g);
+            float c = a.edge_weight ? a.edge_weight[e] : 1.f;
+            if (a.node_scale) c *= a.node_scale[u];
+            atomicAdd(dX + u * a.F + f, c * g);
         }
     }
 }
