@@ -121,14 +121,6 @@ def test_atomic_transposed_aggregations_match_the_interpreter(monkeypatch, width
     _check(make(), graph, x, labels, mask, classes=4)
 
 
-def test_a_bad_transpose_setting_is_refused(monkeypatch):
-    monkeypatch.setenv("MORPHGEN_CUDA_TRANSPOSE", "sideways")
-    graph = random_graph(n=12, e=30, seed=1)
-    x, labels, mask = random_data(graph, 3, classes=4)
-    with pytest.raises(Exception, match="MORPHGEN_CUDA_TRANSPOSE must be 'by-source' or 'atomic'"):
-        _check(CASES["gcn"](), graph, x, labels, mask, classes=4)
-
-
 @pytest.mark.parametrize("split_edges", ["0", "1", "5"])
 @pytest.mark.parametrize("name", ["gat_heads", "gat_heads_dropped"])
 def test_attention_weighted_sums_of_split_rows_match_the_interpreter(monkeypatch, name, split_edges):
@@ -154,11 +146,14 @@ def test_split_rows_train_as_on_openmp_under_shuffled_schedules(tmp_path, monkey
                     f"{model} on cuda, split rows, shuffled schedules")
 
 
-def test_a_bad_split_length_is_refused(monkeypatch):
-    monkeypatch.setenv("MORPHGEN_CUDA_SPLIT_EDGES", "many")
+@pytest.mark.parametrize("setting,value,message", [
+    ("MORPHGEN_CUDA_SPLIT_EDGES", "many", "MORPHGEN_CUDA_SPLIT_EDGES must be a number of edges"),
+    ("MORPHGEN_CUDA_TRANSPOSE", "sideways", "MORPHGEN_CUDA_TRANSPOSE must be 'by-source' or 'atomic'")])
+def test_a_bad_setting_is_refused(monkeypatch, setting, value, message):
+    monkeypatch.setenv(setting, value)
     graph = random_graph(n=12, e=30, seed=1)
     x, labels, mask = random_data(graph, 3, classes=4)
-    with pytest.raises(Exception, match="MORPHGEN_CUDA_SPLIT_EDGES must be a number of edges"):
+    with pytest.raises(Exception, match=message):
         _check(CASES["gcn"](), graph, x, labels, mask, classes=4)
 
 
