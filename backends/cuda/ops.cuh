@@ -106,6 +106,15 @@ inline int64_t edges_setting(const char *var, int64_t fallback) {
 }
 // $MORPHGEN_CUDA_SPLIT_EDGES sets the longest row walked whole (default 256 edges; 0: never split).
 inline int64_t split_edges_setting() { return edges_setting("MORPHGEN_CUDA_SPLIT_EDGES", 256); }
+// $MORPHGEN_CUDA_TRANSPOSE: how a sum or mean aggregation's backward walks the graph, "by-source"
+// (the default: the by-source CSR, no atomics, the same sums every run) or "atomic" (the forward
+// CSR with atomics, aggregate_transpose_atomic_kernel).
+inline bool atomic_transpose_setting() {
+    const char *env = std::getenv("MORPHGEN_CUDA_TRANSPOSE");
+    if (!env || !*env || std::string(env) == "by-source") return false;
+    if (std::string(env) == "atomic") return true;
+    throw Error(std::string("$MORPHGEN_CUDA_TRANSPOSE must be 'by-source' or 'atomic', not '") + env + "'");
+}
 
 class RowSplitPlan {
   public:
@@ -273,6 +282,7 @@ struct Graph {
     cuda::DeviceArray<float> gcn_scale_self, gcn_scale_plain;
     TypeGroups etypes, ntypes;
     mutable RowSplitPlan by_dst_split, by_src_split;   // long rows of the CSR and of its transpose
+    bool atomic_transpose = false;      // $MORPHGEN_CUDA_TRANSPOSE=atomic, read once at build
     // The destinations with more than `edges` in-edges, whose (destination, head) pairs the edge
     // softmaxes give a block each (edges.cuh, BlockGroup); built on first use.
     struct SoftmaxLongRows {
@@ -292,6 +302,7 @@ struct Graph {
         dev.t_eid = t_eid.upload(g.t_eid, e, "uploading the graph");
         dev.etype = etype_.upload(g.etype, e, "uploading the graph");
         dev.ntype = ntype_.upload(g.ntype, n, "uploading the graph");
+        atomic_transpose = atomic_transpose_setting();
         const int64_t split = split_edges_setting();
         by_dst_split.build(g.indptr, n, split);
         by_src_split.build(g.t_indptr, n, split);
@@ -474,6 +485,16 @@ inline void group_nonzeros(SparseFeatureBlocks &blocks, int64_t groups, const st
     blocks.vals.upload(vals, what);
     blocks.split.build(ptr.data(), groups, split_edges_setting());
 }
+// Launches `kernel` (with `args`) on a group of tpr threads per row and one per piece of the
+// split's long rows (the groups of aggregate.cuh's split_row), then, when a row is split,
+// `combine` over (piece, column) pairs: the pieces of each long row joined in order.
+template <class Combine, class... Params, class... Args>
+inline void launch_split_rows(const char *name, void (*kernel)(Params...), const cuda::RowSplit &split, idx_t rows,
+                              idx_t F, int tpr, const char *combine_name, const Combine &combine, Args... args) {
+    cuda::launch(name, kernel, dim3(cuda::blocks_for(split.segments + rows, cuda::kThreads / tpr)),
+                 dim3(cuda::kThreads), args...);
+    if (split.segments) cuda::map(combine_name, split.segments * F, combine);
+}
 // Launches a kernel of a group of threads per row of M outputs whose long rows are walked in
 // pieces (csr_linear_kernel, csc_weight_grad_kernel, csr_typed_rows_kernel: `args` then the
 // group width and the split), then adds the pieces' partial sums into `out`.
@@ -482,10 +503,8 @@ inline void launch_in_pieces(const char *name, void (*kernel)(Params...), RowSpl
                              float *out, Args... args) {
     const int tpr = cuda::threads_per_row(M);
     const cuda::RowSplit split = plan.view(M);
-    cuda::launch(name, kernel, dim3(cuda::blocks_for(split.segments + rows, cuda::kThreads / tpr)),
-                 dim3(cuda::kThreads), args..., tpr, split);
-    if (split.segments)
-        cuda::map("the long rows' pieces added (SplitRowSumOp)", split.segments * M, cuda::SplitRowSumOp{split, M, out});
+    launch_split_rows(name, kernel, split, rows, M, tpr, "the long rows' pieces added (SplitRowSumOp)",
+                      cuda::SplitRowSumOp{split, M, out}, args..., tpr, split);
 }
 // dW[g, :] = sum over group g's nonzeros (r, val) of val * G[r, :] (drop: a feature dropout on the
 // values), long groups in pieces (csc_weight_grad_kernel).
@@ -600,28 +619,16 @@ inline void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F,
     const cuda::AggArgs a = agg_args(g, s, F, false, split_rows);
     if (s.reduce == Reduce::Max) {
         const int tpr = cuda::threads_per_row(F);
-        cuda::launch("aggregate max (aggregate_max_kernel)", cuda::aggregate_max_kernel,
-                     dim3(cuda::blocks_for(a.split.segments + a.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads),
-                     a, X, Y, argmax, epi, tpr);
-        if (a.split.segments)
-            cuda::map("aggregate max, the long rows' segments compared (SplitRowMaxOp)", a.split.segments * F,
-                      cuda::SplitRowMaxOp{a, X, Y, argmax, epi});
+        launch_split_rows("aggregate max (aggregate_max_kernel)", cuda::aggregate_max_kernel, a.split, a.rows, F, tpr,
+                          "aggregate max, the long rows' segments compared (SplitRowMaxOp)",
+                          cuda::SplitRowMaxOp{a, X, Y, argmax, epi}, a, X, Y, argmax, epi, tpr);
     } else {
         cuda::launch_aggregate("aggregate (aggregate_kernel)", a, X, Y, epi);
     }
 }
-// $MORPHGEN_CUDA_TRANSPOSE: how a sum or mean aggregation's backward walks the graph, "by-source"
-// (the default: the by-source CSR, no atomics, the same sums every run) or "atomic" (the forward
-// CSR with atomics, aggregate_transpose_atomic_kernel).
-inline bool atomic_transpose_setting() {
-    const char *env = std::getenv("MORPHGEN_CUDA_TRANSPOSE");
-    if (!env || !*env || std::string(env) == "by-source") return false;
-    if (std::string(env) == "atomic") return true;
-    throw Error(std::string("$MORPHGEN_CUDA_TRANSPOSE must be 'by-source' or 'atomic', not '") + env + "'");
-}
 inline void aggregate_transpose(const Graph &g, const AggSpec &s, const float *G, idx_t F, float *dX) {
     if (s.reduce == Reduce::Max) throw Error("internal error: the max aggregation's backward takes its argmax");
-    if (atomic_transpose_setting()) {
+    if (g.atomic_transpose) {
         const cuda::AggArgs a = agg_args(g, s, F, false, false);
         const int tpr = cuda::threads_per_row(F);
         cuda::fill_async(dX, 0, sizeof(float) * size_t(g.dev.num_nodes * F), "transposed aggregate (atomic)");
@@ -637,12 +644,9 @@ inline void aggregate_max_grad(const Graph &g, const AggSpec &s, const idx_t *ar
                                float *dX) {
     const cuda::AggArgs a = agg_args(g, s, F, true);
     const int tpr = cuda::threads_per_row(F);
-    cuda::launch("max aggregate backward (aggregate_max_grad_kernel)", cuda::aggregate_max_grad_kernel,
-                 dim3(cuda::blocks_for(a.split.segments + a.rows, cuda::kThreads / tpr)), dim3(cuda::kThreads), a,
-                 argmax, G, dX, tpr);
-    if (a.split.segments)
-        cuda::map("max aggregate backward, the long rows' segments added (SplitRowSumOp)", a.split.segments * F,
-                  cuda::SplitRowSumOp{a.split, F, dX});
+    launch_split_rows("max aggregate backward (aggregate_max_grad_kernel)", cuda::aggregate_max_grad_kernel, a.split,
+                      a.rows, F, tpr, "max aggregate backward, the long rows' segments added (SplitRowSumOp)",
+                      cuda::SplitRowSumOp{a.split, F, dX}, a, argmax, G, dX, tpr);
 }
 // An aggregation of the dense input features, once at prepare (passes/hoist_invariant.py); on the
 // device always into its own buffer.
@@ -728,13 +732,11 @@ inline void scatter(const Graph &g, bool to_dst, Reduce r, const float *m, idx_t
                            to_dst ? g.by_dst_split : g.by_src_split, r == Reduce::Mean);
     const int tpr = cuda::threads_per_row(F);
     const cuda::RowSplit split = (to_dst ? g.by_dst_split : g.by_src_split).view(F, true);
-    cuda::launch(to_dst ? "max scatter to destinations (segment_max_kernel)" : "max scatter to sources (segment_max_kernel)",
-                 cuda::segment_max_kernel, dim3(cuda::blocks_for(split.segments + v.num_nodes, cuda::kThreads / tpr)),
-                 dim3(cuda::kThreads), m, to_dst ? v.indptr : v.t_indptr, to_dst ? nullptr : v.t_eid, v.num_nodes, F,
-                 out, argmax, tpr, split);
-    if (split.segments)
-        cuda::map("max scatter, the long segments' pieces compared (SplitSegmentMaxOp)", split.segments * F,
-                  cuda::SplitSegmentMaxOp{split, F, out, argmax});
+    launch_split_rows(to_dst ? "max scatter to destinations (segment_max_kernel)" : "max scatter to sources (segment_max_kernel)",
+                      cuda::segment_max_kernel, split, v.num_nodes, F, tpr,
+                      "max scatter, the long segments' pieces compared (SplitSegmentMaxOp)",
+                      cuda::SplitSegmentMaxOp{split, F, out, argmax}, m, to_dst ? v.indptr : v.t_indptr,
+                      to_dst ? nullptr : v.t_eid, v.num_nodes, F, out, argmax, tpr, split);
 }
 // out[v] = sum over the edges whose `to` end is v of w[e, head] * x[other end] (edges.cuh).
 // x_at_src: over the in-edges of each destination (x read at sources); else the transpose.

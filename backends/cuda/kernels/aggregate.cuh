@@ -361,6 +361,8 @@ __global__ void __launch_bounds__(256) aggregate_transpose_atomic_kernel(AggArgs
         if (a.self_loop) atomicAdd(dX + v * a.F + f, s_v * g);
         for (int64_t e = start; e < end; ++e) {
             const int64_t u = a.col[e];
+            // edge_coefficient of the forward CSR, without its transposed mean's division (never
+            // taken here), whose branch made ptxas spill 16 bytes in this loop
             float c = a.edge_weight ? a.edge_weight[e] : 1.f;
             if (a.node_scale) c *= a.node_scale[u];
             atomicAdd(dX + u * a.F + f, c * g);

@@ -42,6 +42,14 @@ __device__ __forceinline__ double warp_sum(double v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
+// x[0] + x[stride] + ... + x[(n - 1) * stride] by a warp: lane k adds every 32nd term from the
+// k-th, then warp_sum; every lane gets it.
+template <class T>
+__device__ __forceinline__ T warp_strided_sum(const T *x, int64_t n, int64_t stride) {
+    T s = T(0);
+    for (int64_t k = threadIdx.x % 32; k < n; k += 32) s += x[k * stride];
+    return warp_sum(s);
+}
 
 constexpr int kWarpsPerBlock = kThreads / 32;
 
@@ -348,12 +356,9 @@ __global__ void column_partial_kernel(Value value, int64_t rows, int64_t F, doub
 template <class Out>
 __global__ void column_partials_sum_kernel(const double *partial, int64_t chunks, int64_t F, Out *out) {
     const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
     if (j >= F) return;
-    double s = 0.0;
-    for (int64_t c = lane; c < chunks; c += 32) s += partial[c * F + j];
-    s = warp_sum(s);
-    if (lane == 0) out[j] = Out(s);
+    const double s = warp_strided_sum(partial + j, chunks, F);
+    if (threadIdx.x % 32 == 0) out[j] = Out(s);
 }
 // out[j] = sum_i value(i, j) (Out: float or double), by the two kernels above.
 template <class Value, class Out>
@@ -371,12 +376,9 @@ inline void column_sums_of(const char *name, Value value, int64_t rows, int64_t 
 // out[r] = sum_f x[r, f]: one warp per row.
 __global__ void row_total_kernel(const float *x, float *out, int64_t rows, int64_t cols) {
     const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
     if (r >= rows) return;
-    float acc = 0.f;
-    for (int64_t f = lane; f < cols; f += 32) acc += x[r * cols + f];
-    acc = warp_sum(acc);
-    if (lane == 0) out[r] = acc;
+    const float acc = warp_strided_sum(x + r * cols, cols, 1);
+    if (threadIdx.x % 32 == 0) out[r] = acc;
 }
 
 // out[i, h] = sum_d a[i, h, d] * b[i or 0, h, d]: one warp per (row, head).
