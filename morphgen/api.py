@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 
 from .backends import require as require_backend
+from .early_stopping import TrainingRecord
 from .errors import UserError
 from .pipeline import (build_library, check_run_fits, choose_feature_path, features_payload, lower,
                        normalize_features, sizes_of, with_graph_options)
@@ -177,6 +178,7 @@ class CompiledModel:
                                dataset.labels, masks, self.program.sizes, self.threads, self.seed,
                                donate_features=donate_features or own_copy)
         self.session.set_params(init_params(self.program, seed=self.seed))
+        self.record = TrainingRecord(self.session, self.program.early_stopping)
         self.dataset = dataset
         return self
 
@@ -205,6 +207,10 @@ class CompiledModel:
                             f"write the program with gnn.linkLoss")
 
     def fit(self, dataset=None, epochs: Optional[int] = None, progress=None, eval_every: int = 1) -> TrainResult:
+        """Train `epochs` more epochs (default: the program's count).  With gnn.earlyStopping the
+        model ends with the best epoch's weights; a later fit, or a checkpoint saved now, continues
+        from the last epoch's, so fit(d, 3) then fit(d, 3) trains as fit(d, 6) does."""
+        _check_fit_arguments(dataset, epochs, eval_every)
         if dataset is not None and dataset is not self.bound_to:
             self.bind(dataset)
         if self.session is None:
@@ -212,11 +218,14 @@ class CompiledModel:
         epochs = self.program.epochs if epochs is None else epochs
         if self.link_task:
             eval_every = 0          # ranking every node for every held-out triple: at the end only
-        stopper = EarlyStopping(self.program.early_stopping) if self.program.early_stopping else None
-        if stopper:
+        record = self.record
+        if record.stopper:
             eval_every = 1          # it selects by the validation accuracy of every epoch
+        record.resume_training()
         result = TrainResult()
         for epoch in range(1, epochs + 1):
+            if record.should_stop():        # resumed from a run that had stopped
+                break
             t0 = time.perf_counter()
             if self.link_task:
                 from .negative_sampling import epoch_triples
@@ -235,13 +244,12 @@ class CompiledModel:
             result.history.append(row)
             if progress:
                 progress(row, epochs)
-            if stopper and stopper.stop_after(epoch, row["val_acc"], self.get_params):
+            if record.observe(row.get("val_acc", 0.0)):
                 break
-        if stopper:
-            self.set_params(stopper.best_params)
+        record.keep_best()
         result.final = self.evaluate()
-        if stopper:
-            result.final.update(best_epoch=stopper.best_epoch, epochs_run=len(result.history))
+        if record.stopper:
+            result.final.update(best_epoch=record.stopper.best_epoch, epochs_run=len(result.history))
         return result
 
     def evaluate(self) -> dict:
@@ -275,12 +283,15 @@ class CompiledModel:
 
     def set_params(self, params: dict):
         self.session.set_params(params)
+        self.record.weights_set_by_caller()
 
     def save_checkpoint(self, path):
-        self.session.save_checkpoint(path)
+        """The training state: the epoch count, the last epoch's weights and optimizer state, and
+        gnn.earlyStopping's record, from which training continues as if it had not stopped."""
+        self.record.save_checkpoint(path)
 
     def load_checkpoint(self, path):
-        self.session.load_checkpoint(path)
+        self.record.load_checkpoint(path)
 
 
 # the pass's choices, and the unfused form (passes/edge_typed_linear.py)
@@ -298,21 +309,20 @@ class TrainingDiverged(UserError):
     pass
 
 
-class EarlyStopping:
-    """gnn.earlyStopping(patience): remember the weights of the epoch with the best validation
-    accuracy (the first, on ties); stop once ``patience`` epochs have not improved on it."""
+def _is_count(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
-    def __init__(self, patience: int):
-        self.patience = patience
-        self.best_acc = -1.0
-        self.best_epoch = 0
-        self.best_params = None
 
-    def stop_after(self, epoch: int, val_acc: float, get_params) -> bool:
-        if val_acc > self.best_acc:
-            self.best_acc, self.best_epoch = val_acc, epoch
-            self.best_params = {k: v.copy() for k, v in get_params().items()}
-        return epoch - self.best_epoch >= self.patience
+def _check_fit_arguments(dataset, epochs, eval_every) -> None:
+    from .data.dataset import GraphData
+    if dataset is not None and not isinstance(dataset, GraphData):
+        raise UserError(f"morphgen: error: fit() takes a dataset from morphgen.data.load_dataset, "
+                        f"not {type(dataset).__name__} {dataset!r:.60}")
+    if epochs is not None and (not _is_count(epochs) or epochs < 1):
+        raise UserError(f"morphgen: error: fit(): epochs must be a positive integer, got {epochs!r}")
+    if not _is_count(eval_every) or eval_every < 0:
+        raise UserError(f"morphgen: error: fit(): eval_every must be an integer >= 0 (0: only after the "
+                        f"last epoch), got {eval_every!r}")
 
 
 def compile(path, backend: str = "openmp", **kwargs) -> CompiledModel:

@@ -143,6 +143,16 @@ def final_metrics(final: dict) -> str:
     return " ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "loss")
 
 
+def final_line(final: dict, history: list, times: list, where: str = "") -> str:
+    """The run's last line: final metrics, last training loss and median epoch time.  A run resumed
+    from one that early stopping had ended trains no epoch: its loss is the evaluation's."""
+    if not history:
+        return (f"final: {final_metrics(final)} loss {final['loss']:.4f} (no epoch trained: early stopping "
+                f"had already ended the run this checkpoint comes from)")
+    return (f"final: {final_metrics(final)} loss {history[-1]['loss']:.4f} "
+            f"median epoch {np.median(times) * 1e3:.2f} ms{where}")
+
+
 def train_command(args) -> int:
     from .data import load_dataset
     backend = require_backend(args.backend)
@@ -222,8 +232,7 @@ def train_command(args) -> int:
     result = model.fit(epochs=epochs, progress=progress, eval_every=eval_every)
     final = result.final
     times = [r["epoch_time_s"] for r in result.history]
-    print(f"final: {final_metrics(final)} loss {result.history[-1]['loss']:.4f} "
-          f"median epoch {np.median(times) * 1e3:.2f} ms")
+    print(final_line(final, result.history, times))
     if model.session.epoch_graph() and not args.quiet:
         print(f"morphgen: cuda: epochs 2-{len(result.history)} each replayed as one CUDA graph "
               f"(MORPHGEN_CUDA_GRAPHS=0: kernel by kernel)", file=sys.stderr)
@@ -242,7 +251,7 @@ def train_command(args) -> int:
             "model": str(args.model), "backend": args.backend, "dataset": dataset.name,
             "epochs": epochs, "threads": model.threads, "seed": args.seed,
             **{k: v for k, v in final.items() if k != "loss"},
-            "final_loss": result.history[-1]["loss"], "epoch_times_s": times,
+            "final_loss": result.history[-1]["loss"] if result.history else final["loss"], "epoch_times_s": times,
             "compile_seconds": model.compile_seconds, "prepare_seconds": model.session.prepare_seconds,
             "hoisted_aggregations": len(model.program.invariant), "feature_path": path,
             "edge_typed_layouts": typed_layouts, "cuda_graph": model.session.epoch_graph(),

@@ -222,6 +222,19 @@ class Session:
     def load_checkpoint(self, path):
         self._check(self.lib.mg_load_checkpoint(self.ctx, str(path).encode()), f"load checkpoint {path}")
 
+    def set_checkpoint_state(self, values: np.ndarray):
+        """Floats of the caller's own training state that later checkpoints carry (copied)."""
+        buf = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        self._check(self.lib.mg_set_checkpoint_extra(self.ctx, self.ffi.cast("float *", buf.ctypes.data), buf.size),
+                    "checkpoint state")
+
+    def checkpoint_state(self) -> np.ndarray:
+        """The caller's state of the last loaded checkpoint (or the last set): empty if none."""
+        n = int(self.lib.mg_get_checkpoint_extra(self.ctx, self.ffi.NULL, 0))
+        out = np.empty(n, np.float32)
+        self.lib.mg_get_checkpoint_extra(self.ctx, self.ffi.cast("float *", out.ctypes.data), n)
+        return out
+
     # -- profiling --------------------------------------------------------------------------
     def allocated_bytes(self) -> int:
         return int(self.lib.mg_allocated_bytes(self.ctx))

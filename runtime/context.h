@@ -4,6 +4,7 @@
 #ifndef MORPHGEN_CONTEXT_H
 #define MORPHGEN_CONTEXT_H
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -127,6 +128,9 @@ struct ContextBase {
     bool prepared = false;
     int64_t allocated_bytes = 0;
     std::vector<Timer> timers;
+    // The caller's own training state, written into checkpoints after the weights and read back
+    // from them (the early-stopping record: mg_set_checkpoint_extra in the ABI).
+    std::vector<float> checkpoint_extra;
 };
 
 // Subnormal floats off (flush-to-zero, denormals-are-zero) on every OpenMP thread while a call
@@ -280,6 +284,21 @@ class CheckpointReader {
             if (!(std::fabs(data[i]) <= kMaxCheckpointValue))
                 throw Error(path_ + ": array '" + name + "' holds " + std::to_string(data[i]) + " at index " +
                             std::to_string(i) + " (not finite or implausibly large: a corrupted checkpoint)");
+    }
+    // The optional last array (the caller's state), of any size up to max_n values.
+    bool at_end() const { return pos_ == end_; }
+    std::vector<float> trailing_array(const std::string &name, int64_t max_n) {
+        const size_t mark = pos_;   // peek at the count behind the name, then read it as array() does
+        int64_t len, m;
+        get(&len, sizeof len);
+        if (len < 0 || size_t(len) > end_ - pos_) throw Error(path_ + ": corrupt checkpoint");
+        pos_ += size_t(len);
+        get(&m, sizeof m);
+        pos_ = mark;
+        if (m < 0 || m > max_n) throw Error(path_ + ": corrupt checkpoint (array of " + std::to_string(m) + " values)");
+        std::vector<float> out(static_cast<size_t>(m));
+        array(name, out.data(), m);
+        return out;
     }
     void expect_end() {
         if (pos_ != end_) throw Error(path_ + ": trailing data (checkpoint of a different model?)");

@@ -76,6 +76,12 @@ int mg_set_param(mg_ctx *ctx, int i, const float *in);
 
 int mg_save_checkpoint(mg_ctx *ctx, const char *path);
 int mg_load_checkpoint(mg_ctx *ctx, const char *path);
+/* The caller's training state that checkpoints carry after the weights (the early-stopping
+ * record): mg_set_checkpoint_extra copies n floats (n = 0: none), which every later
+ * mg_save_checkpoint writes; mg_load_checkpoint replaces them with the file's (none: 0 floats).
+ * mg_get_checkpoint_extra copies up to cap of them to out and returns how many there are. */
+int mg_set_checkpoint_extra(mg_ctx *ctx, const float *data, int64_t n);
+int64_t mg_get_checkpoint_extra(mg_ctx *ctx, float *out, int64_t cap);
 
 /* Distributed backends (MPI): this rank's share of the graph, set after mg_set_graph.  comm is
  * the Fortran handle of the communicator (mpi4py's Comm.py2f()), so mpi.h stays out of this

@@ -128,6 +128,7 @@ def train_distributed(args) -> int:
             "library": str(model.library_path), "parts_dir": str(parts_dir), "ranks": ranks,
             "sizes": {k: int(v) for k, v in program.sizes.items()}, "threads": threads, "seed": args.seed,
             "epochs": epochs, "eval_every": max(1, epochs // 50), "init_params": str(init),
+            "early_stopping": program.early_stopping,
             "resume": args.resume and str(Path(args.resume).resolve()),
             "checkpoint": args.checkpoint and str(Path(args.checkpoint).resolve()),
             "json_out": args.json_out and str(Path(args.json_out).resolve()), "quiet": args.quiet,

@@ -55,12 +55,13 @@ def _blocking_allreduce_seconds(session, comm, reps: int = 3) -> float:
     return best
 
 
-def _rank_figures(session, part, epochs: int, times: list, train_halo_bytes: float, allreduce_s: float) -> dict:
+def _rank_figures(session, part, times: list, train_halo_bytes: float, allreduce_s: float) -> dict:
+    epochs = max(1, len(times))      # the epochs trained (early stopping may end a run before its count)
     timers = {t["kernel"]: t for t in session.timers()}
     halo, wait, exposed = timers["halo"], timers["allreduce_wait"], timers["allreduce_exposed"]
     return {"owned": int(part["num_owned"]), "ghosts": part.num_local - int(part["num_owned"]),
             "halo_rows_sent": int(part["send_ptr"][-1]), "edges": int(part["col"].shape[0]),
-            "median_epoch_s": float(np.median(times)),
+            "median_epoch_s": float(np.median(times)) if times else 0.0,
             "halo_bytes_per_epoch": train_halo_bytes / epochs,      # training epochs only
             "halo_s_per_epoch": halo["seconds"] / epochs,          # evaluations' exchanges included
             "allreduce_wait_s_per_epoch": wait["seconds"] / epochs,          # skew included
@@ -124,21 +125,27 @@ def _progress_thread_setting(comm, threads: int) -> None:
 
 def run(spec: dict, comm) -> int:
     from morphgen.backends.mpi.parts import load_part
-    from morphgen.commands import Progress, final_metrics, print_profile, write_atomically
+    from morphgen.commands import Progress, final_line, print_profile, write_atomically
+    from morphgen.early_stopping import TrainingRecord
     rank, size = comm.Get_rank(), comm.Get_size()
     if size != spec["ranks"]:
         raise RuntimeError(f"started with {size} ranks, the run was prepared for {spec['ranks']}")
     _progress_thread_setting(comm, spec["threads"])
     part = load_part(Path(spec["parts_dir"]), rank, size)
     session = _session(spec, part, comm)
+    record = TrainingRecord(session, spec.get("early_stopping"))
     if spec.get("resume"):
-        session.load_checkpoint(spec["resume"])
+        record.load_checkpoint(spec["resume"])
     epochs, eval_every = spec["epochs"], spec["eval_every"]
+    if record.stopper:
+        eval_every = 1          # it selects by the validation accuracy of every epoch
     progress = Progress(quiet=spec["quiet"] or rank != 0)
     session.reset_timers()
     history, times, train_halo_bytes = [], [], 0.0
     link = spec.get("link")
     for epoch in range(1, epochs + 1):
+        if record.should_stop():        # resumed from a run that had stopped
+            break
         before = _timer(session, "halo")["bytes"]
         t0 = time.perf_counter()
         if link:
@@ -156,18 +163,22 @@ def run(spec: dict, comm) -> int:
             row["loss"] = loss
         history.append(row)
         progress(row, epochs)
+        if record.observe(row.get("val_acc", 0.0)):      # the same global accuracy on every rank
+            break
+    record.keep_best()
     allreduce_s = _blocking_allreduce_seconds(session, comm) if size > 1 else 0.0
-    figures = _rank_figures(session, part, epochs, times, train_halo_bytes, allreduce_s)
+    figures = _rank_figures(session, part, times, train_halo_bytes, allreduce_s)
     if spec.get("profile"):
         figures["profile"] = session.timers()      # every rank's kernels; rank 0's are printed
     final = _link_metrics(session, part, comm, link) if link else session.evaluate()
+    if record.stopper:
+        final.update(best_epoch=record.stopper.best_epoch, epochs_run=len(history))
     if spec.get("checkpoint"):
-        session.save_checkpoint(spec["checkpoint"])      # rank 0 writes, the others wait for it
+        record.save_checkpoint(spec["checkpoint"])      # rank 0 writes, the others wait for it
     per_rank = comm.gather(figures, root=0)
     if rank != 0:
         return 0
-    print(f"final: {final_metrics(final)} loss {history[-1]['loss']:.4f} "
-          f"median epoch {np.median(times) * 1e3:.2f} ms ({size} ranks x {spec['threads']} threads)")
+    print(final_line(final, history, times, f" ({size} ranks x {spec['threads']} threads)"))
     if spec.get("profile"):
         print("rank 0:")
         print_profile(per_rank[0]["profile"])
@@ -175,7 +186,7 @@ def run(spec: dict, comm) -> int:
     slowest = max(r["median_epoch_s"] for r in per_rank)
     mean = sum(r["median_epoch_s"] for r in per_rank) / size
     print(f"morphgen: per rank: halo {sum(r['halo_bytes_per_epoch'] for r in per_rank) / 1e6:.3f} MB/epoch in "
-          f"total, slowest/mean rank {slowest / mean:.2f}, all-reduce wait "
+          f"total, slowest/mean rank {slowest / mean if mean else 1.0:.2f}, all-reduce wait "
           f"{max(r['allreduce_wait_s_per_epoch'] for r in per_rank) * 1e3:.2f} ms/epoch at most (skew included); "
           f"{hidden:.0%} of the all-reduce hidden (it takes "
           f"{np.mean([r['allreduce_s_per_epoch'] for r in per_rank]) * 1e3:.3f} ms/epoch blocking)", file=sys.stderr)
@@ -183,7 +194,7 @@ def run(spec: dict, comm) -> int:
         print(f"morphgen: checkpoint written to {spec['checkpoint']}", file=sys.stderr)
     if spec.get("json_out"):
         report = dict(spec["report"], epochs=epochs, threads=spec["threads"], ranks=size,
-                      **{k: v for k, v in final.items() if k != "loss"}, final_loss=history[-1]["loss"],
+                      **{k: v for k, v in final.items() if k != "loss"}, final_loss=history[-1]["loss"] if history else final["loss"],
                       epoch_times_s=times, history=history, per_rank=per_rank, allreduce_hidden=hidden)
         if spec.get("profile"):
             report["profile"] = per_rank[0]["profile"]

@@ -1,6 +1,7 @@
 """gnn.earlyStopping(patience): training stops `patience` epochs after the best validation
 accuracy and the model keeps that epoch's weights, exactly."""
 import numpy as np
+import pytest
 
 import morphgen
 from morphgen.frontend import check_source
@@ -8,11 +9,16 @@ from morphgen.frontend import check_source
 from tests.e2e.support import EXAMPLES, small_dataset
 
 
-def test_training_stops_after_the_patience_and_keeps_the_best_weights(tmp_path):
+def gcn_with_early_stopping(tmp_path, patience: int):
     source = (EXAMPLES / "gcn.mp").read_text().replace(
-        'gnn.normalizeFeatures("row");', 'gnn.normalizeFeatures("row");\n    gnn.earlyStopping(patience = 5);')
+        'gnn.normalizeFeatures("row");', f'gnn.normalizeFeatures("row");\n    gnn.earlyStopping(patience = {patience});')
     path = tmp_path / "gcn_es.mp"
     path.write_text(source)
+    return path
+
+
+def test_training_stops_after_the_patience_and_keeps_the_best_weights(tmp_path):
+    path = gcn_with_early_stopping(tmp_path, 5)
     data = small_dataset()
     model = morphgen.compile(path, threads=2, seed=2)
     result = model.fit(data)
@@ -39,3 +45,29 @@ def test_early_stopping_errors_are_located():
     for stop, message in cases.items():
         [d] = check_source(head + body.replace("STOP", stop))
         assert (d.line, d.message) == (4, message)
+
+
+# (seed, epochs before the checkpoint): with patience 4 on small_dataset, seed 0's best epoch is
+# 10 (tied at 11-13, stopping after 14), so a checkpoint after 12 holds weights newer than the best
+# ones in use; seed 1 stops after epoch 6 (best 2), so a run resumed after 8 has nothing to train.
+@pytest.mark.parametrize("seed, split", [(0, 12), (1, 8)], ids=["mid-run", "already-stopped"])
+def test_a_resumed_run_stops_and_selects_as_the_uninterrupted_one(tmp_path, seed, split):
+    path, data = gcn_with_early_stopping(tmp_path, 4), small_dataset()
+    whole = morphgen.compile(path, threads=2, seed=seed)
+    expected = whole.fit(data, epochs=20)
+    first = morphgen.compile(path, threads=2, seed=seed)
+    part_one = first.fit(data, epochs=split)
+    assert part_one.final["best_epoch"] < split           # the best weights are not the last ones
+    first.save_checkpoint(tmp_path / "run.ck")
+    resumed = morphgen.compile(path, threads=2, seed=seed)
+    resumed.bind(data)
+    resumed.load_checkpoint(tmp_path / "run.ck")
+    part_two = resumed.fit(data, epochs=20 - split)
+    continued = first.fit(data, epochs=20 - split)        # the same process, without a checkpoint
+    losses = [row["loss"] for row in expected.history]
+    for second in (part_two, continued):
+        assert [row["loss"] for row in part_one.history + second.history] == losses
+        assert second.final["best_epoch"] == expected.final["best_epoch"]
+    for model in (resumed, first):
+        for name, value in whole.get_params().items():
+            np.testing.assert_array_equal(model.get_params()[name], value, err_msg=name)

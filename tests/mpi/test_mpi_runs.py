@@ -130,3 +130,25 @@ def test_ranks_sleep_between_regions_only_where_threads_outnumber_cores(monkeypa
     assert ranks_per_node(4) == 4
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
     assert ranks_per_node(4) == 2 and ranks_per_node(5) == 3
+
+
+def test_early_stopping_stops_selects_and_resumes_as_one_process(tmp_path):
+    """gnn.earlyStopping(patience = 3), seed 0: the best validation accuracy at epoch 4 (tied at
+    6 and 7), training ends after epoch 7 with epoch 4's weights, on 2 ranks as in one process,
+    and a 2-rank run resumed from the one-process checkpoint of epoch 5 (whose weights are newer
+    than the best ones) stops and selects as the uninterrupted run."""
+    program = tmp_path / "gcn_es.mp"
+    program.write_text(example("gcn").read_text().replace(
+        'gnn.normalizeFeatures("row");', 'gnn.normalizeFeatures("row");\n    gnn.earlyStopping(patience = 3);'))
+    whole = train(tmp_path, program, SYNTHETIC, epochs=10)
+    assert (whole["best_epoch"], len(whole["history"])) == (4, 7), whole["history"]
+    ranks = train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=2, epochs=10)
+    assert ranks["best_epoch"] == 4
+    assert_same_run(whole, ranks, 1e-5, "2 ranks")
+    checkpoint = tmp_path / "epoch5.ck"
+    first = train(tmp_path, program, SYNTHETIC, "--checkpoint", checkpoint, epochs=5, tag="first")
+    resumed = train(tmp_path, program, SYNTHETIC, "--resume", checkpoint, backend="mpi", ranks=2, epochs=5,
+                    tag="resumed")
+    assert resumed["best_epoch"] == 4
+    both = dict(resumed, history=first["history"] + [dict(r, epoch=r["epoch"] + 5) for r in resumed["history"]])
+    assert_same_run(whole, both, 1e-5, "2 ranks resumed from one process's epoch 5")
