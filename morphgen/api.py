@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 
 from .backends import require as require_backend
+from .arg_types import MAX_SEED
 from .early_stopping import TrainingRecord
 from .errors import UserError
 from .pipeline import (build_library, check_run_fits, choose_feature_path, features_payload, lower,
@@ -51,7 +52,13 @@ class CompiledModel:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise UserError(f"morphgen: error: threads must be a positive integer, not {threads!r}")
         self.threads = threads or os.cpu_count() or 1
-        self.seed = seed
+        if not _is_count(seed) or not 0 <= seed <= MAX_SEED:
+            raise UserError(f"morphgen: error: seed must be an integer 0 .. 2**63-1, not {seed!r}")
+        self.seed = int(seed)
+        if sparsity_threshold is not None and not (isinstance(sparsity_threshold, (int, float, np.number))
+                                                   and 0.0 <= float(sparsity_threshold) <= 1.0):
+            raise UserError(f"morphgen: error: sparsity_threshold must be a number in [0, 1], "
+                            f"not {sparsity_threshold!r}")
         self.sparsity_threshold = sparsity_threshold
         self.sanitize = sanitize
         self.hoist_invariants = hoist_invariants

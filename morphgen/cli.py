@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from . import __version__
+from . import __version__, arg_types
 from .errors import UserError, InternalError
 
 def _add_edge_typed_layout(p, auto: str) -> None:
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the narrower side of a product, hoisting) show only then.  A name (resolved in "
                         "--data-dir or $MORPHGEN_DATA), an .npz/edge-list path or synthetic[:key=value,...]")
     p.add_argument("--data-dir", default=None, help="where dataset names are looked up")
-    p.add_argument("--sparsity-threshold", type=float, default=None,
+    p.add_argument("--sparsity-threshold", type=arg_types.fraction, default=None,
                    help="with --dataset: the feature path's threshold, as for `train` (default: calibrated)")
     _add_edge_typed_layout(p, "auto (the default: picked per op from --dataset's graph; compact without one)")
     p.set_defaults(handler=_cmd_compile)
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_model_args(p)
     _add_data_args(p)
     p.add_argument("--epochs", type=int, default=None, help="override the program's epoch count")
-    p.add_argument("--seed", type=int, default=0, help="seed for initialisation and dropout")
+    p.add_argument("--seed", type=arg_types.seed, default=0, help="seed for initialisation and dropout")
     p.add_argument("--threads", type=int, default=None,
                    help="OpenMP threads (per rank with --backend mpi; default: all cores, shared by the ranks)")
     p.add_argument("--device", type=int, default=None,
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "predicted epoch (auto, the default: morphgen's partitioner at edge-load bounds "
                         "1.03-1.50 and vertex-balanced METIS), morphgen's edge-load balanced "
                         "partitioner at its 1.03 bound, vertex-balanced METIS, or a random split")
-    p.add_argument("--sparsity-threshold", type=float, default=None,
+    p.add_argument("--sparsity-threshold", type=arg_types.fraction, default=None,
                    help="feature sparsity above which the sparse feature path is used "
                         "(default: tau = 1 - rho from this machine's calibration)")
     p.add_argument("--no-hoist", action="store_true",
@@ -167,7 +167,8 @@ def main(argv=None) -> int:
     except UserError as err:
         if debug:
             raise
-        print(str(err), file=sys.stderr)
+        text = str(err)      # data errors name their field ("synthetic: nodes: ..."), not the tool
+        print(text if text.startswith("morphgen") else f"morphgen: error: {text}", file=sys.stderr)
         return 2
     except InternalError as err:
         if debug:

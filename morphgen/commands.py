@@ -11,10 +11,25 @@ import numpy as np
 from .api import CompiledModel
 from .backends import require as require_backend
 from .errors import UserError
+from .outputs import check_output_folder, write_atomically
 from .pipeline import build_library, lower
 
 
+REPORT_HEADER = "# morphgen compile --emit report"
+
+
+def _compiled_folder(path: Path) -> bool:
+    """An earlier `compile -o` output: it holds the program's IR, or a report morphgen wrote."""
+    report = path / "report.txt"
+    return (path / "program.ir").is_file() or (report.is_file() and report.read_text(errors="replace")
+                                                .startswith(REPORT_HEADER))
+
+
 def compile_command(args) -> int:
+    if args.output is not None and args.emit in ("ir", "plan", "cpp"):
+        raise UserError(f"morphgen: error: -o is the folder for what --emit lib and report write (the library, "
+                        f"its sources, the report); --emit {args.emit} prints to the terminal: redirect it "
+                        f"to a file")
     if args.dataset is not None:
         return _compile_for_dataset(args)
     if args.sparsity_threshold is not None:
@@ -41,15 +56,18 @@ def compile_command(args) -> int:
         for name, text in sources.items():
             print(f"// ---- {name}\n{text}")
         return 0
+    library_name = f"lib{_safe_stem(args.model)}_{args.backend}.so"
+    check_output_folder("-o", args.output, [*sources, "program.ir", library_name], _compiled_folder,
+                        "compiled programs")
     lib = build_library(sources, backend)
     if args.output:
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)
         for name, text in sources.items():
-            (out / name).write_text(text)
-        (out / "program.ir").write_text(program.dump() + "\n")
-        target = out / f"lib{_safe_stem(args.model)}_{args.backend}.so"
-        target.write_bytes(Path(lib).read_bytes())
+            write_atomically(out / name, text)
+        write_atomically(out / "program.ir", program.dump() + "\n")
+        target = out / library_name
+        write_atomically(target, Path(lib).read_bytes())
         print(f"wrote {', '.join(sorted(sources))}, program.ir and {target.name} to {out}")
     else:
         print(f"built {lib}")
@@ -88,7 +106,7 @@ def _report(args) -> int:
                         "it is for --backend cuda")
     from .backends import REGISTRY
     from .backends.cuda.report import report
-    out = Path(args.output) if args.output else None
+    out = check_output_folder("-o", args.output, ["report.txt"], _compiled_folder, "compiled programs")
     if out is not None:      # before the build, which takes a while: a bad -o fails at once
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -97,7 +115,7 @@ def _report(args) -> int:
     table = report(args.model, REGISTRY["cuda"])
     print(table)
     if out is not None:
-        write_atomically(out / "report.txt", table + "\n")
+        write_atomically(out / "report.txt", f"{REPORT_HEADER} of {args.model}\n{table}\n")
         print(f"morphgen: report written to {out / 'report.txt'}", file=sys.stderr)
     return 0
 
@@ -246,6 +264,7 @@ def train_command(args) -> int:
         print(f"morphgen: checkpoint written to {args.checkpoint}", file=sys.stderr)
     if args.json_out:
         from .bench.memory import peak_rss_bytes
+        from .outputs import marked
         peak = peak_rss_bytes()
         report = {
             "model": str(args.model), "backend": args.backend, "dataset": dataset.name,
@@ -263,7 +282,7 @@ def train_command(args) -> int:
         if args.profile:
             report["profile"] = model.session.timers()
             report["profile_epochs"] = [first_timed, len(result.history)]
-        write_atomically(Path(args.json_out), json.dumps(report, indent=2) + "\n")
+        write_atomically(Path(args.json_out), json.dumps(marked(report), indent=2) + "\n")
     return 0
 
 
@@ -278,6 +297,8 @@ def _train_distributed(args) -> int:
     if args.sanitize:
         raise UserError(f"morphgen: error: --sanitize is not supported with --backend {args.backend} yet")
     _check_outputs_writable(args)
+    if args.parts_dir is not None and Path(args.parts_dir).exists() and not Path(args.parts_dir).is_dir():
+        raise UserError(f"morphgen: error: --parts-dir {args.parts_dir}: exists and is not a folder")
     require_backend(args.backend).check_program(lower(args.model))   # before starting any rank
     if args.ranks is None:
         args.ranks = int(os.environ.get("SLURM_NTASKS", "1"))
@@ -287,9 +308,22 @@ def _train_distributed(args) -> int:
 
 
 def _check_outputs_writable(args) -> None:
-    """--json and --checkpoint are checked before training, not after it."""
-    for flag, target in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
-        _check_writable(flag, target)
+    """--json, --checkpoint and --resume are checked before anything is compiled or trained: a
+    missing checkpoint, or an output that would destroy something (the program, the data, a file
+    morphgen did not write, the other output), is refused at once (morphgen/outputs.py)."""
+    from .data.resolve import dataset_file
+    from .outputs import check_distinct, check_output_file, is_checkpoint, is_report
+    if args.resume is not None and not Path(args.resume).is_file():
+        what = "does not exist" if not Path(args.resume).exists() else "is not a file"
+        raise UserError(f"morphgen: error: --resume {args.resume or repr('')}: {what}; give a checkpoint "
+                        f"written by --checkpoint")
+    inputs = [("the program being trained", args.model),
+              ("the dataset", dataset_file(args.dataset, args.data_dir))]
+    check_output_file("--json", args.json_out, is_report, "report",
+                      inputs + [("the checkpoint resumed from", args.resume)])
+    check_output_file("--checkpoint", args.checkpoint, is_checkpoint, "checkpoint", inputs,
+                      reusable_inputs=[args.resume])
+    check_distinct([("--json", args.json_out), ("--checkpoint", args.checkpoint)])
 
 
 def _rerun_with_sanitizer_runtime() -> None:
@@ -306,29 +340,6 @@ def _rerun_with_sanitizer_runtime() -> None:
     print("morphgen: restarting with the sanitizer runtime preloaded", file=sys.stderr)
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", "morphgen", *sys.argv[1:]], env)
-
-
-def _check_writable(flag: str, target) -> None:
-    if target is None:
-        return
-    path = Path(target)
-    if path.is_dir():
-        raise UserError(f"morphgen: error: {flag} {path} is a directory; give a file name")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise UserError(f"morphgen: error: {flag} {path}: the folder {folder} does not exist or is not writable")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it into place: an interrupted
-    write never leaves a half file, and what was at `path` stays until the new one is complete."""
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"morphgen: error: cannot write {path}: {err.strerror or err}") from err
 
 
 def _timers_from_second_epoch(session, progress):

@@ -217,7 +217,9 @@ class Session:
             self._check(self.lib.mg_set_param(self.ctx, i, self.ffi.cast("float *", buf.ctypes.data)), name)
 
     def save_checkpoint(self, path):
-        self._check(self.lib.mg_save_checkpoint(self.ctx, str(path).encode()), f"save checkpoint {path}")
+        """Written beside the file and renamed onto it; through a symbolic link, onto its target."""
+        real = os.path.realpath(path)
+        self._check(self.lib.mg_save_checkpoint(self.ctx, real.encode()), f"save checkpoint {path}")
 
     def load_checkpoint(self, path):
         self._check(self.lib.mg_load_checkpoint(self.ctx, str(path).encode()), f"load checkpoint {path}")

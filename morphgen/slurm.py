@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, arg_types
 from .errors import UserError
 
 TEMPLATE = Path(__file__).with_name("slurm_job.sbatch.j2")
@@ -49,7 +49,7 @@ def add_arguments(p) -> None:
     train.add_argument("--dataset", default="synthetic", help="dataset name or path (default: %(default)s)")
     train.add_argument("--data-dir", default=None, help="where dataset names are looked up")
     train.add_argument("--epochs", type=int, default=None, help="override the program's epoch count")
-    train.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    train.add_argument("--seed", type=arg_types.seed, default=0, help="seed (default 0)")
     train.add_argument("--json", dest="json_out", default=None, help="the run's metrics as JSON")
     train.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
     train.add_argument("--resume", default=None, help="start from this checkpoint")
@@ -116,6 +116,26 @@ def _validate(args) -> None:
             raise UserError("morphgen: error: --parts-dir needs --backend mpi (the OpenMP backend does not partition)")
     if not Path(args.model).is_file():
         raise UserError(f"morphgen: error: {args.model}: no such program file")
+    _validate_files(args)
+
+
+def _validate_files(args) -> None:
+    """What the job will read and write, checked now rather than when the job runs: the dataset
+    spec, and outputs that would destroy an input, a file morphgen did not write, or each other."""
+    from .data.resolve import dataset_file
+    from .data.synthetic import check_synthetic_spec, is_synthetic_spec
+    from .outputs import check_distinct, check_output_file, is_checkpoint, is_report
+    if is_synthetic_spec(args.dataset):
+        check_synthetic_spec(args.dataset)
+    inputs = [("the program being trained", args.model),
+              ("the dataset", dataset_file(args.dataset, args.data_dir))]
+    check_output_file("--json", args.json_out, is_report, "report", inputs + [("the checkpoint resumed from", args.resume)])
+    check_output_file("--checkpoint", args.checkpoint, is_checkpoint, "checkpoint", inputs, reusable_inputs=[args.resume])
+    script = args.output or f"{Path(args.model).stem}.sbatch"
+    for what, path in inputs + [("the checkpoint resumed from", args.resume)]:
+        if path and Path(script).exists() and os.path.samefile(script, path):
+            raise UserError(f"morphgen: error: -o {script} is {what}; writing the script there would destroy it")
+    check_distinct([("-o", script), ("--json", args.json_out), ("--checkpoint", args.checkpoint)])
 
 
 def _train_command(args, bin_dir: Path) -> str:

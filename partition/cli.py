@@ -10,12 +10,14 @@ import json
 import sys
 from pathlib import Path
 
+from morphgen import arg_types
 from morphgen.errors import UserError
+from morphgen.outputs import marked, write_atomically
 
 from .compare import REFERENCE, evaluate
 from .hierarchical import STRATEGIES
 from .inputs import load_input_graph
-from .io import save_partition
+from .io import is_partition_folder, part_file, save_partition
 from .layout import build_layouts
 from .table import render
 
@@ -34,7 +36,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--imbalance", type=float, default=1.03, help="edge-load constraint max/mean (default 1.03)")
     p.add_argument("--max-imbalance", type=float, default=1.10, help="how far it may be relaxed (default 1.10)")
     p.add_argument("--feature-width", type=int, default=128, help="F for halo bytes (default 128, fp32)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=arg_types.seed, default=0)
     p.add_argument("--no-compare", action="store_true", help="run only the chosen strategy")
     p.set_defaults(handler=run)
     return p
@@ -56,12 +58,27 @@ def run(args) -> int:
     try:
         return _run(args)
     except (UserError, ValueError) as exc:   # PartitionError, DataError, GraphError
-        print(f"morphgen: error: {exc}", file=sys.stderr)
+        print(f"morphgen: error: {str(exc).removeprefix('morphgen: error: ')}", file=sys.stderr)
         return 2
 
 
+def _check_outputs(args) -> None:
+    """Before the work: a report or folder that would replace what morphgen did not write is refused."""
+    from morphgen.data.resolve import dataset_file
+    from morphgen.outputs import check_output_file, check_output_folder, is_report
+    check_output_file("--json", args.json_out, is_report, "report",
+                      [("the dataset", dataset_file(args.dataset, args.data_dir))])
+    if args.parts >= 1:
+        check_output_folder("--out", args.out, ["manifest.json"] + [part_file(k) for k in range(args.parts)],
+                            is_partition_folder, "part files")
+
+
 def _run(args) -> int:
+    _check_outputs(args)
     graph = load_input_graph(args.dataset, data_dir=args.data_dir, symmetric=args.symmetrize)
+    if args.parts > graph.num_nodes:
+        raise UserError(f"--parts {args.parts} is more than the graph's {graph.num_nodes} nodes "
+                        f"(every part needs a node)")
     options = dict(feature_width=args.feature_width, seed=args.seed,
                    imbalance=args.imbalance, max_imbalance=args.max_imbalance)
     chosen, assignment = evaluate(graph, args.parts, args.strategy, **options)
@@ -90,9 +107,5 @@ def _run(args) -> int:
     if args.json_out:
         document = dict(chosen, dataset=args.dataset, num_nodes=graph.num_nodes,
                         num_edges=graph.num_edges, comparison=rows)
-        try:
-            Path(args.json_out).write_text(json.dumps(document, indent=2))
-        except OSError as exc:
-            print(f"morphgen: error: --json {args.json_out}: {exc}", file=sys.stderr)
-            return 2
+        write_atomically(Path(args.json_out), json.dumps(marked(document), indent=2) + "\n")
     return 0

@@ -20,7 +20,7 @@ FORMAT = "morphgen-partition-v1"
 _ARRAYS = ("owned", "ghosts", "ghost_owner", "indptr", "indices", "edge_ids")
 
 
-def _part_file(part: int) -> str:
+def part_file(part: int) -> str:
     return f"part-{part:05d}.npz"
 
 
@@ -47,14 +47,27 @@ def save_partition(layouts: list[PartLayout], directory, meta: dict | None = Non
         arrays["send_peers"], arrays["send_offsets"], arrays["send_index"] = _flatten(layout.send)
         arrays["recv_peers"], arrays["recv_offsets"], arrays["recv_index"] = _flatten(layout.recv)
         arrays["header"] = np.array([layout.part, layout.num_parts, layout.num_global_nodes], np.int64)
-        tmp = directory / (_part_file(layout.part) + ".tmp.npz")
+        tmp = directory / (part_file(layout.part) + ".tmp.npz")
         np.savez(tmp, **arrays)
-        os.replace(tmp, directory / _part_file(layout.part))
+        os.replace(tmp, directory / part_file(layout.part))
+    for stale in directory.glob("part-*.npz"):     # parts of an earlier, larger partition here
+        index = stale.name[len("part-"):-len(".npz")]
+        if index.isdigit() and len(index) == 5 and int(index) >= layouts[0].num_parts:
+            stale.unlink()
     manifest = {"format": FORMAT, "num_parts": layouts[0].num_parts,
                 "num_nodes": layouts[0].num_global_nodes,
-                "files": [_part_file(l.part) for l in layouts], "meta": meta or {}}
+                "files": [part_file(l.part) for l in layouts], "meta": meta or {}}
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return directory
+
+
+def is_partition_folder(directory) -> bool:
+    """Whether `directory` holds a partition morphgen saved (its manifest)."""
+    try:
+        read_manifest(directory)
+    except PartitionError:
+        return False
+    return True
 
 
 def read_manifest(directory) -> dict:
@@ -79,7 +92,7 @@ def load_part(directory, part: int) -> PartLayout:
     k = manifest["num_parts"]
     if isinstance(part, bool) or not isinstance(part, (int, np.integer)) or not 0 <= part < k:
         raise PartitionError(f"part: must be in [0, {k}), got {part!r}")
-    path = Path(directory) / _part_file(int(part))
+    path = Path(directory) / part_file(int(part))
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {name: z[name] for name in z.files}

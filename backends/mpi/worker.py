@@ -127,6 +127,7 @@ def run(spec: dict, comm) -> int:
     from morphgen.backends.mpi.parts import load_part
     from morphgen.commands import Progress, final_line, print_profile, write_atomically
     from morphgen.early_stopping import TrainingRecord
+    from morphgen.outputs import marked
     rank, size = comm.Get_rank(), comm.Get_size()
     if size != spec["ranks"]:
         raise RuntimeError(f"started with {size} ranks, the run was prepared for {spec['ranks']}")
@@ -198,7 +199,7 @@ def run(spec: dict, comm) -> int:
                       epoch_times_s=times, history=history, per_rank=per_rank, allreduce_hidden=hidden)
         if spec.get("profile"):
             report["profile"] = per_rank[0]["profile"]
-        write_atomically(Path(spec["json_out"]), json.dumps(report, indent=2) + "\n")
+        write_atomically(Path(spec["json_out"]), json.dumps(marked(report), indent=2) + "\n")
     return 0
 
 

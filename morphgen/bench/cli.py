@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from morphgen import arg_types
 
 from . import harness, report as rep
 from .runs import backend_of, bench_one, measure_limits, parse_peers, resolve_cap, resolve_device, resolve_threads
@@ -27,7 +28,7 @@ DEFAULT_TIMEOUT_S = 1800.0
 def add_run_options(p) -> None:
     """Options shared by `bench`, `sweep-sparsity` and `bench-suite`."""
     p.add_argument("--threads", type=int, default=None, help="threads for every system (default: all usable cores)")
-    p.add_argument("--seed", type=int, default=0, help="seed of morphgen's initial weights and dropout")
+    p.add_argument("--seed", type=arg_types.seed, default=0, help="seed of morphgen's initial weights and dropout")
     p.add_argument("--memory-cap-gib", type=float, default=None,
                    help="address-space cap of every child process (default: 3/4 of physical memory; "
                         "none with --backend cuda, whose driver reserves more address space than it uses)")
@@ -74,7 +75,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--peer-features", choices=("auto", "dense", "sparse"), default="auto",
                    help="input features given to the peers; auto: sparse when morphgen takes its sparse path")
     p.add_argument("--no-profile", action="store_true", help="do not collect morphgen's per-kernel timers")
-    p.add_argument("--sparsity-threshold", type=float, default=None,
+    p.add_argument("--sparsity-threshold", type=arg_types.fraction, default=None,
                    help="passed to morphgen train (default: its calibrated tau = 1 - rho)")
     p.add_argument("--sweep", choices=("edges",), default=None,
                    help="edges: synthetic graphs from 2^18 to 2^24 edges (see --sweep-min/--sweep-max)")

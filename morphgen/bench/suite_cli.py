@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from morphgen import arg_types
 from morphgen.errors import UserError
 
 from . import cli as bench_cli, harness, report as rep, runs
@@ -141,7 +142,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--no-parity", action="store_true",
                    help="skip the loss parity check (the first epochs from identical weights)")
-    p.add_argument("--sparsity-threshold", type=float, default=None, help="passed to morphgen train")
+    p.add_argument("--sparsity-threshold", type=arg_types.fraction, default=None, help="passed to morphgen train")
     bench_cli.add_device_options(p)
     bench_cli.add_run_options(p)
     p.set_defaults(handler=run)

@@ -55,11 +55,16 @@ def _search_dirs(data_dir) -> list:
 
 def resolve_name(name: str, data_dir=None) -> Path:
     """``<data_dir>/<name>.npz`` then ``$MORPHGEN_DATA/<name>.npz``; a clear error otherwise."""
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise DataError(f"data_dir {data_dir}: no such folder (dataset '{name}' is looked up there)")
     dirs = _search_dirs(data_dir)
-    for _, d in dirs:
+    for label, d in dirs:
         candidate = d / f"{name}.npz"
-        if candidate.is_file():
-            return candidate
+        try:
+            if candidate.is_file():
+                return candidate
+        except OSError as err:        # a folder the user may not search
+            raise DataError(f"dataset '{name}': cannot look in {d} ({label}): {err.strerror or err}") from None
     if Path(name).exists():      # a file or Planetoid directory in the working directory
         return Path(name)
     if not dirs:
@@ -75,6 +80,16 @@ def resolve_name(name: str, data_dir=None) -> Path:
     close = difflib.get_close_matches(name, sorted(available), n=1)
     hint = f"\ndid you mean '{close[0]}'?" if close else ""
     raise DataError(f"dataset '{name}' not found; looked in:\n" + "\n".join(lines) + hint)
+
+
+def dataset_file(spec: Spec, data_dir=None) -> Optional[Path]:
+    """The file or folder that ``spec`` reads, or None (the generator, or nothing found yet)."""
+    if isinstance(spec, str) and is_synthetic_spec(spec):
+        return None
+    try:
+        return _locate(spec, data_dir)
+    except (DataError, OSError):
+        return None
 
 
 def _locate(spec: Spec, data_dir) -> Path:
@@ -130,6 +145,9 @@ def load_dataset(spec: Spec = "synthetic", data_dir=None, **opts) -> Dataset:
     ``per_type_features`` (default true: ``x_<type>`` features of a heterogeneous ``.npz`` become
     one block matrix, see ``morphgen.data.typed_features``; false loads such a dataset featureless).
     """
+    if not isinstance(spec, (str, os.PathLike)):
+        raise DataError(f"load_dataset: the dataset must be a name, a path or a synthetic spec (a str), "
+                        f"not {type(spec).__name__}")
     if isinstance(spec, str) and is_synthetic_spec(spec):
         layout = opts.pop("feature_format", None)
         for key in opts:

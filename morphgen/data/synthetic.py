@@ -26,12 +26,15 @@ the graph.
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
+
 import numpy as np
 import scipy.sparse as sp
 
 from morphgen.data.dataset import Dataset
 from morphgen.data.errors import DataError
+from morphgen.data.guards import require_memory
 from morphgen.data.keys import sorted_unique
 from morphgen.data.validate import make_graph
 from morphgen.graph import Graph
@@ -101,6 +104,8 @@ def rmat(num_nodes: int, num_edges: int, a: float = 0.57, b: float = 0.19, c: fl
     ``dedup=True`` removes repeated edges and keeps drawing until the count is reached.
     """
     _check_rmat_args(num_nodes, num_edges, a, b, c)
+    # per edge its endpoints, the draws' quadrant bits and the keys that sort them; per node a permutation
+    require_memory(int(num_edges) * 48 + int(num_nodes) * 16, f"rmat: {num_nodes} nodes, {num_edges} edges")
     n = int(num_nodes)
     target = int(num_edges) // 2 if symmetric else int(num_edges)
     if dedup:
@@ -154,11 +159,10 @@ def _spec_error(field: str, message: str):
 
 
 def _check_params(p: dict) -> None:
-    for key in ("nodes", "classes"):
-        if p[key] < 1:
-            _spec_error(key, f"must be >= 1, got {p[key]}")
     if p["nodes"] < 2:
         _spec_error("nodes", f"must be >= 2, got {p['nodes']}")
+    if p["classes"] < 1:
+        _spec_error("classes", f"must be >= 1, got {p['classes']}")
     for key in ("edges", "features", "train_per_class", "val", "test"):
         if p[key] < 0:
             _spec_error(key, f"must be >= 0, got {p[key]}")
@@ -191,6 +195,15 @@ def _check_params(p: dict) -> None:
     undirected = p["edges"] // 2
     if undirected > p["nodes"] * (p["nodes"] - 1) // 2:
         _spec_error("edges", f"{p['edges']} edges do not fit a simple graph on {p['nodes']} nodes")
+
+
+def _check_memory(p: dict) -> None:
+    # what generating holds at once: the feature matrix (dense below sparsity 0.5), per node its
+    # label, degree weight and masks, per edge the endpoints and the keys that deduplicate them
+    dense = p["format"] == "dense" or (p["format"] == "auto" and p["sparsity"] < 0.5)
+    stored = p["features"] * (1.0 if dense else 2 * (1.0 - p["sparsity"]))
+    require_memory(int(p["nodes"] * (4 * stored + 40) + p["edges"] * 48),
+                   f"synthetic: {p['nodes']} nodes, {p['edges']} edges, {p['features']} features")
 
 
 class _InverseCdf:
@@ -346,6 +359,7 @@ def synthetic_dataset(nodes: int = 2000, edges: int = 20000, features: int = 64,
     if seed < 0:
         _spec_error("seed", f"must be >= 0, got {seed}")
     _check_params(params)
+    _check_memory(params)
     p = params
     s_labels, s_graph, s_features, s_split = np.random.SeedSequence(p["seed"]).spawn(4)
 
@@ -423,6 +437,18 @@ def parse_synthetic_spec(spec: str) -> dict:
         else:
             kwargs[key] = value
     return kwargs
+
+
+def check_synthetic_spec(spec: str) -> None:
+    """Refuse a synthetic spec that `synthetic_dataset` would refuse, without generating it (nor
+    weighing its size against this machine's memory: a job may run on a larger one)."""
+    params = dict(inspect.signature(synthetic_dataset).parameters)
+    values = {key: param.default for key, param in params.items()}
+    values.update(parse_synthetic_spec(spec))
+    if values["seed"] < 0:
+        _spec_error("seed", f"must be >= 0, got {values['seed']}")
+    values = {k: (float(v) if k in _FLOAT_KEYS else v) for k, v in values.items()}
+    _check_params(values)
 
 
 def check_synthetic_key(key: str) -> None:

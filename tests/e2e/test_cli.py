@@ -236,7 +236,7 @@ def test_an_unwritable_output_is_refused_before_training(tmp_path, flag):
 
 def test_json_report_is_written_atomically(tmp_path):
     report = tmp_path / "run.json"
-    report.write_text("previous report")
+    report.write_text('{"written_by": "morphgen 0.1.0", "epochs": 7}')     # an earlier run's report
     proc = run_cli("train", example("gcn"), "--epochs", "1", "--quiet", "--json", report)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(report.read_text())["epochs"] == 1
