@@ -61,13 +61,15 @@ def _fail(flag: str, path, why: str) -> None:
 
 
 def check_output_file(flag: str, target, recognise: Callable[[Path], bool], kind: str,
-                      inputs: Iterable = (), reusable_inputs: Iterable = ()) -> Optional[Path]:
+                      inputs: Iterable = (), reusable_inputs: Iterable = (), writable_now: bool = True
+                      ) -> Optional[Path]:
     """The path to write `target` through (its symbolic links resolved), or None when not given.
 
     ``recognise``: whether an existing file is an earlier output of this kind (``kind`` names it
     in the error).  ``inputs``: (description, path) pairs of what the run reads, never written
     over; ``reusable_inputs``: inputs that are also this output (a checkpoint resumed from and
-    saved again).
+    saved again).  ``writable_now=False``: the file is written later, elsewhere (a batch job's),
+    so its folder need not exist yet.
     """
     if target is None:
         return None
@@ -88,7 +90,7 @@ def check_output_file(flag: str, target, recognise: Callable[[Path], bool], kind
             _fail(flag, path, f"exists and is not a morphgen {kind}; remove it or give another file name "
                               f"(morphgen replaces only its own earlier outputs)")
     folder = real.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
+    if writable_now and (not folder.is_dir() or not os.access(folder, os.W_OK)):
         _fail(flag, path, f"the folder {folder} does not exist or is not writable")
     return real
 

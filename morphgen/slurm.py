@@ -129,8 +129,11 @@ def _validate_files(args) -> None:
         check_synthetic_spec(args.dataset)
     inputs = [("the program being trained", args.model),
               ("the dataset", dataset_file(args.dataset, args.data_dir))]
-    check_output_file("--json", args.json_out, is_report, "report", inputs + [("the checkpoint resumed from", args.resume)])
-    check_output_file("--checkpoint", args.checkpoint, is_checkpoint, "checkpoint", inputs, reusable_inputs=[args.resume])
+    # written when the job runs: their folders may not exist yet (nor exist here, on the login node)
+    check_output_file("--json", args.json_out, is_report, "report", inputs + [("the checkpoint resumed from", args.resume)],
+                      writable_now=False)
+    check_output_file("--checkpoint", args.checkpoint, is_checkpoint, "checkpoint", inputs,
+                      reusable_inputs=[args.resume], writable_now=False)
     script = args.output or f"{Path(args.model).stem}.sbatch"
     for what, path in inputs + [("the checkpoint resumed from", args.resume)]:
         if path and Path(script).exists() and os.path.samefile(script, path):

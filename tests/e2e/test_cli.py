@@ -1,5 +1,6 @@
 """The `morphgen` command line as a user meets it: exit codes, located messages, no tracebacks."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -117,6 +118,33 @@ def test_non_positive_counts_are_refused_before_compiling(flag, value):
 def test_the_api_refuses_a_thread_count_that_is_not_a_positive_integer(threads):
     with pytest.raises(UserError, match="threads must be a positive integer"):
         morphgen.compile(example("gcn"), threads=threads)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"seed": -1}, "seed must be an integer 0 .. 2**63-1"), ({"seed": "a"}, "seed must be an integer"),
+    ({"sparsity_threshold": float("nan")}, "sparsity_threshold must be a number in [0, 1]"),
+    ({"sparsity_threshold": 5}, "sparsity_threshold must be a number in [0, 1]")])
+def test_the_api_refuses_a_bad_seed_or_threshold_when_compiling(setting, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        morphgen.compile(example("gcn"), **setting)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("cora",), "fit() takes a dataset from morphgen.data.load_dataset, not str 'cora'"),
+    ((None, 0), "epochs must be a positive integer, got 0"), ((None, 2.5), "epochs must be a positive integer"),
+    ((None, 3, None, -1), "eval_every must be an integer >= 0")])
+def test_fit_refuses_bad_arguments_before_training(args, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        morphgen.compile(example("gcn"), threads=1).fit(*args)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--seed", "-1"), "argument --seed: -1 is out of range"),
+    (("--sparsity-threshold", "nan"), "argument --sparsity-threshold: nan is not in [0, 1]"),
+    (("--dataset", "cora", "--data-dir", "/no/such/folder"), "morphgen: error: data_dir /no/such/folder: no such folder"),
+    (("--dataset", "synthetic:nodes=1000000000000"), "needs 296000000960000 bytes")])
+def test_bad_train_settings_are_refused_with_their_reason(args, message):
+    assert_clean_failure(run_cli("train", example("gcn"), "--quiet", *args), 2, message)
 
 
 def test_rgat_trains_on_a_featureless_dataset(tmp_path):
