@@ -17,7 +17,7 @@ from ..ir_core import dim_div
 from .sema import (AGGREGATORS, BUILTIN_KEYWORDS, BUILTINS, EDGE_BUILTIN_ATTRS, GRAPH_ATTRS, GRAPH_METHODS,
                    NODE_BUILTIN_ATTRS, NODE_METHODS, REQUIRED_KEYWORDS, ConstSym, ElemSym, GraphSym, LocalSym,
                    SUGGESTION_LIMIT, PoisonSym, Poisoned, PropSym, Scope, SemanticError, SizeSym,
-                   WeightSym, check_number, describe, undeclared)
+                   WeightSym, check_number, describe, undeclared, unassigned)
 from .values import ElemRef, GraphRef, Iteration, SizeRef, TypeCount, TypeIndex, TypedSlice
 
 _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "<": operator.lt,
@@ -111,6 +111,8 @@ class ExpressionLowering:
             if sym.dynamic:
                 raise SemanticError(e.coord, f"the epoch counter '{e.name}' is not a compile-time "
                                              "value: the training loop body describes every epoch")
+            if sym.value is None:
+                raise unassigned(e.coord, e.name)
             return sym.value
         if isinstance(sym, SizeSym):
             return SizeRef(sym.name, sym.ir_name)

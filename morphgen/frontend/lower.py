@@ -18,7 +18,7 @@ from .expressions import (ExpressionLowering, is_directive, is_rows, source_text
                           widths_conflict)
 from .sema import (INITS, ConstSym, ElemSym, GraphSym, LocalSym, PoisonSym, Poisoned, PropSym,
                    Scope, SemanticError, SizeSym, WeightSym, check_choice, declared_name_problem,
-                   describe, identifier_problem, undeclared)
+                   describe, identifier_problem, undeclared, unassigned)
 from .values import ElemRef, Iteration, TypeCount
 
 STATEMENT_BUDGET = 100_000      # statements executed while unrolling, over the whole program
@@ -244,9 +244,8 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
         return self.declare_weight(t, d)
 
     def declare_scalar(self, t, d):
-        if d.init is None:
-            value = {"int": 0, "float": 0.0, "bool": False}[t.kind]
-            self.scope.declare(ConstSym(d.name, d.coord, type=t.kind, value=value))
+        if d.init is None:       # no value until assigned: reading it first is an error, not a 0
+            self.scope.declare(ConstSym(d.name, d.coord, type=t.kind, value=None))
             return
         value = self.expr(d.init)
         if is_rows(value):
@@ -380,6 +379,8 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
         if isinstance(sym, ConstSym):
             if sym.dynamic:
                 raise SemanticError(s.target.coord, f"the epoch counter '{name}' cannot be assigned")
+            if s.op != "=" and sym.value is None:
+                raise unassigned(s.target.coord, name)
             if s.op in ("++", "--"):
                 new = self.binop(s.coord, s.op[0], sym.value, 1)
             elif s.op == "=":

@@ -73,7 +73,8 @@ class Symbol:
 
 @dataclass(eq=False)
 class ConstSym(Symbol):
-    """A compile-time scalar (int/float/bool local, loop counter)."""
+    """A compile-time scalar (int/float/bool local, loop counter); ``value`` None: declared
+    without a value and not assigned yet."""
     type: str = "int"
     value: Any = 0
     dynamic: bool = False          # the epoch counter: declared, but not a compile-time value
@@ -163,6 +164,10 @@ SUGGESTION_LIMIT = 100
 
 def undeclared(coord, name: str, candidates) -> SemanticError:
     return SemanticError(coord, f"undeclared name '{name}'" + suggest(name, candidates))
+
+
+def unassigned(coord, name: str) -> SemanticError:
+    return SemanticError(coord, f"'{name}' is read before it is assigned (it was declared without a value)")
 
 
 # -- the catalogue -----------------------------------------------------------------------
