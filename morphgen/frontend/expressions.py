@@ -317,7 +317,7 @@ class ExpressionLowering:
         if op in ("+", "-", "*") and (isinstance(a, bool) or isinstance(b, bool)):
             raise SemanticError(coord, f"'{op}' needs numbers, not booleans")
         result = _FOLD[op](a, b)
-        if isinstance(result, int) and not isinstance(result, bool) and abs(result) > 2 ** 62:
+        if isinstance(result, int) and not isinstance(result, bool) and not -2 ** 63 <= result < 2 ** 63:
             raise SemanticError(coord, "integer overflow in a compile-time expression")
         return result
 

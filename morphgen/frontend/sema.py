@@ -254,6 +254,10 @@ def check_choice(coord, what: str, value: str, choices) -> str:
     return value
 
 
+FLOAT32_TINY = 1.1754943508222875e-38     # the smallest normal float32 (smaller ones flush to 0)
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_number(coord, what: str, value, *, lo=None, hi=None, lo_open=False, hi_open=False,
                  integer=False) -> float:
     """Validate a numeric argument; the message names the argument and the allowed range."""
@@ -263,6 +267,10 @@ def check_number(coord, what: str, value, *, lo=None, hi=None, lo_open=False, hi
         raise SemanticError(coord, f"{what} must be an integer, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise SemanticError(coord, f"{what} must be finite, got {value!r}")
+    if not integer and value != 0 and not FLOAT32_TINY <= abs(value) <= FLOAT32_MAX:
+        # the generated code holds it as a float32: 1e-50 would become 0, 1e39 infinity
+        raise SemanticError(coord, f"{what} = {value!r} is outside the range of a float32 "
+                                   f"({FLOAT32_TINY:.3g} to {FLOAT32_MAX:.4g} in magnitude), which training computes in")
     bad = ((lo is not None and (value < lo or (lo_open and value == lo)))
            or (hi is not None and (value > hi or (hi_open and value == hi))))
     if bad:
