@@ -20,7 +20,7 @@ import numpy as np
 
 from .backends import require as require_backend
 from .arg_types import MAX_SEED
-from .early_stopping import TrainingRecord
+from .early_stopping import TrainingRecord, require_validation_nodes
 from .errors import UserError
 from .pipeline import (build_library, check_run_fits, choose_feature_path, features_payload, lower,
                        normalize_features, sizes_of, with_graph_options)
@@ -222,6 +222,7 @@ class CompiledModel:
             self.bind(dataset)
         if self.session is None:
             raise UserError("morphgen: error: fit() needs a dataset")
+        require_validation_nodes(self.program.early_stopping, self.dataset, self.path)
         epochs = self.program.epochs if epochs is None else epochs
         if self.link_task:
             eval_every = 0          # ranking every node for every held-out triple: at the end only

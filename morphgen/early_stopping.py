@@ -17,6 +17,16 @@ from .errors import UserError
 _FORMAT = 1.0          # the first float of the packed record
 
 
+def require_validation_nodes(patience: Optional[int], dataset, program_path) -> None:
+    """Early stopping selects by validation accuracy: without validation nodes it would keep the
+    first epoch's weights whatever training did."""
+    val = getattr(dataset, "val_mask", None)
+    if patience and val is not None and not np.any(val):
+        raise UserError(f"morphgen: error: {program_path} stops early by validation accuracy "
+                        f"(gnn.earlyStopping), but dataset '{dataset.name}' has no validation nodes; "
+                        f"give a dataset with a validation split or remove gnn.earlyStopping")
+
+
 class EarlyStopping:
     """Epochs are the library's count of epochs trained (what a checkpoint resumes from), so a
     record saved in one run and loaded in the next compares like with like.  Accuracies are kept

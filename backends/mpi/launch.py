@@ -85,6 +85,7 @@ def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
 
 def train_distributed(args) -> int:
     from morphgen.api import CompiledModel
+    from morphgen.early_stopping import require_validation_nodes
     from morphgen.data import load_dataset
     from morphgen.interp import init_params
     from morphgen.pipeline import features_payload, preprocess
@@ -106,6 +107,7 @@ def train_distributed(args) -> int:
     log(f"morphgen: compiling {args.model} for mpi ...")
     model.build(dataset)
     program = model.program
+    require_validation_nodes(program.early_stopping, dataset, args.model)
     path = model.feature_path[0]
     normalised = preprocess(dataset, program)
     kind, payload = features_payload(normalised, path)

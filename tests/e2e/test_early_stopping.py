@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import morphgen
+from morphgen.errors import UserError
 from morphgen.frontend import check_source
 
 from tests.e2e.support import EXAMPLES, small_dataset
@@ -71,3 +72,12 @@ def test_a_resumed_run_stops_and_selects_as_the_uninterrupted_one(tmp_path, seed
     for model in (resumed, first):
         for name, value in whole.get_params().items():
             np.testing.assert_array_equal(model.get_params()[name], value, err_msg=name)
+
+
+def test_early_stopping_without_validation_nodes_is_refused(tmp_path):
+    """aifb and mutag have no validation split: selecting by its accuracy would keep epoch 1."""
+    data = small_dataset()
+    data.val_mask[:] = False
+    model = morphgen.compile(gcn_with_early_stopping(tmp_path, 3), threads=1)
+    with pytest.raises(UserError, match="has no validation nodes; give a dataset with a validation split"):
+        model.fit(data, epochs=2)
