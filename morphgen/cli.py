@@ -12,6 +12,7 @@ import sys
 
 from . import __version__, arg_types
 from .errors import UserError, InternalError
+from .grammar.diagnostics import CompileError
 
 def _add_edge_typed_layout(p, auto: str) -> None:
     # the choices of morphgen.api.EDGE_TYPED_LAYOUTS, written out: the parser does not import the API
@@ -167,8 +168,11 @@ def main(argv=None) -> int:
     except UserError as err:
         if debug:
             raise
-        text = str(err)      # data errors name their field ("synthetic: nodes: ..."), not the tool
-        print(text if text.startswith("morphgen") else f"morphgen: error: {text}", file=sys.stderr)
+        # data errors name their field ("synthetic: nodes: ..."), not the tool; program
+        # diagnostics their place (FILE:LINE:COL: error: ...)
+        text = str(err)
+        located = isinstance(err, CompileError)
+        print(text if located or text.startswith("morphgen") else f"morphgen: error: {text}", file=sys.stderr)
         return 2
     except InternalError as err:
         if debug:

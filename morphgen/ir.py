@@ -50,6 +50,10 @@ class Program:
     self_loops: bool = False                        # gnn.addSelfLoops: a loop added at every node at load
     fusion: list = field(default_factory=list)      # [FusionGroup] from morphgen.passes.fusion
     fingerprint: str = ""                           # of the program as written (source_fingerprint)
+    # Widths the program declares that only the dataset's sizes can confirm (a property declared
+    # 5 wide holding a C-wide value): [(the value's width, the declared one, what, loc)], checked
+    # by bind().
+    width_claims: list = field(default_factory=list)
     _next_id: int = 0
 
     # -- construction -------------------------------------------------------------------
@@ -150,6 +154,12 @@ class Program:
                 if isinstance(op.attrs.get(key), str):
                     op.attrs[key] = _resolve(op.attrs[key], table)
         self.sizes = table
+        for width, declared, what, loc in self.width_claims:
+            actual, wanted = _resolve(width, table), _resolve(declared, table)
+            if actual != wanted:
+                raise IRError(f"{what} is declared with width {declared}"
+                              f"{'' if declared == wanted else f' = {wanted}'}, but the value has width "
+                              f"{width}{'' if width == actual else f' = {actual}'}", loc)
         self.validate()
         return self
 

@@ -438,6 +438,10 @@ class DirectiveLowering:
         if output is not None and widths_conflict(output[0].width, spec.output_width):
             raise SemanticError(output[1], f"layer {l} outputs {spec.output_width} features, but property "
                                            f"'{output[0].name}' is declared with width {output[0].width}")
+        if output is not None and output[0].width != spec.output_width:
+            # settled once the dataset's sizes are bound
+            self.program.width_claims.append((spec.output_width, output[0].width,
+                                              f"property '{output[0].name}' (layer {l}'s output)", output[1]))
         t.forwarded.append(l)
         expander = LayerExpander(self.program, self.b)
         t.h = expander.expand(spec, kind, AGGREGATORS[agg_name], h, l == len(t.layers) - 1, e.coord)

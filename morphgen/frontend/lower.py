@@ -362,6 +362,8 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
             if widths_conflict(sym.width, value.width):
                 raise SemanticError(s.value.coord, f"property '{sym.name}' is declared with width "
                                                    f"{sym.width}, but the value has width {value.width}")
+            if sym.width != value.width:         # equal or not once the dataset's sizes are bound
+                self.program.width_claims.append((value.width, sym.width, f"property '{sym.name}'", s.value.coord))
         except BaseException:
             sym.poisoned = True
             raise

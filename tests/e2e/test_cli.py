@@ -276,13 +276,14 @@ SIZE_CONFLICTS = {
     "linear_rows": ("v.out = (v.x * W100) * W2;", "linear: input width 4 does not match weight rows 100"),
     "loss_width": ("v.out = v.x * W16;", "the loss needs one logit per class (2), but the output has width 16"),
     "dot_widths": ("v.out = (v.x * W16) * W2 * dot(v.x * W16, v.x);", "dot: widths 16 and 4 differ"),
+    "declared_width": ("v.out = (v.x * W16) * W2;", "property 'out' is declared with width 5, but the value has width C = 2"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(SIZE_CONFLICTS))
 def test_a_shape_only_the_dataset_reveals_is_a_located_error(tmp_path, case):
     body, message = SIZE_CONFLICTS[case]
-    out_width = "16" if case == "loss_width" else "C"
+    out_width = {"loss_width": "16", "declared_width": "5"}.get(case, "C")
     program = tmp_path / "sizes.mp"
     program.write_text(f"""\
 function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {{
@@ -474,3 +475,20 @@ def test_the_edge_typed_layout_choices_are_the_apis():
     from morphgen.api import EDGE_TYPED_LAYOUTS
     proc = run_cli("train", "--help")
     assert "{" + ",".join(EDGE_TYPED_LAYOUTS) + "}" in proc.stdout.replace("\n", "").replace(" ", "")
+
+
+def test_a_layer_output_declared_narrower_than_the_classes_is_a_located_error(tmp_path):
+    """`check` cannot know C; binding the dataset's sizes settles the declared width."""
+    from morphgen.grammar.diagnostics import CompileError
+    from morphgen.pipeline import lower
+    program = tmp_path / "outw.mp"
+    program.write_text(example("gcn").read_text().replace(
+        "gnn.optimizer(", "propNode<float[5]> z;\n    gnn.optimizer(").replace(
+        'gnn.forwardPass(l, "GCN", "Sum");', 'if (l == 0) { gnn.forwardPass(0, "GCN", "Sum"); } '
+                                            'else { gnn.forwardPass(1, "GCN", "Sum", output = z); }').replace(
+        'gnn.loss("cross_entropy")', 'gnn.loss(z, "cross_entropy")'))
+    assert run_cli("check", program).returncode == 0
+    lower(program, sizes={"F": 4, "C": 5, "N": 6, "etypes": 1, "ntypes": 1})      # 5 classes: it fits
+    with pytest.raises(CompileError, match=re.escape("property 'z' (layer 1's output) is declared with width 5, "
+                                                     "but the value has width C = 7")):
+        lower(program, sizes={"F": 4, "C": 7, "N": 6, "etypes": 1, "ntypes": 1})
