@@ -263,6 +263,11 @@ class DirectiveLowering:
         if self.features is None:
             raise Poisoned()              # the parameter list is already reported
         positional, keywords = DIRECTIVES[name]
+        # attempted, even if its arguments fail below: "never calls gnn.loss" would be a cascade
+        if name in ("loss", "linkLoss"):
+            self.train.loss_called = True
+        elif name == "optimizerStep":
+            self.train.step_called = True
         kw = {}
         for k in e.kwargs:
             if k.name not in keywords:
