@@ -179,6 +179,12 @@ def train_command(args) -> int:
     for flag, value in (("--epochs", args.epochs), ("--threads", args.threads)):
         if value is not None and value <= 0:
             raise UserError(f"morphgen: error: {flag} must be positive, got {value}")
+    if backend.capabilities.device_memory:
+        from morphgen.backends.cuda.calibrate import no_gpu_here
+        from morphgen.backends.cuda.toolchain import EMULATION_ENV, emulated
+        if not emulated() and no_gpu_here():        # said now, not after a build of a minute
+            raise UserError(f"morphgen: error: no usable CUDA GPU here (no /dev/nvidia* device, and nvidia-smi "
+                            f"lists none); {EMULATION_ENV}=1 runs the CUDA kernels on the CPU instead, slowly")
     if args.device is not None:
         if not backend.capabilities.device_memory:
             raise UserError(f"morphgen: error: --device picks a GPU for --backend cuda, not for {args.backend}")
@@ -227,6 +233,11 @@ def train_command(args) -> int:
     if model.program.invariant:
         print(f"morphgen: {len(model.program.invariant)} aggregation(s) of the input features computed once "
               f"instead of every epoch", file=sys.stderr)
+    doubled = nodes_counting_themselves_twice(model.program, dataset.graph)
+    if doubled:
+        print(f"morphgen: note: {doubled} node(s) of {dataset.name} have an edge to themselves, and GCN's self "
+              f"term (A + I) counts them twice; gnn.addSelfLoops() adds only the missing loops, as PyG's GCNConv "
+              f"does (docs/language.md)", file=sys.stderr)
     typed_layouts = edge_typed_layouts(model.program)
     if typed_layouts:
         print(f"morphgen: typed linears of rows read at edge ends: {', '.join(typed_layouts)}", file=sys.stderr)
@@ -284,6 +295,15 @@ def train_command(args) -> int:
             report["profile_epochs"] = [first_timed, len(result.history)]
         write_atomically(Path(args.json_out), json.dumps(marked(report), indent=2) + "\n")
     return 0
+
+
+def nodes_counting_themselves_twice(program, graph) -> int:
+    """Nodes with a stored self loop that a GCN aggregation's own self term adds again."""
+    gcn_self_term = any(op.opcode in ("aggregate", "gcn_norm") and op.attrs.get("self_loops")
+                        and op.attrs.get("norm", "gcn") == "gcn" for op in program.forward)
+    if not gcn_self_term or program.self_loops:
+        return 0
+    return int(np.unique(graph.src[graph.src == graph.dst]).size)
 
 
 def edge_typed_layouts(program) -> list:

@@ -92,6 +92,12 @@ def gpu_present() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+def no_gpu_here() -> bool:
+    """Certainly no GPU: no device node and nvidia-smi lists none (a container may lack either
+    one alone and still have a GPU, so both are asked)."""
+    return not any(Path("/dev").glob("nvidia[0-9]*")) and not gpu_present()
+
+
 @functools.lru_cache(maxsize=None)
 def library():
     """The cffi handle of calibrate.cu, built for the GPU (or, under the emulation, the CPU)."""

@@ -230,7 +230,10 @@ def main(argv=None) -> int:
         spec = json.loads(Path(argv[0]).read_text())
         code = run(spec, comm)
     except BaseException as err:       # noqa: BLE001 - every failure must end the whole job
-        text = str(err) if isinstance(err, UserError) else f"internal error: {type(err).__name__}: {err}"
+        if isinstance(err, KeyboardInterrupt):
+            text = "interrupted"
+        else:
+            text = str(err) if isinstance(err, UserError) else f"internal error: {type(err).__name__}: {err}"
         text = f"rank {comm.Get_rank()}: " + text.removeprefix("morphgen: ")
         print(f"morphgen: {text}", file=sys.stderr, flush=True)
         if argv:

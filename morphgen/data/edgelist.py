@@ -46,7 +46,8 @@ def read_edge_list(path, num_nodes: Optional[int] = None) -> Graph:
     path = Path(path)
     require_file(path)
     try:
-        with open(path, "r", encoding="utf-8") as fh:
+        # utf-8-sig: the byte-order mark some editors write is not part of the first node id
+        with open(path, "r", encoding="utf-8-sig") as fh:
             src, dst = parse_edge_lines(fh, str(path))
     except UnicodeDecodeError:
         raise DataError(f"{path}: not a text edge list (not UTF-8)") from None

@@ -17,6 +17,11 @@ def test_comments_blank_lines_and_separators(tmp_path):
     assert g.src.tolist() == [0, 1, 3] and g.dst.tolist() == [1, 2, 0]
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
+    g = load_graph(_file(tmp_path, "\ufeff0 1\n1 2\n"))
+    assert g.src.tolist() == [0, 1] and g.dst.tolist() == [1, 2]
+
+
 def test_num_nodes_option_and_symmetrise(tmp_path):
     path = _file(tmp_path, "0 1\n1 0\n1 2\n")
     g = load_graph(path, num_nodes=10, symmetrise=True)

@@ -84,3 +84,17 @@ def test_gcn_over_the_looped_graph_equals_gcn_adding_its_self_term(tmp_path):
     plain, with_loops = ([row["loss"] for row in r.history] for r in runs)
     np.testing.assert_allclose(with_loops, plain, rtol=1e-5)
     assert runs[0].final["test_acc"] == runs[1].final["test_acc"]
+
+
+def test_train_notes_nodes_whose_stored_loop_gcn_counts_again(tmp_path):
+    """A + I on a graph that already has v -> v: the node counts itself twice (PyG's GCNConv adds
+    only missing loops); `train` says so and names gnn.addSelfLoops, SAGE (no self term) does not."""
+    from morphgen.commands import nodes_counting_themselves_twice
+    from morphgen.pipeline import lower, sizes_of
+    data = small_dataset()
+    g = data.graph
+    looped = dataclasses.replace(data, graph=Graph(g.num_nodes, np.concatenate([g.src, [0, 3, 3]]),
+                                                   np.concatenate([g.dst, [0, 3, 3]])))
+    counts = {name: nodes_counting_themselves_twice(lower(EXAMPLES / f"{name}.mp", sizes_of(looped)), looped.graph)
+              for name in ("gcn", "sage")}
+    assert counts == {"gcn": 2, "sage": 0}
