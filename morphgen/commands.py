@@ -167,8 +167,9 @@ def final_line(final: dict, history: list, times: list, where: str = "") -> str:
     if not history:
         return (f"final: {final_metrics(final)} loss {final['loss']:.4f} (no epoch trained: early stopping "
                 f"had already ended the run this checkpoint comes from)")
-    return (f"final: {final_metrics(final)} loss {history[-1]['loss']:.4f} "
-            f"median epoch {np.median(times) * 1e3:.2f} ms{where}")
+    # with early stopping the accuracies are the kept epoch's: so is the loss, evaluated on its weights
+    loss = final["loss"] if "best_epoch" in final else history[-1]["loss"]
+    return f"final: {final_metrics(final)} loss {loss:.4f} median epoch {np.median(times) * 1e3:.2f} ms{where}"
 
 
 def train_command(args) -> int:

@@ -204,6 +204,9 @@ def _type_features(z: NpzArchive, name: str, rows: int):
 def _features(z: NpzArchive, graph: Graph, notes: list, meta: dict, per_type: bool):
     n = graph.num_nodes
     if "x_indptr" in z or "x_shape" in z or "x_data" in z or "x_indices" in z:
+        if "x" in z:
+            raise DataError(f"{z.source}: x: the features are given twice, dense (x) and sparse "
+                            f"(x_indptr/x_indices/x_data/x_shape); keep one")
         parts = [z[f"x_{p}"] for p in CSR_PARTS]
         return csr_from_parts("x", *parts, num_rows=n, source=z.source)
     if "x" in z:

@@ -77,6 +77,12 @@ def test_nan_and_inf_features_name_row_and_column(tmp_path):
     _expect(tmp_path, dense, r"features: non-finite value inf at row 11, column 4")
 
 
+def test_features_given_both_dense_and_sparse_are_refused(tmp_path):
+    a = _valid_arrays()
+    a["x"] = np.zeros(tuple(a["x_shape"]), np.float32)
+    _expect(tmp_path, a, r"x: the features are given twice, dense \(x\) and sparse")
+
+
 def test_label_length_mismatch(tmp_path):
     a = _valid_arrays()
     a["y"] = a["y"][:-1]
