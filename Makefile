@@ -18,7 +18,7 @@ train: $(STAMP)
 	$(VENV)/bin/morphgen train examples/gcn.mp --dataset synthetic
 
 test: $(STAMP) slurm-deps
-	$(VENV)/bin/pytest -n $(JOBS) tests
+	$(VENV)/bin/pytest -n $(JOBS) --durations=15 tests
 
 # SLURM and munge for tests/slurm, which starts a real single-node cluster (Debian packages;
 # installed once, with sudo when not root).  The daemons live in /usr/sbin, not always on PATH.
