@@ -66,6 +66,7 @@ class CompiledModel:
         self.op_timers = op_timers
         self.program = None
         self.session = None
+        self.record = None              # the session's early-stopping record (early_stopping.py)
         self.dataset = None             # what the session holds (features possibly normalised)
         self.bound_to = None            # the dataset the caller gave
         self.feature_path = None
@@ -290,6 +291,8 @@ class CompiledModel:
         return self.session.get_params()
 
     def set_params(self, params: dict):
+        if self.session is None:
+            raise UserError("morphgen: error: set_params() needs a bound model: call fit() or bind() first")
         self.session.set_params(params)
         self.record.weights_set_by_caller()
 

@@ -11,7 +11,7 @@ import numpy as np
 from .api import CompiledModel
 from .backends import require as require_backend
 from .errors import UserError
-from .outputs import check_output_folder, write_atomically
+from .outputs import check_output_folder, marked, write_atomically
 from .pipeline import build_library, lower
 
 
@@ -276,7 +276,6 @@ def train_command(args) -> int:
         print(f"morphgen: checkpoint written to {args.checkpoint}", file=sys.stderr)
     if args.json_out:
         from .bench.memory import peak_rss_bytes
-        from .outputs import marked
         peak = peak_rss_bytes()
         report = {
             "model": str(args.model), "backend": args.backend, "dataset": dataset.name,
