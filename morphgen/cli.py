@@ -112,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.add_arguments(p)
     p.set_defaults(handler=_cmd_slurm)
 
+    p = sub.add_parser("calibrate", help="measure this machine's dense/sparse feature-path threshold again",
+                       description="Measure rho (tau = 1 - rho: the feature sparsity above which the sparse "
+                                   "path is faster) and the kernels' rates for a thread count, replacing the "
+                                   "cached figures (`train` measures them once per machine and thread count; "
+                                   "run this on a quiet machine if other work disturbed that measurement).")
+    p.add_argument("--threads", type=int, default=None, help="OpenMP threads (default: all cores)")
+    p.set_defaults(handler=_cmd_calibrate)
+
     p = sub.add_parser("doctor", help="say what this machine can build and run (backends, CPU, compilers, GPU)",
                        description="Check every backend's toolchain, the CPU's vector units, the compilers, "
                                    "the GPU, cuBLAS and mpiexec; always exits 0.")
@@ -123,6 +131,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "morphgen.bench.suite_cli", "morphgen.bench.layouts_cli"):
         importlib.import_module(module).add_parser(sub)
     return parser
+
+
+def _cmd_calibrate(args) -> int:
+    from .calibrate import CalibrationError, calibrate
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"morphgen: error: --threads must be positive, got {args.threads}")
+    try:
+        cal = calibrate(args.threads, force=True)
+    except CalibrationError as err:
+        raise UserError(f"morphgen: error: calibration failed: {err}") from None
+    print(f"{cal.threads} thread(s): rho {cal.rho:.3f}, tau {cal.tau:.3f} (features sparser than that take the "
+          f"sparse path); dense {cal.dense_gflops:.1f} GFLOP/s, sparse {cal.sparse_gflops:.1f} GFLOP/s, "
+          f"triad {cal.triad_gbs:.1f} GB/s, aggregation {cal.spmm_gbs:.1f} GB/s (cached for later runs)")
+    return 0
 
 
 def _cmd_check(args) -> int:
