@@ -8,21 +8,18 @@ optionally check loss parity over the first epochs, and write bench.json, bench.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 from morphgen import arg_types
 
 from . import harness, report as rep
-from .runs import backend_of, bench_one, measure_limits, parse_peers, resolve_cap, resolve_device, resolve_threads
+from .runs import (DEFAULT_TIMEOUT_S, DEFAULT_WARMUP, backend_of, bench_one, measure_limits, parse_peers,
+                   resolve_cap, resolve_device, resolve_threads)
 
 DEFAULT_EPOCHS = 50
-DEFAULT_WARMUP = 3
-
-
-# Long enough for every system on the largest suite graph; a peer that needs more (PyG's HGTConv
-# with 500 edge types took more than 14 minutes for 10 epochs) is reported as timed out.
-DEFAULT_TIMEOUT_S = 1800.0
 
 
 def add_run_options(p) -> None:
@@ -86,7 +83,23 @@ def add_parser(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def default_data_dir(given: Optional[str]) -> Optional[str]:
+    """--data-dir, else $MORPHGEN_DATA, else ../shared/datasets where it exists (the repository's
+    neighbour): the real graphs of the suites."""
+    if given:
+        return given
+    if os.environ.get("MORPHGEN_DATA"):
+        return os.environ["MORPHGEN_DATA"]
+    return "../shared/datasets" if Path("../shared/datasets").is_dir() else None
+
+
 def check_common(args) -> None:
+    """The options every bench command shares (--data-dir resolved to its default here)."""
+    out = getattr(args, "out", None)
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise harness.BenchError(f"--out {out}: exists and is not a folder")
+    if hasattr(args, "data_dir"):
+        args.data_dir = default_data_dir(args.data_dir)
     if args.threads is not None and args.threads < 1:
         raise harness.BenchError(f"--threads: must be >= 1, got {args.threads}")
     if args.memory_cap_gib is not None and args.memory_cap_gib <= 0:

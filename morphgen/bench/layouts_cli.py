@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,14 +54,16 @@ def add_parser(subparsers) -> None:
                               description=__doc__.split("\n")[0])
     p.add_argument("--model", default=DEFAULT_MODELS, help=f"comma-separated programs (default {DEFAULT_MODELS})")
     p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(g.name for g in GRAPHS)}")
-    p.add_argument("--data-dir", default="../shared/datasets", help="where the real graphs are (default ../shared/datasets)")
+    p.add_argument("--data-dir", default=None,
+                   help="where the real graphs are (default: $MORPHGEN_DATA, else ../shared/datasets)")
     p.add_argument("--epochs", type=int, default=20, help="epochs per run (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="epochs left out of the median (default 3)")
     p.add_argument("--rounds", type=int, default=1,
                    help="runs of every layout, interleaved; the table keeps each layout's fastest median "
                         "(default 1)")
     p.add_argument("--out", default="bench-out/edge-layouts", help="output directory (default bench-out/edge-layouts)")
-    p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to refresh (default docs/benchmarks.md)")
+    p.add_argument("--docs", default=None,
+                   help="markdown file whose section (between its markers) to refresh (default: none)")
     bench_cli.add_run_options(p)
     p.set_defaults(handler=run)
 
@@ -172,12 +175,15 @@ def run(args) -> int:
         for graph in graphs:
             rows.append(measure(args, model, graph, threads, out))
     command = shlex.join(["morphgen", "bench-edge-layouts", "--model", args.model, "--epochs", str(args.epochs),
-                          "--rounds", str(args.rounds)] + (["--only", args.only] if args.only else []))
+                          "--warmup", str(args.warmup), "--rounds", str(args.rounds), "--threads", str(threads)]
+                         + (["--only", args.only] if args.only else []) + (["--docs", args.docs] if args.docs else []))
     text = markdown(rows, command, threads, describe_cpu(), args.rounds)
     (out / "edge_layouts.json").write_text(json.dumps(rows, indent=2) + "\n")
     (out / "edge_layouts.md").write_text(text)
-    docs = Path(args.docs)
-    if docs.is_file() and MARKS[0] in docs.read_text(encoding="utf-8"):
+    docs = Path(args.docs) if args.docs else None
+    if docs is not None and not (docs.is_file() and MARKS[0] in docs.read_text(encoding="utf-8")):
+        print(f"morphgen: {docs} has no {MARKS[0]} marker: left as it is", file=sys.stderr)
+    elif docs is not None:
         docs.write_text(replace_between_markers(docs.read_text(encoding="utf-8"), text, MARKS), encoding="utf-8")
         print(f"refreshed {docs}")
     print(text)

@@ -12,6 +12,11 @@ from morphgen.errors import UserError
 from . import harness, report as rep
 from .gpu_limits import as_ceilings, measure_gpu_limits
 
+DEFAULT_WARMUP = 3              # epochs left out of the median
+# Long enough for every system on the largest suite graph; a peer that needs more (PyG's HGTConv
+# with 500 edge types took more than 14 minutes for 10 epochs) is reported as timed out.
+DEFAULT_TIMEOUT_S = 1800.0
+
 
 def parse_peers(text: str) -> tuple:
     if text.strip().lower() in ("", "none"):
@@ -92,6 +97,14 @@ def command_line(args) -> str:
         parts += ["--sparsity-threshold", repr(args.sparsity_threshold)]
     if skips_input_dropout(args):
         parts += ["--peer-input-dropout", "none"]
+    # the rest only where they differ from their defaults, so the line stays short
+    for flag, name, default in (("--warmup", "warmup", DEFAULT_WARMUP), ("--rounds", "rounds", 1), ("--seed", "seed", 0),
+                                ("--peer-features", "peer_features", "auto"), ("--memory-cap-gib", "memory_cap_gib", None),
+                                ("--timeout", "timeout", DEFAULT_TIMEOUT_S)):
+        if getattr(args, name, default) != default:
+            parts += [flag, str(getattr(args, name))]
+    parts += [flag for flag, name in (("--quick-machine", "quick_machine"), ("--no-profile", "no_profile"))
+              if getattr(args, name, False)]
     return shlex.join(parts)
 
 

@@ -129,7 +129,8 @@ def add_parser(subparsers) -> None:
                               description=__doc__.split("\n")[0])
     p.add_argument("--model", default="examples/gcn3.mp",
                    help="program, or comma-separated programs for a model x graph table (default examples/gcn3.mp)")
-    p.add_argument("--data-dir", default="../shared/datasets", help="where cora/citeseer are (default ../shared/datasets)")
+    p.add_argument("--data-dir", default=None,
+                   help="where cora/citeseer are (default: $MORPHGEN_DATA, else ../shared/datasets)")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
     p.add_argument("--docs", default=None,
                    help="markdown file whose suite section (between its markers) to refresh with the table, plots "
