@@ -22,6 +22,7 @@ from .backends import require as require_backend
 from .arg_types import MAX_SEED
 from .early_stopping import TrainingRecord, require_validation_nodes
 from .errors import UserError
+from .grammar.diagnostics import suggest
 from .pipeline import (build_library, check_run_fits, choose_feature_path, features_payload, lower,
                        normalize_features, sizes_of, with_graph_options)
 
@@ -255,13 +256,26 @@ class CompiledModel:
                 progress(row, epochs)
             if record.observe(row.get("val_acc", 0.0)):
                 break
+        # An activation may hide NaN weights from the loss (relu's max(NaN, 0) is 0): look at them.
+        broken = [name for name, value in self.session.get_params().items() if not np.all(np.isfinite(value))]
+        if broken:
+            raise TrainingDiverged(f"morphgen: error: weights became NaN or infinite during training "
+                                   f"({', '.join(broken[:3])}{' ...' if len(broken) > 3 else ''}); a lower "
+                                   f"learning rate may help")
         record.keep_best()
         result.final = self.evaluate()
         if record.stopper:
             result.final.update(best_epoch=record.stopper.best_epoch, epochs_run=len(result.history))
         return result
 
+    def _bound(self, what: str):
+        """The session, or a clear error for a model not bound to data yet."""
+        if self.session is None:
+            raise UserError(f"morphgen: error: {what}() needs a bound model: call fit() or bind() first")
+        return self.session
+
     def evaluate(self) -> dict:
+        self._bound("evaluate")
         if not self.link_task:
             return self.session.evaluate()
         return self.evaluate_links()
@@ -271,6 +285,11 @@ class CompiledModel:
         training loss of the last triples set."""
         from .data.link import SPLITS
         from .link_eval import held_out_metrics
+        splits = (splits,) if isinstance(splits, str) else tuple(splits)
+        for split in splits:
+            if split not in SPLITS:
+                raise UserError(f"morphgen: error: evaluate_links(): no split {split!r} (the splits: "
+                                f"{', '.join(SPLITS)})")
         z = self.predict()
         rel = self.get_params()[self.relation_weight].reshape(-1, z.shape[1])
         triples = {split: getattr(self.dataset, f"{split}_triples") for split in SPLITS}
@@ -284,24 +303,38 @@ class CompiledModel:
 
     def predict(self) -> np.ndarray:
         """Logits (node classification) or the node embeddings (link prediction), one row per node."""
+        self._bound("predict")
         width = self.program.logits.shape[-1] if self.link_task else self.dataset.num_classes
         return self.session.predict(self.dataset.graph.num_nodes, width)
 
     def get_params(self) -> dict:
-        return self.session.get_params()
+        """Every weight by name, as a flat float32 array (checkpoint order and layout)."""
+        return self._bound("get_params").get_params()
 
     def set_params(self, params: dict):
-        if self.session is None:
-            raise UserError("morphgen: error: set_params() needs a bound model: call fit() or bind() first")
-        self.session.set_params(params)
+        """Replace the named weights (any subset); unknown names and non-finite values are refused."""
+        session = self._bound("set_params")
+        if not isinstance(params, dict):
+            raise UserError(f"morphgen: error: set_params() takes a dict of weights by name, not "
+                            f"{type(params).__name__}")
+        names = session.param_names()
+        for name, value in params.items():
+            if name not in names:
+                raise UserError(f"morphgen: error: set_params(): the model has no weight {name!r}"
+                                + suggest(str(name), names))
+            if not np.all(np.isfinite(np.asarray(value, dtype=np.float32))):
+                raise UserError(f"morphgen: error: set_params(): {name!r} holds NaN or infinite values")
+        session.set_params(params)
         self.record.weights_set_by_caller()
 
     def save_checkpoint(self, path):
         """The training state: the epoch count, the last epoch's weights and optimizer state, and
         gnn.earlyStopping's record, from which training continues as if it had not stopped."""
+        self._bound("save_checkpoint")
         self.record.save_checkpoint(path)
 
     def load_checkpoint(self, path):
+        self._bound("load_checkpoint")
         self.record.load_checkpoint(path)
 
 

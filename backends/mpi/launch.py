@@ -63,7 +63,7 @@ def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
     if directory.exists() and not directory.is_dir():
         raise UserError(f"morphgen: error: --parts-dir {directory}: exists and is not a folder")
     if (directory / "manifest.json").exists():
-        read_manifest(directory, key, ranks)
+        read_manifest(directory, key, ranks, partitioner)
         log(f"morphgen: reusing the {ranks}-rank partition in {directory}")
         return directory
     if directory.exists() and any(directory.iterdir()):
@@ -77,7 +77,9 @@ def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
             f"{p.ghosts} ghost rows, edge imbalance {p.edge_imbalance:.2f}")
     manifest = write_parts(dataset, ranks, directory, key, partitioner, chooser=chooser, on_candidate=report)
     if partitioner == "auto" and ranks > 1:
-        log(f"morphgen: chose the {manifest['partition']['chosen']} partition (fastest predicted epoch)")
+        from .epoch_cost import TIE
+        log(f"morphgen: chose the {manifest['partition']['chosen']} partition (the fastest predicted epoch; "
+            f"a later candidate must be predicted {TIE:.0%} faster to be preferred)")
     ghosts = sum(p["ghosts"] for p in manifest["parts"])
     log(f"morphgen: wrote {ranks} part files to {directory} ({ghosts} ghost rows in all)")
     return directory

@@ -165,7 +165,7 @@ def _part_arrays(dataset, lay, position, in_degree, out_degree) -> dict:
     return arrays
 
 
-def read_manifest(directory: Path, key: str, num_parts: int) -> dict:
+def read_manifest(directory: Path, key: str, num_parts: int, partitioner: Optional[str] = None) -> dict:
     """The manifest of a parts directory, checked against the data and rank count it must match."""
     path = Path(directory) / "manifest.json"
     try:
@@ -179,6 +179,10 @@ def read_manifest(directory: Path, key: str, num_parts: int) -> dict:
     if manifest.get("num_parts") != num_parts:
         raise PartFileError(f"morphgen: error: {path}: the part files are for {manifest.get('num_parts')} ranks, "
                             f"not {num_parts}")
+    written_by = (manifest.get("partition") or {}).get("partitioner")
+    if manifest.get("key") != key and partitioner is not None and written_by not in (None, partitioner):
+        raise PartFileError(f"morphgen: error: {path}: the part files were made by --partitioner {written_by}, "
+                            f"not {partitioner}; give another --parts-dir (or that partitioner)")
     if manifest.get("key") != key:
         raise PartFileError(f"morphgen: error: {path}: the part files were written for other data "
                             f"({manifest.get('dataset')}) or another preprocessing; remove the directory or "

@@ -520,3 +520,19 @@ def test_the_faster_run_of_a_system_or_layout_is_kept_and_any_failure():
     fast, slow, failed = {"epoch_time_s": 0.1}, {"epoch_time_s": 0.2}, {"epoch_time_s": None, "error": "x"}
     assert _faster(None, slow) is slow and _faster(slow, fast) is fast and _faster(fast, slow) is fast
     assert _faster(fast, failed) is failed and _faster(failed, fast) is failed
+
+
+def test_bench_commands_leave_docs_alone_unless_named_and_refuse_a_file_as_out(tmp_path, monkeypatch):
+    from morphgen.bench import cli as bench_cli
+    from morphgen.cli import build_parser
+    parser = build_parser()
+    assert parser.parse_args(["bench-edge-layouts"]).docs is None
+    assert parser.parse_args(["bench-suite"]).docs is None
+    monkeypatch.setenv("MORPHGEN_DATA", str(tmp_path))
+    args = parser.parse_args(["bench", "examples/gcn.mp", "--out", str(tmp_path / "out")])
+    bench_cli.check_common(args)
+    assert args.data_dir == str(tmp_path)            # $MORPHGEN_DATA, as train looks names up
+    (tmp_path / "afile").write_text("mine")
+    args = parser.parse_args(["bench", "examples/gcn.mp", "--out", str(tmp_path / "afile")])
+    with pytest.raises(harness.BenchError, match="exists and is not a folder"):
+        bench_cli.check_common(args)

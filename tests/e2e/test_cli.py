@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import morphgen
+from morphgen.api import TrainingDiverged
 from morphgen.errors import UserError
 
-from tests.e2e.support import assert_clean_failure, example, run_cli, typed_dataset
+from tests.e2e.support import assert_clean_failure, example, run_cli, small_dataset, typed_dataset
 
 BAD_PROGRAM = """\
 function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
@@ -127,6 +128,25 @@ def test_the_api_refuses_a_thread_count_that_is_not_a_positive_integer(threads):
 def test_the_api_refuses_a_bad_seed_or_threshold_when_compiling(setting, message):
     with pytest.raises(UserError, match=re.escape(message)):
         morphgen.compile(example("gcn"), **setting)
+
+
+def test_the_api_needs_a_bound_model_and_refuses_weights_it_would_ignore_or_hide():
+    model = morphgen.compile(example("gcn"), threads=1)
+    for method in ("evaluate", "predict", "get_params"):
+        with pytest.raises(UserError, match=re.escape(f"{method}() needs a bound model")):
+            getattr(model, method)()
+    model.fit(small_dataset(), epochs=1)
+    weight = model.get_params()["layer0.W"]
+    for params, message in (({"layer0.w": weight}, "no weight 'layer0.w'; did you mean 'layer0.W'?"),
+                            ([weight], "takes a dict of weights by name, not list"),
+                            ({"layer0.W": np.full_like(weight, np.nan)}, "'layer0.W' holds NaN or infinite values")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            model.set_params(params)
+    np.testing.assert_array_equal(model.get_params()["layer0.W"], weight)
+    # NaN weights behind a relu leave the loss finite (max(NaN, 0) is 0): fit looks at the weights
+    model.session.set_params({"layer0.W": np.full_like(weight, np.nan)})
+    with pytest.raises(TrainingDiverged, match=re.escape("weights became NaN or infinite during training (layer0.W")):
+        model.fit(epochs=1)
 
 
 @pytest.mark.parametrize("args, message", [

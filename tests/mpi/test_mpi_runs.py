@@ -102,6 +102,8 @@ def test_partition_files_for_other_ranks_or_data_are_refused(tmp_path):
     assert_clean_failure(run_cli(*_mpi_args(tmp_path, ranks=4)), 2, "for 2 ranks, not 4")
     other = [a if a != SYNTHETIC else SYNTHETIC.replace("nodes=300", "nodes=301") for a in _mpi_args(tmp_path)]
     assert_clean_failure(run_cli(*other), 2, "written for other data")
+    assert_clean_failure(run_cli(*_mpi_args(tmp_path, "--partitioner", "random")), 2,
+                         "made by --partitioner auto, not random")
     manifest = tmp_path / "parts" / "manifest.json"
     manifest.write_text("{not json")
     assert_clean_failure(run_cli(*_mpi_args(tmp_path)), 2, "manifest.json: unreadable")
