@@ -102,8 +102,9 @@ def check_common(args) -> None:
         args.data_dir = default_data_dir(args.data_dir)
     if args.threads is not None and args.threads < 1:
         raise harness.BenchError(f"--threads: must be >= 1, got {args.threads}")
-    if args.memory_cap_gib is not None and args.memory_cap_gib <= 0:
-        raise harness.BenchError(f"--memory-cap-gib: must be positive, got {args.memory_cap_gib}")
+    if args.memory_cap_gib is not None and not args.memory_cap_gib >= 1:
+        # below that, the libraries' own reservations fail at start-up (OpenBLAS then retries forever)
+        raise harness.BenchError(f"--memory-cap-gib: must be at least 1, got {args.memory_cap_gib}")
     if args.timeout is not None and args.timeout <= 0:
         raise harness.BenchError(f"--timeout: must be positive, got {args.timeout}")
 
