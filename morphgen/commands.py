@@ -242,8 +242,10 @@ def train_command(args) -> int:
     typed_layouts = edge_typed_layouts(model.program)
     if typed_layouts:
         print(f"morphgen: typed linears of rows read at edge ends: {', '.join(typed_layouts)}", file=sys.stderr)
+    epochs_before = 0
     if args.resume:
         model.load_checkpoint(args.resume)
+        epochs_before = model.session.epoch()
     epochs = args.epochs if args.epochs is not None else model.program.epochs
     if epochs <= 0:
         raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
@@ -290,6 +292,8 @@ def train_command(args) -> int:
             "allocated_bytes": model.session.allocated_bytes(),
             "history": result.history,
         }
+        if args.resume:      # history counts this run's epochs; the checkpoint had trained the ones before
+            report.update(resumed_from=str(args.resume), epochs_before=epochs_before)
         if args.profile:
             report["profile"] = model.session.timers()
             report["profile_epochs"] = [first_timed, len(result.history)]

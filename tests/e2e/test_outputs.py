@@ -62,6 +62,8 @@ def test_pipes_are_refused_and_links_written_through(folder):
     # resuming from a checkpoint and saving it again in the same file is how runs are continued
     proc = _train("--resume", "run.ck", "--checkpoint", "run.ck", "--json", "link.json", cwd=folder)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((folder / "report.json").read_text())
+    assert (report["resumed_from"], report["epochs_before"], len(report["history"])) == ("run.ck", 1, 1)
 
 
 def test_compile_replaces_only_its_own_output_folder(folder):
