@@ -161,6 +161,12 @@ def final_metrics(final: dict) -> str:
     return " ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "loss")
 
 
+def last_training_loss(history: list, final: dict) -> float:
+    """The last epoch's training loss (--json's final_loss), or the evaluation's where a resumed run
+    that early stopping had already ended trained no epoch."""
+    return history[-1]["loss"] if history else final["loss"]
+
+
 def final_line(final: dict, history: list, times: list, where: str = "") -> str:
     """The run's last line: final metrics, last training loss and median epoch time.  A run resumed
     from one that early stopping had ended trains no epoch: its loss is the evaluation's."""
@@ -283,7 +289,7 @@ def train_command(args) -> int:
             "model": str(args.model), "backend": args.backend, "dataset": dataset.name,
             "epochs": epochs, "threads": model.threads, "seed": args.seed,
             **{k: v for k, v in final.items() if k != "loss"},
-            "final_loss": result.history[-1]["loss"] if result.history else final["loss"], "epoch_times_s": times,
+            "final_loss": last_training_loss(result.history, final), "epoch_times_s": times,
             "compile_seconds": model.compile_seconds, "prepare_seconds": model.session.prepare_seconds,
             "hoisted_aggregations": len(model.program.invariant), "feature_path": path,
             "edge_typed_layouts": typed_layouts, "cuda_graph": model.session.epoch_graph(),

@@ -61,9 +61,9 @@ def _fail(flag: str, path, why: str) -> None:
 
 
 def check_output_file(flag: str, target, recognise: Callable[[Path], bool], kind: str,
-                      inputs: Iterable = (), reusable_inputs: Iterable = (), writable_now: bool = True
-                      ) -> Optional[Path]:
-    """The path to write `target` through (its symbolic links resolved), or None when not given.
+                      inputs: Iterable = (), reusable_inputs: Iterable = (), writable_now: bool = True) -> None:
+    """Refuse `target` (nothing to check when None) as a file to write: through its symbolic links,
+    what write_atomically would replace.
 
     ``recognise``: whether an existing file is an earlier output of this kind (``kind`` names it
     in the error).  ``inputs``: (description, path) pairs of what the run reads, never written
@@ -72,7 +72,7 @@ def check_output_file(flag: str, target, recognise: Callable[[Path], bool], kind
     so its folder need not exist yet.
     """
     if target is None:
-        return None
+        return
     path = Path(target)
     if str(target) == "":
         _fail(flag, "''", "give a file name")
@@ -92,7 +92,6 @@ def check_output_file(flag: str, target, recognise: Callable[[Path], bool], kind
     folder = real.parent
     if writable_now and (not folder.is_dir() or not os.access(folder, os.W_OK)):
         _fail(flag, path, f"the folder {folder} does not exist or is not writable")
-    return real
 
 
 def check_distinct(named: Iterable) -> None:

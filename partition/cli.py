@@ -68,9 +68,8 @@ def _check_outputs(args) -> None:
     from morphgen.outputs import check_output_file, check_output_folder, is_report
     check_output_file("--json", args.json_out, is_report, "report",
                       [("the dataset", dataset_file(args.dataset, args.data_dir))])
-    if args.parts >= 1:
-        check_output_folder("--out", args.out, ["manifest.json"] + [part_file(k) for k in range(args.parts)],
-                            is_partition_folder, "part files")
+    check_output_folder("--out", args.out, ["manifest.json"] + [part_file(k) for k in range(args.parts)],
+                        is_partition_folder, "part files")
 
 
 def _run(args) -> int:

@@ -60,8 +60,6 @@ def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
     from .parts import dataset_key, read_manifest, write_parts
     key = dataset_key(dataset, normalization, ranks, partitioner, chooser)
     directory = Path(parts_dir) if parts_dir else default_parts_dir(key, ranks)
-    if directory.exists() and not directory.is_dir():
-        raise UserError(f"morphgen: error: --parts-dir {directory}: exists and is not a folder")
     if (directory / "manifest.json").exists():
         read_manifest(directory, key, ranks, partitioner)
         log(f"morphgen: reusing the {ranks}-rank partition in {directory}")

@@ -125,7 +125,7 @@ def _progress_thread_setting(comm, threads: int) -> None:
 
 def run(spec: dict, comm) -> int:
     from morphgen.backends.mpi.parts import load_part
-    from morphgen.commands import Progress, final_line, print_profile, write_atomically
+    from morphgen.commands import Progress, final_line, last_training_loss, print_profile, write_atomically
     from morphgen.early_stopping import TrainingRecord
     from morphgen.outputs import marked
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -195,7 +195,7 @@ def run(spec: dict, comm) -> int:
         print(f"morphgen: checkpoint written to {spec['checkpoint']}", file=sys.stderr)
     if spec.get("json_out"):
         report = dict(spec["report"], epochs=epochs, threads=spec["threads"], ranks=size,
-                      **{k: v for k, v in final.items() if k != "loss"}, final_loss=history[-1]["loss"] if history else final["loss"],
+                      **{k: v for k, v in final.items() if k != "loss"}, final_loss=last_training_loss(history, final),
                       epoch_times_s=times, history=history, per_rank=per_rank, allreduce_hidden=hidden)
         if spec.get("profile"):
             report["profile"] = per_rank[0]["profile"]

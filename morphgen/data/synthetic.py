@@ -26,7 +26,6 @@ the graph.
 from __future__ import annotations
 
 import difflib
-import inspect
 import math
 
 import numpy as np
@@ -335,6 +334,22 @@ def _split(rng, labels, classes, train_per_class, val, test):
     return train, val_mask, test_mask
 
 
+def _checked(params: dict) -> dict:
+    """`params` (every keyword of synthetic_dataset) with numbers as floats where they may be
+    fractional, or a DataError naming the first bad one."""
+    for key in _INT_KEYS:
+        if not isinstance(params[key], (int, np.integer)) or isinstance(params[key], bool):
+            _spec_error(key, f"expected an integer, got {params[key]!r}")
+    for key in _FLOAT_KEYS:
+        if not isinstance(params[key], (int, float, np.integer, np.floating)) or isinstance(params[key], bool):
+            _spec_error(key, f"expected a number, got {params[key]!r}")
+        params[key] = float(params[key])
+    if params["seed"] < 0:
+        _spec_error("seed", f"must be >= 0, got {params['seed']}")
+    _check_params(params)
+    return params
+
+
 def synthetic_dataset(nodes: int = 2000, edges: int = 20000, features: int = 64, sparsity: float = 0.0,
                       classes: int = 7, seed: int = 0, train_per_class: int = 20, val: int = 500,
                       test: int = 1000, homophily: float = 0.8, noise: float = 3.0,
@@ -346,19 +361,9 @@ def synthetic_dataset(nodes: int = 2000, edges: int = 20000, features: int = 64,
     CSR from 0.5 on; ``dense`` / ``csr`` force one.  ``etypes`` > 1 gives every directed edge a
     type drawn uniformly (a typed graph for relational models); the graph itself is the same.
     """
-    params = dict(nodes=nodes, edges=edges, features=features, sparsity=sparsity, classes=classes,
-                  seed=seed, train_per_class=train_per_class, val=val, test=test, homophily=homophily,
-                  noise=noise, power_law=power_law, format=format, etypes=etypes)
-    for key in _INT_KEYS:
-        if not isinstance(params[key], (int, np.integer)) or isinstance(params[key], bool):
-            _spec_error(key, f"expected an integer, got {params[key]!r}")
-    for key in _FLOAT_KEYS:
-        if not isinstance(params[key], (int, float, np.integer, np.floating)) or isinstance(params[key], bool):
-            _spec_error(key, f"expected a number, got {params[key]!r}")
-        params[key] = float(params[key])
-    if seed < 0:
-        _spec_error("seed", f"must be >= 0, got {seed}")
-    _check_params(params)
+    params = _checked(dict(nodes=nodes, edges=edges, features=features, sparsity=sparsity, classes=classes,
+                           seed=seed, train_per_class=train_per_class, val=val, test=test, homophily=homophily,
+                           noise=noise, power_law=power_law, format=format, etypes=etypes))
     _check_memory(params)
     p = params
     s_labels, s_graph, s_features, s_split = np.random.SeedSequence(p["seed"]).spawn(4)
@@ -442,13 +447,7 @@ def parse_synthetic_spec(spec: str) -> dict:
 def check_synthetic_spec(spec: str) -> None:
     """Refuse a synthetic spec that `synthetic_dataset` would refuse, without generating it (nor
     weighing its size against this machine's memory: a job may run on a larger one)."""
-    params = dict(inspect.signature(synthetic_dataset).parameters)
-    values = {key: param.default for key, param in params.items()}
-    values.update(parse_synthetic_spec(spec))
-    if values["seed"] < 0:
-        _spec_error("seed", f"must be >= 0, got {values['seed']}")
-    values = {k: (float(v) if k in _FLOAT_KEYS else v) for k, v in values.items()}
-    _check_params(values)
+    _checked({**DEFAULTS, **parse_synthetic_spec(spec)})
 
 
 def check_synthetic_key(key: str) -> None:
