@@ -215,11 +215,15 @@ class CompiledModel:
                             f"'{dataset.name}' is a link-prediction dataset (triples, no labels); "
                             f"write the program with gnn.linkLoss")
 
-    def fit(self, dataset=None, epochs: Optional[int] = None, progress=None, eval_every: int = 1) -> TrainResult:
+    def fit(self, dataset=None, epochs: Optional[int] = None, progress=None, eval_every: int = 1,
+            checkpoint=None, checkpoint_every: Optional[int] = None) -> TrainResult:
         """Train `epochs` more epochs (default: the program's count).  With gnn.earlyStopping the
         model ends with the best epoch's weights; a later fit, or a checkpoint saved now, continues
-        from the last epoch's, so fit(d, 3) then fit(d, 3) trains as fit(d, 6) does."""
-        _check_fit_arguments(dataset, epochs, eval_every)
+        from the last epoch's, so fit(d, 3) then fit(d, 3) trains as fit(d, 6) does.
+        checkpoint: save_checkpoint(checkpoint) at the end, and with checkpoint_every after every
+        checkpoint_every-th epoch of this call as well (each replaces the last, atomically), so
+        that a run killed on the way resumes from its last multiple of checkpoint_every."""
+        _check_fit_arguments(dataset, epochs, eval_every, checkpoint, checkpoint_every)
         if dataset is not None and dataset is not self.bound_to:
             self.bind(dataset)
         if self.session is None:
@@ -256,6 +260,8 @@ class CompiledModel:
                 progress(row, epochs)
             if record.observe(row.get("val_acc", 0.0)):
                 break
+            if checkpoint_every and epoch % checkpoint_every == 0 and epoch < epochs:
+                self.save_checkpoint(checkpoint)      # after observe: the record holds this epoch
         # An activation may hide NaN weights from the loss (relu's max(NaN, 0) is 0): look at them.
         broken = [name for name, value in self.session.get_params().items() if not np.all(np.isfinite(value))]
         if broken:
@@ -263,6 +269,8 @@ class CompiledModel:
                                    f"({', '.join(broken[:3])}{' ...' if len(broken) > 3 else ''}); a lower "
                                    f"learning rate may help")
         record.keep_best()
+        if checkpoint is not None:
+            self.save_checkpoint(checkpoint)
         result.final = self.evaluate()
         if record.stopper:
             result.final.update(best_epoch=record.stopper.best_epoch, epochs_run=len(result.history))
@@ -357,7 +365,7 @@ def _is_count(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _check_fit_arguments(dataset, epochs, eval_every) -> None:
+def _check_fit_arguments(dataset, epochs, eval_every, checkpoint=None, checkpoint_every=None) -> None:
     from .data.dataset import GraphData
     if dataset is not None and not isinstance(dataset, GraphData):
         raise UserError(f"morphgen: error: fit() takes a dataset from morphgen.data.load_dataset, "
@@ -367,6 +375,10 @@ def _check_fit_arguments(dataset, epochs, eval_every) -> None:
     if not _is_count(eval_every) or eval_every < 0:
         raise UserError(f"morphgen: error: fit(): eval_every must be an integer >= 0 (0: only after the "
                         f"last epoch), got {eval_every!r}")
+    if checkpoint_every is not None and (not _is_count(checkpoint_every) or checkpoint_every < 1):
+        raise UserError(f"morphgen: error: fit(): checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+    if checkpoint_every is not None and checkpoint is None:
+        raise UserError("morphgen: error: fit(): checkpoint_every needs checkpoint, the file to save to")
 
 
 def compile(path, backend: str = "openmp", **kwargs) -> CompiledModel:

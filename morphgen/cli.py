@@ -95,7 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "for the graph)")
     p.add_argument("--json", dest="json_out", default=None, help="write the run's metrics to this JSON file")
     p.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
-    p.add_argument("--resume", default=None, help="start from this checkpoint")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="with --checkpoint: save there after every N epochs as well (each replacing the last), "
+                        "so that a run killed on the way resumes from its last one")
+    p.add_argument("--resume", default=None,
+                   help="start from this checkpoint; without --epochs, train the rest of the program's epochs")
     p.add_argument("--profile", action="store_true", help="report per-kernel time, GB/s and GFLOP/s")
     p.add_argument("--profile-ops", action="store_true",
                    help="--profile with a timer per IR op (named 'family: %%id opcode', as `compile --emit "

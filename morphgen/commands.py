@@ -161,6 +161,36 @@ def final_metrics(final: dict) -> str:
     return " ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "loss")
 
 
+def epochs_to_train(args, program_epochs: int, epochs_before: int) -> int:
+    """--epochs N trains N epochs (N more after --resume).  Without it a run trains the program's
+    count, and a resumed run what is left of it: the command that was interrupted, run again with
+    --resume and its last checkpoint (--checkpoint-every), finishes the run it started."""
+    if args.epochs is not None:
+        epochs = args.epochs
+    else:
+        epochs = program_epochs - epochs_before
+        if args.resume and program_epochs > 0 and epochs <= 0:
+            raise UserError(f"morphgen: error: --resume {args.resume}: the checkpoint has trained {epochs_before} "
+                            f"epochs, the program's {program_epochs} and no fewer; give --epochs N to train N more")
+    if epochs <= 0:
+        raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
+    if args.resume and not getattr(args, "quiet", False):
+        print(f"morphgen: resuming from {args.resume} after epoch {epochs_before}: {epochs} more epoch(s)"
+              f"{'' if args.epochs is not None else f' (the program trains {program_epochs})'}", file=sys.stderr)
+    return epochs
+
+
+def check_checkpoint_every(args) -> None:
+    """--checkpoint-every N: a positive count, and --checkpoint names where."""
+    every = getattr(args, "checkpoint_every", None)
+    if every is None:
+        return
+    if every <= 0:
+        raise UserError(f"morphgen: error: --checkpoint-every must be positive, got {every}")
+    if not args.checkpoint:
+        raise UserError("morphgen: error: --checkpoint-every needs --checkpoint FILE, the file each checkpoint replaces")
+
+
 def last_training_loss(history: list, final: dict) -> float:
     """The last epoch's training loss (--json's final_loss), or the evaluation's where a resumed run
     that early stopping had already ended trained no epoch."""
@@ -186,6 +216,7 @@ def train_command(args) -> int:
     for flag, value in (("--epochs", args.epochs), ("--threads", args.threads)):
         if value is not None and value <= 0:
             raise UserError(f"morphgen: error: {flag} must be positive, got {value}")
+    check_checkpoint_every(args)
     if backend.capabilities.device_memory:
         from morphgen.backends.cuda.calibrate import no_gpu_here
         from morphgen.backends.cuda.toolchain import EMULATION_ENV, emulated
@@ -252,9 +283,7 @@ def train_command(args) -> int:
     if args.resume:
         model.load_checkpoint(args.resume)
         epochs_before = model.session.epoch()
-    epochs = args.epochs if args.epochs is not None else model.program.epochs
-    if epochs <= 0:
-        raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
+    epochs = epochs_to_train(args, model.program.epochs, epochs_before)
     eval_every = max(1, epochs // 50)
     if args.profile:
         model.session.reset_timers()
@@ -267,7 +296,8 @@ def train_command(args) -> int:
     progress = Progress(quiet=args.quiet)
     if args.profile and epochs > 1:
         progress = _timers_from_second_epoch(model.session, progress)
-    result = model.fit(epochs=epochs, progress=progress, eval_every=eval_every)
+    result = model.fit(epochs=epochs, progress=progress, eval_every=eval_every, checkpoint=args.checkpoint,
+                       checkpoint_every=args.checkpoint_every)
     final = result.final
     times = [r["epoch_time_s"] for r in result.history]
     print(final_line(final, result.history, times))
@@ -280,7 +310,6 @@ def train_command(args) -> int:
         print(f"kernel timers: epochs {first_timed}-{len(result.history)}{left_out}")
         print_profile(model.session.timers())
     if args.checkpoint:
-        model.save_checkpoint(args.checkpoint)
         print(f"morphgen: checkpoint written to {args.checkpoint}", file=sys.stderr)
     if args.json_out:
         from .bench.memory import peak_rss_bytes

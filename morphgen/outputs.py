@@ -32,6 +32,16 @@ def is_checkpoint(path: Path) -> bool:
     return _head(path, len(CHECKPOINT_MAGIC)) == CHECKPOINT_MAGIC
 
 
+def checkpoint_epochs(path) -> Optional[int]:
+    """The epochs a checkpoint had trained when it was written (its header's counter: the magic
+    and format "02", the program's fingerprint, then the epoch as a little-endian int64), or None
+    for a file that is not a checkpoint of this format (loading it says what is wrong)."""
+    head = _head(Path(path), 24)
+    if len(head) < 24 or head[:8] != CHECKPOINT_MAGIC + b"02":
+        return None
+    return int.from_bytes(head[16:24], "little", signed=True)
+
+
 def is_report(path: Path) -> bool:
     """A JSON report of morphgen: marked, or with the fields every train/partition report had
     before reports were marked."""

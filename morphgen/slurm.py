@@ -52,7 +52,11 @@ def add_arguments(p) -> None:
     train.add_argument("--seed", type=arg_types.seed, default=0, help="seed (default 0)")
     train.add_argument("--json", dest="json_out", default=None, help="the run's metrics as JSON")
     train.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
-    train.add_argument("--resume", default=None, help="start from this checkpoint")
+    train.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                       help="with --checkpoint: save there after every N epochs as well, so that a job killed at "
+                            "its --time limit resumes from its last one")
+    train.add_argument("--resume", default=None,
+                       help="start from this checkpoint (without --epochs: train the rest of the program's epochs)")
     train.add_argument("--parts-dir", default=None,
                        help="where the per-rank part files are written once and reused (--backend mpi; "
                             "must be visible from every node)")
@@ -97,6 +101,8 @@ def _validate(args) -> None:
             raise UserError(f"morphgen: error: {flag} must be at least 1, got {value}")
     if args.epochs is not None and args.epochs < 1:
         raise UserError(f"morphgen: error: --epochs must be positive, got {args.epochs}")
+    from .commands import check_checkpoint_every
+    check_checkpoint_every(args)
     if not _TIME.match(args.time):
         raise UserError(f"morphgen: error: --time {args.time!r}: expected [D-]HH:MM:SS, e.g. 02:30:00")
     for flag, value in (("--job-name", args.job_name), ("--partition", args.partition), ("--log", args.log)):
@@ -161,6 +167,8 @@ def _train_command(args, bin_dir: Path) -> str:
                         ("--resume", args.resume), ("--parts-dir", args.parts_dir)):
         if value is not None:
             words += [flag, shlex.quote(_absolute(value))]
+    if args.checkpoint_every is not None:
+        words += ["--checkpoint-every", str(args.checkpoint_every)]
     words.append("--quiet")   # a progress bar is noise in a log file
     # one option per line, so the log's reader sees the run at a glance
     lines, line = [], [words[0]]

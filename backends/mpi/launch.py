@@ -85,7 +85,9 @@ def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
 
 def train_distributed(args) -> int:
     from morphgen.api import CompiledModel
+    from morphgen.commands import epochs_to_train
     from morphgen.early_stopping import require_validation_nodes
+    from morphgen.outputs import checkpoint_epochs
     from morphgen.data import load_dataset
     from morphgen.interp import init_params
     from morphgen.pipeline import features_payload, preprocess
@@ -119,9 +121,10 @@ def train_distributed(args) -> int:
         chooser = EpochCostModel.for_this_machine(epoch_work(program), threads)
     parts_dir = prepare_parts(normalised, ranks, program.feature_normalization, args.parts_dir, log,
                               args.partitioner, chooser)
-    epochs = args.epochs if args.epochs is not None else program.epochs
-    if epochs <= 0:
-        raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
+    # the ranks load the checkpoint; its header says how many epochs are left (a file that is not
+    # a checkpoint counts none here, and the ranks' loading of it says what is wrong)
+    epochs_before = (checkpoint_epochs(args.resume) or 0) if args.resume else 0
+    epochs = epochs_to_train(args, program.epochs, epochs_before)
     log(f"morphgen: {dataset.name}: {dataset.graph.num_nodes} nodes, {dataset.graph.num_edges} edges; "
         f"{ranks} ranks x {threads} threads; feature path {path}; compiled in {model.compile_seconds:.2f} s")
     # The run's files sit beside the part files: every rank, on every node, must read them.
@@ -135,6 +138,7 @@ def train_distributed(args) -> int:
             "early_stopping": program.early_stopping,
             "resume": args.resume and str(Path(args.resume).resolve()),
             "checkpoint": args.checkpoint and str(Path(args.checkpoint).resolve()),
+            "checkpoint_every": args.checkpoint_every,
             "json_out": args.json_out and str(Path(args.json_out).resolve()), "quiet": args.quiet,
             "profile": bool(getattr(args, "profile", False)),
             "link": _link_spec(model) if model.link_task else None,

@@ -166,6 +166,9 @@ def run(spec: dict, comm) -> int:
         progress(row, epochs)
         if record.observe(row.get("val_acc", 0.0)):      # the same global accuracy on every rank
             break
+        every = spec.get("checkpoint_every")
+        if every and epoch % every == 0 and epoch < epochs:
+            record.save_checkpoint(spec["checkpoint"])   # after observe, as fit() does; every rank calls it
     record.keep_best()
     allreduce_s = _blocking_allreduce_seconds(session, comm) if size > 1 else 0.0
     figures = _rank_figures(session, part, times, train_halo_bytes, allreduce_s)

@@ -10,6 +10,7 @@ import pytest
 
 import morphgen
 from morphgen.errors import UserError
+from morphgen.outputs import checkpoint_epochs
 
 from tests.e2e.support import DENSE_THRESHOLD, example, run_cli, small_dataset
 
@@ -216,6 +217,68 @@ def test_cli_checkpoint_and_resume(tmp_path):
     resumed = _cli_train(tmp_path, "resumed", 1, "--resume", ckpt)
     assert resumed["final_loss"] == straight["history"][2]["loss"]
     assert resumed["test_acc"] == straight["test_acc"]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_a_run_interrupted_resumes_from_its_last_periodic_checkpoint(tmp_path):
+    """fit(checkpoint=, checkpoint_every=3) stopped during epoch 8 of 10 leaves epoch 6's
+    checkpoint; 4 epochs from it end where the 10 uninterrupted ones do, bit for bit."""
+    dataset = small_dataset()
+    whole = _model(dataset=dataset).fit(epochs=10)
+    ckpt = tmp_path / "run.ckpt"
+
+    def interrupt_at_epoch_8(row, epochs):
+        if row["epoch"] == 8:
+            raise _Interrupted()
+    with pytest.raises(_Interrupted):
+        _model(dataset=dataset).fit(epochs=10, progress=interrupt_at_epoch_8, checkpoint=ckpt, checkpoint_every=3)
+    assert checkpoint_epochs(ckpt) == 6
+    model = _model(dataset=dataset)
+    model.load_checkpoint(ckpt)
+    rest = model.fit(epochs=4, checkpoint=ckpt)
+    assert [r["loss"] for r in rest.history] == [r["loss"] for r in whole.history[6:]]
+    assert rest.final == whole.final
+    assert checkpoint_epochs(ckpt) == 10          # fit saves the end's too
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"checkpoint_every": 2}, "checkpoint_every needs checkpoint"),
+    ({"checkpoint": "x.ck", "checkpoint_every": 0}, "checkpoint_every must be a positive integer"),
+])
+def test_fit_refuses_checkpoint_arguments_that_cannot_work(kwargs, message):
+    with pytest.raises(UserError, match=message):
+        _model().fit(epochs=1, **kwargs)
+
+
+def test_cli_resume_without_epochs_trains_the_rest_of_the_program(tmp_path):
+    """The interrupted command run again with --resume finishes the program's epoch count; a
+    checkpoint that has trained them all is refused with what to do instead."""
+    program = tmp_path / "gcn6.mp"
+    program.write_text(example("gcn").read_text().replace("epoch < 200", "epoch < 6"))
+
+    def cli(tag, *extra):
+        report = tmp_path / f"{tag}.json"
+        proc = run_cli("train", program, "--dataset", SYNTHETIC_SPEC, "--threads", "2", "--seed", "7",
+                       "--sparsity-threshold", DENSE_THRESHOLD, "--json", report, *extra)
+        return proc, (json.loads(report.read_text()) if proc.returncode == 0 else None)
+
+    _, straight = cli("straight")
+    ckpt = tmp_path / "run.ckpt"
+    cli("first", "--epochs", "4", "--checkpoint", ckpt, "--checkpoint-every", "1", "--quiet")
+    proc, resumed = cli("resumed", "--resume", ckpt, "--checkpoint", ckpt)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resuming from {ckpt} after epoch 4: 2 more epoch(s) (the program trains 6)" in proc.stderr
+    assert resumed["epochs_before"] == 4 and len(resumed["history"]) == 2
+    assert resumed["final_loss"] == straight["history"][5]["loss"]
+    proc, _ = cli("again", "--resume", ckpt)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "the checkpoint has trained 6 epochs, the program's 6" in proc.stderr
+    assert "give --epochs N to train N more" in proc.stderr
+    proc, _ = cli("unsaved", "--checkpoint-every", "2")
+    assert proc.returncode == 2 and "--checkpoint-every needs --checkpoint FILE" in proc.stderr
 
 
 def test_cli_resume_from_a_bad_checkpoint(tmp_path):

@@ -43,10 +43,12 @@ def test_halo_bytes_equal_the_partition_figure(tmp_path):
 
 def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):
     """Three epochs on one backend, three more from its checkpoint on the other: the losses of
-    one six-epoch run."""
+    one six-epoch run.  The MPI run also saves after every epoch (--checkpoint-every 1: every
+    rank takes part in each save)."""
     whole = train(tmp_path, "gcn", SYNTHETIC, epochs=6)
     ck_mpi, ck_omp = tmp_path / "mpi.ck", tmp_path / "omp.ck"
-    train(tmp_path, "gcn", SYNTHETIC, "--checkpoint", ck_mpi, backend="mpi", ranks=2, epochs=3)
+    train(tmp_path, "gcn", SYNTHETIC, "--checkpoint", ck_mpi, "--checkpoint-every", 1, backend="mpi", ranks=2,
+          epochs=3)
     resumed = train(tmp_path, "gcn", SYNTHETIC, "--resume", ck_mpi, epochs=3, tag="resumed")
     train(tmp_path, "gcn", SYNTHETIC, "--checkpoint", ck_omp, epochs=3, tag="first")
     resumed_mpi = train(tmp_path, "gcn", SYNTHETIC, "--resume", ck_omp, backend="mpi", ranks=4, epochs=3)

@@ -53,7 +53,7 @@ def test_mpi_script_contents(tmp_path):
                           "--time", "00:10:00", "--partition", "cpu", "--job-name", "gcn-run",
                           "--dataset", "synthetic", "--epochs", 7, "--seed", 5,
                           "--json", tmp_path / "out.json", "--checkpoint", tmp_path / "ck.npz",
-                          "--parts-dir", tmp_path / "parts")
+                          "--checkpoint-every", 3, "--parts-dir", tmp_path / "parts")
     assert rc == 0
     text = script.read_text()
     for line in ("#!/bin/bash", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=3",
@@ -72,6 +72,7 @@ def test_mpi_script_contents(tmp_path):
     assert option(words, "--epochs") == "7" and option(words, "--seed") == "5"
     assert option(words, "--json") == str(tmp_path / "out.json")
     assert option(words, "--checkpoint") == str(tmp_path / "ck.npz")
+    assert option(words, "--checkpoint-every") == "3"
     assert option(words, "--parts-dir") == str(tmp_path / "parts")
     assert script.stat().st_mode & 0o111, "the script should be executable"
     subprocess.run(["bash", "-n", str(script)], check=True)
