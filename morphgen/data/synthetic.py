@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from typing import Optional
 
 import numpy as np
 import scipy.sparse as sp
@@ -144,9 +145,12 @@ def rmat(num_nodes: int, num_edges: int, a: float = 0.57, b: float = 0.19, c: fl
 # ----------------------------------------------------------------------------------------------
 # Planted-community dataset
 # ----------------------------------------------------------------------------------------------
+# train_per_class, val and test: None is the usual split (20 per class, 500, 1000) scaled down to
+# what a small graph holds (_resolve_split).
 DEFAULTS = dict(nodes=2000, edges=20000, features=64, sparsity=0.0, classes=7, seed=0,
-                train_per_class=20, val=500, test=1000, homophily=0.8, noise=3.0,
+                train_per_class=None, val=None, test=None, homophily=0.8, noise=3.0,
                 power_law=2.5, format="auto", etypes=1)
+_SPLIT_DEFAULTS = dict(train_per_class=20, val=500, test=1000)
 _INT_KEYS = {"nodes", "edges", "features", "classes", "seed", "train_per_class", "val", "test", "etypes"}
 _FLOAT_KEYS = {"sparsity", "homophily", "noise", "power_law"}
 _FORMATS = ("auto", "dense", "csr")
@@ -334,10 +338,35 @@ def _split(rng, labels, classes, train_per_class, val, test):
     return train, val_mask, test_mask
 
 
+def _resolve_split(p: dict) -> None:
+    """The split sizes not given: 20 training nodes per class, 500 validation and 1,000 test nodes,
+    as the usual benchmarks split, where the graph holds them; on a smaller graph half of the
+    smallest class for training (at least 1) and the nodes left shared 1:2 between validation and
+    test (or whatever the given one leaves).  Sizes given are kept, and checked as given."""
+    if p["train_per_class"] is None:
+        smallest_class = p["nodes"] // p["classes"] if p["classes"] >= 1 else 0
+        p["train_per_class"] = max(1, min(_SPLIT_DEFAULTS["train_per_class"], smallest_class // 2))
+    rest = max(0, p["nodes"] - p["train_per_class"] * max(p["classes"], 1))
+    if p["val"] is None and p["test"] is None:
+        if rest >= _SPLIT_DEFAULTS["val"] + _SPLIT_DEFAULTS["test"]:
+            p["val"], p["test"] = _SPLIT_DEFAULTS["val"], _SPLIT_DEFAULTS["test"]
+        else:
+            p["val"] = rest // 3
+            p["test"] = max(1, rest - p["val"])
+    elif p["val"] is None:
+        p["val"] = max(0, min(_SPLIT_DEFAULTS["val"], rest - int(p["test"])))
+    elif p["test"] is None:
+        p["test"] = max(1, min(_SPLIT_DEFAULTS["test"], rest - int(p["val"])))
+
+
 def _checked(params: dict) -> dict:
     """`params` (every keyword of synthetic_dataset) with numbers as floats where they may be
-    fractional, or a DataError naming the first bad one."""
+    fractional and the split's sizes resolved (_resolve_split), or a DataError naming the first
+    bad one."""
+    params = dict(params)
     for key in _INT_KEYS:
+        if params[key] is None and key in _SPLIT_DEFAULTS:
+            continue
         if not isinstance(params[key], (int, np.integer)) or isinstance(params[key], bool):
             _spec_error(key, f"expected an integer, got {params[key]!r}")
     for key in _FLOAT_KEYS:
@@ -346,13 +375,14 @@ def _checked(params: dict) -> dict:
         params[key] = float(params[key])
     if params["seed"] < 0:
         _spec_error("seed", f"must be >= 0, got {params['seed']}")
+    _resolve_split(params)
     _check_params(params)
     return params
 
 
 def synthetic_dataset(nodes: int = 2000, edges: int = 20000, features: int = 64, sparsity: float = 0.0,
-                      classes: int = 7, seed: int = 0, train_per_class: int = 20, val: int = 500,
-                      test: int = 1000, homophily: float = 0.8, noise: float = 3.0,
+                      classes: int = 7, seed: int = 0, train_per_class: Optional[int] = None,
+                      val: Optional[int] = None, test: Optional[int] = None, homophily: float = 0.8, noise: float = 3.0,
                       power_law: float = 2.5, format: str = "auto", etypes: int = 1) -> Dataset:
     """A planted-community node-classification dataset (see the module docstring).
 
@@ -360,6 +390,8 @@ def synthetic_dataset(nodes: int = 2000, edges: int = 20000, features: int = 64,
     ``features=0`` gives a featureless dataset.  ``format``: ``auto`` = dense below sparsity 0.5,
     CSR from 0.5 on; ``dense`` / ``csr`` force one.  ``etypes`` > 1 gives every directed edge a
     type drawn uniformly (a typed graph for relational models); the graph itself is the same.
+    ``train_per_class``, ``val``, ``test``: the split; not given, 20 per class, 500 and 1,000,
+    scaled down on a graph too small for them (_resolve_split).
     """
     params = _checked(dict(nodes=nodes, edges=edges, features=features, sparsity=sparsity, classes=classes,
                            seed=seed, train_per_class=train_per_class, val=val, test=test, homophily=homophily,

@@ -120,6 +120,20 @@ def test_default_spec_is_small():
     assert (ds.num_nodes, ds.num_edges, ds.num_features, ds.num_classes) == (2000, 20000, 64, 7)
 
 
+@pytest.mark.parametrize("spec, split", [
+    ("synthetic", (140, 500, 1000)),                             # the usual split where it fits
+    ("synthetic:nodes=500,edges=2000", (140, 120, 240)),         # the 360 left shared 1:2
+    ("synthetic:nodes=100,edges=300", (49, 17, 34)),             # 7 per class: half the smallest class
+    ("synthetic:nodes=500,edges=2000,val=50", (140, 50, 310)),   # the given size kept, test what is left
+    ("synthetic:nodes=500,edges=2000,test=100", (140, 260, 100)),
+])
+def test_split_sizes_not_given_fit_a_small_graph(spec, split):
+    ds = load_dataset(spec)
+    assert (int(ds.train_mask.sum()), int(ds.val_mask.sum()), int(ds.test_mask.sum())) == split
+    assert not (ds.train_mask & ds.val_mask).any() and not (ds.val_mask & ds.test_mask).any()
+    assert ds.meta["params"]["val"] == split[1]        # the sizes used are recorded
+
+
 @pytest.mark.parametrize("spec,pattern", [
     ("synthetic:nodez=10", r"unknown option 'nodez'; did you mean 'nodes'"),
     ("synthetic:nodes=abc", r"nodes: expected an integer, got 'abc'"),
@@ -128,8 +142,9 @@ def test_default_spec_is_small():
     ("synthetic:sparsity=nan", r"sparsity: expected a finite number"),
     ("synthetic:format=coo", r"format: must be one of auto, dense, csr"),
     ("synthetic:etypes=0", r"etypes: must be >= 1, got 0"),
-    ("synthetic:nodes=300", r"val: val \+ test = 1500 exceeds the 160 nodes left"),
-    ("synthetic:nodes=100", r"train_per_class: 20 exceeds the smallest class \(14 nodes\)"),
+    ("synthetic:nodes=300,val=500,test=1000", r"val: val \+ test = 1500 exceeds the 160 nodes left"),
+    ("synthetic:nodes=300,test=200", r"val: val \+ test = 200 exceeds the 160 nodes left"),
+    ("synthetic:nodes=100,train_per_class=20", r"train_per_class: 20 exceeds the smallest class \(14 nodes\)"),
     ("synthetic:nodes", r"'nodes': expected key=value"),
     ("synthetic:seed=1,seed=2", r"seed: given twice"),
     ("synthetic:nodes=50,edges=5000,val=5,test=5,train_per_class=1", r"edges: 5000 edges do not fit"),
