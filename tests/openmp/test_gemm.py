@@ -165,12 +165,14 @@ def test_blas_thread_count_is_settable():
 # Outputs of one vector (M <= 16 with AVX-512, <= 8 with AVX2) take taller tiles: full and
 # partial vectors, several tiles per thread (fetching the next) and a remainder.
 # Wider outputs end on a last tile of two vectors, of one full vector (AVX-512 48, AVX2 24 and 40)
-# or of one partial vector (AVX-512 33 and 40), and 49-64 columns (a last tile of one or two
-# partial vectors) with rows in several tiles per thread and a remainder.
+# or of one partial vector (AVX-512 33 and 40), and 49-64 columns (AVX-512: 6-row tiles of four
+# vectors, the last partial; AVX2: a last tile of one or two partial vectors) with rows in several
+# tiles per thread and a remainder.
 @pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
                                         (100, 9, 64), (29, 50, 7), (0, 4, 8), (90, 20, 16), (301, 70, 8),
                                         (77, 33, 5), (45, 21, 40), (50, 12, 48), (33, 10, 24),
-                                        (203, 130, 64), (97, 77, 57), (13, 500, 49), (5, 3, 64)])
+                                        (203, 130, 64), (97, 77, 57), (13, 500, 49), (5, 3, 64),
+                                        (12, 7, 64), (31, 40, 50)])
 def test_tall_skinny_matches_numpy(variant, rows, K, M):
     lib = sh.load(variant)
     rng = np.random.default_rng(rows + K + M)
@@ -225,13 +227,15 @@ def test_dense_product_epilogue(variant, M, act, with_bias, with_residual):
 # vector of either width (1..8, 16, 17, 24, 33, 40, 64), rows cross the 16-row chunk, the
 # 1,024-row span summed apart and the split between threads.
 @pytest.mark.parametrize("variant", sh.VARIANTS)
-# G of 49-64 columns: rows of X of 128 or more values (prefetched chunks), K not a multiple of the
-# tile's block, rows crossing chunks and spans.
+# G of 49-64 columns: rows of X of 128 or more values (prefetched chunks; with AVX-512 the 6 x 4
+# vector tiles from 96 values on), K not a multiple of the tile's block (every tail 1..5 of the
+# 6-column block), rows crossing chunks and spans (whose ends the chunks fetch across).
 @pytest.mark.parametrize("rows, K, M", [(1, 5, 1), (7, 3, 16), (8, 1, 17), (61, 47, 32), (203, 130, 33),
                                         (300, 48, 7), (129, 49, 5), (257, 500, 3), (100, 9, 64),
                                         (3, 2, 2), (0, 4, 8), (4099, 13, 40), (2600, 31, 24),
                                         (17, 15, 8), (203, 130, 64), (1100, 257, 57), (70, 11, 49),
-                                        (2049, 128, 64)])
+                                        (2049, 128, 64), (97, 97, 50), (130, 99, 64), (65, 96, 63),
+                                        (1100, 101, 56)])
 def test_tall_skinny_weight_gradient_matches_numpy(variant, rows, K, M):
     lib = sh.load(variant)
     assert_weight_gradient(rows, K, M, lambda *a: lib.mgt_tall_skinny_tn(rows, K, M, *a), seed=rows * 7 + K + M)

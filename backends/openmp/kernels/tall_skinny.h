@@ -33,9 +33,23 @@ using namespace simd;
 
 // Register tiles sized to the register file: 32 zmm with AVX-512, 16 ymm with AVX2.
 //   forward:  kRows rows x 2 vectors of Y (16 accumulators of 32, or 12 of 16)
-//   gradient: kTnBlock rows of dW x 2 vectors (16 accumulators, or 12)
+//   gradient: kTnBlock rows of dW x 2 vectors (16 accumulators, or 12); with AVX-512 and G
+//             wider than 3 vectors (49-64 columns), kTnWideBlock rows x 4 vectors (24)
 constexpr int kRows = kLanes == 16 ? 8 : 6;
 constexpr int kTnBlock = kRows;
+constexpr int kTnWideBlock = 6;
+// Whether X^T G takes the 4-vector tiles: one pass over X for all of G's columns instead of two
+// slices of two vectors each, and per row of X 4 loads of G and 6 broadcasts feeding 24 FMAs
+// (against 2 and 8 feeding 16).  2 threads, Intel Xeon with AVX-512 (2 MiB L2 per core): 89,250
+// x 500 through 64 26.0 -> 17.8 ms, 169,343 x 128 through 64 14.2 -> 11.5, 89,250 x 64 through
+// 64 3.3 -> 2.8.
+constexpr bool wide_tiles(idx_t M) { return kLanes == 16 && M > 3 * kLanes && M <= 4 * kLanes; }
+constexpr bool tn_wide_tiles(idx_t K, idx_t M) { return wide_tiles(M) && K >= 96; }
+// The same shape for Y = X W: kWideRows rows x 4 vectors (24 accumulators), per k 4 loads of W and
+// 6 broadcasts of X feeding 24 FMAs, against two slices of 8 rows x 2 vectors.  2 threads, Intel
+// Xeon with AVX-512: 89,250 x 500 through 64 21.3 -> 19.6 ms, 89,250 x 64 through 64 2.41 -> 2.21.
+constexpr int kWideRows = 6;
+constexpr bool nn_wide_tiles(idx_t M) { return wide_tiles(M); }
 // Rows of a tile whose columns fit in one vector (outputs of 16 or fewer with AVX-512, 8 with
 // AVX2): 16 (AVX-512) or 8 (AVX2) accumulators instead of kRows x 2 vectors of which the second
 // is empty.  2 threads, AMD EPYC: AVX-512, 74,000 x 64 through 16 0.68 -> 0.52 ms, through 8
@@ -66,11 +80,11 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     auto next_row = [&](int i) -> const float* { return INDEXED ? X + index[R + i] * K : X + (R + i) * K; };
     mask q[NV];
     vf acc[R][NV];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) q[v] = lanes(M - m0 - v * kLanes);
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[i][v] = zero();
     for (idx_t k = 0; k < K; ++k) {
         if (prefetch_next && k % kLineFloats == 0) {
@@ -79,18 +93,18 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
         }
         const float* w = W + k * M + m0;
         vf wv[NV];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) wv[v] = FULL ? load(w + v * kLanes) : load(q[v], w + v * kLanes);
 #pragma GCC unroll 16
         for (int i = 0; i < R; ++i) {
             const vf x = set1(x_at(i, k));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int v = 0; v < NV; ++v) acc[i][v] = fmadd(x, wv[v], acc[i][v]);
         }
     }
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
             if (FULL) store(Y + i * M + m0 + v * kLanes, acc[i][v]);
             else store(q[v], Y + i * M + m0 + v * kLanes, acc[i][v]);
@@ -101,7 +115,10 @@ MG_INLINE void nn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
 // dW[k0..k0+KB) x [m0, m0 + NV vectors) += X[r0..r1, k0..k0+KB)^T G[r0..r1, m0..).  Per row of
 // X: NV contiguous loads of G, KB broadcasts of X, KB x NV FMAs into registers.  FULL: every
 // column of the NV vectors exists (plain loads, as in nn_tile).  ahead > 0: each row's values
-// `ahead` floats further on (the same columns of the next chunk of rows) are fetched into L1.
+// `ahead` floats further on (the same columns of the next chunk of rows) are fetched into L2: a
+// chunk of long rows (64 x 500 floats, 125 KiB) does not fit L1, and fetching it there evicted
+// what the tiles were reading (Intel Xeon, AVX-512, 89,250 x 500 through 64: 19.2 ms with L1
+// hints, 17.8 with L2 hints; with the 2-vector tiles 22.4 and 21.2).
 // index: row r of X is X + index[r] * ld (rows gathered where they lie), else X + r * K.
 template <int KB, int NV, bool FULL>
 MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_RESTRICT G, idx_t M, idx_t m0,
@@ -119,7 +136,7 @@ MG_INLINE void tn_tile(const float* MG_RESTRICT X, idx_t K, const float* MG_REST
     const float* g = G + r0 * M + m0;
     for (idx_t r = r0; r < r1; ++r, x += K, g += M) {
         if (index) x = X + index[r] * ld + k0;
-        if (ahead) prefetch_l1<64>(x + ahead);
+        if (ahead) prefetch_l2(x + ahead);
         vf gv[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) gv[v] = FULL ? load(g + v * kLanes) : load(q[v], g + v * kLanes);
@@ -151,7 +168,7 @@ MG_INLINE void last_columns(idx_t left, F f) {
     else if (left > 0) f(std::integral_constant<int, 1>{}, std::false_type{});
 }
 
-// tn_tile<KB> for a run-time KB in [1, B]: the last columns of X when kTnBlock does not divide K.
+// tn_tile<KB> for a run-time KB in [1, B]: the last columns of X when the block does not divide K.
 template <int B, int NV, bool FULL>
 MG_INLINE void tn_tile_upto(int kb, const float* X, idx_t K, const float* G, idx_t M, idx_t m0, idx_t k0,
                             idx_t r0, idx_t r1, float* dW, const idx_t* index, idx_t ld) {
@@ -161,15 +178,14 @@ MG_INLINE void tn_tile_upto(int kb, const float* X, idx_t K, const float* G, idx
     }
 }
 
-// Every block of kTnBlock columns of X (and the last, narrower one) against G's columns
+// Every block of KB columns of X (and the last, narrower one) against G's columns
 // [m0, m0 + NV vectors).
-template <int NV, bool FULL>
+template <int NV, bool FULL, int KB = kTnBlock>
 MG_INLINE void tn_slice(const float* X, idx_t K, const float* G, idx_t M, idx_t m0, idx_t r0, idx_t r1,
                         float* dW, idx_t ahead, const idx_t* index, idx_t ld) {
     idx_t k0 = 0;
-    for (; k0 + kTnBlock <= K; k0 += kTnBlock)
-        tn_tile<kTnBlock, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW, ahead, index, ld);
-    if (k0 < K) tn_tile_upto<kTnBlock - 1, NV, FULL>(int(K - k0), X, K, G, M, m0, k0, r0, r1, dW, index, ld);
+    for (; k0 + KB <= K; k0 += KB) tn_tile<KB, NV, FULL>(X, K, G, M, m0, k0, r0, r1, dW, ahead, index, ld);
+    if (k0 < K) tn_tile_upto<KB - 1, NV, FULL>(int(K - k0), X, K, G, M, m0, k0, r0, r1, dW, index, ld);
 }
 
 // The weight gradient of a narrow G (M <= kNarrowTnMax columns, AVX-512 only) in the transposed
@@ -240,6 +256,8 @@ inline void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, i
 
 #else
 constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as with the tiles
+constexpr int kWideRows = 8;
+constexpr bool nn_wide_tiles(idx_t) { return false; }
 constexpr int kNarrowTnMax = 0;
 template <int M>   // declared for tall_skinny_tn's discarded branch; never called without SIMD
 void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, idx_t r0, idx_t r1);
@@ -259,6 +277,8 @@ void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, idx_t r0
 // through 40 5.4 -> 5.0, 89,250 x 64 through 7 1.34 -> 0.99 (64 rows: 5.6, 9.4, 14.2, 5.0,
 // 1.27); AVX-512, 169,343 x 64 through 40 4.1 -> 3.8, 89,250 x 64 through 7 1.34 -> 0.82.
 inline idx_t tn_chunk_rows(idx_t K, idx_t M) {
+    // The 4-vector tiles, Intel Xeon with AVX-512, 2 threads (chunks of 32, 64, 96 rows): 89,250 x
+    // 500 through 64 18.9, 17.8, 17.8 ms; 169,343 x 128 12.2, 11.5, 12.0.
     if (simd::kLanes == 16 && K >= 128) return 64;
     return K < 128 && M > 48 ? 16 : 32;
 }
@@ -276,14 +296,22 @@ inline idx_t tn_chunk_rows(idx_t K, idx_t M) {
 inline bool tn_prefetches(idx_t K) { return K >= 96; }
 
 // index: row r of X is X + index[r] * ld, K of its values read (rows gathered where they lie).
+// fetch_end: the rows up to which the next chunk may be fetched ahead (the caller's later rows,
+// when it calls this for one span of them after another); r1 when 0.
 inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW, idx_t r0, idx_t r1,
-                    const idx_t* index = nullptr, idx_t ld = 0) {
+                    const idx_t* index = nullptr, idx_t ld = 0, idx_t fetch_end = 0) {
 #if MG_HAVE_SIMD
     const idx_t chunk = tn_chunk_rows(K, M);
+    fetch_end = std::max(fetch_end, r1);
     for (idx_t c0 = r0; c0 < r1; c0 += chunk) {
         const idx_t c1 = std::min(r1, c0 + chunk);
         // The first slice of columns fetches the next chunk (the others find this one in cache).
-        idx_t ahead = !index && tn_prefetches(K) && c1 + chunk <= r1 ? chunk * K : 0;
+        idx_t ahead = !index && tn_prefetches(K) && c1 + chunk <= fetch_end ? chunk * K : 0;
+        if (tn_wide_tiles(K, M)) {      // every column of G in one slice
+            if (M == 4 * kLanes) tn_slice<4, true, kTnWideBlock>(X, K, G, M, 0, c0, c1, dW, ahead, index, ld);
+            else tn_slice<4, false, kTnWideBlock>(X, K, G, M, 0, c0, c1, dW, ahead, index, ld);
+            continue;
+        }
         idx_t m0 = 0;
         for (; m0 + kCols <= M; m0 += kCols)
             tn_slice<2, true>(X, K, G, M, m0, c0, c1, dW, std::exchange(ahead, 0), index, ld);
@@ -312,6 +340,24 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
     // The tile's rows: its first row (dense) or its index entries (gathered).
     auto tile_x = [&](idx_t r) { return INDEXED ? X : X + r * K; };
     auto tile_index = [&](idx_t r) { return INDEXED ? index + r : nullptr; };
+    if (nn_wide_tiles(M)) {     // every column of Y in one tile
+        // one loop per instance (a test of FULL per tile: 20.5 ms against 19.1 for this loop alone)
+        auto tiles = [&](auto full) {
+            idx_t r = r0;
+            for (; r + kWideRows <= r1; r += kWideRows) {
+                nn_tile<kWideRows, full(), 4, INDEXED>(tile_x(r), K, W, M, 0, Y + r * M, r + 2 * kWideRows <= r1,
+                                                       tile_index(r));
+                apply_epilogue_rows(epi, Y, M, r, r + kWideRows);
+            }
+            return r;
+        };
+        idx_t r = M == 4 * kLanes ? tiles(std::true_type{}) : tiles(std::false_type{});
+        for (; r < r1; ++r) {
+            nn_tile<1, false, 4, INDEXED>(tile_x(r), K, W, M, 0, Y + r * M, false, tile_index(r));
+            apply_epilogue_rows(epi, Y, M, r, r + 1);
+        }
+        return;
+    }
     if (M <= kLanes) {  // one vector of columns: more rows per tile instead of a second, empty vector
         idx_t r = r0;
         for (; r + kNarrowRows <= r1; r += kNarrowRows) {
@@ -377,10 +423,11 @@ inline int tall_skinny_nn(idx_t rows, idx_t K, idx_t M, const float* X, const fl
     {
         const idx_t T = omp_get_num_threads(), t = omp_get_thread_num();
         // Blocks of whole register tiles per thread, so only the last block has a remainder.
-        const idx_t tiles = (rows + skinny_detail::kRows - 1) / skinny_detail::kRows;
+        const idx_t height = skinny_detail::nn_wide_tiles(M) ? skinny_detail::kWideRows : skinny_detail::kRows;
+        const idx_t tiles = (rows + height - 1) / height;
         const idx_t per = (tiles + T - 1) / T;
-        const idx_t r0 = std::min(rows, t * per * skinny_detail::kRows);
-        const idx_t r1 = std::min(rows, r0 + per * skinny_detail::kRows);
+        const idx_t r0 = std::min(rows, t * per * height);
+        const idx_t r1 = std::min(rows, r0 + per * height);
         if (r1 > r0) skinny_detail::nn_rows(X, K, W, M, Y, r0, r1, epi);
     }
     return kOk;
@@ -405,14 +452,16 @@ inline int tall_skinny_tn(idx_t rows, idx_t K, idx_t M, const float* X, const fl
         float* out = t == 0 ? dW : partial.data() + (t - 1) * K * M;
         if (t == 0) std::fill(dW, dW + K * M, 0.f);
         // Spans of rows are summed apart and then added to the partial: a float sum of one
-        // 16-row chunk after another into one array would round 2-3x more than BLAS does.
+        // 16-row chunk after another into one array would round 2-3x more than BLAS does.  The
+        // chunks fetch ahead across the spans' ends (without: 89,250 x 500 through 64, Intel
+        // Xeon, AVX-512, 2 threads: 23.4 ms, against 18.5 with no spans at all).
         constexpr idx_t kSpan = 1024;
         std::vector<float> span(size_t(r1 - r0 > kSpan ? K * M : 0));
         auto add_rows = [&](float* sum, idx_t s0, idx_t s1) {   // sum += X[s0..s1)^T G[s0..s1)
             if constexpr (WIDTH > 0 && WIDTH <= skinny_detail::kNarrowTnMax)
                 skinny_detail::tn_narrow_rows<WIDTH>(X, K, G, sum, s0, s1);
             else
-                skinny_detail::tn_rows(X, K, G, M, sum, s0, s1);
+                skinny_detail::tn_rows(X, K, G, M, sum, s0, s1, nullptr, 0, r1);
         };
         for (idx_t s0 = r0; s0 < r1; s0 += kSpan) {
             const idx_t s1 = std::min(r1, s0 + kSpan);
