@@ -170,8 +170,9 @@ def epochs_to_train(args, program_epochs: int, epochs_before: int) -> int:
     else:
         epochs = program_epochs - epochs_before
         if args.resume and program_epochs > 0 and epochs <= 0:
-            raise UserError(f"morphgen: error: --resume {args.resume}: the checkpoint has trained {epochs_before} "
-                            f"epochs, the program's {program_epochs} and no fewer; give --epochs N to train N more")
+            raise UserError(f"morphgen: error: --resume {args.resume}: the checkpoint has already trained "
+                            f"{epochs_before} epochs and the program trains {program_epochs}: none are left; give "
+                            f"--epochs N to train N more")
     if epochs <= 0:
         raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
     if args.resume and not getattr(args, "quiet", False):

@@ -275,7 +275,7 @@ def test_cli_resume_without_epochs_trains_the_rest_of_the_program(tmp_path):
     assert resumed["final_loss"] == straight["history"][5]["loss"]
     proc, _ = cli("again", "--resume", ckpt)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "the checkpoint has trained 6 epochs, the program's 6" in proc.stderr
+    assert "the checkpoint has already trained 6 epochs and the program trains 6: none are left" in proc.stderr
     assert "give --epochs N to train N more" in proc.stderr
     proc, _ = cli("unsaved", "--checkpoint-every", "2")
     assert proc.returncode == 2 and "--checkpoint-every needs --checkpoint FILE" in proc.stderr
