@@ -40,14 +40,16 @@ constexpr int kTnBlock = kRows;
 constexpr int kTnWideBlock = 6;
 // Whether X^T G takes the 4-vector tiles: one pass over X for all of G's columns instead of two
 // slices of two vectors each, and per row of X 4 loads of G and 6 broadcasts feeding 24 FMAs
-// (against 2 and 8 feeding 16).  2 threads, Intel Xeon with AVX-512 (2 MiB L2 per core): 89,250
-// x 500 through 64 26.0 -> 17.8 ms, 169,343 x 128 through 64 14.2 -> 11.5, 89,250 x 64 through
-// 64 3.3 -> 2.8.
+// (against 2 and 8 feeding 16).  2 threads, Intel Xeon with AVX-512 (2 MiB L2 per core), the
+// tiles alone: 89,250 x 500 through 64 22.4 -> 17.8 ms, 169,343 x 128 through 64 13.1 -> 11.5.
+// Rows of X narrower than 96 keep the 2-vector tiles: 89,250 x 64 through 64 took 3.3 -> 2.8 ms
+// alone but 3.6 -> 4.3 ms inside GIN's epoch.
 constexpr bool wide_tiles(idx_t M) { return kLanes == 16 && M > 3 * kLanes && M <= 4 * kLanes; }
 constexpr bool tn_wide_tiles(idx_t K, idx_t M) { return wide_tiles(M) && K >= 96; }
 // The same shape for Y = X W: kWideRows rows x 4 vectors (24 accumulators), per k 4 loads of W and
 // 6 broadcasts of X feeding 24 FMAs, against two slices of 8 rows x 2 vectors.  2 threads, Intel
-// Xeon with AVX-512: 89,250 x 500 through 64 21.3 -> 19.6 ms, 89,250 x 64 through 64 2.41 -> 2.21.
+// Xeon with AVX-512: 89,250 x 500 through 64 20.4-21.3 -> 19.5-20.4 ms (89,250 x 64 through 64
+// the same, 2.3-2.5 ms).
 constexpr int kWideRows = 6;
 constexpr bool nn_wide_tiles(idx_t M) { return wide_tiles(M); }
 // Rows of a tile whose columns fit in one vector (outputs of 16 or fewer with AVX-512, 8 with
