@@ -408,22 +408,8 @@ class OpenMPEmitter:
             logits_buffer=logits_buffer, num_classes=self.width(p.logits), link_task=p.task == "link",
             link_relations=self._link_relations(),
             needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes,
-            wide_tiles=self.has_wide_rows(),
             fingerprint=int((p.fingerprint or p.source_fingerprint())[:16], 16))
         return {self.source_name: text}
-
-    def has_wide_rows(self) -> bool:
-        """Whether the program's values include rows of 49-64 floats (or of a width unknown here),
-        whose dense products take tall_skinny.h's 4-vector tiles: only such programs build them
-        (MG_WIDE_TILES), as their instances made every build 0.5-1.0 s longer."""
-        for op in (*self.p.invariant, *self.p.forward, *self.p.backward):
-            for v in (*op.inputs, op.output):
-                if v is None or not getattr(v, "shape", None):
-                    continue
-                width = v.shape[-1]
-                if not isinstance(width, int) or 48 < width <= 64:
-                    return True
-        return False
 
     def _link_relations(self) -> str:
         """Rows of the relation weight a link-prediction loss scores with ('0' for other tasks)."""

@@ -1,5 +1,4 @@
 // extern "C" entry points over the part-A kernels, so the tests can drive them through cffi.
-#define MG_WIDE_TILES 1   // the 4-vector tiles of 49-64-column products, as programs with such rows build them
 #include <cstdint>
 
 #include "gemm.h"

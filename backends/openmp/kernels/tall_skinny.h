@@ -22,10 +22,6 @@
 
 #include "common.h"
 
-#ifndef MG_WIDE_TILES
-#define MG_WIDE_TILES 0
-#endif
-
 namespace mg {
 
 inline constexpr idx_t kSkinnyMaxWidth = 64;
@@ -48,9 +44,7 @@ constexpr int kTnWideBlock = 6;
 // tiles alone: 89,250 x 500 through 64 22.4 -> 17.8 ms, 169,343 x 128 through 64 13.1 -> 11.5.
 // Rows of X narrower than 96 keep the 2-vector tiles: 89,250 x 64 through 64 took 3.3 -> 2.8 ms
 // alone but 3.6 -> 4.3 ms inside GIN's epoch.
-// Built only where MG_WIDE_TILES is 1 (the generated source of a program with rows of 49-64
-// floats defines it): their instances made every program's build 0.5-1.0 s longer.
-constexpr bool wide_tiles(idx_t M) { return MG_WIDE_TILES && kLanes == 16 && M > 3 * kLanes && M <= 4 * kLanes; }
+constexpr bool wide_tiles(idx_t M) { return kLanes == 16 && M > 3 * kLanes && M <= 4 * kLanes; }
 constexpr bool tn_wide_tiles(idx_t K, idx_t M) { return wide_tiles(M) && K >= 96; }
 // The same shape for Y = X W: kWideRows rows x 4 vectors (24 accumulators), per k 4 loads of W and
 // 6 broadcasts of X feeding 24 FMAs, against two slices of 8 rows x 2 vectors.  2 threads, Intel
@@ -315,13 +309,11 @@ inline void tn_rows(const float* X, idx_t K, const float* G, idx_t M, float* dW,
         const idx_t c1 = std::min(r1, c0 + chunk);
         // The first slice of columns fetches the next chunk (the others find this one in cache).
         idx_t ahead = !index && tn_prefetches(K) && c1 + chunk <= fetch_end ? chunk * K : 0;
-#if MG_WIDE_TILES
         if (tn_wide_tiles(K, M)) {      // every column of G in one slice
             if (M == 4 * kLanes) tn_slice<4, true, kTnWideBlock>(X, K, G, M, 0, c0, c1, dW, ahead, index, ld);
             else tn_slice<4, false, kTnWideBlock>(X, K, G, M, 0, c0, c1, dW, ahead, index, ld);
             continue;
         }
-#endif
         idx_t m0 = 0;
         for (; m0 + kCols <= M; m0 += kCols)
             tn_slice<2, true>(X, K, G, M, m0, c0, c1, dW, std::exchange(ahead, 0), index, ld);
@@ -350,7 +342,6 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
     // The tile's rows: its first row (dense) or its index entries (gathered).
     auto tile_x = [&](idx_t r) { return INDEXED ? X : X + r * K; };
     auto tile_index = [&](idx_t r) { return INDEXED ? index + r : nullptr; };
-#if MG_WIDE_TILES
     if (nn_wide_tiles(M)) {     // every column of Y in one tile
         // one loop per instance (a test of FULL per tile: 20.5 ms against 19.1 for this loop alone)
         auto tiles = [&](auto full) {
@@ -369,7 +360,6 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
         }
         return;
     }
-#endif
     if (M <= kLanes) {  // one vector of columns: more rows per tile instead of a second, empty vector
         idx_t r = r0;
         for (; r + kNarrowRows <= r1; r += kNarrowRows) {
