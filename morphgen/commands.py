@@ -175,7 +175,7 @@ def epochs_to_train(args, program_epochs: int, epochs_before: int) -> int:
                             f"--epochs N to train N more")
     if epochs <= 0:
         raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
-    if args.resume and not getattr(args, "quiet", False):
+    if args.resume and not args.quiet:
         print(f"morphgen: resuming from {args.resume} after epoch {epochs_before}: {epochs} more epoch(s)"
               f"{'' if args.epochs is not None else f' (the program trains {program_epochs})'}", file=sys.stderr)
     return epochs
@@ -183,7 +183,7 @@ def epochs_to_train(args, program_epochs: int, epochs_before: int) -> int:
 
 def check_checkpoint_every(args) -> None:
     """--checkpoint-every N: a positive count, and --checkpoint names where."""
-    every = getattr(args, "checkpoint_every", None)
+    every = args.checkpoint_every
     if every is None:
         return
     if every <= 0:

@@ -144,6 +144,7 @@ def run(spec: dict, comm) -> int:
     session.reset_timers()
     history, times, train_halo_bytes = [], [], 0.0
     link = spec.get("link")
+    every = spec.get("checkpoint_every")      # --checkpoint-every: also saved after every `every` epochs
     for epoch in range(1, epochs + 1):
         if record.should_stop():        # resumed from a run that had stopped
             break
@@ -166,7 +167,6 @@ def run(spec: dict, comm) -> int:
         progress(row, epochs)
         if record.observe(row.get("val_acc", 0.0)):      # the same global accuracy on every rank
             break
-        every = spec.get("checkpoint_every")
         if every and epoch % every == 0 and epoch < epochs:
             record.save_checkpoint(spec["checkpoint"])   # after observe, as fit() does; every rank calls it
     record.keep_best()

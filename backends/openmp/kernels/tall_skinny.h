@@ -51,7 +51,6 @@ constexpr bool tn_wide_tiles(idx_t K, idx_t M) { return wide_tiles(M) && K >= 96
 // Xeon with AVX-512: 89,250 x 500 through 64 20.4-21.3 -> 19.5-20.4 ms (89,250 x 64 through 64
 // the same, 2.3-2.5 ms).
 constexpr int kWideRows = 6;
-constexpr bool nn_wide_tiles(idx_t M) { return wide_tiles(M); }
 // Rows of a tile whose columns fit in one vector (outputs of 16 or fewer with AVX-512, 8 with
 // AVX2): 16 (AVX-512) or 8 (AVX2) accumulators instead of kRows x 2 vectors of which the second
 // is empty.  2 threads, AMD EPYC: AVX-512, 74,000 x 64 through 16 0.68 -> 0.52 ms, through 8
@@ -259,7 +258,7 @@ inline void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, i
 #else
 constexpr int kRows = 8;  // the threads' row blocks stay multiples of it, as with the tiles
 constexpr int kWideRows = 8;
-constexpr bool nn_wide_tiles(idx_t) { return false; }
+constexpr bool wide_tiles(idx_t) { return false; }
 constexpr int kNarrowTnMax = 0;
 template <int M>   // declared for tall_skinny_tn's discarded branch; never called without SIMD
 void tn_narrow_rows(const float* X, idx_t K, const float* G, float* dW, idx_t r0, idx_t r1);
@@ -342,7 +341,7 @@ inline void nn_rows(const float* X, idx_t K, const float* W, idx_t M, float* Y, 
     // The tile's rows: its first row (dense) or its index entries (gathered).
     auto tile_x = [&](idx_t r) { return INDEXED ? X : X + r * K; };
     auto tile_index = [&](idx_t r) { return INDEXED ? index + r : nullptr; };
-    if (nn_wide_tiles(M)) {     // every column of Y in one tile
+    if (wide_tiles(M)) {     // every column of Y in one tile
         // one loop per instance (a test of FULL per tile: 20.5 ms against 19.1 for this loop alone)
         auto tiles = [&](auto full) {
             idx_t r = r0;
@@ -425,7 +424,7 @@ inline int tall_skinny_nn(idx_t rows, idx_t K, idx_t M, const float* X, const fl
     {
         const idx_t T = omp_get_num_threads(), t = omp_get_thread_num();
         // Blocks of whole register tiles per thread, so only the last block has a remainder.
-        const idx_t height = skinny_detail::nn_wide_tiles(M) ? skinny_detail::kWideRows : skinny_detail::kRows;
+        const idx_t height = skinny_detail::wide_tiles(M) ? skinny_detail::kWideRows : skinny_detail::kRows;
         const idx_t tiles = (rows + height - 1) / height;
         const idx_t per = (tiles + T - 1) / T;
         const idx_t r0 = std::min(rows, t * per * height);
