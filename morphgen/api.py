@@ -31,6 +31,7 @@ from .pipeline import (build_library, check_run_fits, choose_feature_path, featu
 class TrainResult:
     history: list = field(default_factory=list)      # per epoch: loss, epoch_time_s, accs when evaluated
     final: dict = field(default_factory=dict)
+    stopped: bool = False       # fit's stop() asked for an end before its last epoch
 
 
 class CompiledModel:
@@ -216,14 +217,17 @@ class CompiledModel:
                             f"write the program with gnn.linkLoss")
 
     def fit(self, dataset=None, epochs: Optional[int] = None, progress=None, eval_every: int = 1,
-            checkpoint=None, checkpoint_every: Optional[int] = None) -> TrainResult:
+            checkpoint=None, checkpoint_every: Optional[int] = None, stop=None) -> TrainResult:
         """Train `epochs` more epochs (default: the program's count).  With gnn.earlyStopping the
         model ends with the best epoch's weights; a later fit, or a checkpoint saved now, continues
         from the last epoch's, so fit(d, 3) then fit(d, 3) trains as fit(d, 6) does.
         checkpoint: save_checkpoint(checkpoint) at the end, and with checkpoint_every after every
         checkpoint_every-th epoch of this call as well (each replaces the last, atomically), so
-        that a run killed on the way resumes from its last multiple of checkpoint_every."""
-        _check_fit_arguments(dataset, epochs, eval_every, checkpoint, checkpoint_every)
+        that a run killed on the way resumes from its last multiple of checkpoint_every.
+        stop: called after each epoch; when it returns true, training ends there as if that had
+        been the last epoch (the checkpoint saved, the model evaluated) and result.stopped is set
+        (morphgen.stop_signals.stop_on_signals gives one that SIGTERM and SIGUSR1 set)."""
+        _check_fit_arguments(dataset, epochs, eval_every, checkpoint, checkpoint_every, stop)
         if dataset is not None and dataset is not self.bound_to:
             self.bind(dataset)
         if self.session is None:
@@ -259,6 +263,9 @@ class CompiledModel:
             if progress:
                 progress(row, epochs)
             if record.observe(row.get("val_acc", 0.0)):
+                break
+            if stop is not None and epoch < epochs and stop():
+                result.stopped = True
                 break
             if checkpoint_every and epoch % checkpoint_every == 0 and epoch < epochs:
                 self.save_checkpoint(checkpoint)      # after observe: the record holds this epoch
@@ -365,7 +372,7 @@ def _is_count(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _check_fit_arguments(dataset, epochs, eval_every, checkpoint=None, checkpoint_every=None) -> None:
+def _check_fit_arguments(dataset, epochs, eval_every, checkpoint=None, checkpoint_every=None, stop=None) -> None:
     from .data.dataset import GraphData
     if dataset is not None and not isinstance(dataset, GraphData):
         raise UserError(f"morphgen: error: fit() takes a dataset from morphgen.data.load_dataset, "
@@ -379,6 +386,8 @@ def _check_fit_arguments(dataset, epochs, eval_every, checkpoint=None, checkpoin
         raise UserError(f"morphgen: error: fit(): checkpoint_every must be a positive integer, got {checkpoint_every!r}")
     if checkpoint_every is not None and checkpoint is None:
         raise UserError("morphgen: error: fit(): checkpoint_every needs checkpoint, the file to save to")
+    if stop is not None and not callable(stop):
+        raise UserError(f"morphgen: error: fit(): stop must be a function of no arguments, got {stop!r:.60}")
 
 
 def compile(path, backend: str = "openmp", **kwargs) -> CompiledModel:

@@ -1,7 +1,8 @@
 """The `morphgen` command line.
 
 Exit status: 0 success, 1 a run that finished but failed (e.g. NaN loss), 2 bad input (program,
-data or arguments), 3 an internal error (a bug in morphgen: generated code failed to build).
+data or arguments), 3 an internal error (a bug in morphgen: generated code failed to build), 4 a
+`train --checkpoint` stopped by SIGTERM or SIGUSR1 after saving its checkpoint (stop_signals.py).
 No Python traceback reaches the user unless MORPHGEN_DEBUG=1.
 """
 from __future__ import annotations
@@ -94,12 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_edge_typed_layout(p, "auto (the default: compact or edge, whichever the cost model predicts faster "
                               "for the graph)")
     p.add_argument("--json", dest="json_out", default=None, help="write the run's metrics to this JSON file")
-    p.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
+    p.add_argument("--checkpoint", default=None,
+                   help="save parameters and optimizer state here at the end; SIGTERM or SIGUSR1 then stop the "
+                        "run at the end of its epoch, saved there (exit status 4)")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="with --checkpoint: save there after every N epochs as well (each replacing the last), "
                         "so that a run killed on the way resumes from its last one")
     p.add_argument("--resume", default=None,
                    help="start from this checkpoint; without --epochs, train the rest of the program's epochs")
+    p.add_argument("--until-epoch", type=int, default=None, metavar="N",
+                   help="instead of --epochs: train until N epochs in all, counting those of the checkpoint "
+                        "resumed from (what a requeued job needs)")
     p.add_argument("--profile", action="store_true", help="report per-kernel time, GB/s and GFLOP/s")
     p.add_argument("--profile-ops", action="store_true",
                    help="--profile with a timer per IR op (named 'family: %%id opcode', as `compile --emit "

@@ -13,6 +13,7 @@ from .backends import require as require_backend
 from .errors import UserError
 from .outputs import check_output_folder, marked, write_atomically
 from .pipeline import build_library, lower
+from .stop_signals import STOPPED_EXIT_STATUS, stop_on_signals
 
 
 REPORT_HEADER = "# morphgen compile --emit report"
@@ -132,6 +133,12 @@ class Progress:
         self.stream = stream
         self.quiet = quiet
         self.tty = stream.isatty()
+        self.open_line = False      # a bar drawn and not ended (the run stopped before its last epoch)
+
+    def end(self) -> None:
+        if self.open_line:
+            self.stream.write("\n")
+            self.open_line = False
 
     def __call__(self, row, total):
         if self.quiet:
@@ -147,6 +154,7 @@ class Progress:
         if self.tty:
             self.stream.write("\r" + text + ("\n" if e == total else ""))
             self.stream.flush()
+            self.open_line = e != total
         elif e == total or e % max(1, total // 10) == 0 or e == 1:
             self.stream.write(text + "\n")
 
@@ -165,7 +173,12 @@ def epochs_to_train(args, program_epochs: int, epochs_before: int) -> int:
     """--epochs N trains N epochs (N more after --resume).  Without it a run trains the program's
     count, and a resumed run what is left of it: the command that was interrupted, run again with
     --resume and its last checkpoint (--checkpoint-every), finishes the run it started."""
-    if args.epochs is not None:
+    if args.until_epoch is not None:
+        epochs = args.until_epoch - epochs_before
+        if epochs <= 0:
+            raise UserError(f"morphgen: error: --until-epoch {args.until_epoch}: the checkpoint {args.resume} has "
+                            f"already trained {epochs_before} epochs: none are left")
+    elif args.epochs is not None:
         epochs = args.epochs
     else:
         epochs = program_epochs - epochs_before
@@ -175,10 +188,22 @@ def epochs_to_train(args, program_epochs: int, epochs_before: int) -> int:
                             f"--epochs N to train N more")
     if epochs <= 0:
         raise UserError(f"morphgen: error: --epochs must be positive, got {epochs}")
-    if args.resume and not args.quiet:
-        print(f"morphgen: resuming from {args.resume} after epoch {epochs_before}: {epochs} more epoch(s)"
-              f"{'' if args.epochs is not None else f' (the program trains {program_epochs})'}", file=sys.stderr)
+    if args.resume:      # one line, also in a quiet log: where the run starts
+        total = (f" (until epoch {args.until_epoch})" if args.until_epoch is not None else
+                 "" if args.epochs is not None else f" (the program trains {program_epochs})")
+        print(f"morphgen: resuming from {args.resume} after epoch {epochs_before}: {epochs} more epoch(s){total}",
+              file=sys.stderr)
     return epochs
+
+
+def check_epoch_counts(args) -> None:
+    """--epochs and --until-epoch: positive, and one of them at most."""
+    for flag, value in (("--epochs", args.epochs), ("--until-epoch", args.until_epoch)):
+        if value is not None and value <= 0:
+            raise UserError(f"morphgen: error: {flag} must be positive, got {value}")
+    if args.epochs is not None and args.until_epoch is not None:
+        raise UserError("morphgen: error: give --epochs (how many to train) or --until-epoch (the count to reach), "
+                        "not both")
 
 
 def check_checkpoint_every(args) -> None:
@@ -210,13 +235,12 @@ def final_line(final: dict, history: list, times: list, where: str = "") -> str:
 
 
 def train_command(args) -> int:
-    from .data import load_dataset
     backend = require_backend(args.backend)
     # Counts are checked before anything is compiled or loaded (the program's own epoch count,
     # when --epochs is not given, is checked once it is known).
-    for flag, value in (("--epochs", args.epochs), ("--threads", args.threads)):
-        if value is not None and value <= 0:
-            raise UserError(f"morphgen: error: {flag} must be positive, got {value}")
+    check_epoch_counts(args)
+    if args.threads is not None and args.threads <= 0:
+        raise UserError(f"morphgen: error: --threads must be positive, got {args.threads}")
     check_checkpoint_every(args)
     if backend.capabilities.device_memory:
         from morphgen.backends.cuda.calibrate import no_gpu_here
@@ -242,6 +266,13 @@ def train_command(args) -> int:
     if args.sanitize:
         _rerun_with_sanitizer_runtime()
     _check_outputs_writable(args)
+    # From here on SIGTERM and SIGUSR1 stop the run at its next epoch's end, saved (stop_signals.py).
+    with stop_on_signals(enabled=bool(args.checkpoint)) as stop:
+        return _train_in_process(args, backend, stop)
+
+
+def _train_in_process(args, backend, stop) -> int:
+    from .data import load_dataset
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
     if args.sparsity_threshold is None and dataset.features is not None:
         backend.feature_calibration(args.threads)   # measured once per machine (then cached): not training's memory
@@ -294,11 +325,12 @@ def train_command(args) -> int:
         held_out = len(dataset.valid_triples) + len(dataset.test_triples)
         print(f"morphgen: after the last epoch, {held_out} held-out triples are ranked against all "
               f"{dataset.num_nodes} nodes as head and as tail (filtered MRR, Hits@1/3/10)", file=sys.stderr)
-    progress = Progress(quiet=args.quiet)
+    progress = bar = Progress(quiet=args.quiet)
     if args.profile and epochs > 1:
-        progress = _timers_from_second_epoch(model.session, progress)
+        progress = _timers_from_second_epoch(model.session, bar)
     result = model.fit(epochs=epochs, progress=progress, eval_every=eval_every, checkpoint=args.checkpoint,
-                       checkpoint_every=args.checkpoint_every)
+                       checkpoint_every=args.checkpoint_every, stop=stop)
+    bar.end()
     final = result.final
     times = [r["epoch_time_s"] for r in result.history]
     print(final_line(final, result.history, times))
@@ -310,7 +342,9 @@ def train_command(args) -> int:
         left_out = " (the first, with its one-off library and module loading, left out)" if first_timed == 2 else ""
         print(f"kernel timers: epochs {first_timed}-{len(result.history)}{left_out}")
         print_profile(model.session.timers())
-    if args.checkpoint:
+    if result.stopped:
+        print(stop.message(len(result.history), epochs, args.checkpoint), file=sys.stderr)
+    elif args.checkpoint:
         print(f"morphgen: checkpoint written to {args.checkpoint}", file=sys.stderr)
     if args.json_out:
         from .bench.memory import peak_rss_bytes
@@ -330,11 +364,13 @@ def train_command(args) -> int:
         }
         if args.resume:      # history counts this run's epochs; the checkpoint had trained the ones before
             report.update(resumed_from=str(args.resume), epochs_before=epochs_before)
+        if result.stopped:   # "epochs" is what the run was to train; history what it did
+            report["stopped_by"] = stop.signal_name
         if args.profile:
             report["profile"] = model.session.timers()
             report["profile_epochs"] = [first_timed, len(result.history)]
         write_atomically(Path(args.json_out), json.dumps(marked(report), indent=2) + "\n")
-    return 0
+    return STOPPED_EXIT_STATUS if result.stopped else 0
 
 
 def nodes_counting_themselves_twice(program, graph) -> int:

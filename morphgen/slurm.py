@@ -22,6 +22,10 @@ BACKENDS = ("mpi", "openmp")
 _TIME = re.compile(r"^(\d+-)?\d+:[0-5]\d:[0-5]\d$")
 # #SBATCH lines are read by sbatch, not by a shell: no quoting there, so no blanks or quotes either
 _SBATCH_WORD = re.compile(r"^[A-Za-z0-9._%@+=,/-]+$")
+# How long before its time limit a job that saves checkpoints is asked to stop (sbatch --signal's @).
+DEFAULT_SAVE_BEFORE = 120
+# The largest warning sbatch --signal accepts, in seconds.
+MAX_SAVE_BEFORE = 65535
 # The dataset suffixes morphgen reads as files (morphgen.data.resolve): those are paths, not names.
 _DATA_SUFFIXES = (".npz", ".txt", ".edges", ".el", ".tsv", ".csv", ".edgelist")
 
@@ -51,10 +55,21 @@ def add_arguments(p) -> None:
     train.add_argument("--epochs", type=int, default=None, help="override the program's epoch count")
     train.add_argument("--seed", type=arg_types.seed, default=0, help="seed (default 0)")
     train.add_argument("--json", dest="json_out", default=None, help="the run's metrics as JSON")
-    train.add_argument("--checkpoint", default=None, help="save parameters and optimizer state here at the end")
+    train.add_argument("--until-epoch", type=int, default=None, metavar="N",
+                       help="instead of --epochs: train until N epochs in all, counting the resumed checkpoint's")
+    train.add_argument("--checkpoint", default=None,
+                       help="save parameters and optimizer state here at the end, and when the job nears its "
+                            "--time limit (--save-before)")
     train.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
-                       help="with --checkpoint: save there after every N epochs as well, so that a job killed at "
-                            "its --time limit resumes from its last one")
+                       help="with --checkpoint: save there after every N epochs as well, so that a job killed "
+                            "(a node failure) resumes from its last one")
+    train.add_argument("--save-before", type=int, default=DEFAULT_SAVE_BEFORE, metavar="SECONDS",
+                       help="with --checkpoint: SLURM signals the job this long before its --time limit "
+                            "(#SBATCH --signal=B:USR1@SECONDS), and morphgen finishes its epoch, saves the "
+                            "checkpoint and stops; give it an epoch and a save at least (default %(default)s)")
+    train.add_argument("--requeue", action="store_true",
+                       help="with --checkpoint: a job stopped at its time limit requeues itself and resumes "
+                            "from the checkpoint, until training is done (#SBATCH --requeue)")
     train.add_argument("--resume", default=None,
                        help="start from this checkpoint (without --epochs: train the rest of the program's epochs)")
     train.add_argument("--parts-dir", default=None,
@@ -91,6 +106,8 @@ def render(args) -> str:
         job_name=args.job_name or Path(args.model).stem, nodes=args.nodes,
         ntasks_per_node=args.ntasks_per_node, threads=args.threads, time=args.time,
         partition=args.partition, log=args.log, backend=args.backend,
+        checkpoint=args.checkpoint and shlex.quote(_absolute(args.checkpoint)), save_before=args.save_before,
+        requeue=args.requeue, first_resume=f"--resume {shlex.quote(_absolute(args.resume))}" if args.resume else "",
         bin_dir=shlex.quote(str(bin_dir)), command=_train_command(args, bin_dir))
 
 
@@ -99,12 +116,12 @@ def _validate(args) -> None:
                         ("--threads", args.threads)):
         if value < 1:
             raise UserError(f"morphgen: error: {flag} must be at least 1, got {value}")
-    if args.epochs is not None and args.epochs < 1:
-        raise UserError(f"morphgen: error: --epochs must be positive, got {args.epochs}")
-    from .commands import check_checkpoint_every
+    from .commands import check_checkpoint_every, check_epoch_counts
+    check_epoch_counts(args)
     check_checkpoint_every(args)
     if not _TIME.match(args.time):
         raise UserError(f"morphgen: error: --time {args.time!r}: expected [D-]HH:MM:SS, e.g. 02:30:00")
+    _validate_stopping(args)
     for flag, value in (("--job-name", args.job_name), ("--partition", args.partition), ("--log", args.log)):
         if value is not None and not _SBATCH_WORD.match(value):
             raise UserError(f"morphgen: error: {flag} {value!r}: use letters, digits and . _ - / % @ + = , only "
@@ -123,6 +140,29 @@ def _validate(args) -> None:
     if not Path(args.model).is_file():
         raise UserError(f"morphgen: error: {args.model}: no such program file")
     _validate_files(args)
+
+
+def _validate_stopping(args) -> None:
+    """--save-before fits in the job's time; --requeue has a checkpoint to resume from and knows
+    where training ends."""
+    limit = _seconds(args.time)
+    if not 1 <= args.save_before <= MAX_SAVE_BEFORE:
+        raise UserError(f"morphgen: error: --save-before must be 1 to {MAX_SAVE_BEFORE} seconds, got {args.save_before}")
+    if args.checkpoint and args.save_before >= limit:
+        raise UserError(f"morphgen: error: --save-before {args.save_before} is not shorter than the job's --time "
+                        f"{args.time} ({limit} s): the job would be asked to stop before it starts")
+    if args.requeue and not args.checkpoint:
+        raise UserError("morphgen: error: --requeue needs --checkpoint FILE, the file a requeued job resumes from")
+    if args.requeue and args.resume and args.epochs is not None:
+        raise UserError("morphgen: error: --requeue with --resume: give --until-epoch N (the count to reach, "
+                        "counting the checkpoint's) instead of --epochs, which a requeued job would count again")
+
+
+def _seconds(time_limit: str) -> int:
+    """[D-]HH:MM:SS in seconds."""
+    days, _, clock = time_limit.rpartition("-")
+    hours, minutes, seconds = (int(x) for x in clock.split(":"))
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def _validate_files(args) -> None:
@@ -160,16 +200,23 @@ def _train_command(args, bin_dir: Path) -> str:
     words += ["--threads", str(args.threads), "--dataset", shlex.quote(_dataset(args.dataset))]
     if args.data_dir is not None:
         words += ["--data-dir", shlex.quote(_absolute(args.data_dir))]
-    if args.epochs is not None:
+    if args.requeue and args.epochs is not None:
+        # every run of a requeued job trains to the same end (--resume is only added on requeue)
+        words += ["--until-epoch", str(args.epochs)]
+    elif args.epochs is not None:
         words += ["--epochs", str(args.epochs)]
+    if args.until_epoch is not None:
+        words += ["--until-epoch", str(args.until_epoch)]
     words += ["--seed", str(args.seed)]
     for flag, value in (("--json", args.json_out), ("--checkpoint", args.checkpoint),
-                        ("--resume", args.resume), ("--parts-dir", args.parts_dir)):
+                        ("--resume", None if args.requeue else args.resume), ("--parts-dir", args.parts_dir)):
         if value is not None:
             words += [flag, shlex.quote(_absolute(value))]
     if args.checkpoint_every is not None:
         words += ["--checkpoint-every", str(args.checkpoint_every)]
     words.append("--quiet")   # a progress bar is noise in a log file
+    if args.requeue:   # the script's choice (an empty array under `set -u` needs the + form)
+        words.append('${resume[@]+"${resume[@]}"}')
     # one option per line, so the log's reader sees the run at a glance
     lines, line = [], [words[0]]
     for w in words[1:]:

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,7 @@ import numpy as np
 
 from morphgen.errors import UserError
 from morphgen.library import openmp_wait_env
+from morphgen.stop_signals import STOPPED_EXIT_STATUS, stop_on_signals
 
 from .worker import rank_messages
 
@@ -84,6 +86,20 @@ def prepare_parts(dataset, ranks: int, normalization, parts_dir=None, log=print,
 
 
 def train_distributed(args) -> int:
+    """With --checkpoint, SIGTERM and SIGUSR1 stop the run at the end of an epoch, saved: they are
+    passed on to the ranks (mpiexec forwards SIGUSR1 to every one), which agree on the epoch."""
+    ranks_started = []       # mpiexec, once it runs
+
+    def forward(_signum):
+        for proc in ranks_started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGUSR1)
+
+    with stop_on_signals(enabled=bool(args.checkpoint), forward=forward) as stop:
+        return _train_distributed(args, stop, ranks_started)
+
+
+def _train_distributed(args, stop, ranks_started: list) -> int:
     from morphgen.api import CompiledModel
     from morphgen.commands import epochs_to_train
     from morphgen.early_stopping import require_validation_nodes
@@ -152,9 +168,20 @@ def train_distributed(args) -> int:
         del dataset, normalised, payload, model      # the ranks load their own parts
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), **openmp_wait_env(ranks_per_node(ranks) * threads))
         command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "morphgen.backends.mpi.worker", str(spec_path)]
-        code = subprocess.call(command, env=env)
-        if code != 0:     # the ranks' messages are read before the run's folder goes
-            messages = rank_messages(Path(run_dir), ranks)
+        if stop():
+            log(f"morphgen: {stop.signal_name}: stopped before the ranks started; nothing trained, nothing saved")
+            return STOPPED_EXIT_STATUS
+        with subprocess.Popen(command, env=env) as proc:
+            ranks_started.append(proc)
+            try:
+                code = proc.wait()
+            except BaseException:     # Ctrl-C: leave no rank behind (as subprocess.call does)
+                proc.kill()
+                raise
+        messages = rank_messages(Path(run_dir), ranks)   # read before the run's folder goes
+        if code == STOPPED_EXIT_STATUS and not messages:
+            return code       # rank 0 said where it stopped and what it saved
+        if code != 0:
             why = "; ".join(messages) if messages else "no rank left a message: one was killed or crashed (see above)"
             raise RankFailure(f"morphgen: error: the {ranks}-rank MPI job failed (exit status {code}): {why}", code)
     return 0

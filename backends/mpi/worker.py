@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from morphgen.stop_signals import STOPPED_EXIT_STATUS, stop_on_signals
+
 import numpy as np
 
 
@@ -123,7 +125,14 @@ def _progress_thread_setting(comm, threads: int) -> None:
         os.environ["MORPHGEN_MPI_POLL_US"] = "0"
 
 
-def run(spec: dict, comm) -> int:
+def _stop_agreed(comm, stop) -> bool:
+    """Whether any rank was asked to stop: all ranks stop after the same epoch, whichever got the
+    signal first (collective)."""
+    from mpi4py import MPI
+    return comm.allreduce(stop(), op=MPI.LOR)
+
+
+def run(spec: dict, comm, stop=None) -> int:
     from morphgen.backends.mpi.parts import load_part
     from morphgen.commands import Progress, final_line, last_training_loss, print_profile, write_atomically
     from morphgen.early_stopping import TrainingRecord
@@ -145,6 +154,7 @@ def run(spec: dict, comm) -> int:
     history, times, train_halo_bytes = [], [], 0.0
     link = spec.get("link")
     every = spec.get("checkpoint_every")      # --checkpoint-every: also saved after every `every` epochs
+    stopped = False
     for epoch in range(1, epochs + 1):
         if record.should_stop():        # resumed from a run that had stopped
             break
@@ -167,6 +177,9 @@ def run(spec: dict, comm) -> int:
         progress(row, epochs)
         if record.observe(row.get("val_acc", 0.0)):      # the same global accuracy on every rank
             break
+        if stop is not None and epoch < epochs and _stop_agreed(comm, stop):
+            stopped = True
+            break
         if every and epoch % every == 0 and epoch < epochs:
             record.save_checkpoint(spec["checkpoint"])   # after observe, as fit() does; every rank calls it
     record.keep_best()
@@ -180,8 +193,9 @@ def run(spec: dict, comm) -> int:
     if spec.get("checkpoint"):
         record.save_checkpoint(spec["checkpoint"])      # rank 0 writes, the others wait for it
     per_rank = comm.gather(figures, root=0)
+    status = STOPPED_EXIT_STATUS if stopped else 0
     if rank != 0:
-        return 0
+        return status
     print(final_line(final, history, times, f" ({size} ranks x {spec['threads']} threads)"))
     if spec.get("profile"):
         print("rank 0:")
@@ -194,16 +208,20 @@ def run(spec: dict, comm) -> int:
           f"{max(r['allreduce_wait_s_per_epoch'] for r in per_rank) * 1e3:.2f} ms/epoch at most (skew included); "
           f"{hidden:.0%} of the all-reduce hidden (it takes "
           f"{np.mean([r['allreduce_s_per_epoch'] for r in per_rank]) * 1e3:.3f} ms/epoch blocking)", file=sys.stderr)
-    if spec.get("checkpoint"):
+    if stopped:
+        print(stop.message(len(history), epochs, spec["checkpoint"]), file=sys.stderr)
+    elif spec.get("checkpoint"):
         print(f"morphgen: checkpoint written to {spec['checkpoint']}", file=sys.stderr)
     if spec.get("json_out"):
         report = dict(spec["report"], epochs=epochs, threads=spec["threads"], ranks=size,
                       **{k: v for k, v in final.items() if k != "loss"}, final_loss=last_training_loss(history, final),
                       epoch_times_s=times, history=history, per_rank=per_rank, allreduce_hidden=hidden)
+        if stopped:
+            report["stopped_by"] = stop.signal_name
         if spec.get("profile"):
             report["profile"] = per_rank[0]["profile"]
         write_atomically(Path(spec["json_out"]), json.dumps(marked(report), indent=2) + "\n")
-    return 0
+    return status
 
 
 def _error_file(run_dir: Path, rank: int) -> Path:
@@ -225,13 +243,20 @@ def rank_messages(run_dir: Path, ranks: int) -> list:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(Path(argv[0]).read_text())
+    # First, before MPI starts: the launcher passes SIGTERM and SIGUSR1 on as SIGUSR1, whose
+    # default would end a rank that has no handler yet.
+    with stop_on_signals(enabled=bool(spec.get("checkpoint"))) as stop:
+        return _main(spec, argv, stop if spec.get("checkpoint") else None)
+
+
+def _main(spec: dict, argv: list, stop) -> int:
     from mpi4py import MPI
     from morphgen.errors import UserError
     comm = MPI.COMM_WORLD
-    argv = sys.argv[1:] if argv is None else argv
     try:
-        spec = json.loads(Path(argv[0]).read_text())
-        code = run(spec, comm)
+        code = run(spec, comm, stop)
     except BaseException as err:       # noqa: BLE001 - every failure must end the whole job
         if isinstance(err, KeyboardInterrupt):
             text = "interrupted"
