@@ -174,7 +174,7 @@ def _train_distributed(args, stop, ranks_started: list) -> int:
         with subprocess.Popen(command, env=env) as proc:
             ranks_started.append(proc)
             try:
-                code = proc.wait()
+                code = _wait_taking_signals(proc)
             except BaseException:     # Ctrl-C: leave no rank behind (as subprocess.call does)
                 proc.kill()
                 raise
@@ -185,6 +185,18 @@ def _train_distributed(args, stop, ranks_started: list) -> int:
             why = "; ".join(messages) if messages else "no rank left a message: one was killed or crashed (see above)"
             raise RankFailure(f"morphgen: error: the {ranks}-rank MPI job failed (exit status {code}): {why}", code)
     return 0
+
+
+def _wait_taking_signals(proc) -> int:
+    """proc's exit status.  Not one blocking wait: a signal that the kernel hands to another of
+    this process's threads (OpenMP's, BLAS's) would not interrupt it, and the Python handler that
+    passes a stop on to the ranks would only run once they had ended.  A wait with a timeout
+    returns to the interpreter every few tens of milliseconds, where pending handlers run."""
+    while True:
+        try:
+            return proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _link_spec(model) -> dict:

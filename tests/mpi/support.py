@@ -10,13 +10,14 @@ RANKS = (1, 2, 4)
 
 
 def train(tmp_path: Path, model, dataset: str, *extra, backend: str = "openmp", ranks: int = 1,
-          epochs: int = 4, tag: str = "", timeout: int = 600) -> dict:
+          epochs: int | None = 4, tag: str = "", timeout: int = 600) -> dict:
     """One `morphgen train` run with one thread per process; its --json report.  ``model``: an
     example's name or a program's path."""
     program = example(model) if isinstance(model, str) else Path(model)
     out = tmp_path / f"{program.stem}-{backend}-{ranks}{tag}.json"
     args = ["train", program, "--backend", backend, "--threads", 1, "--dataset", dataset,
-            "--epochs", epochs, "--sparsity-threshold", 0.9, "--json", out, "--quiet", *extra]
+            *(["--epochs", epochs] if epochs is not None else []), "--sparsity-threshold", 0.9, "--json", out,
+            "--quiet", *extra]
     if backend == "mpi":
         args += ["--ranks", ranks, "--parts-dir", tmp_path / f"parts-{ranks}"]
     proc = run_cli(*args, timeout=timeout)

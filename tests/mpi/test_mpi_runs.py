@@ -99,6 +99,40 @@ def test_a_rank_that_dies_ends_the_job(tmp_path):
     assert "MPI job failed" in err and "Traceback" not in err, err[-2000:]
 
 
+def test_sigterm_stops_every_rank_after_one_epoch_saved(tmp_path):
+    """SIGTERM to the launcher (as SLURM's time limit sends it) is passed on to the ranks, which
+    agree on an epoch, save the checkpoint together and end with status 4; the checkpoint holds
+    the epochs the report lists and resumes on the OpenMP backend."""
+    ckpt, report = tmp_path / "run.ck", tmp_path / "run.json"
+    args = [sys.executable, "-m", "morphgen",
+            *map(str, _mpi_args(tmp_path, "--checkpoint", ckpt, "--checkpoint-every", 20, "--json", report))]
+    args[args.index("2", args.index("--epochs"))] = "1000000"
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)     # a failure below ends mpiexec and the ranks too
+    try:
+        deadline = time.monotonic() + 120
+        while not ckpt.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)      # the first periodic checkpoint: the ranks are training
+        assert ckpt.exists(), f"no checkpoint appeared: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 4, err[-3000:]
+    run = json.loads(report.read_text())
+    epochs = len(run["history"])
+    assert run["stopped_by"] == "SIGUSR1" and 20 <= epochs < 1000000
+    assert f"stopped after epoch {epochs} of this run's 1000000 and saved {ckpt}" in err
+    assert "Traceback" not in err and "MPI job failed" not in err
+    from morphgen.outputs import checkpoint_epochs
+    assert checkpoint_epochs(ckpt) == epochs
+    resumed = train(tmp_path, "gcn", SYNTHETIC, "--resume", ckpt, "--until-epoch", epochs + 2, epochs=None,
+                    tag="resumed")
+    assert len(resumed["history"]) == 2 and resumed["epochs_before"] == epochs
+
+
 def test_partition_files_for_other_ranks_or_data_are_refused(tmp_path):
     assert run_cli(*_mpi_args(tmp_path, ranks=2)).returncode == 0
     assert_clean_failure(run_cli(*_mpi_args(tmp_path, ranks=4)), 2, "for 2 ranks, not 4")

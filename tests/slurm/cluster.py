@@ -177,7 +177,7 @@ class Cluster:
                                    f"{_tail(log)}\n{_tail(self.root / f'{name}.stdout')}")
 
     def _run(self, argv: list[str], name: str) -> None:
-        out = subprocess.run(argv, capture_output=True, text=True)
+        out = subprocess.run(argv, capture_output=True, text=True, env=self.env)
         if out.returncode != 0:
             raise ClusterError(f"{name} failed ({out.returncode}): {out.stderr.strip()}")
 
@@ -200,19 +200,40 @@ class Cluster:
     def submit_and_wait(self, script: Path, cwd: Path, timeout_s: float = 300.0) -> tuple[str, str]:
         """Submit `script` from `cwd` and wait for it to end. Returns (job id, final state);
         raises ClusterError on a submission failure or a timeout (the job is cancelled then)."""
+        job = self.submit(script, cwd)
+        return job, self.wait(job, timeout_s)
+
+    def submit(self, script: Path, cwd: Path) -> str:
+        """Submit `script` from `cwd`; its job id (ClusterError when sbatch refuses it)."""
         out = subprocess.run([self.tools["sbatch"], "--parsable", str(script)], cwd=cwd, env=self.env,
                              capture_output=True, text=True)
         if out.returncode != 0:
             raise ClusterError(f"sbatch {script} failed ({out.returncode}): {out.stderr.strip()}")
-        job = out.stdout.strip().split(";")[0]
+        return out.stdout.strip().split(";")[0]
+
+    def wait(self, job: str, timeout_s: float = 300.0, until=None) -> str:
+        """Wait until `until(job)` holds (default: the job has ended); its state then.  A timeout
+        cancels the job and raises ClusterError."""
+        until = until or (lambda j: self.job_state(j) not in ("", "PENDING", "CONFIGURING", "RUNNING",
+                                                              "COMPLETING"))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            state = self.job_state(job)
-            if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
-                return job, state
-            time.sleep(1)
+            if until(job):
+                return self.job_state(job)
+            time.sleep(0.5)
         subprocess.run([self.tools["scancel"], job], env=self.env, capture_output=True)
-        raise ClusterError(f"job {job} did not finish in {timeout_s:.0f} s; {_tail(self.root / 'slurmd.log')}")
+        raise ClusterError(f"job {job} did not get there in {timeout_s:.0f} s (state {self.job_state(job)}); "
+                           f"{_tail(self.root / 'slurmd.log')}")
+
+    def signal_batch_shell(self, job: str, name: str) -> None:
+        """What SLURM does --signal's seconds before the time limit, now: `name` to the job's
+        batch shell only."""
+        self._run([self.tools["scancel"], f"--signal={name}", "--batch", job], "scancel --signal")
+
+    def start_now(self, job: str) -> None:
+        """Make a pending job eligible at once: slurmctld holds a requeued batch job back for
+        two minutes, which an administrator (this cluster's root) may waive."""
+        self._run([self.tools["scontrol"], "update", f"JobId={job}", "StartTime=now"], "scontrol update")
 
     def job_field(self, job: str, name: str) -> str:
         """One field of `scontrol show job` (JobState, ExitCode, ...), or "" when absent."""

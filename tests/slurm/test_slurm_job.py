@@ -89,6 +89,43 @@ def test_openmp_script_runs_plain_train(tmp_path):
     assert "#SBATCH --cpus-per-task=2" in script.read_text()
 
 
+def test_a_checkpointing_job_is_warned_before_its_time_limit(tmp_path):
+    """With --checkpoint, SLURM signals the batch shell --save-before seconds ahead (120 by
+    default), and the script passes the signal on to morphgen; without one, nothing changes."""
+    rc, script = generate(tmp_path, GCN, "--nodes", 1, "--ntasks-per-node", 2, "--checkpoint", tmp_path / "ck")
+    assert rc == 0
+    lines = script.read_text().splitlines()
+    assert "#SBATCH --signal=B:USR1@120" in lines and "#SBATCH --requeue" not in lines
+    assert "trap 'kill -USR1 \"$train\" 2>/dev/null || true' USR1" in lines
+    assert "resume=" not in script.read_text()
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    rc, script = generate(tmp_path, GCN, "--nodes", 1, "--ntasks-per-node", 2, "--checkpoint", tmp_path / "ck",
+                          "--save-before", 600, output="later.sbatch")
+    assert rc == 0 and "#SBATCH --signal=B:USR1@600" in script.read_text().splitlines()
+    rc, script = generate(tmp_path, GCN, "--nodes", 1, "--ntasks-per-node", 2, output="plain.sbatch")
+    assert rc == 0 and "--signal" not in script.read_text() and "trap" not in script.read_text()
+
+
+def test_a_requeueing_job_resumes_from_its_checkpoint_and_counts_epochs_in_all(tmp_path):
+    ckpt = tmp_path / "ck"
+    rc, script = generate(tmp_path, GCN, "--nodes", 1, "--ntasks-per-node", 2, "--checkpoint", ckpt,
+                          "--requeue", "--epochs", 50)
+    assert rc == 0
+    text = script.read_text()
+    for line in ("#SBATCH --requeue", "#SBATCH --open-mode=append", "resume=()",
+                 f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ] && [ -e {ckpt} ]; then', f"    resume=(--resume {ckpt})"):
+        assert line in text.splitlines(), f"{line!r} missing from:\n{text}"
+    words = train_words(script)
+    assert option(words, "--until-epoch") == "50" and "--epochs" not in words and "--resume" not in words
+    assert '    --quiet ${resume[@]+"${resume[@]}"} &' in text.splitlines()
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    rc, script = generate(tmp_path, GCN, "--nodes", 1, "--ntasks-per-node", 2, "--checkpoint", ckpt,
+                          "--requeue", "--resume", tmp_path / "old", "--until-epoch", 80, output="more.sbatch")
+    assert rc == 0
+    assert f"resume=(--resume {tmp_path / 'old'})" in script.read_text().splitlines()
+    assert option(train_words(script), "--until-epoch") == "80"
+
+
 def test_paths_with_spaces_and_quotes_are_quoted(tmp_path):
     folder = tmp_path / "my models & 'data'"
     folder.mkdir()
@@ -140,6 +177,14 @@ def test_refuses_to_overwrite_without_force(tmp_path, capsys):
     (["--nodes", "1", "--ntasks-per-node", "1", "--time", "90"], "expected [D-]HH:MM:SS"),
     (["--nodes", "1", "--ntasks-per-node", "1", "--job-name", "a b"], "--job-name 'a b'"),
     (["--nodes", "1", "--ntasks-per-node", "1", "--epochs", "0"], "--epochs must be positive"),
+    (["--nodes", "1", "--ntasks-per-node", "1", "--requeue"], "--requeue needs --checkpoint FILE"),
+    (["--nodes", "1", "--ntasks-per-node", "1", "--checkpoint", "c", "--time", "00:02:00"],
+     "--save-before 120 is not shorter than the job's --time 00:02:00 (120 s)"),
+    (["--nodes", "1", "--ntasks-per-node", "1", "--checkpoint", "c", "--save-before", "0"],
+     "--save-before must be 1 to 65535 seconds"),
+    (["--nodes", "1", "--ntasks-per-node", "1", "--checkpoint", "c", "--requeue", "--resume", "r", "--epochs", "5"],
+     "give --until-epoch N"),
+    (["--nodes", "1", "--ntasks-per-node", "1", "--epochs", "5", "--until-epoch", "6"], "not both"),
 ])
 def test_bad_arguments_exit_2_with_a_message(tmp_path, capsys, args, message):
     rc, script = generate(tmp_path, GCN, *args)
@@ -218,3 +263,39 @@ def test_sbatch_mpi_job_matches_in_process_run(cluster, tmp_path):
     job = run_job(cluster, tmp_path, "mpi", ntasks=2)
     assert job["epochs"] == 5
     assert_same_metrics(job, reference, "mpi")
+
+
+def test_a_job_warned_of_its_time_limit_saves_requeues_and_ends_as_one_run(cluster, tmp_path):
+    """USR1 to the batch shell, as SLURM sends it --save-before seconds ahead of the time limit
+    (sent at once here): morphgen stops after its epoch, saved; the script requeues the job; the
+    job's second run resumes from the checkpoint and ends where an uninterrupted run does."""
+    if cluster.error:
+        pytest.fail(cluster.error)
+    epochs = 6000       # ~4 s of training: the signal arrives well before the end
+    reference = reference_run(tmp_path, epochs=epochs)
+    ckpt, out = tmp_path / "run.ck", tmp_path / "out.json"
+    rc, script = generate(tmp_path, GCN, "--dataset", "synthetic", "--epochs", epochs, "--backend", "openmp",
+                          "--nodes", 1, "--ntasks-per-node", 1, "--threads", 1, "--time", "00:10:00",
+                          "--json", out, "--checkpoint", ckpt, "--checkpoint-every", 50, "--requeue",
+                          output="requeue.sbatch")
+    assert rc == 0, "morphgen slurm failed"
+    log = lambda: (tmp_path / f"slurm-{job}.out").read_text(errors="replace")   # noqa: E731
+    try:
+        job = cluster.submit(script, cwd=tmp_path)
+        cluster.wait(job, 120, until=lambda j: ckpt.exists() or cluster.job_state(j) != "RUNNING" and
+                     cluster.job_state(j) != "PENDING")
+        cluster.signal_batch_shell(job, "USR1")
+        cluster.wait(job, 120, until=lambda j: cluster.job_field(j, "Restarts") == "1" or
+                     cluster.job_state(j) in ("COMPLETED", "FAILED"))
+        assert cluster.job_field(job, "Restarts") == "1", f"the job was not requeued; its log:\n{log()[-4000:]}"
+        cluster.start_now(job)
+        state = cluster.wait(job, 300)
+    except ClusterError as exc:
+        pytest.fail(str(exc))
+    text = log()
+    assert state == "COMPLETED", f"job {job} ended {state}; its log:\n{text[-4000:]}"
+    assert "morphgen: SIGUSR1: stopped after epoch" in text and f"requeueing job {job}" in text, text[-4000:]
+    run = json.loads(out.read_text())          # the second run's report
+    assert run["resumed_from"] == str(ckpt) and 0 < run["epochs_before"] < epochs
+    assert run["epochs_before"] + len(run["history"]) == epochs
+    assert_same_metrics(run, reference, "requeued openmp")
