@@ -90,6 +90,8 @@ MG_INLINE vf permute(vf table, vi index) { return _mm512_permutexvar_ps(index, t
 MG_INLINE vf permute2(vf a, vf b, vi index) { return _mm512_permutex2var_ps(a, index, b); }
 MG_INLINE vf add(vf a, vf b) { return _mm512_add_ps(a, b); }
 MG_INLINE vf mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+// v > 0 ? v : 0 per lane, as the scalar loops (NaN and -0 give +0)
+MG_INLINE vf relu(vf v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v); }
 MG_INLINE vf fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 MG_INLINE float reduce_add(vf a) { return _mm512_reduce_add_ps(a); }  // the sum of the lanes
 // Lanes of m where a > b (ordered: a NaN on either side compares false).
@@ -153,6 +155,8 @@ MG_INLINE vf permute2(vf a, vf b, vi index) {
 }
 MG_INLINE vf add(vf a, vf b) { return _mm256_add_ps(a, b); }
 MG_INLINE vf mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+// v > 0 ? v : 0 per lane, as the scalar loops (NaN and -0 give +0)
+MG_INLINE vf relu(vf v) { return _mm256_and_ps(v, _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ)); }
 MG_INLINE vf fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 MG_INLINE float reduce_add(vf a) {  // the sum of the lanes
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));

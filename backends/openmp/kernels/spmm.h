@@ -206,6 +206,27 @@ MG_INLINE void finish_tile(const float* MG_RESTRICT vals, int width, float rowf,
                            const float* self_row, float selfc, const Epilogue& epi,
                            const float* bias, bool accumulate, float* MG_RESTRICT y,
                            const float* residual = nullptr) {
+#if MG_HAVE_SIMD
+    // The common epilogues in vector registers, masked to the width: scalar loops of a run-time
+    // width cost more than the gather itself on narrow rows.
+    if (epi.act == Act::None || epi.act == Act::Relu) {
+        using namespace simd;
+        const vf scale = set1(rowf), self_scale = set1(selfc);
+        const bool relu_on = epi.act == Act::Relu;
+        for (int f = 0; f < width; f += kLanes) {
+            const mask m = lanes(width - f);
+            vf t = load(m, vals + f);
+            if (self_row) t = fmadd(self_scale, load(m, self_row + f), t);
+            t = mul(t, scale);
+            if (residual) t = add(t, load(m, residual + f));
+            if (bias) t = add(t, load(m, bias + f));
+            if (relu_on) t = relu(t);
+            if (accumulate) t = add(load(m, y + f), t);
+            store(m, y + f, t);
+        }
+        return;
+    }
+#endif
     float t[256];  // width <= TILE <= 256 (checked by the callers' static_assert)
 #pragma omp simd
     for (int f = 0; f < width; ++f) t[f] = vals[f];
