@@ -244,19 +244,27 @@ def rank_messages(run_dir: Path, ranks: int) -> list:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    spec = json.loads(Path(argv[0]).read_text())
+    try:
+        spec = _read_spec(argv)
+    except (OSError, ValueError, IndexError):
+        spec = None             # read again where its error ends the job
+    saves = bool(spec and spec.get("checkpoint"))
     # First, before MPI starts: the launcher passes SIGTERM and SIGUSR1 on as SIGUSR1, whose
     # default would end a rank that has no handler yet.
-    with stop_on_signals(enabled=bool(spec.get("checkpoint"))) as stop:
-        return _main(spec, argv, stop if spec.get("checkpoint") else None)
+    with stop_on_signals(enabled=saves) as stop:
+        return _main(spec, argv, stop if saves else None)
 
 
-def _main(spec: dict, argv: list, stop) -> int:
+def _read_spec(argv: list) -> dict:
+    return json.loads(Path(argv[0]).read_text())
+
+
+def _main(spec, argv: list, stop) -> int:
     from mpi4py import MPI
     from morphgen.errors import UserError
     comm = MPI.COMM_WORLD
     try:
-        code = run(spec, comm, stop)
+        code = run(spec if spec is not None else _read_spec(argv), comm, stop)
     except BaseException as err:       # noqa: BLE001 - every failure must end the whole job
         if isinstance(err, KeyboardInterrupt):
             text = "interrupted"
