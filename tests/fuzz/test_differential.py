@@ -1,7 +1,7 @@
 """Random programs (tests/fuzz/generator.py) trained by the OpenMP backend and by the numpy
 interpreter, with the passes on and off; and every bug the generator found, kept as a program.
 
-`MORPHGEN_FUZZ_PROGRAMS` sets how many generated programs run (default 120); the long
+`MORPHGEN_FUZZ_PROGRAMS` sets how many generated programs run (default 100); the long
 campaigns recorded in docs/testing.md use `python -m tests.fuzz.campaign`.
 """
 import itertools
@@ -16,7 +16,7 @@ from morphgen.ir_ops import blocks_of
 from tests.fuzz.differential import check, variants_for
 from tests.fuzz.generator import FuzzProgram, generate
 
-PROGRAMS = int(os.environ.get("MORPHGEN_FUZZ_PROGRAMS", "120"))
+PROGRAMS = int(os.environ.get("MORPHGEN_FUZZ_PROGRAMS", "100"))
 REGRESSIONS = sorted((Path(__file__).parent / "regressions").glob("*.mp"))
 
 
