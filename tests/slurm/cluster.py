@@ -212,14 +212,14 @@ class Cluster:
         return out.stdout.strip().split(";")[0]
 
     def wait(self, job: str, timeout_s: float = 300.0, until=None) -> str:
-        """Wait until `until(job)` holds (default: the job has ended); its state then.  A timeout
-        cancels the job and raises ClusterError."""
-        until = until or (lambda j: self.job_state(j) not in ("", "PENDING", "CONFIGURING", "RUNNING",
-                                                              "COMPLETING"))
+        """Wait until `until(state)` holds for the job's state (default: the job has ended); that
+        state.  A timeout cancels the job and raises ClusterError."""
+        until = until or (lambda state: state not in ("", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING"))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if until(job):
-                return self.job_state(job)
+            state = self.job_state(job)
+            if until(state):
+                return state
             time.sleep(0.5)
         subprocess.run([self.tools["scancel"], job], env=self.env, capture_output=True)
         raise ClusterError(f"job {job} did not get there in {timeout_s:.0f} s (state {self.job_state(job)}); "

@@ -282,11 +282,11 @@ def test_a_job_warned_of_its_time_limit_saves_requeues_and_ends_as_one_run(clust
     log = lambda: (tmp_path / f"slurm-{job}.out").read_text(errors="replace")   # noqa: E731
     try:
         job = cluster.submit(script, cwd=tmp_path)
-        cluster.wait(job, 120, until=lambda j: ckpt.exists() or cluster.job_state(j) != "RUNNING" and
-                     cluster.job_state(j) != "PENDING")
+        # training has begun (its first periodic checkpoint), or the job ended early
+        cluster.wait(job, 120, until=lambda state: ckpt.exists() or state not in ("", "PENDING", "CONFIGURING", "RUNNING"))
         cluster.signal_batch_shell(job, "USR1")
-        cluster.wait(job, 120, until=lambda j: cluster.job_field(j, "Restarts") == "1" or
-                     cluster.job_state(j) in ("COMPLETED", "FAILED"))
+        cluster.wait(job, 120, until=lambda state: state in ("COMPLETED", "FAILED") or
+                     cluster.job_field(job, "Restarts") == "1")
         assert cluster.job_field(job, "Restarts") == "1", f"the job was not requeued; its log:\n{log()[-4000:]}"
         cluster.start_now(job)
         state = cluster.wait(job, 300)
