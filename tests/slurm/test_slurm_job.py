@@ -283,7 +283,8 @@ def test_a_job_warned_of_its_time_limit_saves_requeues_and_ends_as_one_run(clust
     try:
         job = cluster.submit(script, cwd=tmp_path)
         # training has begun (its first periodic checkpoint), or the job ended early
-        cluster.wait(job, 120, until=lambda state: ckpt.exists() or state not in ("", "PENDING", "CONFIGURING", "RUNNING"))
+        cluster.wait(job, 120, until=lambda state: ckpt.exists() or
+                     state not in ("", "PENDING", "CONFIGURING", "RUNNING"))
         cluster.signal_batch_shell(job, "USR1")
         cluster.wait(job, 120, until=lambda state: state in ("COMPLETED", "FAILED") or
                      cluster.job_field(job, "Restarts") == "1")
