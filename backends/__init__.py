@@ -84,8 +84,10 @@ class Backend:
             return importlib.import_module(self.toolchain).build(sources, f"mg_{self.name}", self.compiler, sanitize)
         from morphgen.pipeline import include_dirs
         from morphgen.toolchain import compile_shared
+        emitter = self.emitter_class()
         return compile_shared(sources, name=f"mg_{self.name}", sanitize=sanitize, include_dirs=include_dirs(self),
-                              cxx=self.compiler, precompiled_header=self.emitter_class().ops_header)
+                              cxx=self.compiler, precompiled_header=emitter.ops_header,
+                              prebuilt_units=emitter.ops_units)
 
     def feature_calibration(self, threads: Optional[int] = None):
         """The dense/sparse feature-path calibration of the processor this backend computes on."""

@@ -255,6 +255,7 @@ def compile_shared(
     link_flags: Iterable[str] | None = None,
     kernel_headers: bool = True,
     precompiled_header: str | None = None,
+    prebuilt_units: Iterable[str] = (),
 ) -> Path:
     """Build `sources` into lib<name>.so and return its path (cached; safe under concurrency).
 
@@ -270,6 +271,11 @@ def compile_shared(
     (a backend's op layer): it is parsed once per compiler and flags, and builds read it
     precompiled (`_precompiled_header_flags`).  It changes how long a build takes, not what it
     builds, so it is not part of the cache key.
+    prebuilt_units names sources on the include path (a backend's op layer, ops.cpp) compiled once
+    per compiler and flags into objects that this library links (`_prebuilt_objects`): the code
+    they instantiate is compiled once, not again for every program.  Their contents are part of
+    the cache key; the library is linked with --no-undefined, so a declaration they do not
+    define fails the build instead of the load.
     """
     _validate(sources, name)
     cxx = cxx or compiler()
@@ -287,9 +293,13 @@ def compile_shared(
     for fname in sorted(sources):
         h.update(fname.encode() + b"\0" + sources[fname].encode() + b"\0")
     _dependency_digest(sources, inc_dirs, h)
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root() / "build"
+    objects = _prebuilt_objects(tuple(prebuilt_units), cxx, [*base, *opt, *user_flags], inc_dirs, blas,
+                                root.parent / "objects")
+    for obj in objects:
+        h.update(str(obj).encode() + b"\0")       # the object's folder is its own content digest
     digest = h.hexdigest()[:24]
 
-    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root() / "build"
     so_name = f"lib{name}.so"
     final_so = root / digest / so_name
     if _verified(final_so):
@@ -310,7 +320,7 @@ def compile_shared(
         user_flags = _precompiled_header_flags(precompiled_header, cxx, [*base, *opt, *user_flags], inc_dirs,
                                                blas, root.parent / "pch") + user_flags
     try:
-        _build(work, sources, so_name, name, cxx, base, opt, user_flags, inc_dirs, blas, root, digest)
+        _build(work, sources, so_name, name, cxx, base, opt, user_flags, inc_dirs, blas, root, digest, objects)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)   # Ctrl-C or a crash: leave no debris in the cache
         raise
@@ -325,16 +335,18 @@ def compile_shared(
     return final_so
 
 
-def _build(work: Path, sources, so_name, name, cxx, base, opt, user_flags, inc_dirs, blas, root, digest) -> None:
-    """Compile `sources` into work/so_name and stamp it with its checksum, or raise BuildError."""
+def _build(work: Path, sources, so_name, name, cxx, base, opt, user_flags, inc_dirs, blas, root, digest,
+           objects=()) -> None:
+    """Compile `sources` (and link `objects`) into work/so_name and stamp it with its checksum, or
+    raise BuildError."""
     for fname, text in sources.items():
         (work / fname).write_text(text)
     units = [fname for fname in sorted(sources) if fname.endswith(COMPILED_SUFFIXES)]
     cmd = [
         cxx, *base, *opt, *user_flags,
         *(f"-I{d}" for d in inc_dirs),
-        *units, "-o", so_name, *blas,
-    ]
+        *units, *map(str, objects), "-o", so_name, *blas,
+    ] + (["-Wl,--no-undefined"] if objects else [])
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
     log = "$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr
     (work / "build.log").write_text(log)
@@ -395,6 +407,54 @@ def _precompiled_header_flags(header: str, cxx: str, flags: list, inc_dirs: list
     except OSError:
         shutil.rmtree(work, ignore_errors=True)     # another build made the same entry first
     return use if (entry / f"{header}.gch").is_file() else []
+
+
+def _prebuilt_objects(units: tuple, cxx: str, flags: list, inc_dirs: list, blas: list, root: Path) -> list:
+    """The objects of `units` (sources on the include path), each compiled once per compiler,
+    flags and contents (everything it includes) into root/<digest>/, or BuildError.
+
+    A build that finds its object reuses it: the object is the same machine code whichever
+    program links it.  Concurrent builds race as libraries do (a private directory, one rename).
+    """
+    objects = []
+    for unit in units:
+        path = next((Path(d) / unit for d in inc_dirs if (Path(d) / unit).is_file()), None)
+        if path is None:
+            raise BuildError(f"compile_shared: prebuilt unit {unit!r} is not on the include path")
+        text = path.read_text()
+        h = hashlib.sha256()
+        for part in (cxx, _compiler_identity(cxx), _cpu_identity(), _openblas_version(), unit, text, *flags, *blas):
+            h.update(part.encode() + b"\0")
+        _dependency_digest({unit: text}, [path.parent, *inc_dirs], h)
+        entry = root / h.hexdigest()[:24]
+        obj = entry / (Path(unit).stem + ".o")
+        if _verified(obj):
+            objects.append(obj)
+            continue
+        _discard(entry)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=root))
+        except OSError as exc:                      # an unwritable cache: build privately
+            work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=_private_build_dir(root, exc)))
+        try:
+            cmd = [cxx, *flags, *(f"-I{d}" for d in inc_dirs), *[f for f in blas if f.startswith("-I")],
+                   "-c", str(path), "-o", obj.name]
+            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+            if proc.returncode != 0 or not (work / obj.name).exists():
+                raise BuildError(f"C++ build of the op layer {unit!r} failed (exit {proc.returncode})\n"
+                                 f"{_first_errors(proc.stderr or proc.stdout)}",
+                                 log="$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+            (work / (obj.name + CHECKSUM_SUFFIX)).write_text(_file_digest(work / obj.name) + "\n")
+            os.rename(work, entry)
+        except OSError:
+            if not _verified(obj):                  # not another build's identical object: ours
+                obj = work / obj.name
+        finally:
+            if work.exists() and not (obj.parent == work):
+                shutil.rmtree(work, ignore_errors=True)
+        objects.append(obj)
+    return objects
 
 
 def _file_digest(path: Path) -> str:

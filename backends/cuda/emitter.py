@@ -43,6 +43,7 @@ SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids", "etypes", "ntypes"})
 class CUDAEmitter(OpenMPEmitter):
     backend = "cuda"
     ops_header = "ops.cuh"
+    ops_units = ()
     device_memory = True
     source_name = "model.cu"
     spmm_tile_by_width = False       # aggregate.cuh strides the features by threads: no tile to choose

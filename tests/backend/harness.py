@@ -32,7 +32,7 @@ def build(program, graph, x, classes, sanitize=False, backend="openmp", edge_typ
     sources = chosen.emitter_class()(program).emit()
     if backend == "openmp":     # the default build, under a name of its own (cached apart from `train`'s)
         return compile_shared(sources, name=f"test_model_{backend}", include_dirs=include_dirs(), sanitize=sanitize,
-                              precompiled_header="ops.h")
+                              precompiled_header="ops.h", prebuilt_units=("ops.cpp",))
     return chosen.build(sources, sanitize=sanitize)
 
 

@@ -35,7 +35,8 @@ ffi.cdef(CDEF)
 
 @functools.lru_cache(maxsize=None)
 def lib():
-    path = toolchain.compile_shared({"ops_fused.cpp": SOURCE}, name="ops_fused_shim", include_dirs=include_dirs())
+    path = toolchain.compile_shared({"ops_fused.cpp": SOURCE}, name="ops_fused_shim", include_dirs=include_dirs(),
+                                      prebuilt_units=("ops.cpp",))
     return ffi.dlopen(str(path))
 
 

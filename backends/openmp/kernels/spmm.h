@@ -61,10 +61,13 @@ inline void inverse_in_counts(idx_t n, const idx_t* indptr, bool self_loop, floa
 // alike).  Rows of 32 or fewer keep the default tile (one vector measured no faster for 7 and 16
 // columns) and rows of 64 or more the 64-float tile.  (Prefetching only the lines a masked row
 // touches, by a run-time loop, made the 7-wide aggregations twice as slow: its trip count, 1 or
-// 2 by the row's alignment, is a branch mispredicted at random rows.)
+// 2 by the row's alignment, is a branch mispredicted at random rows.)  Without vectors (the
+// portable build) there are no whole vectors to round to: rows wider than 32 take the 64 tile,
+// so that the op layer (ops.cpp) instantiates two tiles, not one per width.
 constexpr int spmm_tile_for(long width) {
-    return width <= 32 ? MG_SPMM_TILE
-                       : width >= 64 ? 64 : int((width + simd::kLanes - 1) / simd::kLanes * simd::kLanes);
+    return width <= 32   ? MG_SPMM_TILE
+           : width >= 64 || !MG_HAVE_SIMD ? 64
+                                          : int((width + simd::kLanes - 1) / simd::kLanes * simd::kLanes);
 }
 
 namespace spmm_detail {
