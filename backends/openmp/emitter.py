@@ -1302,8 +1302,8 @@ class OpenMPEmitter:
         """The template argument that sends a dense weight gradient X^T G whose G is at most
         NARROW_TN_MAX wide, a width known here, to tall_skinny.h's narrow kernel (AVX-512: X's rows
         loaded, G's values broadcast; SAGE's last-layer gradients on the flickr-shaped graph 1.0-1.1
-        -> 0.50-0.63 ms each).  One instance per width the program has (a build about 0.4 s
-        longer): instances for every width in every program doubled a program's build time."""
+        -> 0.50-0.63 ms each).  Every width's instance is compiled once, in the op layer
+        (ops.cpp), not in the program's own build."""
         width = g.shape[-1] if g.shape else 1
         narrow = self.narrow_tn_by_width and isinstance(width, int) and 0 < width <= NARROW_TN_MAX
         return f"<{width}>" if narrow else ""
@@ -1598,8 +1598,8 @@ class OpenMPEmitter:
         is walked once per row instead of twice (SAGE's 64-wide aggregations on the arxiv-shaped
         graph: 6% faster forward, 14% transposed; its 40-wide ones, AVX2: 10.0 -> 7.5 ms against a
         64-float tile).  Only where the width is known here, and rows of 32 or fewer keep the
-        default tile: a tile per width would multiply the kernels every program compiles, and
-        wider tiles over 32-wide rows were slower (GCN's, by a third)."""
+        default tile: wider tiles over 32-wide rows were slower (GCN's, by a third).  The tiles
+        this can name are instantiated once, in the op layer (ops.cpp)."""
         width = x.shape[-1] if x.shape else 1
         if self.spmm_tile_by_width and isinstance(width, int) and width > 32:
             return f"<mg::spmm_tile_for({width})>"

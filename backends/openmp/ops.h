@@ -2,6 +2,12 @@
 // call into the kernel library of kernels/.  Generated code (templates/model.cpp.j2) calls only
 // these functions, so the emitter stays a table from opcode to call and the kernels keep their
 // own, more general signatures.  Shapes arrive as (rows, width) pairs; every array is row-major.
+//
+// This header declares the functions; ops.cpp defines them and is compiled once per compiler and
+// flags into an object that every generated library links (toolchain.compile_shared's
+// prebuilt_units), so a program's build compiles its own code, not the kernels again.  The kernel
+// headers stay included here for the types the declarations and the generated code use, and for
+// the few small kernels generated code calls directly (elementwise.h, math.h).
 #ifndef MORPHGEN_OPENMP_OPS_H
 #define MORPHGEN_OPENMP_OPS_H
 

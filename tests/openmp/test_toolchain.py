@@ -218,3 +218,61 @@ def test_a_header_that_does_not_precompile_is_parsed_as_before(tmp_path):
     assert _answer(so) == 42
     assert "-include" not in (so.parent / "build.log").read_text()
     assert not (tmp_path / "pch").exists() or not any((tmp_path / "pch").iterdir())
+
+
+# ---------------------------------------------------------------------------------------------
+# prebuilt op-layer units
+
+DECLARES = "#pragma once\nint mg_twice(int x);\n"
+DEFINES = '#include "twice.h"\nint mg_twice(int x) { return 2 * x; }\n'
+
+
+def _twice_unit(tmp_path, body=DEFINES) -> Path:
+    inc = tmp_path / "inc"
+    inc.mkdir(exist_ok=True)
+    (inc / "twice.h").write_text(DECLARES)
+    (inc / "twice.cpp").write_text(body)
+    return inc
+
+
+def _calls_twice(k: int) -> dict:
+    return {"unit.cpp": f'#include "twice.h"\nextern "C" int mg_answer() {{ return mg_twice({k}); }}\n'}
+
+
+def test_a_prebuilt_unit_is_compiled_once_and_linked_into_every_library(tmp_path):
+    inc = _twice_unit(tmp_path)
+    cache = tmp_path / "cache" / "build"
+    first = compile_shared(_calls_twice(21), name="unit", include_dirs=[inc], cache_dir=cache,
+                           prebuilt_units=("twice.cpp",))
+    second = compile_shared(_calls_twice(4), name="unit", include_dirs=[inc], cache_dir=cache,
+                            prebuilt_units=("twice.cpp",))
+    assert (_answer(first), _answer(second)) == (42, 8)
+    (entry,) = (tmp_path / "cache" / "objects").iterdir()           # one object for both libraries
+    assert (entry / "twice.o").is_file()
+    assert all(str(entry / "twice.o") in (so.parent / "build.log").read_text() for so in (first, second))
+    # the unit's contents are part of the library's key: an edit relinks, with the new object
+    (inc / "twice.cpp").write_text(DEFINES.replace("2 * x", "3 * x"))
+    third = compile_shared(_calls_twice(4), name="unit", include_dirs=[inc], cache_dir=cache,
+                           prebuilt_units=("twice.cpp",))
+    assert third != second and _answer(third) == 12
+    assert len(list((tmp_path / "cache" / "objects").iterdir())) == 2
+
+
+def test_a_declared_function_no_unit_defines_fails_the_build(tmp_path):
+    inc = _twice_unit(tmp_path, body='#include "twice.h"\nint mg_thrice(int x) { return 3 * x; }\n')
+    with pytest.raises(BuildError) as info:
+        compile_shared(_calls_twice(21), name="unit", include_dirs=[inc], cache_dir=tmp_path / "build",
+                       prebuilt_units=("twice.cpp",))
+    assert "mg_twice" in info.value.log           # the link refused it, not the load
+
+
+def test_a_prebuilt_unit_that_is_missing_or_broken_is_named(tmp_path):
+    inc = _twice_unit(tmp_path, body="int mg_twice(int x) { return 2 * x }\n")
+    with pytest.raises(BuildError, match="no_such.cpp"):
+        compile_shared(_calls_twice(1), name="unit", include_dirs=[inc], cache_dir=tmp_path / "build",
+                       prebuilt_units=("no_such.cpp",))
+    with pytest.raises(BuildError, match="op layer 'twice.cpp' failed") as info:
+        compile_shared(_calls_twice(1), name="unit", include_dirs=[inc], cache_dir=tmp_path / "build",
+                       prebuilt_units=("twice.cpp",))
+    assert "return 2 * x }" in str(info.value)         # the compiler's diagnostic, located
+    assert not (tmp_path / "objects").exists() or not any((tmp_path / "objects").iterdir())
