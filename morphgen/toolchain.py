@@ -413,10 +413,11 @@ def _prebuilt_objects(units: tuple, cxx: str, flags: list, inc_dirs: list, blas:
     """The objects of `units` (sources on the include path), each compiled once per compiler,
     flags and contents (everything it includes) into root/<digest>/, or BuildError.
 
-    A build that finds its object reuses it: the object is the same machine code whichever
-    program links it.  Concurrent builds race as libraries do (a private directory, one rename).
+    A build that finds an object reuses it: it is the same machine code whichever program links
+    it.  The missing ones compile side by side (a backend splits its op layer into units for
+    that); concurrent builds race as libraries do (a private directory each, one rename).
     """
-    objects = []
+    entries = []
     for unit in units:
         path = next((Path(d) / unit for d in inc_dirs if (Path(d) / unit).is_file()), None)
         if path is None:
@@ -427,33 +428,47 @@ def _prebuilt_objects(units: tuple, cxx: str, flags: list, inc_dirs: list, blas:
             h.update(part.encode() + b"\0")
         _dependency_digest({unit: text}, [path.parent, *inc_dirs], h)
         entry = root / h.hexdigest()[:24]
-        obj = entry / (Path(unit).stem + ".o")
-        if _verified(obj):
-            objects.append(obj)
-            continue
-        _discard(entry)
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=root))
-        except OSError as exc:                      # an unwritable cache: build privately
-            work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=_private_build_dir(root, exc)))
-        try:
+        entries.append((unit, path, entry, entry / (Path(unit).stem + ".o")))
+    builds = []
+    try:
+        for unit, path, entry, obj in entries:
+            if _verified(obj):
+                continue
+            _discard(entry)
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=root))
+            except OSError as exc:                  # an unwritable cache: build privately
+                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=_private_build_dir(root, exc)))
             cmd = [cxx, *flags, *(f"-I{d}" for d in inc_dirs), *[f for f in blas if f.startswith("-I")],
                    "-c", str(path), "-o", obj.name]
-            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+            proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            builds.append((unit, entry, obj, work, cmd, proc))
+        for unit, entry, obj, work, cmd, proc in builds:
+            log = proc.communicate()[0]
             if proc.returncode != 0 or not (work / obj.name).exists():
                 raise BuildError(f"C++ build of the op layer {unit!r} failed (exit {proc.returncode})\n"
-                                 f"{_first_errors(proc.stderr or proc.stdout)}",
-                                 log="$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+                                 f"{_first_errors(log)}", log="$ " + " ".join(cmd) + "\n" + log)
             (work / (obj.name + CHECKSUM_SUFFIX)).write_text(_file_digest(work / obj.name) + "\n")
-            os.rename(work, entry)
-        except OSError:
-            if not _verified(obj):                  # not another build's identical object: ours
-                obj = work / obj.name
-        finally:
-            if work.exists() and not (obj.parent == work):
-                shutil.rmtree(work, ignore_errors=True)
+            try:
+                os.rename(work, entry)
+            except OSError:
+                pass                                # another build's identical object, or none: below
+    except BaseException:
+        for _, _, _, work, _, proc in builds:      # a failure or Ctrl-C: no compiler left running
+            proc.kill()
+            proc.wait()
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    objects = []
+    for unit, path, entry, obj in entries:
+        if not _verified(obj):                      # the slot could not be taken: our private copy
+            work = next(b[3] for b in builds if b[2] == obj)
+            obj = work / obj.name
         objects.append(obj)
+    for _, _, obj, work, _, _ in builds:
+        if work.exists() and not any(o.parent == work for o in objects):
+            shutil.rmtree(work, ignore_errors=True)
     return objects
 
 

@@ -86,7 +86,7 @@ class OpenMPEmitter:
     distributed = False              # the ABI template's distributed parts (partition, reductions)
     identity_nodes = "m.graph.num_nodes"   # rows of a featureless input's one-hot table (per type)
     ops_header = "ops.h"             # the op layer the generated source calls (mg::op::*)
-    ops_units = ("ops.cpp",)         # its definitions, compiled once and linked into every library
+    ops_units = ("ops.cpp", "ops_aggregate.cpp")   # its definitions, compiled once, linked into every library
     device_memory = False            # buffers live on an accelerator: the ABI uploads inputs at prepare
     source_name = "model.cpp"        # the generated translation unit
     fuses_edge_traversals = True     # weighted scatters and edge dots read gathered node rows in place

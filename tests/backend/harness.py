@@ -10,6 +10,7 @@ from morphgen.interp import Interpreter
 from morphgen.ir import Optimizer
 from morphgen.layout import GraphLayout
 from morphgen.library import Session
+from morphgen.backends.openmp.emitter import OpenMPEmitter
 from morphgen.toolchain import compile_shared
 from tests.ir.helpers import perturbed_params
 
@@ -32,7 +33,7 @@ def build(program, graph, x, classes, sanitize=False, backend="openmp", edge_typ
     sources = chosen.emitter_class()(program).emit()
     if backend == "openmp":     # the default build, under a name of its own (cached apart from `train`'s)
         return compile_shared(sources, name=f"test_model_{backend}", include_dirs=include_dirs(), sanitize=sanitize,
-                              precompiled_header="ops.h", prebuilt_units=("ops.cpp",))
+                              precompiled_header="ops.h", prebuilt_units=OpenMPEmitter.ops_units)
     return chosen.build(sources, sanitize=sanitize)
 
 

@@ -29,6 +29,7 @@ from morphgen.frontend import compile_source
 from morphgen.interp import Interpreter, init_params
 from morphgen.ir import Optimizer
 from morphgen.passes import run_default
+from morphgen.backends.openmp.emitter import OpenMPEmitter
 from morphgen.toolchain import compile_shared
 
 from tests.backend.harness import session, sizes_for
@@ -88,7 +89,7 @@ def check(fp: FuzzProgram, variant: str, classes: int = 3, backend: str = "openm
     features = "csr" if variant == "sparse" and not emitter.needs_dense_features else "dense"
     if backend == "openmp":
         lib = compile_shared(sources, name="fuzz", include_dirs=include_dirs(), flags=BUILD_FLAGS,
-                             precompiled_header="ops.h", prebuilt_units=("ops.cpp",))
+                             precompiled_header="ops.h", prebuilt_units=OpenMPEmitter.ops_units)
     else:
         lib = chosen.build(sources)
     sess = session(lib, program, graph, x, labels, mask, features=features, seed=fp.seed)

@@ -6,6 +6,7 @@ import pytest
 from cffi import FFI
 
 from morphgen import toolchain
+from morphgen.backends.openmp.emitter import OpenMPEmitter
 from morphgen.pipeline import include_dirs
 
 SOURCE = r'''
@@ -36,7 +37,7 @@ ffi.cdef(CDEF)
 @functools.lru_cache(maxsize=None)
 def lib():
     path = toolchain.compile_shared({"ops_fused.cpp": SOURCE}, name="ops_fused_shim", include_dirs=include_dirs(),
-                                      prebuilt_units=("ops.cpp",))
+                                      prebuilt_units=OpenMPEmitter.ops_units)
     return ffi.dlopen(str(path))
 
 
