@@ -338,7 +338,7 @@ void scatter_max_grad(const Graph &g, bool to_dst, const float *G, idx_t F, cons
 // ---- elementwise ------------------------------------------------------------------------------------
 enum class ActKind { Relu, LeakyRelu, Elu, Exp, Sigmoid, Tanh };
 
-
+// dX = G * act'(x), the derivative written with the forward output Y (ops.cpp: with_act_derivative).
 void act_grad(ActKind act, float alpha, const float *G, const float *Y, idx_t n, float *dX);
 // The backward of `act -> dropout` in one pass: act_grad(dropout_grad(G), Y) without the
 // intermediate array (bit-identical: every derivative maps a dropped 0 to 0).  A [rows, cols]
