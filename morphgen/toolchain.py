@@ -294,10 +294,10 @@ def compile_shared(
         h.update(fname.encode() + b"\0" + sources[fname].encode() + b"\0")
     _dependency_digest(sources, inc_dirs, h)
     root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root() / "build"
-    objects = _prebuilt_objects(tuple(prebuilt_units), cxx, [*base, *opt, *user_flags], inc_dirs, blas,
-                                root.parent / "objects")
-    for obj in objects:
-        h.update(str(obj).encode() + b"\0")       # the object's folder is its own content digest
+    units = _prebuilt_entries(tuple(prebuilt_units), cxx, [*base, *opt, *user_flags], inc_dirs, blas,
+                              root.parent / "objects")
+    for _, obj in units:
+        h.update(obj.parent.name.encode() + b"\0")     # the object's folder is named by its contents
     digest = h.hexdigest()[:24]
 
     so_name = f"lib{name}.so"
@@ -320,6 +320,7 @@ def compile_shared(
         user_flags = _precompiled_header_flags(precompiled_header, cxx, [*base, *opt, *user_flags], inc_dirs,
                                                blas, root.parent / "pch") + user_flags
     try:
+        objects = _prebuilt_objects(units, cxx, [*base, *opt, *user_flags], inc_dirs, blas)
         _build(work, sources, so_name, name, cxx, base, opt, user_flags, inc_dirs, blas, root, digest, objects)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)   # Ctrl-C or a crash: leave no debris in the cache
@@ -379,7 +380,7 @@ def _precompiled_header_flags(header: str, cxx: str, flags: list, inc_dirs: list
     when it does not, so a stale or foreign one costs time, never correctness.  A header that does
     not precompile is left alone: the build parses it as before.
     """
-    path = next((Path(d) / header for d in inc_dirs if (Path(d) / header).is_file()), None)
+    path = _on_include_path(header, inc_dirs)
     if path is None:
         return []
     h = hashlib.sha256()
@@ -409,17 +410,17 @@ def _precompiled_header_flags(header: str, cxx: str, flags: list, inc_dirs: list
     return use if (entry / f"{header}.gch").is_file() else []
 
 
-def _prebuilt_objects(units: tuple, cxx: str, flags: list, inc_dirs: list, blas: list, root: Path) -> list:
-    """The objects of `units` (sources on the include path), each compiled once per compiler,
-    flags and contents (everything it includes) into root/<digest>/, or BuildError.
+def _on_include_path(name: str, inc_dirs: list) -> Path | None:
+    """The file `name` in the first include directory that has it, or None."""
+    return next((Path(d) / name for d in inc_dirs if (Path(d) / name).is_file()), None)
 
-    A build that finds an object reuses it: it is the same machine code whichever program links
-    it.  The missing ones compile side by side (a backend splits its op layer into units for
-    that); concurrent builds race as libraries do (a private directory each, one rename).
-    """
+
+def _prebuilt_entries(units: tuple, cxx: str, flags: list, inc_dirs: list, blas: list, root: Path) -> list:
+    """(source, object) of each unit on the include path, the object in root/<digest>/ where the
+    digest covers the compiler, the flags and everything the unit includes; or BuildError."""
     entries = []
     for unit in units:
-        path = next((Path(d) / unit for d in inc_dirs if (Path(d) / unit).is_file()), None)
+        path = _on_include_path(unit, inc_dirs)
         if path is None:
             raise BuildError(f"compile_shared: prebuilt unit {unit!r} is not on the include path")
         text = path.read_text()
@@ -427,48 +428,53 @@ def _prebuilt_objects(units: tuple, cxx: str, flags: list, inc_dirs: list, blas:
         for part in (cxx, _compiler_identity(cxx), _cpu_identity(), _openblas_version(), unit, text, *flags, *blas):
             h.update(part.encode() + b"\0")
         _dependency_digest({unit: text}, [path.parent, *inc_dirs], h)
-        entry = root / h.hexdigest()[:24]
-        entries.append((unit, path, entry, entry / (Path(unit).stem + ".o")))
-    builds = []
+        entries.append((path, root / h.hexdigest()[:24] / (Path(unit).stem + ".o")))
+    return entries
+
+
+def _prebuilt_objects(entries: list, cxx: str, flags: list, inc_dirs: list, blas: list) -> list:
+    """The objects of `entries` (`_prebuilt_entries`), the missing ones compiled side by side (a
+    backend splits its op layer into units for that); or BuildError.
+
+    An object found is reused: it is the same machine code whichever library links it.  Builds
+    race as libraries do: each in a private directory, moved into place with one rename.
+    """
+    objects = [obj for _, obj in entries]
+    builds = []                                     # (index, work directory, command, process)
     try:
-        for unit, path, entry, obj in entries:
+        for i, (source, obj) in enumerate(entries):
             if _verified(obj):
                 continue
-            _discard(entry)
+            _discard(obj.parent)
             try:
-                root.mkdir(parents=True, exist_ok=True)
-                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=root))
+                obj.parent.parent.mkdir(parents=True, exist_ok=True)
+                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=obj.parent.parent))
             except OSError as exc:                  # an unwritable cache: build privately
-                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=_private_build_dir(root, exc)))
+                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=_private_build_dir(obj.parent.parent, exc)))
             cmd = [cxx, *flags, *(f"-I{d}" for d in inc_dirs), *[f for f in blas if f.startswith("-I")],
-                   "-c", str(path), "-o", obj.name]
-            proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            builds.append((unit, entry, obj, work, cmd, proc))
-        for unit, entry, obj, work, cmd, proc in builds:
-            log = proc.communicate()[0]
-            if proc.returncode != 0 or not (work / obj.name).exists():
-                raise BuildError(f"C++ build of the op layer {unit!r} failed (exit {proc.returncode})\n"
+                   "-c", str(source), "-o", obj.name]
+            builds.append((i, work, cmd, subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE,
+                                                          stderr=subprocess.STDOUT, text=True)))
+        for i, work, cmd, proc in builds:
+            log, name = proc.communicate()[0], objects[i].name
+            if proc.returncode != 0 or not (work / name).exists():
+                raise BuildError(f"C++ build of the op layer {entries[i][0].name!r} failed (exit {proc.returncode})\n"
                                  f"{_first_errors(log)}", log="$ " + " ".join(cmd) + "\n" + log)
-            (work / (obj.name + CHECKSUM_SUFFIX)).write_text(_file_digest(work / obj.name) + "\n")
+            (work / (name + CHECKSUM_SUFFIX)).write_text(_file_digest(work / name) + "\n")
             try:
-                os.rename(work, entry)
+                os.rename(work, objects[i].parent)
             except OSError:
-                pass                                # another build's identical object, or none: below
+                pass
+            if not _verified(objects[i]):
+                objects[i] = work / name            # the slot could not be taken: our private copy
+            elif work.exists():
+                shutil.rmtree(work, ignore_errors=True)     # another build's identical object won
     except BaseException:
-        for _, _, _, work, _, proc in builds:      # a failure or Ctrl-C: no compiler left running
+        for _, work, _, proc in builds:             # a failure or Ctrl-C: no compiler left running
             proc.kill()
             proc.wait()
             shutil.rmtree(work, ignore_errors=True)
         raise
-    objects = []
-    for unit, path, entry, obj in entries:
-        if not _verified(obj):                      # the slot could not be taken: our private copy
-            work = next(b[3] for b in builds if b[2] == obj)
-            obj = work / obj.name
-        objects.append(obj)
-    for _, _, obj, work, _, _ in builds:
-        if work.exists() and not any(o.parent == work for o in objects):
-            shutil.rmtree(work, ignore_errors=True)
     return objects
 
 

@@ -33,7 +33,8 @@ def build(program, graph, x, classes, sanitize=False, backend="openmp", edge_typ
     sources = chosen.emitter_class()(program).emit()
     if backend == "openmp":     # the default build, under a name of its own (cached apart from `train`'s)
         return compile_shared(sources, name=f"test_model_{backend}", include_dirs=include_dirs(), sanitize=sanitize,
-                              precompiled_header="ops.h", prebuilt_units=OpenMPEmitter.ops_units)
+                              precompiled_header=OpenMPEmitter.ops_header,
+                              prebuilt_units=OpenMPEmitter.ops_units)
     return chosen.build(sources, sanitize=sanitize)
 
 

@@ -89,7 +89,8 @@ def check(fp: FuzzProgram, variant: str, classes: int = 3, backend: str = "openm
     features = "csr" if variant == "sparse" and not emitter.needs_dense_features else "dense"
     if backend == "openmp":
         lib = compile_shared(sources, name="fuzz", include_dirs=include_dirs(), flags=BUILD_FLAGS,
-                             precompiled_header="ops.h", prebuilt_units=OpenMPEmitter.ops_units)
+                             precompiled_header=OpenMPEmitter.ops_header,
+                             prebuilt_units=OpenMPEmitter.ops_units)
     else:
         lib = chosen.build(sources)
     sess = session(lib, program, graph, x, labels, mask, features=features, seed=fp.seed)
