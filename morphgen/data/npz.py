@@ -138,6 +138,29 @@ class NpzArchive:
         self._z.close()
 
 
+# Names other tools give node features and labels, which this format reads from `x` and `y` only.
+# Left unread, such a key would make a dataset featureless (or label-less) without a word.
+_FEATURE_ALIASES = ("X", "features", "feature", "feats", "feat", "node_features", "node_feat", "attr",
+                    "node_attr")
+_LABEL_ALIASES = ("Y", "labels", "label", "targets", "target", "node_labels", "classes")
+
+
+def _check_key_names(z: NpzArchive) -> None:
+    """Refuse a file that names its features or labels as other tools do (`features`, `labels`)
+    where the format's own keys are absent: reading on would drop them without a word."""
+    has_features = ("x" in z or any(f"x_{part}" in z for part in CSR_PARTS)
+                    or bool(typed_features.per_type_keys(z.keys)))
+    has_labels = "y" in z or "train_triples" in z      # a link dataset's triples need no labels
+    checks = (("features", _FEATURE_ALIASES, has_features,
+               "'x' (dense float32 [N, F]) or 'x_indptr', 'x_indices', 'x_data', 'x_shape' (CSR)"),
+              ("labels", _LABEL_ALIASES, has_labels, "'y' (int64 [N], -1 = unlabelled)"))
+    for what, aliases, present, keys in checks:
+        found = [key for key in aliases if key in z]
+        if found and not present:
+            raise DataError(f"{z.source}: key '{found[0]}' is not read: this format takes node {what} "
+                            f"from {keys}; rename it (docs/data.md, 'Canonical npz format')")
+
+
 def _num_nodes(z: NpzArchive) -> int:
     """``num_nodes`` if stored, else the row count of the features or labels."""
     if "num_nodes" in z:
@@ -248,6 +271,7 @@ def read_npz(path, name: Optional[str] = None, per_type_features: bool = True):
     path = Path(path)
     z = NpzArchive(path)
     try:
+        _check_key_names(z)
         meta = z.meta()
         graph = _graph(z, meta)
         n = graph.num_nodes

@@ -141,6 +141,30 @@ def test_missing_keys_name_key_and_file(tmp_path):
     _expect(tmp_path, a, r"missing key 'num_edge_types'")
 
 
+@pytest.mark.parametrize("alias", ["features", "X", "node_features"])
+def test_features_under_another_name_are_refused_not_dropped(tmp_path, alias):
+    # without the format's x keys the file would load featureless, the user's features unread
+    a = _valid_arrays()
+    dense = sp.csr_matrix((a.pop("x_data"), a.pop("x_indices"), a.pop("x_indptr")), shape=a.pop("x_shape"))
+    a[alias] = dense.toarray()
+    err = _expect(tmp_path, a, rf"key '{alias}' is not read: this format takes node features from 'x' ")
+    assert "x_indptr" in str(err) and "rename it" in str(err)
+
+
+@pytest.mark.parametrize("alias", ["labels", "Y"])
+def test_labels_under_another_name_are_refused(tmp_path, alias):
+    a = _valid_arrays()
+    a[alias] = a.pop("y")
+    _expect(tmp_path, a, rf"key '{alias}' is not read: this format takes node labels from 'y' ")
+
+
+def test_other_names_beside_the_format_keys_are_left_alone(tmp_path):
+    a = _valid_arrays()
+    a["features"] = np.zeros((N, 2), np.float32)     # x_* present: extra keys are the file's own
+    a["labels"] = a["y"].copy()
+    assert load_dataset(_write(tmp_path, a)).num_features == F
+
+
 def test_graph_only_npz_needs_num_nodes(tmp_path):
     path = tmp_path / "bad.npz"
     np.savez(path, edge_index=np.zeros((2, 1), np.int64))
