@@ -44,7 +44,8 @@ def check_edge_index(edge_index, num_nodes: int, source: Optional[str]):
     """``edge_index`` int [2, E] with every id in ``[0, num_nodes)``; returns ``(src, dst)`` int64."""
     ei = require_integer("edge_index", edge_index, source)
     if ei.ndim != 2 or ei.shape[0] != 2:
-        _fail(source, f"edge_index: shape {ei.shape}, expected (2, E)")
+        hint = " (one row per edge: store its transpose)" if ei.ndim == 2 and ei.shape[1] == 2 else ""
+        _fail(source, f"edge_index: shape {ei.shape}, expected (2, E){hint}")
     for row in (0, 1):
         bad = first_outside(ei[row], 0, num_nodes)
         if bad is not None:
@@ -181,7 +182,8 @@ def check_labels(labels, num_nodes: int, num_classes: int, source: Optional[str]
     if not isinstance(labels, np.ndarray) or labels.dtype != np.int64:
         _fail(source, f"y (labels): dtype {getattr(labels, 'dtype', type(labels).__name__)}, expected int64")
     if labels.ndim != 1:
-        _fail(source, f"y (labels): shape {labels.shape}, expected 1-D [num_nodes]")
+        hint = " (one-hot rows? store each row's class index, y.argmax(1))" if labels.ndim == 2 else ""
+        _fail(source, f"y (labels): shape {labels.shape}, expected 1-D [num_nodes]{hint}")
     if labels.shape[0] != num_nodes:
         _fail(source, f"y has {labels.shape[0]} rows, expected {num_nodes}")
     if not isinstance(num_classes, (int, np.integer)) or num_classes < 1:

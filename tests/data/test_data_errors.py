@@ -56,7 +56,11 @@ def test_edge_index_out_of_range(tmp_path):
 def test_edge_index_bad_shape_and_dtype(tmp_path):
     a = _valid_arrays()
     a["edge_index"] = np.zeros((3, 4), np.int64)
-    _expect(tmp_path, a, r"edge_index: shape \(3, 4\), expected \(2, E\)")
+    err = _expect(tmp_path, a, r"edge_index: shape \(3, 4\), expected \(2, E\)")
+    assert "transpose" not in str(err)
+    a = _valid_arrays()
+    a["edge_index"] = a["edge_index"].T.copy()          # one row per edge, as many tools write it
+    _expect(tmp_path, a, r"edge_index: shape \(40, 2\), expected \(2, E\) \(one row per edge: store its transpose\)")
     a = _valid_arrays()
     a["edge_index"] = a["edge_index"].astype(np.float64)
     _expect(tmp_path, a, r"edge_index: dtype float64, expected an integer array")
@@ -170,6 +174,13 @@ def test_graph_only_npz_needs_num_nodes(tmp_path):
     np.savez(path, edge_index=np.zeros((2, 1), np.int64))
     with pytest.raises(DataError, match=r"bad.npz: missing key 'num_nodes'"):
         load_graph(path)
+
+
+def test_one_hot_labels_are_named_as_such(tmp_path):
+    a = _valid_arrays()
+    a["y"] = np.eye(C, dtype=np.int64)[a["y"]]
+    _expect(tmp_path, a, r"y \(labels\): shape \(2708, 3\), expected 1-D \[num_nodes\] \(one-hot rows\? "
+                         r"store each row's class index, y.argmax\(1\)\)")
 
 
 def test_wrong_dtypes(tmp_path):
