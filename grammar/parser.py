@@ -2,14 +2,17 @@
 
 ``parse(text, filename, sink)`` returns a :class:`morphgen.grammar.ast.Module` (or ``None``
 when nothing could be recovered) and reports every lexical and syntax error it finds to
-``sink``.  Error recovery resynchronises on statement boundaries (``;`` and ``}``).  The LALR
-tables are built in memory once per process; nothing is written to disk.
+``sink``.  A statement whose ``;`` is missing at the end of its line is reported there and
+parsed as if the ``;`` were written (one error, not a cascade); other errors resynchronise on
+statement boundaries (``;`` and ``}``).  The LALR tables are built in memory once per process;
+nothing is written to disk.
 """
 from __future__ import annotations
 
 import bisect
 import re
 
+import ply.lex as lex
 import ply.yacc as yacc
 
 from . import ast as A
@@ -36,6 +39,30 @@ class ParseContext:
         self.sink.error(self.coord_at(lexpos), message)
 
 
+class TokenFeed:
+    """The lexer's tokens for the parser, remembering where the last two ended, with room to put
+    one back: the parser inserts a missing ';' before the token it was given."""
+
+    def __init__(self, lexer):
+        self.lexer = lexer
+        self.put_back = []          # tokens to hand out again before lexing on
+        self.recent = []            # (token, offset just past it) of the last two handed out
+
+    def token(self):
+        if self.put_back:
+            tok, end = self.put_back.pop()
+        else:
+            tok = self.lexer.token()
+            end = self.lexer.lexpos
+        if tok is not None:
+            self.recent = self.recent[-1:] + [(tok, end)]
+        return tok
+
+    def again(self) -> None:
+        """Hand out the last token once more, next time (the parser takes a ';' before it)."""
+        self.put_back.append(self.recent.pop())
+
+
 class Grammar:
     tokens = L.tokens
 
@@ -53,6 +80,8 @@ class Grammar:
 
     def __init__(self):
         self.ctx: ParseContext | None = None
+        self.feed: TokenFeed | None = None
+        self.semicolons_inserted: set = set()       # offsets of the tokens a ';' was put before
         self.parser = yacc.yacc(module=self, start="module", write_tables=False, debug=False,
                                 errorlog=yacc.NullLogger())
 
@@ -310,6 +339,9 @@ class Grammar:
                 return
 
     def p_error(self, tok):
+        semicolon = self._missing_semicolon(tok)
+        if semicolon is not None:
+            return semicolon
         if tok is None:
             lines = self.ctx.text.split("\n")
             self.ctx.sink.error(A.Coord(self.ctx.filename, len(lines), len(lines[-1]) + 1),
@@ -324,6 +356,31 @@ class Grammar:
             shown = f"'{what}'"
         self.ctx.sink.error(self.ctx.coord_at(tok.lexpos),
                             f"syntax error at {shown}" + _expected(self.parser))
+
+
+    def _missing_semicolon(self, tok):
+        """A ';' token to parse on with, when `tok` starts a line or is a '}' after a statement that
+        lacks its ';' (the error is reported at the end of that statement), else None.
+
+        Only where ';' may come next and '{' may not: after `if (c)` a ';' would be an empty
+        statement, not the fix.  Each token gets at most one ';' before it."""
+        feed = self.feed
+        if tok is None or len(feed.recent) < 2 or feed.recent[-1][0] is not tok:
+            return None
+        before, end = feed.recent[-2]
+        actions = self.parser.action[self.parser.statestack[-1]]
+        if (before.type in ("SEMI", "LBRACE", "RBRACE") or "SEMI" not in actions or "LBRACE" in actions
+                or tok.lexpos in self.semicolons_inserted
+                or (tok.type != "RBRACE"
+                    and self.ctx.coord_at(tok.lexpos).line == self.ctx.coord_at(end - 1).line)):
+            return None
+        self.semicolons_inserted.add(tok.lexpos)
+        self.ctx.sink.error(self.ctx.coord_at(end), "expected ';' at the end of this statement")
+        semicolon = lex.LexToken()
+        semicolon.type, semicolon.value, semicolon.lineno, semicolon.lexpos = "SEMI", ";", tok.lineno, end
+        feed.again()
+        self.parser.errok()
+        return semicolon
 
 
 def _expected(parser) -> str:
@@ -371,8 +428,9 @@ def parse(text: str, filename: str, sink):
     """Parse ``text``; errors go to ``sink``.  Returns a Module or None."""
     g = grammar()
     ctx = ParseContext(text, filename, sink)
-    g.ctx = ctx
+    lexer = L.make_lexer(ctx)
+    g.ctx, g.feed, g.semicolons_inserted = ctx, TokenFeed(lexer), set()
     try:
-        return g.parser.parse(text, lexer=L.make_lexer(ctx))
+        return g.parser.parse(text, lexer=lexer, tokenfunc=g.feed.token)
     finally:
-        g.ctx = None
+        g.ctx = g.feed = None
