@@ -357,7 +357,6 @@ class Grammar:
         self.ctx.sink.error(self.ctx.coord_at(tok.lexpos),
                             f"syntax error at {shown}" + _expected(self.parser))
 
-
     def _missing_semicolon(self, tok):
         """A ';' token to parse on with, when `tok` starts a line or is a '}' after a statement that
         lacks its ';' (the error is reported at the end of that statement), else None.
