@@ -47,6 +47,7 @@ class TokenFeed:
         self.lexer = lexer
         self.put_back = []          # tokens to hand out again before lexing on
         self.recent = []            # (token, offset just past it) of the last two handed out
+        self.open_braces = []       # offsets of the '{' not closed yet, innermost last
 
     def token(self):
         if self.put_back:
@@ -54,13 +55,17 @@ class TokenFeed:
         else:
             tok = self.lexer.token()
             end = self.lexer.lexpos
-        if tok is not None:
+        if tok is not None and not (self.recent and self.recent[-1][0] is tok):     # not handed out again
             self.recent = self.recent[-1:] + [(tok, end)]
+            if tok.type == "LBRACE":
+                self.open_braces.append(tok.lexpos)
+            elif tok.type == "RBRACE" and self.open_braces:
+                self.open_braces.pop()
         return tok
 
     def again(self) -> None:
         """Hand out the last token once more, next time (the parser takes a ';' before it)."""
-        self.put_back.append(self.recent.pop())
+        self.put_back.append(self.recent[-1])
 
 
 class Grammar:
@@ -345,7 +350,7 @@ class Grammar:
         if tok is None:
             lines = self.ctx.text.split("\n")
             self.ctx.sink.error(A.Coord(self.ctx.filename, len(lines), len(lines[-1]) + 1),
-                                "unexpected end of input" + _expected(self.parser))
+                                "unexpected end of input" + _expected(self.parser) + self._unclosed())
             return
         what = L.TOKEN_TEXT.get(tok.type, tok.type)
         if tok.type in ("ID", "INTLIT", "FLOATLIT"):
@@ -356,6 +361,15 @@ class Grammar:
             shown = f"'{what}'"
         self.ctx.sink.error(self.ctx.coord_at(tok.lexpos),
                             f"syntax error at {shown}" + _expected(self.parser))
+
+    def _unclosed(self) -> str:
+        """'; N '{' not closed, the last at LINE:COL' for an input that ends inside braces."""
+        braces = self.feed.open_braces
+        if not braces:
+            return ""
+        last = self.ctx.coord_at(braces[-1])
+        count = "1 '{' is" if len(braces) == 1 else f"{len(braces)} '{{' are"
+        return f"; {count} not closed, the last opened at line {last.line}, column {last.col}"
 
     def _missing_semicolon(self, tok):
         """A ';' token to parse on with, when `tok` starts a line or is a '}' after a statement that
