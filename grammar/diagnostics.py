@@ -91,9 +91,14 @@ def render_all(diagnostics: Iterable[Diagnostic], limit: int = MAX_RENDERED) -> 
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str:
-    """``"; did you mean 'X'?"`` for the closest candidate, or an empty string."""
+    """``"; did you mean 'X'?"`` for the closest candidate, or an empty string.  A candidate that
+    differs only in case comes first ('gcn' -> 'GCN', which share no character as spelled)."""
+    candidates = sorted(set(candidates))
+    same_letters = [cand for cand in candidates if cand.lower() == name.lower() and cand != name]
+    if same_letters:
+        return f"; did you mean '{same_letters[0]}'?"
     best, best_key = None, None
-    for cand in sorted(set(candidates)):
+    for cand in candidates:
         matcher = difflib.SequenceMatcher(None, name, cand)
         # real_quick_ratio() (from the lengths alone) bounds ratio() from above: it skips the
         # full comparison, whose cost grows with the length of a (possibly huge) name.
