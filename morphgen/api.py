@@ -10,7 +10,6 @@ autodiff -> passes -> backend emitter -> build (cached) -> cffi session.  Python
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from .errors import UserError
 from .grammar.diagnostics import suggest
 from .pipeline import (build_library, check_run_fits, choose_feature_path, features_payload, lower,
                        normalize_features, sizes_of, with_graph_options)
+from .resources import usable_cores
 
 
 @dataclass
@@ -53,7 +53,7 @@ class CompiledModel:
         self.backend = backend
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise UserError(f"morphgen: error: threads must be a positive integer, not {threads!r}")
-        self.threads = threads or os.cpu_count() or 1
+        self.threads = threads or usable_cores()
         if not _is_count(seed) or not 0 <= seed <= MAX_SEED:
             raise UserError(f"morphgen: error: seed must be an integer 0 .. 2**63-1, not {seed!r}")
         self.seed = int(seed)

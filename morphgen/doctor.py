@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .resources import usable_cores
 from .toolchain import cpu_flags
 
 
@@ -56,8 +57,7 @@ def _cpu() -> str:
         simd = "AVX-512: no, AVX2 only"
     else:
         simd = "AVX-512: no, AVX2: no"
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{model}; {os.cpu_count()} cores ({usable} usable by this process); {simd}"
+    return f"{model}; {os.cpu_count()} cores ({usable_cores()} usable by this process); {simd}"
 
 
 def _gpu() -> tuple:

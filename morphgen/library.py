@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InternalError, UserError
+from .resources import usable_cores
 
 
 # The arrays of a distributed library's share of the graph, in mg_set_partition's order.
@@ -57,7 +58,7 @@ def openmp_wait_env(threads_on_machine: int) -> dict:
     worker holds a core that another process's thread needs, and the run collapses: there the
     workers must sleep.  A policy the user set is kept.
     """
-    if "OMP_WAIT_POLICY" in os.environ or threads_on_machine <= (os.cpu_count() or 1):
+    if "OMP_WAIT_POLICY" in os.environ or threads_on_machine <= usable_cores():
         return {}
     return {"OMP_WAIT_POLICY": "PASSIVE"}
 

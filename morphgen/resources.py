@@ -1,10 +1,12 @@
-"""How much memory this process may still allocate: the smaller of the kernel's MemAvailable
-and what the process's cgroup (container, SLURM job) allows beyond what it already uses.
+"""What this process may use: the cores it may run on, and how much memory it may still
+allocate (the smaller of the kernel's MemAvailable and what the process's cgroup -- container,
+SLURM job -- allows beyond what it already uses).
 
-Used to refuse, before allocating, a dataset or a run that cannot fit, with the figure, rather
-than grow until the kernel's OOM killer ends the process without a word."""
+The memory figure is used to refuse, before allocating, a dataset or a run that cannot fit, with
+the figure, rather than grow until the kernel's OOM killer ends the process without a word."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -59,6 +61,16 @@ def _cgroup_headroom() -> Optional[int]:
         if limit is not None:
             return max(limit - (usage or 0), 0)
     return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, which taskset, a SLURM job's cpuset or
+    a container's leave it.  os.cpu_count() counts the whole machine: a job given 8 of a node's 128
+    cores that started 128 threads would have them take turns on 8."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:        # not Linux
+        return os.cpu_count() or 1
 
 
 def available_memory() -> Optional[int]:

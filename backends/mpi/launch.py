@@ -23,6 +23,7 @@ import numpy as np
 
 from morphgen.errors import UserError
 from morphgen.library import openmp_wait_env
+from morphgen.resources import usable_cores
 from morphgen.stop_signals import STOPPED_EXIT_STATUS, stop_on_signals
 
 from .worker import rank_messages
@@ -114,7 +115,7 @@ def _train_distributed(args, stop, ranks_started: list) -> int:
     ranks = args.ranks
     if ranks < 1:
         raise UserError(f"morphgen: error: --ranks must be at least 1, got {ranks}")
-    threads = args.threads or max(1, (os.cpu_count() or 1) // ranks)
+    threads = args.threads or max(1, usable_cores() // ranks)
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
     if ranks > dataset.graph.num_nodes:
         raise UserError(f"morphgen: error: --ranks {ranks} is larger than {dataset.name}'s "

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -25,6 +24,7 @@ from typing import Optional
 import numpy as np
 
 from morphgen.errors import UserError
+from morphgen.resources import usable_cores
 
 _SOURCE = Path(__file__).with_name("machine_limits.cpp")
 
@@ -143,13 +143,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return "unknown"
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:        # not Linux
-        return os.cpu_count() or 1
 
 
 def _kernel_isa() -> str:

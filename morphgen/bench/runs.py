@@ -31,7 +31,7 @@ def parse_peers(text: str) -> tuple:
 
 
 def resolve_threads(args) -> int:
-    from .machine import usable_cores
+    from morphgen.resources import usable_cores
     return args.threads or usable_cores()
 
 

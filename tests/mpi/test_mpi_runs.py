@@ -157,8 +157,9 @@ def test_ranks_sleep_between_regions_only_where_threads_outnumber_cores(monkeypa
     node's cores; a policy the user set is never replaced."""
     from backends.mpi.launch import ranks_per_node
     from morphgen.library import openmp_wait_env
+    from morphgen.resources import usable_cores
 
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert openmp_wait_env(cores) == {}
     assert openmp_wait_env(cores + 1) == {"OMP_WAIT_POLICY": "PASSIVE"}
