@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=None, help="override the program's epoch count")
     p.add_argument("--seed", type=arg_types.seed, default=0, help="seed for initialisation and dropout")
     p.add_argument("--threads", type=int, default=None,
-                   help="OpenMP threads (per rank with --backend mpi; default: all cores, shared by the ranks)")
+                   help="OpenMP threads (per rank with --backend mpi; default: the cores this process may "
+                        "run on, shared by the ranks)")
     p.add_argument("--device", type=int, default=None,
                    help="--backend cuda: the GPU to train on (default 0, or $MORPHGEN_CUDA_DEVICE)")
     p.add_argument("--ranks", type=int, default=None,
@@ -127,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "path is faster) and the kernels' rates for a thread count, replacing the "
                                    "cached figures (`train` measures them once per machine and thread count; "
                                    "run this on a quiet machine if other work disturbed that measurement).")
-    p.add_argument("--threads", type=int, default=None, help="OpenMP threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None, help="OpenMP threads (default: the cores this process may run on)")
     p.set_defaults(handler=_cmd_calibrate)
 
     p = sub.add_parser("doctor", help="say what this machine can build and run (backends, CPU, compilers, GPU)",
