@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "path is faster) and the kernels' rates for a thread count, replacing the "
                                    "cached figures (`train` measures them once per machine and thread count; "
                                    "run this on a quiet machine if other work disturbed that measurement).")
-    p.add_argument("--threads", type=int, default=None, help="OpenMP threads (default: the cores this process may run on)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="OpenMP threads (default: the cores this process may run on)")
     p.set_defaults(handler=_cmd_calibrate)
 
     p = sub.add_parser("doctor", help="say what this machine can build and run (backends, CPU, compilers, GPU)",
