@@ -7,10 +7,10 @@ from __future__ import annotations
 from ..ir import IRError, Optimizer, Param
 from ..ir_core import dim_mul
 from ..grammar import ast as A
-from ..grammar.diagnostics import suggest
+from ..grammar.diagnostics import show, suggest
 from .expressions import running_statistics, widths_conflict
-from .sema import (ACTIVATIONS, AGGREGATORS, DIRECTIVES, INITS, LAYER_KINDS, LINK_DECODERS, LOSSES, OPTIMIZERS,
-                   LayerSpec, Poisoned, PropSym, SemanticError, WeightSym, check_choice, check_number,
+from .sema import (ACTIVATIONS, AGGREGATORS, BUILTINS, DIRECTIVES, INITS, LAYER_KINDS, LINK_DECODERS, LOSSES,
+                   OPTIMIZERS, LayerSpec, Poisoned, PropSym, SemanticError, WeightSym, check_choice, check_number,
                    describe, undeclared, PoisonSym, FEATURE_NORMALIZATIONS, NORMS)
 
 TRAINING_DIRECTIVES = ("forwardPass", "loss", "linkLoss", "backPropagation", "optimizerStep")
@@ -326,6 +326,10 @@ class DirectiveLowering:
             if key == "activation":
                 if not isinstance(v, str):
                     raise SemanticError(coord, f"activation must be a string, got {describe(v)}")
+                if v in BUILTINS and v not in ACTIVATIONS:     # gelu, softplus, ...: expressions only
+                    raise SemanticError(coord, f"activation {show(v)} is not one of gnn.layer's "
+                                               f"({', '.join(ACTIVATIONS)}); {v}() serves layers written "
+                                               f"out in forall (docs/language.md, section 4.1 writes a layer so)")
                 spec.activation = check_choice(coord, "activation", v, ACTIVATIONS)
             elif key == "dropout":
                 spec.dropout = float(check_number(coord, "dropout", v, lo=0.0, hi=1.0, hi_open=True))
