@@ -223,20 +223,27 @@ def last_training_loss(history: list, final: dict) -> float:
     return history[-1]["loss"] if history else final["loss"]
 
 
-def final_line(final: dict, history: list, times: list, where: str = "") -> str:
-    """The run's last line: final metrics, last training loss and median epoch time.  A run resumed
-    from one that early stopping had ended trains no epoch: its loss is the evaluation's.
+def median_epoch_s(times: list) -> float:
+    """The median epoch time of a run, leaving out the first epoch when there are others, as the
+    kernel timers do: it holds the one-off first touches of the library's buffers and the data (a
+    10-node graph: 0.14-0.15 ms, then 0.015-0.02 ms an epoch), which made the median of a
+    two-epoch run mostly the first's.  0 for no epoch."""
+    if not times:
+        return 0.0
+    return float(np.median(times[1:] if len(times) > 1 else times))
 
-    The median leaves out the first epoch when there are others, as the kernel timers do: it holds
-    the one-off first touches of the library's buffers and the data (a 10-node graph: 0.14-0.15 ms,
-    then 0.015-0.02 ms an epoch), which made the median of a two-epoch run mostly the first's."""
+
+def final_line(final: dict, history: list, times: list, where: str = "") -> str:
+    """The run's last line: final metrics, last training loss and median epoch time
+    (`median_epoch_s`).  A run resumed from one that early stopping had ended trains no epoch: its
+    loss is the evaluation's."""
     if not history:
         return (f"final: {final_metrics(final)} loss {final['loss']:.4f} (no epoch trained: early stopping "
                 f"had already ended the run this checkpoint comes from)")
     # with early stopping the accuracies are the kept epoch's: so is the loss, evaluated on its weights
     loss = final["loss"] if "best_epoch" in final else history[-1]["loss"]
-    steady = times[1:] if len(times) > 1 else times
-    return f"final: {final_metrics(final)} loss {loss:.4f} median epoch {np.median(steady) * 1e3:.2f} ms{where}"
+    median_ms = median_epoch_s(times) * 1e3
+    return f"final: {final_metrics(final)} loss {loss:.4f} median epoch {median_ms:.2f} ms{where}"
 
 
 def train_command(args) -> int:

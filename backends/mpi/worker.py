@@ -58,12 +58,13 @@ def _blocking_allreduce_seconds(session, comm, reps: int = 3) -> float:
 
 
 def _rank_figures(session, part, times: list, train_halo_bytes: float, allreduce_s: float) -> dict:
+    from morphgen.commands import median_epoch_s
     epochs = max(1, len(times))      # the epochs trained (early stopping may end a run before its count)
     timers = {t["kernel"]: t for t in session.timers()}
     halo, wait, exposed = timers["halo"], timers["allreduce_wait"], timers["allreduce_exposed"]
     return {"owned": int(part["num_owned"]), "ghosts": part.num_local - int(part["num_owned"]),
             "halo_rows_sent": int(part["send_ptr"][-1]), "edges": int(part["col"].shape[0]),
-            "median_epoch_s": float(np.median(times)) if times else 0.0,
+            "median_epoch_s": median_epoch_s(times),
             "halo_bytes_per_epoch": train_halo_bytes / epochs,      # training epochs only
             "halo_s_per_epoch": halo["seconds"] / epochs,          # evaluations' exchanges included
             "allreduce_wait_s_per_epoch": wait["seconds"] / epochs,          # skew included
