@@ -446,11 +446,12 @@ def _prebuilt_objects(entries: list, cxx: str, flags: list, inc_dirs: list, blas
             if _verified(obj):
                 continue
             _discard(obj.parent)
+            root = obj.parent.parent                # the objects' folder, one subfolder per digest
             try:
-                obj.parent.parent.mkdir(parents=True, exist_ok=True)
-                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=obj.parent.parent))
+                root.mkdir(parents=True, exist_ok=True)
+                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=root))
             except OSError as exc:                  # an unwritable cache: build privately
-                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=_private_build_dir(obj.parent.parent, exc)))
+                work = Path(tempfile.mkdtemp(prefix=".tmp-obj-", dir=_private_build_dir(root, exc)))
             cmd = [cxx, *flags, *(f"-I{d}" for d in inc_dirs), *[f for f in blas if f.startswith("-I")],
                    "-c", str(source), "-o", obj.name]
             builds.append((i, work, cmd, subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE,
