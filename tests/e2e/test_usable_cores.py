@@ -28,3 +28,30 @@ def test_default_threads_and_wait_policy_follow_the_cpu_affinity():
     assert seen["threads"] == 1
     # two threads on the one core left: the workers must sleep between regions, not spin
     assert seen["one_thread"] == {} and seen["two_threads"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def test_a_cgroup_cpu_quota_caps_the_cores(tmp_path, monkeypatch):
+    """docker --cpus / a Kubernetes CPU limit leave every core in the affinity but a quota of
+    CPU time per period: threads beyond the quota would be throttled as a group."""
+    import os
+    from morphgen import resources
+    affinity = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(resources, "PROC_CGROUP", str(tmp_path / "self_cgroup"))
+    monkeypatch.setattr(resources, "CGROUP_ROOT", str(tmp_path / "cg"))
+    (tmp_path / "self_cgroup").write_text("0::/job.slice\n")
+    group = tmp_path / "cg" / "job.slice"
+    group.mkdir(parents=True)
+    (group / "cpu.max").write_text("max 100000\n")
+    assert resources.usable_cores() == affinity
+    (group / "cpu.max").write_text("150000 100000\n")            # 1.5 cores: rounded down
+    assert resources.usable_cores() == 1
+    (group / "cpu.max").write_text(f"{(affinity + 3) * 100000} 100000\n")   # above the affinity
+    assert resources.usable_cores() == affinity
+    (tmp_path / "self_cgroup").write_text("0::/\n4:cpu,cpuacct:/job\n")    # cgroup v1 (hybrid)
+    v1 = tmp_path / "cg" / "cpu" / "job"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert resources.usable_cores() == affinity
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")              # half a core: still one thread
+    assert resources.usable_cores() == 1
