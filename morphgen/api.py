@@ -10,6 +10,7 @@ autodiff -> passes -> backend emitter -> build (cached) -> cffi session.  Python
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,7 @@ class CompiledModel:
         self.record = None              # the session's early-stopping record (early_stopping.py)
         self.dataset = None             # what the session holds (features possibly normalised)
         self.bound_to = None            # the dataset the caller gave
+        self._bound_spec = None         # the name or path it was loaded from, when given as one
         self.feature_path = None
         self.compile_seconds = 0.0
         self.library_path = None
@@ -172,10 +174,12 @@ class CompiledModel:
         from .layout import GraphLayout
         from .library import Session
         from .interp import init_params
+        spec = dataset if isinstance(dataset, (str, os.PathLike)) else None
+        dataset = self._load(dataset)
         looped = self._with_graph_options(dataset)
         if self._built_for != self._build_key(looped):
             self._build(looped)
-        self.bound_to = dataset
+        self.bound_to, self._bound_spec = dataset, spec
         normalised = normalize_features(looped, self.program.feature_normalization)
         # A dense array made from sparse features is referenced by nothing here: ours to give.  A
         # normalised copy stays readable as model.dataset.features, so only the caller gives it
@@ -191,6 +195,21 @@ class CompiledModel:
         self.record = TrainingRecord(self.session, self.program.early_stopping)
         self.dataset = dataset
         return self
+
+    @staticmethod
+    def _load(dataset):
+        """A dataset given by name, path or synthetic spec is loaded as `morphgen train --dataset`
+        would ($MORPHGEN_DATA for names)."""
+        if isinstance(dataset, (str, os.PathLike)):
+            from .data import load_dataset
+            return load_dataset(dataset)
+        return dataset
+
+    def _is_bound_spec(self, dataset) -> bool:
+        """fit("cora") after fit("cora") continues training on the bound data, as it does when the
+        same dataset object is given again, instead of loading and binding it afresh."""
+        return (isinstance(dataset, (str, os.PathLike)) and self._bound_spec is not None
+                and os.fspath(dataset) == os.fspath(self._bound_spec))
 
     def _front_end(self):
         """The program as written (no sizes bound): its task and graph options."""
@@ -228,7 +247,7 @@ class CompiledModel:
         been the last epoch (the checkpoint saved, the model evaluated) and result.stopped is set
         (morphgen.stop_signals.stop_on_signals gives one that SIGTERM and SIGUSR1 set)."""
         _check_fit_arguments(dataset, epochs, eval_every, checkpoint, checkpoint_every, stop)
-        if dataset is not None and dataset is not self.bound_to:
+        if dataset is not None and dataset is not self.bound_to and not self._is_bound_spec(dataset):
             self.bind(dataset)
         if self.session is None:
             raise UserError("morphgen: error: fit() needs a dataset")
@@ -374,9 +393,9 @@ def _is_count(value) -> bool:
 
 def _check_fit_arguments(dataset, epochs, eval_every, checkpoint=None, checkpoint_every=None, stop=None) -> None:
     from .data.dataset import GraphData
-    if dataset is not None and not isinstance(dataset, GraphData):
-        raise UserError(f"morphgen: error: fit() takes a dataset from morphgen.data.load_dataset, "
-                        f"not {type(dataset).__name__} {dataset!r:.60}")
+    if dataset is not None and not isinstance(dataset, (GraphData, str, os.PathLike)):
+        raise UserError(f"morphgen: error: fit() takes a dataset from morphgen.data.load_dataset or its "
+                        f"name, path or synthetic spec, not {type(dataset).__name__} {dataset!r:.60}")
     if epochs is not None and (not _is_count(epochs) or epochs < 1):
         raise UserError(f"morphgen: error: fit(): epochs must be a positive integer, got {epochs!r}")
     if not _is_count(eval_every) or eval_every < 0:

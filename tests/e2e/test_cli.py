@@ -149,8 +149,26 @@ def test_the_api_needs_a_bound_model_and_refuses_weights_it_would_ignore_or_hide
         model.fit(epochs=1)
 
 
+def test_fit_takes_a_dataset_spec_and_continues_on_the_same_one():
+    """fit("cora") loads as `morphgen train --dataset cora` does; fit with the same spec again
+    continues training (as with the same dataset object) instead of binding afresh."""
+    from morphgen.data import load_dataset
+    spec = "synthetic:nodes=300,edges=1200,features=16,classes=3,seed=4"
+    by_spec = morphgen.compile(example("gcn"), threads=1)
+    by_spec.fit(spec, epochs=2)
+    by_spec.fit(spec, epochs=2)
+    by_object = morphgen.compile(example("gcn"), threads=1)
+    by_object.fit(load_dataset(spec), epochs=4)
+    for name, value in by_object.get_params().items():
+        np.testing.assert_array_equal(by_spec.get_params()[name], value, err_msg=name)
+    other = "synthetic:nodes=300,edges=1200,features=16,classes=3,seed=5"
+    by_spec.bind(other)                     # a different spec binds afresh
+    assert by_spec.dataset.num_nodes == 300 and by_spec._bound_spec == other
+
+
 @pytest.mark.parametrize("args, message", [
-    (("cora",), "fit() takes a dataset from morphgen.data.load_dataset, not str 'cora'"),
+    (({"x": 1},), "fit() takes a dataset from morphgen.data.load_dataset or its name, path or synthetic spec, not dict"),
+    (("no-such-dataset",), "no-such-dataset"),
     ((None, 0), "epochs must be a positive integer, got 0"), ((None, 2.5), "epochs must be a positive integer"),
     ((None, 3, None, -1), "eval_every must be an integer >= 0")])
 def test_fit_refuses_bad_arguments_before_training(args, message):
