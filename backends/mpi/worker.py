@@ -113,16 +113,20 @@ def _link_metrics(session, part, comm, link: dict) -> dict:
 
 def _progress_thread_setting(comm, threads: int) -> None:
     """The progress thread (distributed.h) needs a core of its own to poll on: when this node's
-    ranks already take more cores than it has (oversubscribed), it only steals time from the
-    computation, so it is turned off unless $MORPHGEN_MPI_POLL_US says otherwise."""
+    ranks and their threads already take every core it has, it only competes with the
+    computation for them, so it is turned off unless $MORPHGEN_MPI_POLL_US says otherwise.  On a
+    full node each step of a reduction or a halo then waits for the scheduler to give a peer's
+    thread its turn: with 2 ranks x 1 thread on 2 cores, epochs on cora were 7-9x longer with the
+    thread (GAT 19.6 and 22.7 ms against 2.6 and 2.7 without; docs/benchmarks.md, MPI)."""
     import os
     from mpi4py import MPI
+    from morphgen.resources import usable_cores
     if "MORPHGEN_MPI_POLL_US" in os.environ:
         return
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_here = node.Get_size()
     node.Free()
-    if ranks_here * threads > len(os.sched_getaffinity(0)):
+    if ranks_here * threads >= usable_cores():
         os.environ["MORPHGEN_MPI_POLL_US"] = "0"
 
 

@@ -171,6 +171,38 @@ def test_ranks_sleep_between_regions_only_where_threads_outnumber_cores(monkeypa
     assert ranks_per_node(4) == 2 and ranks_per_node(5) == 3
 
 
+class _NodeComm:
+    """What _progress_thread_setting asks of a communicator: the ranks sharing this node."""
+    def __init__(self, ranks_here):
+        self.ranks_here = ranks_here
+
+    def Split_type(self, kind):
+        return self
+
+    def Get_size(self):
+        return self.ranks_here
+
+    def Free(self):
+        pass
+
+
+def test_the_progress_thread_runs_only_where_a_core_is_left_for_it(monkeypatch):
+    """A polling thread on a node whose cores the ranks' threads already fill made small epochs
+    several times longer (every reduction step waited for a peer's thread to be scheduled); a
+    setting the user gave is never replaced."""
+    from backends.mpi import worker
+    from morphgen import resources
+
+    monkeypatch.setattr(resources, "usable_cores", lambda: 4)
+    for ranks_here, threads, polls in ((2, 1, True), (3, 1, True), (4, 1, False), (2, 2, False), (1, 4, False)):
+        monkeypatch.delenv("MORPHGEN_MPI_POLL_US", raising=False)
+        worker._progress_thread_setting(_NodeComm(ranks_here), threads)
+        assert ("MORPHGEN_MPI_POLL_US" not in os.environ) == polls, (ranks_here, threads)
+    monkeypatch.setenv("MORPHGEN_MPI_POLL_US", "50")
+    worker._progress_thread_setting(_NodeComm(4), 1)
+    assert os.environ["MORPHGEN_MPI_POLL_US"] == "50"
+
+
 def test_early_stopping_stops_selects_and_resumes_as_one_process(tmp_path):
     """gnn.earlyStopping(patience = 3), seed 0: the best validation accuracy at epoch 4 (tied at
     6 and 7), training ends after epoch 7 with epoch 4's weights, on 2 ranks as in one process,
