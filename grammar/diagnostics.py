@@ -93,7 +93,7 @@ def render_all(diagnostics: Iterable[Diagnostic], limit: int = MAX_RENDERED) -> 
 def suggest(name: str, candidates: Iterable[str]) -> str:
     """``"; did you mean 'X'?"`` for the closest candidate, or an empty string.  A candidate that
     differs only in case comes first ('gcn' -> 'GCN', which share no character as spelled)."""
-    candidates = sorted(set(candidates))
+    candidates = sorted(set(candidates) - {name})      # never the name that was not found
     same_letters = [cand for cand in candidates if cand.lower() == name.lower() and cand != name]
     if same_letters:
         return f"; did you mean '{same_letters[0]}'?"

@@ -14,7 +14,7 @@ from ..ir import Param, Value
 from ..grammar import ast as A
 from ..grammar.diagnostics import suggest
 from ..ir_core import dim_div
-from .sema import (AGGREGATORS, BUILTIN_KEYWORDS, BUILTINS, EDGE_BUILTIN_ATTRS, GRAPH_ATTRS, GRAPH_METHODS,
+from .sema import (ACTIVATIONS, AGGREGATORS, BUILTIN_KEYWORDS, BUILTINS, EDGE_BUILTIN_ATTRS, GRAPH_ATTRS, GRAPH_METHODS,
                    NODE_BUILTIN_ATTRS, NODE_METHODS, REQUIRED_KEYWORDS, ConstSym, ElemSym, GraphSym, LocalSym,
                    SUGGESTION_LIMIT, PoisonSym, Poisoned, PropSym, Scope, SemanticError, SizeSym,
                    WeightSym, check_number, describe, undeclared, unassigned)
@@ -103,6 +103,10 @@ class ExpressionLowering:
 
     def e_Name(self, e):
         sym = self.scope.lookup(e.name)
+        if sym is None and e.name in BUILTINS:
+            raise SemanticError(e.coord, f"'{e.name}' is a function: call it ({e.name}(...)); a layer's "
+                                         f"activation is named by a string (activation = \"{e.name}\")"
+                                if e.name in ACTIVATIONS else f"'{e.name}' is a function: call it ({e.name}(...))")
         if sym is None:
             raise undeclared(e.coord, e.name, self.names_in_scope(BUILTINS))
         if isinstance(sym, PoisonSym):
@@ -179,10 +183,13 @@ class ExpressionLowering:
         props = [n for n in self.names_in_scope()
                  if isinstance(self.scope.lookup(n), PropSym)
                  and self.scope.lookup(n).assoc == obj.kind]
-        builtin = (["src", "dst", "etype", *EDGE_BUILTIN_ATTRS] if obj.kind == "edge"
-                   else ["ntype", *NODE_BUILTIN_ATTRS])
         return SemanticError(coord, f"{obj.kind} '{obj.name}' has no property '{name}'"
-                             + suggest(name, props + builtin))
+                             + suggest(name, props + self.builtin_properties(obj)))
+
+    @staticmethod
+    def builtin_properties(obj: ElemRef) -> list:
+        """What every node or edge has without a declaration."""
+        return ["src", "dst", "etype", *EDGE_BUILTIN_ATTRS] if obj.kind == "edge" else ["ntype", *NODE_BUILTIN_ATTRS]
 
     def wrong_property_kind(self, coord, obj: ElemRef, sym: PropSym):
         if sym.assoc == "node":

@@ -346,6 +346,9 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
         sym = self.scope.lookup(target.name)
         if isinstance(sym, PoisonSym):
             raise Poisoned()
+        if not isinstance(sym, PropSym) and target.name in self.builtin_properties(obj):
+            raise SemanticError(target.coord, f"'{target.name}' is a builtin property of every {obj.kind}; "
+                                              f"it cannot be assigned (declare a property of your own)")
         if not isinstance(sym, PropSym):
             raise self.no_property(target.coord, obj, target.name)
         if sym.assoc != obj.kind:
