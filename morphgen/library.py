@@ -145,7 +145,9 @@ class Session:
         else:
             self._check(lib.mg_set_features_identity(self.ctx, layout.num_nodes), "features")
         if labels is not None:           # a link-prediction program has none: it scores triples
-            y = np.ascontiguousarray(labels, dtype=np.int64)
+            # a copy, as the masks are: the library reads it every epoch, and the caller's array
+            # edited after binding (a label out of range) must not reach the kernels unchecked
+            y = np.array(labels, dtype=np.int64, order="C", copy=True)
             # unlabelled nodes (label -1) never count, whatever the masks say
             m = [np.ascontiguousarray(np.asarray(mask, bool) & (y >= 0), dtype=np.uint8) for mask in masks]
             self._check(lib.mg_set_labels(self.ctx, self._ptr(y, i64), *(self._ptr(a, "uint8_t *") for a in m)),

@@ -530,3 +530,20 @@ def test_a_layer_output_declared_narrower_than_the_classes_is_a_located_error(tm
     with pytest.raises(CompileError, match=re.escape("property 'z' (layer 1's output) is declared with width 5, "
                                                      "but the value has width C = 7")):
         lower(program, sizes={"F": 4, "C": 7, "N": 6, "etypes": 1, "ntypes": 1})
+
+
+def test_labels_edited_after_binding_do_not_reach_the_library():
+    """The model holds its own copy of the labels, as of the masks: an edit after bind() (here
+    a label far out of range, which the kernels would index with) changes nothing until the
+    dataset is bound again, where it is checked."""
+    from morphgen.data import load_dataset
+    spec = "synthetic:nodes=300,edges=1200,features=16,classes=3,seed=4"
+    edited, untouched = load_dataset(spec), load_dataset(spec)
+    model = morphgen.compile(example("gcn"), threads=1)
+    model.fit(edited, epochs=2)
+    edited.labels[:] = 10 ** 8
+    model.fit(edited, epochs=2)
+    reference = morphgen.compile(example("gcn"), threads=1)
+    reference.fit(untouched, epochs=4)
+    for name, value in reference.get_params().items():
+        np.testing.assert_array_equal(model.get_params()[name], value, err_msg=name)
