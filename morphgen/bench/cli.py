@@ -8,6 +8,7 @@ optionally check loss parity over the first epochs, and write bench.json, bench.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -93,11 +94,37 @@ def default_data_dir(given: Optional[str]) -> Optional[str]:
     return "../shared/datasets" if Path("../shared/datasets").is_dir() else None
 
 
+# What the bench commands write at the top of --out (with plots and per-graph folders).
+BENCH_OUTPUTS = ("bench.json", "bench.md", "suite.json", "suite.md", "sparsity.json", "sparsity.md",
+                 "edge_layouts.json", "edge_layouts.md")
+
+
+def _is_bench_report(path: Path) -> bool:
+    """A JSON summary one of the bench commands wrote: recognised by its fields."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    if isinstance(document, list):                                       # edge_layouts.json
+        return bool(document) and all(isinstance(row, dict) and {"model", "graph", "pairs"} <= row.keys()
+                                      for row in document)
+    return isinstance(document, dict) and any(keys <= document.keys() for keys in (
+        {"model", "command", "dataset", "systems"},                      # bench.json
+        {"graphs", "geometric_mean_ratios"},                             # suite.json
+        {"model", "crossovers", "runs"}))                                # sparsity.json
+
+
+def is_bench_folder(path: Path) -> bool:
+    """Whether `path` holds an earlier bench command's output, whose files --out may replace."""
+    return any(_is_bench_report(path / name) for name in BENCH_OUTPUTS if name.endswith(".json"))
+
+
 def check_common(args) -> None:
     """The options every bench command shares (--data-dir resolved to its default here)."""
     out = getattr(args, "out", None)
-    if out and Path(out).exists() and not Path(out).is_dir():
-        raise harness.BenchError(f"--out {out}: exists and is not a folder")
+    if out:
+        from morphgen.outputs import check_output_folder
+        check_output_folder("--out", out, BENCH_OUTPUTS, is_bench_folder, "benchmark reports")
     if hasattr(args, "data_dir"):
         args.data_dir = default_data_dir(args.data_dir)
     if args.threads is not None and args.threads < 1:

@@ -13,6 +13,7 @@ import pytest
 
 from morphgen.bench import harness, report, sparsity_cli, suite_cli, sweep
 from morphgen.cli import main
+from morphgen.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 GCN = ROOT / "examples" / "gcn.mp"
@@ -534,5 +535,25 @@ def test_bench_commands_leave_docs_alone_unless_named_and_refuse_a_file_as_out(t
     assert args.data_dir == str(tmp_path)            # $MORPHGEN_DATA, as train looks names up
     (tmp_path / "afile").write_text("mine")
     args = parser.parse_args(["bench", "examples/gcn.mp", "--out", str(tmp_path / "afile")])
-    with pytest.raises(harness.BenchError, match="exists and is not a folder"):
+    with pytest.raises(UserError, match="exists and is not a folder"):
         bench_cli.check_common(args)
+
+
+@pytest.mark.parametrize("command", [["bench", "examples/gcn.mp"], ["bench-suite"], ["bench-edge-layouts"],
+                                     ["sweep-sparsity", "examples/gcn.mp"]])
+def test_bench_out_replaces_only_an_earlier_bench_output(tmp_path, command):
+    """--out may be new, empty, or an earlier bench command's folder; files of the user's own
+    under the names the commands write are never replaced."""
+    import json
+    from morphgen.bench import cli as bench_cli
+    from morphgen.cli import build_parser
+    parser = build_parser()
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")                   # a name no bench command writes
+    bench_cli.check_common(parser.parse_args([*command, "--out", str(out)]))
+    (out / "bench.md").write_text("my own notes")
+    with pytest.raises(UserError, match="holds bench.md, which morphgen did not write"):
+        bench_cli.check_common(parser.parse_args([*command, "--out", str(out)]))
+    (out / "suite.json").write_text(json.dumps({"graphs": [], "geometric_mean_ratios": {}}))
+    bench_cli.check_common(parser.parse_args([*command, "--out", str(out)]))   # an earlier suite's folder
