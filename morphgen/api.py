@@ -252,6 +252,8 @@ class CompiledModel:
         if self.session is None:
             raise UserError("morphgen: error: fit() needs a dataset")
         require_validation_nodes(self.program.early_stopping, self.dataset, self.path)
+        if checkpoint is not None:
+            self._check_checkpoint_target(checkpoint)      # before training, not after it
         epochs = self.program.epochs if epochs is None else epochs
         if self.link_task:
             eval_every = 0          # ranking every node for every held-out triple: at the end only
@@ -365,7 +367,20 @@ class CompiledModel:
         """The training state: the epoch count, the last epoch's weights and optimizer state, and
         gnn.earlyStopping's record, from which training continues as if it had not stopped."""
         self._bound("save_checkpoint")
+        self._check_checkpoint_target(path)
         self.record.save_checkpoint(path)
+
+    def _check_checkpoint_target(self, path) -> None:
+        """As `morphgen train --checkpoint`: only an earlier checkpoint is replaced, never the
+        program, the dataset file it was loaded from, or a file morphgen did not write."""
+        from .outputs import check_output_file, is_checkpoint
+        if not isinstance(path, (str, os.PathLike)):
+            raise UserError(f"morphgen: error: a checkpoint is saved to a file name (a str or path), "
+                            f"not {type(path).__name__}")
+        inputs = [("the program", self.path)]
+        if self._bound_spec is not None and Path(self._bound_spec).is_file():
+            inputs.append(("the dataset", self._bound_spec))
+        check_output_file("checkpoint", path, is_checkpoint, "checkpoint", inputs)
 
     def load_checkpoint(self, path):
         self._bound("load_checkpoint")

@@ -547,3 +547,22 @@ def test_labels_edited_after_binding_do_not_reach_the_library():
     reference.fit(untouched, epochs=4)
     for name, value in reference.get_params().items():
         np.testing.assert_array_equal(model.get_params()[name], value, err_msg=name)
+
+
+def test_the_api_saves_checkpoints_only_over_earlier_checkpoints(tmp_path):
+    """model.save_checkpoint / fit(checkpoint=...) refuse what `train --checkpoint` refuses,
+    and fit says so before it trains."""
+    spec = "synthetic:nodes=300,edges=1200,features=16,classes=3,seed=4"
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    model = morphgen.compile(example("gcn"), threads=1)
+    with pytest.raises(UserError, match="exists and is not a morphgen checkpoint"):
+        model.fit(spec, epochs=1, checkpoint=notes)
+    assert model.session.epoch() == 0 and notes.read_text() == "my notes"
+    with pytest.raises(UserError, match="is the program; writing there would destroy it"):
+        model.save_checkpoint(example("gcn"))
+    with pytest.raises(UserError, match="saved to a file name"):
+        model.save_checkpoint(None)
+    model.fit(spec, epochs=1, checkpoint=tmp_path / "run.ck")
+    model.fit(spec, epochs=1, checkpoint=tmp_path / "run.ck")     # an earlier checkpoint: replaced
+    assert model.session.epoch() == 2
