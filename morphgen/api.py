@@ -399,7 +399,7 @@ def _checked_edge_typed_layout(layout: str) -> str:
 
 
 class TrainingDiverged(UserError):
-    pass
+    exit_status = 1         # a failed run, not bad input (slurm/README.md, exit statuses)
 
 
 def _is_count(value) -> bool:

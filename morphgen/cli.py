@@ -207,7 +207,7 @@ def main(argv=None) -> int:
         text = str(err)
         located = isinstance(err, CompileError)
         print(text if located or text.startswith("morphgen") else f"morphgen: error: {text}", file=sys.stderr)
-        return 2
+        return err.exit_status
     except InternalError as err:
         if debug:
             raise

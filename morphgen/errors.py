@@ -1,6 +1,7 @@
 """Error classes that decide how the command line reports a failure.
 
-``UserError``: the user's program, data or arguments are wrong; printed as is, exit status 2.
+``UserError``: the user's program, data or arguments are wrong; printed as is, exit status 2
+(``exit_status``: 1 for a run that failed on the way, e.g. a diverged loss).
 ``InternalError``: morphgen itself failed (e.g. generated code did not build); exit status 3.
 Every module's own error class derives from one of these, so the CLI needs no list of them.
 """
@@ -8,6 +9,7 @@ Every module's own error class derives from one of these, so the CLI needs no li
 
 class UserError(Exception):
     """Bad input from the user: a located program error, bad data, a bad option."""
+    exit_status = 2
 
 
 class InternalError(Exception):

@@ -108,7 +108,16 @@ def render(args) -> str:
         partition=args.partition, log=args.log, backend=args.backend,
         checkpoint=args.checkpoint and shlex.quote(_absolute(args.checkpoint)), save_before=args.save_before,
         requeue=args.requeue, first_resume=f"--resume {shlex.quote(_absolute(args.resume))}" if args.resume else "",
-        bin_dir=shlex.quote(str(bin_dir)), command=_train_command(args, bin_dir))
+        bin_dir=shlex.quote(str(bin_dir)), command=_train_command(args, bin_dir),
+        output_folders=" ".join(shlex.quote(f) for f in _output_folders(args)))
+
+
+def _output_folders(args) -> list:
+    """The folders the run's --json and --checkpoint go to: created by the job when it starts,
+    since `morphgen train` refuses a missing one and they need not exist where the script is
+    written (the login node)."""
+    files = [f for f in (args.json_out, args.checkpoint) if f]
+    return sorted({str(Path(_absolute(f)).parent) for f in files})
 
 
 def _validate(args) -> None:

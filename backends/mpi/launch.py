@@ -211,3 +211,6 @@ class RankFailure(UserError):
     def __init__(self, message: str, code: int):
         super().__init__(message)
         self.code = code
+        # a rank's own verdict (2 bad input, 3 internal error) stands; a rank that crashed or was
+        # killed is a failed run
+        self.exit_status = code if code in (2, 3) else 1

@@ -1,6 +1,7 @@
 """The `morphgen` command line as a user meets it: exit codes, located messages, no tracebacks."""
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -566,3 +567,13 @@ def test_the_api_saves_checkpoints_only_over_earlier_checkpoints(tmp_path):
     model.fit(spec, epochs=1, checkpoint=tmp_path / "run.ck")
     model.fit(spec, epochs=1, checkpoint=tmp_path / "run.ck")     # an earlier checkpoint: replaced
     assert model.session.epoch() == 2
+
+
+def test_a_diverged_run_exits_1_not_as_bad_input(tmp_path):
+    """Exit statuses (slurm/README.md): 1 a run that failed on the way, 2 bad input."""
+    program = tmp_path / "hot.mp"
+    program.write_text(Path(example("gcn")).read_text().replace("lr = 0.01", "lr = 1e30"))
+    proc = run_cli("train", program, "--dataset", "synthetic:nodes=300,edges=1200,features=16,classes=3",
+                   "--epochs", 5, "--threads", 1)
+    assert_clean_failure(proc, 1, "morphgen: error:")
+    assert "the loss became" in proc.stderr or "weights became NaN" in proc.stderr, proc.stderr

@@ -89,6 +89,18 @@ def test_openmp_script_runs_plain_train(tmp_path):
     assert "#SBATCH --cpus-per-task=2" in script.read_text()
 
 
+def test_the_job_creates_the_folders_of_its_outputs(tmp_path):
+    """--json and --checkpoint may name folders that exist only once the job runs (`morphgen
+    train` refuses a missing folder): the script creates them before training."""
+    json_out, checkpoint = tmp_path / "runs" / "a.json", tmp_path / "ckpts dir" / "a.ck"
+    rc, script = generate(tmp_path, GCN, "--backend", "openmp", "--nodes", 1, "--ntasks-per-node", 1,
+                          "--dataset", "synthetic:nodes=200,edges=800,features=8,classes=3", "--epochs", 1,
+                          "--json", json_out, "--checkpoint", checkpoint)
+    assert rc == 0 and not json_out.parent.exists()
+    subprocess.run(["bash", str(script)], cwd=tmp_path, check=True, capture_output=True)
+    assert json.loads(json_out.read_text())["epochs"] == 1 and checkpoint.is_file()
+
+
 def test_a_checkpointing_job_is_warned_before_its_time_limit(tmp_path):
     """With --checkpoint, SLURM signals the batch shell --save-before seconds ahead (120 by
     default), and the script passes the signal on to morphgen; without one, nothing changes."""
