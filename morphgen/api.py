@@ -354,11 +354,21 @@ class CompiledModel:
             raise UserError(f"morphgen: error: set_params() takes a dict of weights by name, not "
                             f"{type(params).__name__}")
         names = session.param_names()
+        shapes = {name: value.shape for name, value in session.get_params().items()}
         for name, value in params.items():
             if name not in names:
                 raise UserError(f"morphgen: error: set_params(): the model has no weight {name!r}"
                                 + suggest(str(name), names))
-            if not np.all(np.isfinite(np.asarray(value, dtype=np.float32))):
+            array = np.asarray(value)
+            if array.dtype.kind not in "biuf":
+                raise UserError(f"morphgen: error: set_params(): {name!r} must hold real numbers, "
+                                f"got an array of {array.dtype}")
+            # an [out, in] matrix of another framework has the size of an [in, out] one: refused,
+            # not read in the wrong order
+            if array.shape != shapes[name]:
+                raise UserError(f"morphgen: error: set_params(): {name!r} has shape {list(shapes[name])}, "
+                                f"got {list(array.shape)}")
+            if not np.all(np.isfinite(array.astype(np.float32))):
                 raise UserError(f"morphgen: error: set_params(): {name!r} holds NaN or infinite values")
         session.set_params(params)
         self.record.weights_set_by_caller()

@@ -192,7 +192,7 @@ def test_non_finite_or_huge_weights_are_rejected(saved, tmp_path, value):
 def test_saving_is_atomic_and_leaves_no_partial_files(saved, tmp_path):
     model = _model()
     target = tmp_path / "run.ckpt"
-    target.write_bytes(b"the previous checkpoint")
+    model.save_checkpoint(target)               # the previous checkpoint, replaced below
     model.save_checkpoint(target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
     model.load_checkpoint(target)

@@ -140,7 +140,12 @@ def test_the_api_needs_a_bound_model_and_refuses_weights_it_would_ignore_or_hide
     weight = model.get_params()["layer0.W"]
     for params, message in (({"layer0.w": weight}, "no weight 'layer0.w'; did you mean 'layer0.W'?"),
                             ([weight], "takes a dict of weights by name, not list"),
-                            ({"layer0.W": np.full_like(weight, np.nan)}, "'layer0.W' holds NaN or infinite values")):
+                            ({"layer0.W": np.full_like(weight, np.nan)}, "'layer0.W' holds NaN or infinite values"),
+                            # [out, in] as another framework stores it: the same size, refused
+                            ({"layer0.W": weight.T.copy()}, f"'layer0.W' has shape {list(weight.shape)}, "
+                                                            f"got {list(weight.T.shape)}"),
+                            ({"layer0.W": weight.astype(np.complex64)}, "'layer0.W' must hold real numbers"),
+                            ({"layer0.W": "abc"}, "'layer0.W' must hold real numbers")):
         with pytest.raises(UserError, match=re.escape(message)):
             model.set_params(params)
     np.testing.assert_array_equal(model.get_params()["layer0.W"], weight)
