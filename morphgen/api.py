@@ -354,7 +354,7 @@ class CompiledModel:
             raise UserError(f"morphgen: error: set_params() takes a dict of weights by name, not "
                             f"{type(params).__name__}")
         names = session.param_names()
-        shapes = {name: value.shape for name, value in session.get_params().items()}
+        shapes = {p.name: tuple(p.value.shape) for p in self.program.params}
         for name, value in params.items():
             if name not in names:
                 raise UserError(f"morphgen: error: set_params(): the model has no weight {name!r}"
@@ -363,11 +363,14 @@ class CompiledModel:
             if array.dtype.kind not in "biuf":
                 raise UserError(f"morphgen: error: set_params(): {name!r} must hold real numbers, "
                                 f"got an array of {array.dtype}")
-            # an [out, in] matrix of another framework has the size of an [in, out] one: refused,
-            # not read in the wrong order
-            if array.shape != shapes[name]:
-                raise UserError(f"morphgen: error: set_params(): {name!r} has shape {list(shapes[name])}, "
-                                f"got {list(array.shape)}")
+            # flat, as get_params() gives it, or in the declared shape; an [out, in] matrix of
+            # another framework has the size of the [in, out] one: refused, not read in the wrong order
+            shape = shapes.get(name)
+            flat = array.ndim == 1 and shape is not None and array.size == int(np.prod(shape))
+            if shape is not None and array.shape != shape and not flat:
+                raise UserError(f"morphgen: error: set_params(): {name!r} has shape {list(shape)} "
+                                f"({int(np.prod(shape))} values flat, as get_params() gives it), got "
+                                f"{list(array.shape)}")
             if not np.all(np.isfinite(array.astype(np.float32))):
                 raise UserError(f"morphgen: error: set_params(): {name!r} holds NaN or infinite values")
         session.set_params(params)

@@ -142,12 +142,14 @@ def test_the_api_needs_a_bound_model_and_refuses_weights_it_would_ignore_or_hide
                             ([weight], "takes a dict of weights by name, not list"),
                             ({"layer0.W": np.full_like(weight, np.nan)}, "'layer0.W' holds NaN or infinite values"),
                             # [out, in] as another framework stores it: the same size, refused
-                            ({"layer0.W": weight.T.copy()}, f"'layer0.W' has shape {list(weight.shape)}, "
-                                                            f"got {list(weight.T.shape)}"),
+                            ({"layer0.W": weight.reshape(16, -1)}, "'layer0.W' has shape [17, 16] "
+                                                                   "(272 values flat, as get_params() gives it), got [16, 17]"),
                             ({"layer0.W": weight.astype(np.complex64)}, "'layer0.W' must hold real numbers"),
                             ({"layer0.W": "abc"}, "'layer0.W' must hold real numbers")):
         with pytest.raises(UserError, match=re.escape(message)):
             model.set_params(params)
+    np.testing.assert_array_equal(model.get_params()["layer0.W"], weight)
+    model.set_params({"layer0.W": weight.reshape(17, 16)})      # the declared [in, out] shape
     np.testing.assert_array_equal(model.get_params()["layer0.W"], weight)
     # NaN weights behind a relu leave the loss finite (max(NaN, 0) is 0): fit looks at the weights
     model.session.set_params({"layer0.W": np.full_like(weight, np.nan)})
