@@ -66,6 +66,11 @@ class NpzArchive:
                 raise DataError(f"{self.source}: holds a single array, expected an .npz archive of named arrays")
             if not head:
                 raise DataError(f"{self.source}: not a readable .npz archive (the file is empty)")
+            if head.startswith(b"MGCKPT"):
+                raise DataError(f"{self.source}: is a morphgen checkpoint (--checkpoint, --resume), not a dataset")
+            # numpy's own message for a file that is no zip suggests unpickling it
+            if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+                raise DataError(f"{self.source}: not a readable .npz archive (File is not a zip file)")
             self._z = np.load(self.path, allow_pickle=False)
         except DataError:
             raise

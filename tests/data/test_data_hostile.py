@@ -87,6 +87,17 @@ def test_empty_file(tmp_path):
     _expect(path, "not a readable .npz archive", "empty")
 
 
+def test_a_file_that_is_no_zip_or_a_checkpoint(tmp_path):
+    """numpy's own message for these advises unpickling the file."""
+    text = tmp_path / "text.npz"
+    text.write_text("hello")
+    message = _expect(text, "not a readable .npz archive (File is not a zip file)")
+    assert "pickle" not in message
+    checkpoint = tmp_path / "run.npz"
+    checkpoint.write_bytes(b"MGCKPT02" + bytes(64))
+    _expect(checkpoint, "is a morphgen checkpoint (--checkpoint, --resume), not a dataset")
+
+
 def test_first_half_of_a_valid_file(tmp_path, good):
     path = tmp_path / "half.npz"
     raw = good.read_bytes()
