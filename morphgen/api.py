@@ -174,6 +174,11 @@ class CompiledModel:
         from .layout import GraphLayout
         from .library import Session
         from .interp import init_params
+        if self.backend == "mpi":
+            # one process cannot hold the ranks: the launcher partitions the graph and starts them
+            raise UserError("morphgen: error: the mpi backend trains on several processes: run `morphgen train "
+                            "MODEL.mp --backend mpi --ranks N` (compile(..., backend='mpi') builds the library "
+                            "only; fit() and bind() train with backend 'openmp' or 'cuda')")
         spec = dataset if isinstance(dataset, (str, os.PathLike)) else None
         dataset = self._load(dataset)
         looped = self._with_graph_options(dataset)

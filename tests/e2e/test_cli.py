@@ -584,3 +584,9 @@ def test_a_diverged_run_exits_1_not_as_bad_input(tmp_path):
                    "--epochs", 5, "--threads", 1)
     assert_clean_failure(proc, 1, "morphgen: error:")
     assert "the loss became" in proc.stderr or "weights became NaN" in proc.stderr, proc.stderr
+
+
+def test_fit_on_the_mpi_backend_says_how_to_run_it():
+    model = morphgen.compile(example("gcn"), backend="mpi", threads=1)
+    with pytest.raises(UserError, match=re.escape("run `morphgen train MODEL.mp --backend mpi --ranks N`")):
+        model.fit("synthetic:nodes=100,edges=300,features=4,classes=2", epochs=1)
