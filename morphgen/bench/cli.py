@@ -65,7 +65,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data-dir", default=None, help="where dataset names are looked up")
     p.add_argument("--peers", default="pyg,dgl", help="comma-separated peers, or none (default: pyg,dgl)")
     p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, help="epochs per system (default 50)")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="epochs left out of the median (default 3)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help=f"epochs left out of the median (default {DEFAULT_WARMUP}, fewer when --epochs leaves "
+                        f"fewer than {DEFAULT_WARMUP + 1})")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
     p.add_argument("--parity", action="store_true",
                    help="also check loss parity: the first epochs' losses from identical initial weights, "
@@ -151,6 +153,8 @@ def check_args(args) -> None:
     check_device(args)
     if args.epochs < 1:
         raise harness.BenchError(f"--epochs: must be >= 1, got {args.epochs}")
+    if args.warmup is None:            # not given: the default, but never all the epochs
+        args.warmup = min(DEFAULT_WARMUP, args.epochs - 1)
     if not 0 <= args.warmup < args.epochs:
         raise harness.BenchError(f"--warmup: must lie in [0, epochs) = [0, {args.epochs}), got {args.warmup}")
     if not Path(args.model).is_file():

@@ -6,6 +6,7 @@ parity and memory-cap tests start the PyG runner, which `pip install .[bench]` p
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -557,3 +558,18 @@ def test_bench_out_replaces_only_an_earlier_bench_output(tmp_path, command):
         bench_cli.check_common(parser.parse_args([*command, "--out", str(out)]))
     (out / "suite.json").write_text(json.dumps({"graphs": [], "geometric_mean_ratios": {}}))
     bench_cli.check_common(parser.parse_args([*command, "--out", str(out)]))   # an earlier suite's folder
+
+
+def test_bench_warmup_default_leaves_an_epoch_to_time(tmp_path):
+    from morphgen.bench import cli as bench_cli
+    from morphgen.cli import build_parser
+    parser = build_parser()
+    args = parser.parse_args(["bench", "examples/gcn.mp", "--epochs", "2", "--out", str(tmp_path / "o")])
+    bench_cli.check_args(args)
+    assert args.warmup == 1
+    args = parser.parse_args(["bench", "examples/gcn.mp", "--out", str(tmp_path / "o")])
+    bench_cli.check_args(args)
+    assert args.warmup == 3
+    args = parser.parse_args(["bench", "examples/gcn.mp", "--epochs", "2", "--warmup", "2", "--out", str(tmp_path / "o")])
+    with pytest.raises(UserError, match=re.escape("--warmup: must lie in [0, epochs) = [0, 2), got 2")):
+        bench_cli.check_args(args)
