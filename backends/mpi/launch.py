@@ -90,17 +90,24 @@ def train_distributed(args) -> int:
     """With --checkpoint, SIGTERM and SIGUSR1 stop the run at the end of an epoch, saved: they are
     passed on to the ranks (mpiexec forwards SIGUSR1 to every one), which agree on the epoch."""
     ranks_started = []       # mpiexec, once it runs
+    signal_files = []        # where the ranks read which signal the launcher got, once they run
 
-    def forward(_signum):
+    def forward(signum):
+        for path in signal_files:          # the ranks get SIGUSR1 whatever came: they report this one
+            if not path.exists():
+                try:
+                    path.write_text(signal.Signals(signum).name)
+                except OSError:
+                    pass
         for proc in ranks_started:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGUSR1)
 
     with stop_on_signals(enabled=bool(args.checkpoint), forward=forward) as stop:
-        return _train_distributed(args, stop, ranks_started)
+        return _train_distributed(args, stop, ranks_started, signal_files)
 
 
-def _train_distributed(args, stop, ranks_started: list) -> int:
+def _train_distributed(args, stop, ranks_started: list, signal_files: list) -> int:
     from morphgen.api import CompiledModel
     from morphgen.commands import epochs_to_train
     from morphgen.early_stopping import require_validation_nodes
@@ -164,6 +171,8 @@ def _train_distributed(args, stop, ranks_started: list) -> int:
                        "hoisted_aggregations": len(program.invariant),
                        "parts_dir": str(parts_dir), "partitioner": args.partitioner},
         }
+        spec["stop_signal_file"] = str(Path(run_dir) / "stop_signal")
+        signal_files.append(Path(spec["stop_signal_file"]))
         spec_path = Path(run_dir) / "run.json"
         spec_path.write_text(json.dumps(spec))
         del dataset, normalised, payload, model      # the ranks load their own parts

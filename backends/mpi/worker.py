@@ -201,6 +201,8 @@ def run(spec: dict, comm, stop=None) -> int:
     status = STOPPED_EXIT_STATUS if stopped else 0
     if rank != 0:
         return status
+    if stopped:      # the signal the launcher got (SIGTERM, ...), not the SIGUSR1 it passed on
+        stop.signal_name = _launcher_signal(spec) or stop.signal_name
     print(final_line(final, history, times, f" ({size} ranks x {spec['threads']} threads)"))
     if spec.get("profile"):
         print("rank 0:")
@@ -227,6 +229,15 @@ def run(spec: dict, comm, stop=None) -> int:
             report["profile"] = per_rank[0]["profile"]
         write_atomically(Path(spec["json_out"]), json.dumps(marked(report), indent=2) + "\n")
     return status
+
+
+def _launcher_signal(spec: dict):
+    """The name of the signal that made the launcher stop the ranks, when it wrote one."""
+    try:
+        name = Path(spec["stop_signal_file"]).read_text().strip()
+    except (KeyError, OSError):
+        return None
+    return name or None
 
 
 def _error_file(run_dir: Path, rank: int) -> Path:
