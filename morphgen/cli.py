@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from . import __version__, arg_types
@@ -193,6 +194,10 @@ def _cmd_slurm(args) -> int:
     return slurm.run(args)
 
 
+# A message that names its place in the program, as compile errors do.
+LOCATED = re.compile(r"[^\n]+?:\d+:\d+: error: ")
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -205,7 +210,9 @@ def main(argv=None) -> int:
         # data errors name their field ("synthetic: nodes: ..."), not the tool; program
         # diagnostics their place (FILE:LINE:COL: error: ...)
         text = str(err)
-        located = isinstance(err, CompileError)
+        located = isinstance(err, CompileError) or LOCATED.match(text)     # FILE:LINE:COL: error: ...
+        if text.startswith("error: "):                                     # a located kind, no place known
+            text = text[len("error: "):]
         print(text if located or text.startswith("morphgen") else f"morphgen: error: {text}", file=sys.stderr)
         return err.exit_status
     except InternalError as err:

@@ -216,6 +216,8 @@ def test_a_program_that_reads_raw_features_on_a_featureless_dataset(tmp_path, wh
         program = example("gin")
     proc = run_cli("train", program, "--dataset", data, "--epochs", "1", "--quiet")
     assert_clean_failure(proc, 2, f"{program}:", "reads the input features directly")
+    last = proc.stderr.strip().splitlines()[-1]       # after the "compiling ..." line
+    assert last.startswith(f"{program}:") and last.count("error:") == 1, proc.stderr
 
 
 RAW_FEATURES = """\
