@@ -47,6 +47,7 @@ class TrainingState:
         self.step_called = False
         self.step_done = False
         self.broken = False                 # a directive failed: stop judging the order
+        self.layer_failed = False           # a gnn.layer failed: later layers' numbers and widths are unknown
 
     def _quiet_if_broken(self):
         if self.broken:
@@ -239,6 +240,7 @@ class DirectiveLowering:
             self._directive(e)
         except (SemanticError, IRError, Poisoned):
             self.train.broken = True     # later ordering complaints would only echo this one
+            self.train.layer_failed |= e.func.name == "layer"
             for k in e.kwargs:           # and so would uses of a property it was to assign
                 sym = self.scope.lookup(k.value.name) if k.name == "output" and isinstance(k.value, A.Name) else None
                 if isinstance(sym, PropSym):
@@ -317,7 +319,7 @@ class DirectiveLowering:
         t = self.train
         idx = len(t.layers)
         prev = t.layers[-1].output_width if t.layers else (self.features.width if self.features else None)
-        if prev is not None and widths_conflict(prev, k):
+        if prev is not None and not t.layer_failed and widths_conflict(prev, k):
             what = f"layer {idx - 1} output width" if t.layers else "the feature width"
             raise SemanticError(e.args[0].coord, f"layer {idx} input width {k} does not match "
                                                  f"{what} {prev}")
