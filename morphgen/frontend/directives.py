@@ -47,7 +47,7 @@ class TrainingState:
         self.step_called = False
         self.step_done = False
         self.broken = False                 # a directive failed: stop judging the order
-        self.layer_failed = False           # a gnn.layer failed: later layers' numbers and widths are unknown
+        self.layer_failed = False           # the last gnn.layer failed: the next one's input width is unknown
 
     def _quiet_if_broken(self):
         if self.broken:
@@ -240,7 +240,8 @@ class DirectiveLowering:
             self._directive(e)
         except (SemanticError, IRError, Poisoned):
             self.train.broken = True     # later ordering complaints would only echo this one
-            self.train.layer_failed |= e.func.name == "layer"
+            if e.func.name == "layer":
+                self.train.layer_failed = True
             for k in e.kwargs:           # and so would uses of a property it was to assign
                 sym = self.scope.lookup(k.value.name) if k.name == "output" and isinstance(k.value, A.Name) else None
                 if isinstance(sym, PropSym):
@@ -360,6 +361,7 @@ class DirectiveLowering:
                 spec.attention_dropout = float(check_number(coord, "attention_dropout", v, lo=0.0, hi=1.0,
                                                             hi_open=True))
         t.layers.append(spec)
+        t.layer_failed = False
 
     def d_weightDecay(self, e, kw):
         """``gnn.weightDecay(W, 5e-4)``: this weight's own decay, whatever the optimizer's."""
