@@ -160,6 +160,10 @@ def t_FLOATLIT(t):
 def t_INTLIT(t):
     r"[0-9]+"
     digits = t.value.lstrip("0") or "0"
+    if len(t.value) > 1 and t.value[0] == "0":
+        # C, whose arithmetic the language follows, reads 010 as octal 8: refused, not guessed
+        t.lexer.ctx.lex_error(t.lexpos, f"an integer literal may not start with 0 ({show(t.value)}): "
+                                        f"write it without the leading zeros (octal literals are not supported)")
     if len(digits) > len(str(INT_MAX)) or int(digits) > INT_MAX:
         t.lexer.ctx.lex_error(t.lexpos, "integer literal too large")
         t.value = 0            # the program is not lowered after a lexical error

@@ -72,7 +72,7 @@ def compile_source(text: str, filename: str = "<string>"):
 
 def _read(path) -> str:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:      # the byte-order mark some editors write: dropped
             return f.read()
     except UnicodeDecodeError as e:
         raise CompileError([Diagnostic(str(path), 1, 1, f"the file is not valid UTF-8 "

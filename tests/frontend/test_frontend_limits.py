@@ -55,9 +55,14 @@ def test_integer_literals_are_int64():
     src, at = located(HEAD + "    int n = @@;\n" + TRAIN, str(2 ** 63))
     assert messages(check_source(src)) == [(*at, "integer literal too large")]
     compile_source(HEAD + f"    int n = {2 ** 63 - 1};\n" + TRAIN)
-    # leading zeros do not count towards the size
-    prog = compile_source((HEAD + TRAIN).replace("epoch < 2", "epoch < " + "0" * 5000 + "3"))
-    assert prog.epochs == 3
+    # C reads 010 as octal 8: a leading zero is refused, not read as decimal, and a long run of
+    # zeros is not echoed whole
+    src = (HEAD + TRAIN).replace("epoch < 2", "epoch < " + "0" * 5000 + "3")
+    (message,) = [m for *_, m in messages(check_source(src))]
+    assert message.startswith("an integer literal may not start with 0 (") and len(message) < 200, message
+    src, at = located(HEAD + "    int n = @@;\n" + TRAIN, "010")
+    assert messages(check_source(src)) == [(*at, "an integer literal may not start with 0 ('010'): write it "
+                                                 "without the leading zeros (octal literals are not supported)")]
 
 
 @pytest.mark.parametrize("literal", ["1e999", "1.0e400", "9" * 400 + ".0", "." + "9" * 5000 + "e400"])
@@ -277,3 +282,11 @@ def test_a_loop_of_exactly_the_iteration_limit_compiles_one_more_is_located(loop
             with pytest.raises(CompileError) as err:
                 compile_source(source, filename="loop.mp")
             assert (3, 5, f"loop does not finish within {LOOP_LIMIT} iterations") in messages(err.value.diagnostics)
+
+
+def test_a_byte_order_mark_at_the_start_of_a_file_is_dropped(tmp_path):
+    """Some editors start UTF-8 files with one; it is no character of the program."""
+    from morphgen.frontend import compile_file
+    path = tmp_path / "bom.mp"
+    path.write_bytes("\ufeff".encode("utf-8") + (HEAD + TRAIN).encode("utf-8"))
+    assert compile_file(path).epochs == 2
