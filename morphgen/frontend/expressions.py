@@ -429,7 +429,7 @@ class ExpressionLowering:
                                              f"{name}(...);")
             if self.scope.lookup(name) is not None:
                 raise SemanticError(e.coord, f"'{name}' is not a function")
-            raise SemanticError(e.coord, f"unknown function '{name}'" + suggest(name, BUILTINS))
+            raise SemanticError(e.coord, f"unknown function '{name}'" + suggest(name, [*BUILTINS, *self.functions]))
         lo, hi = BUILTINS[name]
         keywords = self._builtin_keywords(e, name)
         if not lo <= len(e.args) <= hi:

@@ -16,7 +16,7 @@ from .calls import CallLowering
 from .directives import TRAINING_DIRECTIVES, DirectiveLowering, TrainingState
 from .expressions import (ExpressionLowering, is_directive, is_rows, source_text,
                           widths_conflict)
-from .sema import (INITS, ConstSym, ElemSym, GraphSym, LocalSym, PoisonSym, Poisoned, PropSym,
+from .sema import (BUILTINS, INITS, ConstSym, ElemSym, GraphSym, LocalSym, PoisonSym, Poisoned, PropSym,
                    Scope, SemanticError, SizeSym, WeightSym, check_choice, declared_name_problem,
                    describe, identifier_problem, undeclared, unassigned)
 from .values import ElemRef, Iteration, TypeCount
@@ -180,6 +180,12 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
         except Poisoned:
             self.poison_assigned(s)
 
+    def _poison_property_args(self, e: A.Call) -> None:
+        for arg in e.args:
+            sym = self.scope.lookup(arg.name) if isinstance(arg, A.Name) else None
+            if isinstance(sym, PropSym):
+                sym.poisoned = True
+
     def poison_assigned(self, s):
         """After a failed statement, the properties it would have assigned stay silent, and
         so do complaints about the order of the directives it contained."""
@@ -214,7 +220,12 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
             self.call_function(e)
             return
         if isinstance(e, A.Call):
-            self.expr(e)
+            try:
+                self.expr(e)
+            except SemanticError:
+                if isinstance(e.func, A.Name) and e.func.name not in BUILTINS:
+                    self._poison_property_args(e)      # a misspelt helper: its outputs stay silent
+                raise
             raise SemanticError(s.coord, f"the result of {source_text(e)} is unused")
         raise SemanticError(s.coord, "this statement has no effect")
 
