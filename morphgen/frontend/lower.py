@@ -26,6 +26,14 @@ LOOP_LIMIT = 10_000             # iterations of one statically unrolled loop
 EPOCH_LIMIT = 10_000_000        # trip count of the training loop
 
 
+
+# C's jumps, which the language has no use for: a program is straight-line code per epoch.
+UNSUPPORTED_JUMPS = {
+    "return": "a function ends at its closing brace; a helper's results are the properties it assigns",
+    "break": "loops run their compile-time trip count in full",
+    "continue": "loops run their compile-time trip count in full",
+}
+
 class _Abort(Exception):
     """Stop lowering altogether (the unrolling budget is exhausted)."""
 
@@ -227,6 +235,8 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
                     self._poison_property_args(e)      # a misspelt helper: its outputs stay silent
                 raise
             raise SemanticError(s.coord, f"the result of {source_text(e)} is unused")
+        if isinstance(e, A.Name) and e.name in UNSUPPORTED_JUMPS:
+            raise SemanticError(s.coord, f"'{e.name}' is not supported: {UNSUPPORTED_JUMPS[e.name]}")
         raise SemanticError(s.coord, "this statement has no effect")
 
     def s_Decl(self, s):
