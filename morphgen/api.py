@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -253,6 +254,11 @@ class CompiledModel:
         (morphgen.stop_signals.stop_on_signals gives one that SIGTERM and SIGUSR1 set)."""
         _check_fit_arguments(dataset, epochs, eval_every, checkpoint, checkpoint_every, stop)
         if dataset is not None and dataset is not self.bound_to and not self._is_bound_spec(dataset):
+            if self.session is not None and self.session.epoch() > 0:
+                warnings.warn("fit(): another dataset than the bound one (an equal copy counts as another): "
+                              "the model is bound to it afresh and starts from its initial weights; to "
+                              "continue training, give the bound dataset (or the same name) again, or carry "
+                              "the weights over with get_params() and set_params()", stacklevel=2)
             self.bind(dataset)
         if self.session is None:
             raise UserError("morphgen: error: fit() needs a dataset")

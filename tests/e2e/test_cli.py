@@ -592,3 +592,11 @@ def test_fit_on_the_mpi_backend_says_how_to_run_it():
     model = morphgen.compile(example("gcn"), backend="mpi", threads=1)
     with pytest.raises(UserError, match=re.escape("run `morphgen train MODEL.mp --backend mpi --ranks N`")):
         model.fit("synthetic:nodes=100,edges=300,features=4,classes=2", epochs=1)
+
+
+def test_fit_on_another_dataset_after_training_warns_that_it_starts_afresh():
+    model = morphgen.compile(example("gcn"), threads=1)
+    model.fit("synthetic:nodes=100,edges=300,features=4,classes=2", epochs=1)
+    with pytest.warns(UserWarning, match="starts from its initial weights"):
+        model.fit("synthetic:nodes=100,edges=300,features=4,classes=2,seed=1", epochs=1)
+    assert model.session.epoch() == 1
