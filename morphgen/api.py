@@ -401,9 +401,10 @@ class CompiledModel:
         if not isinstance(path, (str, os.PathLike)):
             raise UserError(f"morphgen: error: a checkpoint is saved to a file name (a str or path), "
                             f"not {type(path).__name__}")
+        from .data.resolve import dataset_file
         inputs = [("the program", self.path)]
-        if self._bound_spec is not None and Path(self._bound_spec).is_file():
-            inputs.append(("the dataset", self._bound_spec))
+        if self._bound_spec is not None:
+            inputs.append(("the dataset", dataset_file(self._bound_spec)))   # None: the generator
         check_output_file("checkpoint", path, is_checkpoint, "checkpoint", inputs)
 
     def load_checkpoint(self, path):
