@@ -116,8 +116,8 @@ def _progress_thread_setting(comm, threads: int) -> None:
     ranks and their threads already take every core it has, it only competes with the
     computation for them, so it is turned off unless $MORPHGEN_MPI_POLL_US says otherwise.  On a
     full node each step of a reduction or a halo then waits for the scheduler to give a peer's
-    thread its turn: with 2 ranks x 1 thread on 2 cores, epochs on cora were 7-9x longer with the
-    thread (GAT 19.6 and 22.7 ms against 2.6 and 2.7 without; docs/benchmarks.md, MPI)."""
+    thread its turn: with 2 ranks x 1 thread on 2 cores, small epochs were several times longer
+    with the thread (docs/benchmarks.md, "The MPI progress thread on a full node")."""
     import os
     from mpi4py import MPI
     from morphgen.resources import usable_cores
