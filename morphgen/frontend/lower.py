@@ -25,14 +25,13 @@ STATEMENT_BUDGET = 100_000      # statements executed while unrolling, over the 
 LOOP_LIMIT = 10_000             # iterations of one statically unrolled loop
 EPOCH_LIMIT = 10_000_000        # trip count of the training loop
 
-
-
 # C's jumps, which the language has no use for: a program is straight-line code per epoch.
 UNSUPPORTED_JUMPS = {
     "return": "a function ends at its closing brace; a helper's results are the properties it assigns",
     "break": "loops run their compile-time trip count in full",
     "continue": "loops run their compile-time trip count in full",
 }
+
 
 class _Abort(Exception):
     """Stop lowering altogether (the unrolling budget is exhausted)."""
