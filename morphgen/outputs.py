@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -100,7 +101,7 @@ def check_output_file(flag: str, target, recognise: Callable[[Path], bool], kind
             _fail(flag, path, f"exists and is not a morphgen {kind}; remove it or give another file name "
                               f"(morphgen replaces only its own earlier outputs)")
     folder = real.parent
-    if writable_now and (not folder.is_dir() or not os.access(folder, os.W_OK)):
+    if writable_now and not _can_create_in(folder):
         _fail(flag, path, f"the folder {folder} does not exist or is not writable")
 
 
@@ -132,15 +133,27 @@ def check_output_folder(flag: str, target, writes: Iterable[str], recognise: Cal
             _fail(flag, path, f"holds {', '.join(clashes[:3])}{' ...' if len(clashes) > 3 else ''}, which morphgen "
                               f"did not write; give a new or empty folder (morphgen replaces only its own "
                               f"earlier {kind})")
-        if not os.access(path, os.W_OK):
+        if not _can_create_in(path):
             _fail(flag, path, "the folder is not writable")
     else:
         parent = path.absolute().parent
         while not parent.exists():
             parent = parent.parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
+        if not _can_create_in(parent):
             _fail(flag, path, f"cannot be created: {parent} is not a writable folder")
     return path
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be created in `folder`, found by creating one: os.access says yes to
+    root everywhere, also where nothing can be created (/proc, a read-only mount)."""
+    if not folder.is_dir():
+        return False
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".morphgen-probe-"):
+            return True
+    except OSError:
+        return False
 
 
 def write_atomically(path: Path, text) -> None:

@@ -308,6 +308,10 @@ def test_an_unwritable_output_is_refused_before_training(tmp_path, flag):
     assert "compiling" not in proc.stderr          # refused before any work
     proc = run_cli("train", example("gcn"), "--epochs", "1", "--quiet", flag, tmp_path)
     assert_clean_failure(proc, 2, "is a directory")
+    # a folder where nothing can be created, whatever os.access says to root
+    proc = run_cli("train", example("gcn"), "--epochs", "1", "--quiet", flag, "/proc/morphgen-out")
+    assert_clean_failure(proc, 2, flag, "does not exist or is not writable")
+    assert "compiling" not in proc.stderr
 
 
 def test_json_report_is_written_atomically(tmp_path):
