@@ -604,3 +604,17 @@ def test_fit_on_another_dataset_after_training_warns_that_it_starts_afresh():
     with pytest.warns(UserWarning, match="starts from its initial weights"):
         model.fit("synthetic:nodes=100,edges=300,features=4,classes=2,seed=1", epochs=1)
     assert model.session.epoch() == 1
+
+
+def test_a_dataset_without_validation_nodes_is_noted(tmp_path):
+    """aifb has none: its val_acc of 0 is no measurement, and train says so."""
+    from morphgen.data import save_npz
+    from morphgen.data.synthetic import synthetic_dataset
+    data = save_npz(synthetic_dataset(nodes=120, edges=600, features=8, classes=3, train_per_class=10,
+                                      val=0, test=30, seed=1), tmp_path / "noval.npz")
+    proc = run_cli("train", example("gcn"), "--dataset", data, "--epochs", 1, "--quiet", "--threads", 1)
+    assert proc.returncode == 0, proc.stderr
+    assert "has no validation nodes; val_acc below reads 0" in proc.stderr
+    with_val = save_npz(small_dataset(), tmp_path / "small.npz")
+    proc = run_cli("train", example("gcn"), "--dataset", with_val, "--epochs", 1, "--quiet", "--threads", 1)
+    assert proc.returncode == 0 and "validation nodes" not in proc.stderr, proc.stderr
