@@ -159,6 +159,12 @@ class Progress:
             self.stream.write(text + "\n")
 
 
+def note_missing_validation(dataset, log) -> None:
+    """A classification dataset without validation nodes (aifb) reports val_acc 0: no measurement."""
+    if dataset.num_classes and dataset.val_mask is not None and not np.any(dataset.val_mask):
+        log(f"morphgen: note: {dataset.name} has no validation nodes; val_acc below reads 0")
+
+
 def final_metrics(final: dict) -> str:
     """Accuracies (node classification) or filtered ranking metrics (link prediction)."""
     if "train_acc" in final:
@@ -312,9 +318,7 @@ def _train_in_process(args, backend, stop) -> int:
           f"{dataset.num_features} features, {task}; {model.threads} threads; "
           f"compiled in {model.compile_seconds:.2f} s, data bound in {model.session.prepare_seconds:.2f} s",
           file=sys.stderr)
-    if dataset.num_classes and dataset.val_mask is not None and not np.any(dataset.val_mask):
-        print(f"morphgen: note: {dataset.name} has no validation nodes; val_acc below reads 0",
-              file=sys.stderr)
+    note_missing_validation(dataset, lambda text: print(text, file=sys.stderr))
     if model.program.invariant:
         print(f"morphgen: {len(model.program.invariant)} aggregation(s) of the input features computed once "
               f"instead of every epoch", file=sys.stderr)
