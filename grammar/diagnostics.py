@@ -73,6 +73,7 @@ def _window(line: str, caret: int):
 
 class CompileError(UserError):
     """A program with errors; ``diagnostics`` lists every one found."""
+    located = True
 
     def __init__(self, diagnostics: list):
         self.diagnostics = list(diagnostics)

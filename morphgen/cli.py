@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 from . import __version__, arg_types
 from .errors import UserError, InternalError
-from .grammar.diagnostics import CompileError
+
 
 def _add_edge_typed_layout(p, auto: str) -> None:
     # the choices of morphgen.api.EDGE_TYPED_LAYOUTS, written out: the parser does not import the API
@@ -194,10 +193,6 @@ def _cmd_slurm(args) -> int:
     return slurm.run(args)
 
 
-# A message that names its place in the program, as compile errors do.
-LOCATED = re.compile(r"[^\n]+?:\d+:\d+: error: ")
-
-
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -210,10 +205,7 @@ def main(argv=None) -> int:
         # data errors name their field ("synthetic: nodes: ..."), not the tool; program
         # diagnostics their place (FILE:LINE:COL: error: ...)
         text = str(err)
-        located = isinstance(err, CompileError) or LOCATED.match(text)     # FILE:LINE:COL: error: ...
-        if text.startswith("error: "):                                     # a located kind, no place known
-            text = text[len("error: "):]
-        print(text if located or text.startswith("morphgen") else f"morphgen: error: {text}", file=sys.stderr)
+        print(text if err.located or text.startswith("morphgen") else f"morphgen: error: {text}", file=sys.stderr)
         return err.exit_status
     except InternalError as err:
         if debug:

@@ -10,6 +10,7 @@ Every module's own error class derives from one of these, so the CLI needs no li
 class UserError(Exception):
     """Bad input from the user: a located program error, bad data, a bad option."""
     exit_status = 2
+    located = False         # the message starts FILE:LINE:COL: error: (printed without a prefix)
 
 
 class InternalError(Exception):

@@ -60,10 +60,9 @@ class CUDAEmitter(OpenMPEmitter):
     def _refuse(self, what: str) -> UnsupportedInput:
         """A located error for something of the program that ops.cuh cannot run."""
         op = self.current_op
-        where = self.location(op) or "morphgen: "
         opcode = f" ('{op.opcode}')" if op is not None else ""
-        return UnsupportedInput(f"{where}error: {what}{opcode} is not available on the cuda backend yet; "
-                                f"train this program with --backend openmp")
+        return UnsupportedInput(op, f"{what}{opcode} is not available on the cuda backend yet; train this "
+                                    f"program with --backend openmp")
 
     def around(self, op, lines: list) -> list:
         """Every kernel the OpenMP lowering chose for ``op`` must exist in ops.cuh."""

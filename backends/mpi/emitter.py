@@ -208,8 +208,8 @@ class MPIEmitter(OpenMPEmitter):
         return self.timed("halo", f"mg::mpi::{fn}(m.part, {self.ptr(v)}, {self.width(v)}, m.timers[{k}])")
 
     def _unsupported(self, op, what: str) -> UnsupportedInput:
-        return UnsupportedInput(f"{self.location(op)}error: the mpi backend does not support {what} ('{op.opcode}') yet; "
-                                f"use --backend openmp")
+        return UnsupportedInput(op, f"the mpi backend does not support {what} ('{op.opcode}') yet; use "
+                                    f"--backend openmp")
 
     # -- the pipelined weight-gradient all-reduce ------------------------------------------------
     def _start_gradient_reductions(self, value_id: int) -> list:

@@ -70,7 +70,13 @@ def _float(x: float) -> str:
 
 
 class UnsupportedInput(UserError):
-    """The program needs something the bound data cannot give (e.g. raw features of a featureless set)."""
+    """The program needs something the bound data or the backend cannot give (e.g. raw features of
+    a featureless set): located at the op's program text when it has one."""
+
+    def __init__(self, op, message: str):
+        where = OpenMPEmitter.location(op)
+        self.located = bool(where)
+        super().__init__(f"{where or 'morphgen: '}error: {message}")
 
 
 @dataclass
@@ -220,16 +226,15 @@ class OpenMPEmitter:
         return f"m.{self.plans[key]}"
 
     def _blocked_featureless(self, op) -> UnsupportedInput:
-        return UnsupportedInput(f"{self.location(op)}error: a block-diagonal weight cannot multiply featureless "
-                                f"input (a learned row per node); give it a plain typed weight")
+        return UnsupportedInput(op, "a block-diagonal weight cannot multiply featureless input (a learned row "
+                                    "per node); give it a plain typed weight")
 
     def _featureless_read(self) -> UnsupportedInput:
         op = self.current_op
-        where = self.location(op)
         return UnsupportedInput(
-            f"{where}error: this program reads the input features directly (in '{op.opcode if op else '?'}'),"
-            f" not only through a weight; a featureless dataset (identity features) cannot provide "
-            f"that: train it on a dataset with node features")
+            op, f"this program reads the input features directly (in '{op.opcode if op else '?'}'), not only "
+                f"through a weight; a featureless dataset (identity features) cannot provide that: train it "
+                f"on a dataset with node features")
 
     def ptr(self, v: Value) -> str:
         if v.id in self.param_index:
@@ -1486,8 +1491,8 @@ class OpenMPEmitter:
 
     def _edge_typed_block(self, op, k, m) -> tuple:
         if blocks_of(op) != 1 and self._edge_typed_features(op.inputs[0]):
-            raise UnsupportedInput(f"{self.location(op)}error: a block-diagonal weight cannot multiply the input "
-                                   f"features; project them with a plain weight first")
+            raise UnsupportedInput(op, "a block-diagonal weight cannot multiply the input features; project "
+                                       "them with a plain weight first")
         return self._block_dims(op, k, m)
 
     def op_edge_typed_linear(self, op, x, w):
