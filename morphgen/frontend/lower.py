@@ -512,6 +512,9 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
                                                 "for (int epoch = 0; epoch < N; epoch++)")
             self.loop_init(init)
             counter = scope.names[init.declarators[0].name]
+            if counter.value is None:       # for (int epoch; ...): nothing to count from
+                raise SemanticError(init.coord, "the training loop's counter needs a start value: "
+                                                "for (int epoch = 0; epoch < N; epoch++)")
             epochs = self.count_epochs(s, counter)
             if epochs == 0:
                 raise SemanticError(s.cond.coord, "the training loop runs zero epochs")
