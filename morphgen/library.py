@@ -244,6 +244,11 @@ class Session:
     def allocated_bytes(self) -> int:
         return int(self.lib.mg_allocated_bytes(self.ctx))
 
+    def reduced_floats(self) -> list:
+        """A distributed library: per parameter, the floats its gradient's all-reduce sums each
+        epoch (fewer than the parameter's for a table whose lookups write some rows only)."""
+        return [int(self.lib.mg_reduced_floats(self.ctx, i)) for i in range(self.lib.mg_num_params())]
+
     def timers(self) -> list:
         s, b, f = (self.ffi.new("double *") for _ in range(3))
         calls = self.ffi.new("int64_t *")

@@ -95,6 +95,11 @@ int mg_set_partition(mg_ctx *ctx, int64_t comm, int64_t num_owned, int64_t globa
                      const int64_t *node_gid, const int64_t *edge_gid, const int64_t *in_degree,
                      const int64_t *out_degree);
 
+/* Distributed backends: the floats that the all-reduce of parameter i's gradient sums each
+ * epoch (a table's gradient under Adam: the rows some rank's lookups write, not the table), 0
+ * before the first epoch.  Other backends return -1. */
+int64_t mg_reduced_floats(mg_ctx *ctx, int i);
+
 int64_t mg_allocated_bytes(mg_ctx *ctx);
 int mg_num_timers(void);
 const char *mg_timer_name(int i);

@@ -41,7 +41,7 @@ class MPIEmitter(OpenMPEmitter):
     backend_headers = ("distributed.h",)
     distributed = True
     identity_nodes = "m.part.global_nodes"    # featureless rows are one-hots of global node ids
-    row_gradients = False            # its all-reduce sums whole gradients
+    row_gradients = True             # a table's gradient: the rows written on some rank (TableRows)
 
     def __init__(self, program, buffer_plan=None, op_timers: bool = False):
         super().__init__(program, buffer_plan, op_timers)
@@ -52,6 +52,7 @@ class MPIEmitter(OpenMPEmitter):
         self.forward_ops: set = set()
         self.reducing = False               # lowering a sum over rows: owned rows only
         self.overlapped: set = set()        # ops whose call runs the halo exchange behind interior rows
+        self.table_rows: dict = {}          # table-gradient id -> its TableRows member (reduced as rows)
 
     # -- what the OpenMP lowering keeps and what it gives up here -------------------------------
     def lower_program(self) -> tuple:
@@ -219,10 +220,29 @@ class MPIEmitter(OpenMPEmitter):
             g = self.p.grads.get(prm.name)
             if g is not None and g.id == value_id and i not in self.grad_started:
                 self.grad_started.append(i)
-                lines.append(f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)})")
+                lines.append(self._start_reduction(i, prm, g))
         if not lines and self.grad_started:
             lines.append("m.grads.progress()")     # MPI moves reductions along only inside its calls
         return lines
+
+    def _start_reduction(self, i: int, prm, g: Value) -> str:
+        if g.id in self.table_rows:               # only the rows some rank's lookups wrote
+            return f"m.grads.start_rows(m.part, {i}, {self.ptr(g)}, m.{self.table_rows[g.id]})"
+        return f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)})"
+
+    def _embedding_grad(self, plan: str, g: Value, table_rows: str, M: str, out: Value) -> str:
+        """A table gradient that only Adam reads holds the rows this rank's lookups wrote: the
+        all-reduce sums the rows written on any rank (distributed.h, TableRows; on aifb's R-GCN
+        about a twelfth of the per-relation tables), and the step reads those rows only."""
+        call = super()._embedding_grad(plan, g, table_rows, M, out)
+        if out.id in self.row_grads:
+            name = f"table_rows{out.id}"
+            self.table_rows[out.id] = name
+            self.members.append(f"mg::mpi::TableRows {name};")
+            self.extra_bytes.append(f"m.{name}.bytes()")
+            self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, {M})")
+            self.row_grads[out.id] = (f"m.{name}",) + self.row_grads[out.id][1:]
+        return call
 
     def lower_optimizer(self) -> list:
         """Each weight's step waits for its own reduction only, and the steps run in the order the
@@ -234,7 +254,7 @@ class MPIEmitter(OpenMPEmitter):
             g = self.p.grads.get(prm.name)
             if g is None:
                 continue
-            start = "" if i in self.grad_started else f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)}); "
+            start = "" if i in self.grad_started else f"{self._start_reduction(i, prm, g)}; "
             pairs.append((i, self.timed("allreduce_wait", f"{start}m.grads.wait({i}, m.timers[{exposed}])")))
         steps = super().lower_optimizer()       # one step per parameter with a gradient, same order
         started = {i: k for k, i in enumerate(self.grad_started)}

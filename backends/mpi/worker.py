@@ -44,9 +44,10 @@ def _timer(session, name: str) -> dict:
 
 def _blocking_allreduce_seconds(session, comm, reps: int = 3) -> float:
     """What one epoch's gradient all-reduces cost when nothing overlaps them: every weight's
-    gradient summed across ranks by a blocking MPI_Allreduce of its size, best of ``reps``."""
+    gradient summed across ranks by a blocking MPI_Allreduce of the size the epoch reduced (a
+    table's: the rows written on some rank), best of ``reps``."""
     from mpi4py import MPI
-    buffers = [np.ones(np.shape(v), np.float32) for v in session.get_params().values()]
+    buffers = [np.ones(n, np.float32) for n in session.reduced_floats() if n > 0]
     best = float("inf")
     for _ in range(reps):
         comm.Barrier()
