@@ -71,6 +71,7 @@ def _rank_figures(session, part, times: list, train_halo_bytes: float, allreduce
             "allreduce_wait_s_per_epoch": wait["seconds"] / epochs,          # skew included
             "allreduce_exposed_s_per_epoch": exposed["seconds"] / epochs,    # after every rank had posted
             "allreduce_s_per_epoch": allreduce_s,       # the same reductions, blocking, nothing overlapped
+            "allreduce_floats_per_epoch": sum(n for n in session.reduced_floats() if n > 0),
             "allocated_bytes": session.allocated_bytes()}
 
 

@@ -41,6 +41,28 @@ def test_halo_bytes_equal_the_partition_figure(tmp_path):
     assert run["profile"] == run["per_rank"][0]["profile"]
 
 
+def test_a_featureless_table_reduces_only_the_rows_some_rank_looks_up(tmp_path):
+    """examples/rgcn.mp on a featureless graph: W1[etype][node] is read at (edge type, source)
+    pairs and S1[node] at every node, so the gradient all-reduce sums those rows of the two
+    tables (16 wide) and the small weights whole, on any rank count; the numbers stay one
+    process's."""
+    from morphgen.data.npz import save_npz
+    from tests.e2e.support import typed_dataset
+    dataset = typed_dataset(features=None, nodes=64, edges=320, etypes=12)
+    data = save_npz(dataset, tmp_path / "typed.npz")
+    g, classes = dataset.graph, dataset.num_classes
+    pairs = len(set(zip(g.etype.tolist(), g.src.tolist())))
+    assert pairs < g.num_etypes * g.num_nodes / 2, "the test graph reads too much of the table"
+    small = 16 + g.num_etypes * 16 * classes + 16 * classes + classes     # b1, W2, S2, b2
+    expected = pairs * 16 + g.num_nodes * 16 + small
+    reference = train(tmp_path, "rgcn", str(data))
+    for ranks in (2, 4):
+        run = train(tmp_path, "rgcn", str(data), backend="mpi", ranks=ranks)
+        assert_same_run(reference, run, 1e-5, f"rgcn (featureless) on {ranks} ranks")
+        for figures in run["per_rank"]:
+            assert figures["allreduce_floats_per_epoch"] == expected, figures
+
+
 def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):
     """Three epochs on one backend, three more from its checkpoint on the other: the losses of
     one six-epoch run.  The MPI run also saves after every epoch (--checkpoint-every 1: every
