@@ -71,6 +71,9 @@ int mg_num_params(void);
 const char *mg_param_name(int i);
 int mg_param_rank(int i);
 int64_t mg_param_numel(mg_ctx *ctx, int i);
+/* On a distributed library (MPI) mg_get_param and mg_save_checkpoint are collective: every rank
+ * calls them, in the same order (ranks step shares of a featureless table, and these bring the
+ * whole table up to date first). */
 int mg_get_param(mg_ctx *ctx, int i, float *out);
 int mg_set_param(mg_ctx *ctx, int i, const float *in);
 

@@ -33,6 +33,7 @@
 #include "kernels/dropout.h"
 #include "kernels/link.h"
 #include "kernels/loss.h"
+#include "kernels/optim.h"
 
 namespace mg {
 namespace mpi {
@@ -313,21 +314,32 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
     sent.bytes += p.halo_bytes - before;
 }
 
-// The rows of an embedding table's gradient that the lookups of some rank write (featureless
-// input: R-GCN's per-relation tables on aifb are 90 x 8,285 x 16 floats, of which the edges read
-// a few percent).  Reduced as those rows only: each rank packs them (zero where its own lookups
-// wrote none: the gradient kernel leaves other rows as they were), the packed rows are summed
-// across ranks, and every rank writes the sums back into those rows.  The optimizer reads no
-// other row (adam_rows over `keys`), so the numbers are those of reducing the whole table.
+// An embedding table under Adam (featureless input: R-GCN's per-relation tables, on aifb 90 x
+// 8,285 x 16 floats, of which the edges read a few percent), shared out between the ranks.
+//
+// Its gradient is reduced as the rows that some rank's lookups write: each rank packs them
+// (zero where its own lookups wrote none; the gradient kernel leaves other rows as they were),
+// the packed rows are summed across ranks, and each rank writes back the sums of its own rows.
+//
+// The step then runs on this rank's share only: the rows its lookups read (with their summed
+// gradient) and a contiguous range of the rows nobody reads (with a zero gradient: weight decay
+// and the moments still move them).  Every row is stepped by some rank with one process's
+// numbers, and a rank reads no row it did not step, so training needs nothing more.  The other
+// rows of this rank's copy fall behind; complete() brings the whole table up to date on every
+// rank (a collective call) before anything reads it whole: the weights for mg_get_param, weights
+// and moments for a checkpoint.  Each row then comes from the one rank that hands it on: the
+// lowest rank that reads it, or the rank whose range holds it.
 class TableRows {
   public:
-    std::vector<int64_t> keys;      // table rows some rank's lookups write, increasing
-    int64_t unique = 0;             // keys.size() (the name EmbeddingPlan gives its count)
-
-    // local_keys: this rank's written rows, increasing (EmbeddingPlan::keys); a collective call.
-    void build(Partition &p, const int64_t *local_keys, int64_t local_count, int64_t width) {
+    // local_keys: the rows this rank's lookups write, increasing (EmbeddingPlan::keys), of a
+    // [table_rows, width] table.  A collective call.
+    void build(Partition &p, const int64_t *local_keys, int64_t local_count, int64_t width, int64_t table_rows) {
         width_ = width;
-        std::vector<int64_t> all(local_keys, local_keys + local_count);
+        table_rows_ = table_rows;
+        ranks_ = p.size;
+        // (row, lowest rank reading it) for every row some rank reads
+        std::vector<std::pair<int64_t, int>> read;
+        for (int64_t j = 0; j < local_count; ++j) read.push_back({local_keys[j], p.rank});
         if (p.size > 1) {
             std::vector<int> counts(size_t(p.size)), starts(size_t(p.size));
             const int mine = message_count(local_count, "table rows");
@@ -337,45 +349,105 @@ class TableRows {
                 starts[size_t(r)] = message_count(total, "table rows");
                 total += counts[size_t(r)];
             }
-            all.resize(size_t(total));
+            std::vector<int64_t> all(static_cast<size_t>(total));
             check_mpi(MPI_Allgatherv(local_keys, mine, MPI_INT64_T, all.data(), counts.data(), starts.data(),
                                      MPI_INT64_T, p.comm),
                       "table rows");
-            std::sort(all.begin(), all.end());
-            all.erase(std::unique(all.begin(), all.end()), all.end());
+            read.clear();
+            for (int r = 0; r < p.size; ++r)
+                for (int64_t j = starts[size_t(r)]; j < starts[size_t(r)] + counts[size_t(r)]; ++j)
+                    read.push_back({all[size_t(j)], r});
+            std::sort(read.begin(), read.end());       // by row, then rank: a row's first is its lowest reader
+            read.erase(std::unique(read.begin(), read.end(),
+                                   [](const auto &a, const auto &b) { return a.first == b.first; }),
+                       read.end());
         }
-        keys = std::move(all);
-        unique = int64_t(keys.size());
-        mine_.assign(keys.size(), 0);
-        for (int64_t k = 0, j = 0; k < unique && j < local_count; ++k) {
-            if (keys[size_t(k)] == local_keys[j]) mine_[size_t(k)] = 1, ++j;
+        keys_.clear();
+        mine_.clear();
+        hands_on_.assign(size_t(table_rows), 0);
+        int64_t j = 0;
+        for (const auto &[row, lowest] : read) {
+            while (j < local_count && local_keys[j] < row) ++j;
+            keys_.push_back(row);
+            mine_.push_back(j < local_count && local_keys[j] == row);
+            hands_on_[size_t(row)] = lowest == p.rank;
         }
-        packed_.assign(size_t(unique * width), 0.0f);
+        // the share this rank steps: its own rows, and its range of the rows nobody reads
+        const int64_t first = table_rows * p.rank / p.size, last = table_rows * (p.rank + 1) / p.size;
+        step_rows_.clear();
+        step_has_grad_.clear();
+        for (int64_t row = 0, k = 0; row < table_rows; ++row) {
+            while (k < int64_t(keys_.size()) && keys_[size_t(k)] < row) ++k;
+            const bool read_somewhere = k < int64_t(keys_.size()) && keys_[size_t(k)] == row;
+            if (read_somewhere ? bool(mine_[size_t(k)]) : (row >= first && row < last)) {
+                step_rows_.push_back(row);
+                step_has_grad_.push_back(read_somewhere);
+                if (!read_somewhere) hands_on_[size_t(row)] = 1;
+            }
+        }
+        packed_.assign(keys_.size() * size_t(width), 0.0f);
     }
     float *packed() { return packed_.data(); }
     int64_t floats() const { return int64_t(packed_.size()); }
-    int64_t bytes() const { return int64_t(keys.size() * (sizeof(int64_t) + 1) + packed_.size() * sizeof(float)); }
+    int64_t bytes() const {
+        return int64_t(keys_.size() * (sizeof(int64_t) + 1) + step_rows_.size() * (sizeof(int64_t) + 1) +
+                       hands_on_.size() + packed_.size() * sizeof(float));
+    }
 
     void pack(const float *g) {
-        const int64_t W = width_;
+        const int64_t W = width_, n = int64_t(keys_.size());
 #pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < unique; ++k) {
+        for (int64_t k = 0; k < n; ++k) {
             float *out = packed_.data() + k * W;
-            if (mine_[size_t(k)]) std::memcpy(out, g + keys[size_t(k)] * W, size_t(W) * sizeof(float));
+            if (mine_[size_t(k)]) std::memcpy(out, g + keys_[size_t(k)] * W, size_t(W) * sizeof(float));
             else std::fill(out, out + W, 0.0f);
         }
     }
+    // The sums of this rank's own rows back into its gradient (the only rows its step reads).
     void unpack(float *g) const {
-        const int64_t W = width_;
+        const int64_t W = width_, n = int64_t(keys_.size());
 #pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < unique; ++k)
-            std::memcpy(g + keys[size_t(k)] * W, packed_.data() + k * W, size_t(W) * sizeof(float));
+        for (int64_t k = 0; k < n; ++k)
+            if (mine_[size_t(k)]) std::memcpy(g + keys_[size_t(k)] * W, packed_.data() + k * W, size_t(W) * sizeof(float));
+    }
+
+    // Adam / AdamW on this rank's share of the table.
+    void adam_step(bool decoupled, float *p, const float *g, float *m, float *v, const AdamConfig &c, int64_t step) {
+        adam_listed_rows_step(p, g, m, v, width_, step_rows_.data(), step_has_grad_.data(),
+                              int64_t(step_rows_.size()), c, step, decoupled);
+        if (ranks_ > 1) behind_[0] = behind_[1] = behind_[2] = true;
+    }
+
+    // Brings this rank's copy of the weights (and of the moments, where given) up to date: each
+    // row from the rank that hands it on, the others' rows zeroed and the copies summed.  A
+    // collective call: every rank makes it, with the same arrays.
+    void complete(Partition &p, float *weights, float *m = nullptr, float *v = nullptr) {
+        float *arrays[3] = {weights, m, v};
+        for (int a = 0; a < 3; ++a) {
+            if (arrays[a] == nullptr || !behind_[a]) continue;
+            float *x = arrays[a];
+            const int64_t W = width_;
+#pragma omp parallel for schedule(static)
+            for (int64_t row = 0; row < table_rows_; ++row)
+                if (!hands_on_[size_t(row)]) std::fill(x + row * W, x + (row + 1) * W, 0.0f);
+            const int64_t n = table_rows_ * W, chunk = int64_t(1) << 28;   // MPI counts are int
+            for (int64_t b = 0; b < n; b += chunk)
+                check_mpi(MPI_Allreduce(MPI_IN_PLACE, x + b, int(std::min(chunk, n - b)), MPI_FLOAT, MPI_SUM, p.comm),
+                          "table completion");
+            behind_[a] = false;
+        }
     }
 
   private:
-    std::vector<uint8_t> mine_;     // per key: this rank's lookups wrote it
-    std::vector<float> packed_;     // the rows being summed across ranks
-    int64_t width_ = 0;
+    std::vector<int64_t> keys_;         // rows some rank's lookups write, increasing
+    std::vector<uint8_t> mine_;         // per key: this rank's lookups write it
+    std::vector<float> packed_;         // per key: its row, being summed across ranks
+    std::vector<int64_t> step_rows_;    // the rows this rank steps, increasing
+    std::vector<uint8_t> step_has_grad_;   // per stepped row: it has a gradient (a row read here)
+    std::vector<uint8_t> hands_on_;     // per table row: this rank's copy is the one complete() keeps
+    bool behind_[3] = {false, false, false};   // weights, first and second moments: some rows behind
+    int64_t width_ = 0, table_rows_ = 0;
+    int ranks_ = 1;
 };
 
 // Weight gradients: each is handed to MPI_Iallreduce as soon as the backward has produced it,
@@ -684,11 +756,10 @@ inline void link_loss_rel_grad(Partition &p, const float * /*z: as above*/, cons
 }  // namespace mpi
 
 namespace op {
-// Adam / AdamW on a table whose gradient holds the rows some rank's lookups write (TableRows).
-inline void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t rows, idx_t M,
-                      const mpi::TableRows &written, double lr, double b1, double b2, double eps, double wd,
-                      int64_t step) {
-    adam_rows(decoupled, p, g, m, v, rows, M, written.keys.data(), written.unique, lr, b1, b2, eps, wd, step);
+// Adam / AdamW on this rank's share of a table (TableRows).
+inline void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t /*rows*/, idx_t /*M*/,
+                      mpi::TableRows &table, double lr, double b1, double b2, double eps, double wd, int64_t step) {
+    table.adam_step(decoupled, p, g, m, v, AdamConfig{lr, b1, b2, eps, wd}, step);
 }
 }  // namespace op
 }  // namespace mg

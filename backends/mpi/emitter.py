@@ -231,16 +231,28 @@ class MPIEmitter(OpenMPEmitter):
         return f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)})"
 
     def _embedding_grad(self, plan: str, g: Value, table_rows: str, M: str, out: Value) -> str:
-        """A table gradient that only Adam reads holds the rows this rank's lookups wrote: the
-        all-reduce sums the rows written on any rank (distributed.h, TableRows; on aifb's R-GCN
-        about a twelfth of the per-relation tables), and the step reads those rows only."""
+        """A table whose gradient only Adam reads, and which one lookup reads, is shared out
+        between the ranks (distributed.h, TableRows): the all-reduce sums the rows that some
+        rank's lookups write (on aifb's R-GCN about a twelfth of the per-relation tables), and
+        each rank steps the rows it reads and its range of the rows nobody reads.  A table that
+        another op reads too keeps whole gradients and steps (every rank reads all it steps)."""
+        table = next((prm.value for prm in self.p.params
+                      if self.p.grads.get(prm.name) is not None and self.p.grads[prm.name].id == out.id), None)
+        readers = [op for op in self.p.invariant + self.p.forward + self.p.backward
+                   if table is not None and any(v.id == table.id for v in op.inputs)]
+        if len(readers) > 1:
+            self.row_gradients = False
+            try:
+                return super()._embedding_grad(plan, g, table_rows, M, out)
+            finally:
+                self.row_gradients = True
         call = super()._embedding_grad(plan, g, table_rows, M, out)
         if out.id in self.row_grads:
             name = f"table_rows{out.id}"
             self.table_rows[out.id] = name
             self.members.append(f"mg::mpi::TableRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
-            self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, {M})")
+            self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, {M}, {table_rows})")
             self.row_grads[out.id] = (f"m.{name}",) + self.row_grads[out.id][1:]
         return call
 
@@ -256,10 +268,19 @@ class MPIEmitter(OpenMPEmitter):
                 continue
             start = "" if i in self.grad_started else f"{self._start_reduction(i, prm, g)}; "
             pairs.append((i, self.timed("allreduce_wait", f"{start}m.grads.wait({i}, m.timers[{exposed}])")))
+        self.complete_weights = [f"m.{self.table_rows[g.id]}.complete(m.part, m.p{i}.data)"
+                                 for i, g in self._table_params()]
+        self.complete_state = [f"m.{self.table_rows[g.id]}.complete(m.part, m.p{i}.data, m.m{i}.data, m.s{i}.data)"
+                               for i, g in self._table_params()]
         steps = super().lower_optimizer()       # one step per parameter with a gradient, same order
         started = {i: k for k, i in enumerate(self.grad_started)}
         order = sorted(range(len(pairs)), key=lambda k: started.get(pairs[k][0], len(started)))
         return [line for k in order for line in (pairs[k][1], steps[k])]
+
+    def _table_params(self) -> list:
+        """(index, gradient) of the parameters shared out between the ranks as tables."""
+        return [(i, self.p.grads[prm.name]) for i, prm in enumerate(self.p.params)
+                if self.p.grads.get(prm.name) is not None and self.p.grads[prm.name].id in self.table_rows]
 
     # -- featureless input: one-hot rows of global node ids -------------------------------------
     def feature_identity(self) -> _Identity:

@@ -130,6 +130,10 @@ class OpenMPEmitter:
         self.argmax: dict = {}           # value id of a max result -> index buffer name
         self.plans: dict = {}            # (type expr, idx expr, T, rows) -> plan member name
         self.row_grads: dict = {}        # weight-gradient id -> (plan, table rows, width): rows only
+        # Lines that bring the weights (or weights and optimizer state) up to date before the host
+        # reads them whole, where ranks step shares of a table (the MPI backend); none here.
+        self.complete_weights: list = []
+        self.complete_state: list = []
         self.producer: dict = {}
         self.param_index = {p.value.id: i for i, p in enumerate(program.params)}
         self.features_id = program.inputs["features"].id if "features" in program.inputs else None
@@ -414,6 +418,7 @@ class OpenMPEmitter:
             logits_buffer=logits_buffer, num_classes=self.width(p.logits), link_task=p.task == "link",
             link_relations=self._link_relations(),
             needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes,
+            complete_weights=self.complete_weights, complete_state=self.complete_state,
             fingerprint=int((p.fingerprint or p.source_fingerprint())[:16], 16))
         return {self.source_name: text}
 

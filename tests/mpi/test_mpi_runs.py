@@ -80,6 +80,26 @@ def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):
         assert_same_run(tail, run, 1e-5, what)
 
 
+def test_checkpoints_of_tables_stepped_in_shares_hold_every_row(tmp_path):
+    """A featureless R-GCN's tables are stepped in shares, each rank its own rows (TableRows):
+    a checkpoint (and the weights) still hold every row as one process has it, so a run
+    resumed from a 2-rank checkpoint on one process, or from one process's on 4 ranks, gives
+    the losses of the uninterrupted run."""
+    from morphgen.data.npz import save_npz
+    from tests.e2e.support import typed_dataset
+    data = str(save_npz(typed_dataset(features=None, nodes=64, edges=320, etypes=12), tmp_path / "typed.npz"))
+    whole = train(tmp_path, "rgcn", data, epochs=6)
+    ck_mpi, ck_omp = tmp_path / "mpi.ck", tmp_path / "omp.ck"
+    train(tmp_path, "rgcn", data, "--checkpoint", ck_mpi, "--checkpoint-every", 1, backend="mpi", ranks=2, epochs=3)
+    resumed = train(tmp_path, "rgcn", data, "--resume", ck_mpi, epochs=3, tag="resumed")
+    train(tmp_path, "rgcn", data, "--checkpoint", ck_omp, epochs=3, tag="first")
+    resumed_mpi = train(tmp_path, "rgcn", data, "--resume", ck_omp, backend="mpi", ranks=4, epochs=3)
+    tail = dict(whole, history=whole["history"][3:])
+    for run, what in ((resumed, "openmp from an mpi checkpoint"), (resumed_mpi, "4 ranks from an openmp checkpoint")):
+        run = dict(run, history=[dict(r, epoch=r["epoch"] + 3) for r in run["history"]])
+        assert_same_run(tail, run, 1e-5, what)
+
+
 def _mpi_args(tmp_path, *extra, ranks=2, parts="parts"):
     return ["train", example("gcn"), "--backend", "mpi", "--ranks", ranks, "--threads", 1, "--dataset", SYNTHETIC,
             "--epochs", 2, "--quiet", "--parts-dir", tmp_path / parts, *extra]

@@ -104,6 +104,9 @@ void mgb_embedding_bwd_rows(const float* G, const int64_t* order, const int64_t*
 void mgb_adam_rows_step(float* p, const float* g, float* m, float* v, int64_t rows, int64_t width,
                         const int64_t* keys, int64_t num_keys, double lr, double b1, double b2, double eps, double wd,
                         int64_t step, int decoupled);
+void mgb_adam_listed_rows_step(float* p, const float* g, float* m, float* v, int64_t width, const int64_t* rows,
+                               const uint8_t* has_grad, int64_t n, double lr, double b1, double b2, double eps,
+                               double wd, int64_t step, int decoupled);
 """
 
 ffi = FFI()
@@ -935,6 +938,37 @@ def test_row_wise_adam_equals_the_step_on_the_zero_filled_gradient(lib, decouple
         for a, b in zip(sparse, dense):
             np.testing.assert_array_equal(a, b)
         assert np.all(np.isfinite(sparse[0]))
+
+
+@pytest.mark.parametrize("decoupled", [0, 1])
+@pytest.mark.parametrize("rows,width", [(9, 3), (5000, 16), (3000, 5)])
+def test_listed_rows_adam_equals_the_dense_step_on_those_rows(lib, decoupled, rows, width):
+    """A share of a table stepped alone: the listed rows get the dense step's numbers bit for
+    bit (with their gradient, or with a zero one where unflagged, its entries then unread), and
+    no other row of the weights or moments is touched."""
+    rng = np.random.default_rng(rows + width + decoupled)
+    dense = [rand(rng, rows, width), np.zeros((rows, width), np.float32), np.zeros((rows, width), np.float32)]
+    listed = [a.copy() for a in dense]
+    share = np.unique(np.concatenate([[0, rows - 1], rng.choice(rows, size=rows // 2, replace=False)]))
+    share = share.astype(np.int64)       # the table's ends, and half its rows
+    for step in range(1, 4):
+        has_grad = (rng.random(share.size) < 0.3).astype(np.uint8)
+        g = rand(rng, rows, width)
+        g_dense = np.zeros_like(g)
+        g_dense[share[has_grad == 1]] = g[share[has_grad == 1]]
+        g_listed = np.where(np.isin(np.arange(rows), share[has_grad == 1])[:, None], g, np.nan).astype(np.float32)
+        before = [a.copy() for a in listed]
+        lib.mgb_adam_step(*(F(a) for a in (dense[0], g_dense, dense[1], dense[2])), rows * width, 0.01, 0.9,
+                          0.999, 1e-8, 0.05, step, decoupled)
+        lib.mgb_adam_listed_rows_step(F(listed[0]), F(g_listed), F(listed[1]), F(listed[2]), width, I(share),
+                                      U8(has_grad), share.size, 0.01, 0.9, 0.999, 1e-8, 0.05, step, decoupled)
+        others = np.setdiff1d(np.arange(rows), share)
+        for a, b, old in zip(listed, dense, before):
+            np.testing.assert_array_equal(a[share], b[share])
+            np.testing.assert_array_equal(a[others], old[others])
+        # the untouched rows catch up when stepped the same way later: give them the dense state
+        for a, b in zip(listed, dense):
+            a[others] = b[others]
 
 
 def test_adam_and_adamw_differ_with_weight_decay(lib):

@@ -122,6 +122,22 @@ inline void adam_rows_step(float* p, const float* grad, float* m, float* v, int6
     }
 }
 
+// Adam / AdamW on the listed rows of a [*, width] table only (no row twice): row rows[i] with
+// its gradient where has_grad[i], with a zero gradient elsewhere; no other row is read or
+// written.  Each listed row gets adam_step's numbers (the MPI backend's share of a table whose
+// other rows other ranks step: mpi/distributed.h, TableRows).
+inline void adam_listed_rows_step(float* p, const float* grad, float* m, float* v, int64_t width, const int64_t* rows,
+                                  const uint8_t* has_grad, int64_t n, const AdamConfig& cfg, int64_t step,
+                                  bool decoupled) {
+    const optim_detail::AdamStep k(cfg, step, decoupled);
+#pragma omp parallel for schedule(static) if (n * width > optim_detail::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t b = rows[i] * width;
+        if (has_grad[i]) optim_detail::adam_span<false>(p + b, grad + b, m + b, v + b, width, k);
+        else optim_detail::adam_span<true>(p + b, nullptr, m + b, v + b, width, k);
+    }
+}
+
 // torch.optim.SGD: d = grad + wd * p; with momentum, buf = d on the first step and
 // buf = momentum * buf + (1 - dampening) * d afterwards; d = nesterov ? d + momentum * buf : buf;
 // p -= lr * d.  `buf` may be nullptr when momentum == 0.
