@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -314,83 +315,108 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
     sent.bytes += p.halo_bytes - before;
 }
 
+// Every rank's rows of a table, in rank order: (row, rank) pairs sorted by row, then rank, so
+// a row's first pair names the lowest rank holding it.  A collective call.
+inline std::vector<std::pair<int64_t, int>> rows_by_rank(Partition &p, const std::vector<int64_t> &local) {
+    std::vector<int> counts(size_t(p.size)), starts(size_t(p.size));
+    const int mine = message_count(int64_t(local.size()), "table rows");
+    check_mpi(MPI_Allgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, p.comm), "table rows");
+    int64_t total = 0;
+    for (int r = 0; r < p.size; ++r) {
+        starts[size_t(r)] = message_count(total, "table rows");
+        total += counts[size_t(r)];
+    }
+    std::vector<int64_t> all(static_cast<size_t>(total));
+    check_mpi(MPI_Allgatherv(local.data(), mine, MPI_INT64_T, all.data(), counts.data(), starts.data(), MPI_INT64_T,
+                             p.comm),
+              "table rows");
+    std::vector<std::pair<int64_t, int>> pairs;
+    pairs.reserve(all.size());
+    for (int r = 0; r < p.size; ++r)
+        for (int64_t j = starts[size_t(r)]; j < starts[size_t(r)] + counts[size_t(r)]; ++j)
+            pairs.push_back({all[size_t(j)], r});
+    std::sort(pairs.begin(), pairs.end());
+    return pairs;
+}
+
+// The rows of a [*, rows_per_type] table that lookups of (type[r], row[r]), r < R, read,
+// increasing (type may be nullptr: one type).
+inline std::vector<int64_t> lookup_rows(const int64_t *type, const int64_t *row, int64_t R, int64_t rows_per_type) {
+    std::vector<int64_t> keys(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) keys[size_t(r)] = (type ? type[r] : 0) * rows_per_type + row[r];
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    return keys;
+}
+
 // An embedding table under Adam (featureless input: R-GCN's per-relation tables, on aifb 90 x
 // 8,285 x 16 floats, of which the edges read a few percent), shared out between the ranks.
 //
 // Its gradient is reduced as the rows that some rank's lookups write: each rank packs them
 // (zero where its own lookups wrote none; the gradient kernel leaves other rows as they were),
-// the packed rows are summed across ranks, and each rank writes back the sums of its own rows.
+// the packed rows are summed across ranks, and each rank writes back the sums of the rows it
+// steps.
 //
-// The step then runs on this rank's share only: the rows its lookups read (with their summed
-// gradient) and a contiguous range of the rows nobody reads (with a zero gradient: weight decay
-// and the moments still move them).  Every row is stepped by some rank with one process's
+// The step runs on this rank's share only: the rows its lookups read or write (with their summed
+// gradient where some rank wrote one: a rank's forward may read ghost rows whose gradient their
+// owner computes) and a contiguous range of the rows no rank touches (with a zero gradient:
+// weight decay and the moments still move them).  Every row is stepped with one process's
 // numbers, and a rank reads no row it did not step, so training needs nothing more.  The other
 // rows of this rank's copy fall behind; complete() brings the whole table up to date on every
 // rank (a collective call) before anything reads it whole: the weights for mg_get_param, weights
 // and moments for a checkpoint.  Each row then comes from the one rank that hands it on: the
-// lowest rank that reads it, or the rank whose range holds it.
+// lowest rank that steps it.
 class TableRows {
   public:
-    // local_keys: the rows this rank's lookups write, increasing (EmbeddingPlan::keys), of a
-    // [table_rows, width] table.  A collective call.
-    void build(Partition &p, const int64_t *local_keys, int64_t local_count, int64_t width, int64_t table_rows) {
+    // written: the rows this rank's gradient writes, increasing (EmbeddingPlan::keys); read: the
+    // rows its forward lookups read, increasing (lookup_rows); of a [table_rows, width] table.
+    // A collective call.
+    void build(Partition &p, const int64_t *written, int64_t written_count, const std::vector<int64_t> &read,
+               int64_t width, int64_t table_rows) {
         width_ = width;
         table_rows_ = table_rows;
         ranks_ = p.size;
-        // (row, lowest rank reading it) for every row some rank reads
-        std::vector<std::pair<int64_t, int>> read;
-        for (int64_t j = 0; j < local_count; ++j) read.push_back({local_keys[j], p.rank});
-        if (p.size > 1) {
-            std::vector<int> counts(size_t(p.size)), starts(size_t(p.size));
-            const int mine = message_count(local_count, "table rows");
-            check_mpi(MPI_Allgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, p.comm), "table rows");
-            int64_t total = 0;
-            for (int r = 0; r < p.size; ++r) {
-                starts[size_t(r)] = message_count(total, "table rows");
-                total += counts[size_t(r)];
-            }
-            std::vector<int64_t> all(static_cast<size_t>(total));
-            check_mpi(MPI_Allgatherv(local_keys, mine, MPI_INT64_T, all.data(), counts.data(), starts.data(),
-                                     MPI_INT64_T, p.comm),
-                      "table rows");
-            read.clear();
-            for (int r = 0; r < p.size; ++r)
-                for (int64_t j = starts[size_t(r)]; j < starts[size_t(r)] + counts[size_t(r)]; ++j)
-                    read.push_back({all[size_t(j)], r});
-            std::sort(read.begin(), read.end());       // by row, then rank: a row's first is its lowest reader
-            read.erase(std::unique(read.begin(), read.end(),
-                                   [](const auto &a, const auto &b) { return a.first == b.first; }),
-                       read.end());
-        }
+        const std::vector<int64_t> own_written(written, written + written_count);
+        std::vector<int64_t> touched;       // rows this rank steps because it reads or writes them
+        std::set_union(own_written.begin(), own_written.end(), read.begin(), read.end(), std::back_inserter(touched));
+        // the rows written somewhere, summed across ranks
         keys_.clear();
         mine_.clear();
-        hands_on_.assign(size_t(table_rows), 0);
-        int64_t j = 0;
-        for (const auto &[row, lowest] : read) {
-            while (j < local_count && local_keys[j] < row) ++j;
+        for (const auto &[row, rank] : rows_by_rank(p, own_written)) {
+            if (!keys_.empty() && keys_.back() == row) continue;
             keys_.push_back(row);
-            mine_.push_back(j < local_count && local_keys[j] == row);
-            hands_on_[size_t(row)] = lowest == p.rank;
-        }
-        // the share this rank steps: its own rows, and its range of the rows nobody reads
-        const int64_t first = table_rows * p.rank / p.size, last = table_rows * (p.rank + 1) / p.size;
-        step_rows_.clear();
-        step_has_grad_.clear();
-        for (int64_t row = 0, k = 0; row < table_rows; ++row) {
-            while (k < int64_t(keys_.size()) && keys_[size_t(k)] < row) ++k;
-            const bool read_somewhere = k < int64_t(keys_.size()) && keys_[size_t(k)] == row;
-            if (read_somewhere ? bool(mine_[size_t(k)]) : (row >= first && row < last)) {
-                step_rows_.push_back(row);
-                step_has_grad_.push_back(read_somewhere);
-                if (!read_somewhere) hands_on_[size_t(row)] = 1;
-            }
+            mine_.push_back(std::binary_search(own_written.begin(), own_written.end(), row));
         }
         packed_.assign(keys_.size() * size_t(width), 0.0f);
+        // who steps what: each touched row by every rank touching it (the lowest hands it on),
+        // each untouched row by the rank whose range holds it
+        std::vector<uint8_t> touched_somewhere(size_t(table_rows), 0);
+        hands_on_.assign(size_t(table_rows), 0);
+        int64_t previous = -1;
+        for (const auto &[row, rank] : rows_by_rank(p, touched)) {
+            touched_somewhere[size_t(row)] = 1;
+            if (row != previous) hands_on_[size_t(row)] = rank == p.rank;
+            previous = row;
+        }
+        const int64_t first = table_rows * p.rank / p.size, last = table_rows * (p.rank + 1) / p.size;
+        step_rows_.clear();
+        step_key_.clear();
+        for (int64_t row = 0, t = 0, k = 0; row < table_rows; ++row) {
+            while (t < int64_t(touched.size()) && touched[size_t(t)] < row) ++t;
+            const bool mine = t < int64_t(touched.size()) && touched[size_t(t)] == row;
+            if (!(mine || (!touched_somewhere[size_t(row)] && row >= first && row < last))) continue;
+            if (!mine) hands_on_[size_t(row)] = 1;
+            while (k < int64_t(keys_.size()) && keys_[size_t(k)] < row) ++k;
+            step_rows_.push_back(row);
+            step_key_.push_back(k < int64_t(keys_.size()) && keys_[size_t(k)] == row ? k : -1);
+        }
+        step_has_grad_.resize(step_key_.size());
+        for (size_t i = 0; i < step_key_.size(); ++i) step_has_grad_[i] = step_key_[i] >= 0;
     }
     float *packed() { return packed_.data(); }
     int64_t floats() const { return int64_t(packed_.size()); }
     int64_t bytes() const {
-        return int64_t(keys_.size() * (sizeof(int64_t) + 1) + step_rows_.size() * (sizeof(int64_t) + 1) +
+        return int64_t(keys_.size() * (sizeof(int64_t) + 1) + step_rows_.size() * (2 * sizeof(int64_t) + 1) +
                        hands_on_.size() + packed_.size() * sizeof(float));
     }
 
@@ -403,12 +429,14 @@ class TableRows {
             else std::fill(out, out + W, 0.0f);
         }
     }
-    // The sums of this rank's own rows back into its gradient (the only rows its step reads).
+    // The sums of the rows this rank steps back into its gradient (the only rows its step reads).
     void unpack(float *g) const {
-        const int64_t W = width_, n = int64_t(keys_.size());
+        const int64_t W = width_, n = int64_t(step_rows_.size());
 #pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < n; ++k)
-            if (mine_[size_t(k)]) std::memcpy(g + keys_[size_t(k)] * W, packed_.data() + k * W, size_t(W) * sizeof(float));
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t k = step_key_[size_t(i)];
+            if (k >= 0) std::memcpy(g + step_rows_[size_t(i)] * W, packed_.data() + k * W, size_t(W) * sizeof(float));
+        }
     }
 
     // Adam / AdamW on this rank's share of the table.
@@ -439,11 +467,12 @@ class TableRows {
     }
 
   private:
-    std::vector<int64_t> keys_;         // rows some rank's lookups write, increasing
-    std::vector<uint8_t> mine_;         // per key: this rank's lookups write it
+    std::vector<int64_t> keys_;         // rows some rank's gradient writes, increasing
+    std::vector<uint8_t> mine_;         // per key: this rank's gradient writes it
     std::vector<float> packed_;         // per key: its row, being summed across ranks
     std::vector<int64_t> step_rows_;    // the rows this rank steps, increasing
-    std::vector<uint8_t> step_has_grad_;   // per stepped row: it has a gradient (a row read here)
+    std::vector<int64_t> step_key_;     // per stepped row: its key (its summed gradient), or -1: none
+    std::vector<uint8_t> step_has_grad_;
     std::vector<uint8_t> hands_on_;     // per table row: this rank's copy is the one complete() keeps
     bool behind_[3] = {false, false, false};   // weights, first and second moments: some rows behind
     int64_t width_ = 0, table_rows_ = 0;

@@ -53,6 +53,7 @@ class MPIEmitter(OpenMPEmitter):
         self.reducing = False               # lowering a sum over rows: owned rows only
         self.overlapped: set = set()        # ops whose call runs the halo exchange behind interior rows
         self.table_rows: dict = {}          # table-gradient id -> its TableRows member (reduced as rows)
+        self.table_reads: dict = {}         # table id -> the forward lookups' (types, rows, count) reading it
 
     # -- what the OpenMP lowering keeps and what it gives up here -------------------------------
     def lower_program(self) -> tuple:
@@ -240,7 +241,8 @@ class MPIEmitter(OpenMPEmitter):
                       if self.p.grads.get(prm.name) is not None and self.p.grads[prm.name].id == out.id), None)
         readers = [op for op in self.p.invariant + self.p.forward + self.p.backward
                    if table is not None and any(v.id == table.id for v in op.inputs)]
-        if len(readers) > 1:
+        reads = self.table_reads.get(table.id, []) if table is not None else []
+        if len(readers) > 1 or len(reads) != 1:
             self.row_gradients = False
             try:
                 return super()._embedding_grad(plan, g, table_rows, M, out)
@@ -249,10 +251,12 @@ class MPIEmitter(OpenMPEmitter):
         call = super()._embedding_grad(plan, g, table_rows, M, out)
         if out.id in self.row_grads:
             name = f"table_rows{out.id}"
+            types, idx, count = reads[0]
             self.table_rows[out.id] = name
             self.members.append(f"mg::mpi::TableRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
-            self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, {M}, {table_rows})")
+            self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, mg::mpi::lookup_rows("
+                                f"{types}, {idx}, {count}, {self.identity_nodes}), {M}, {table_rows})")
             self.row_grads[out.id] = (f"m.{name}",) + self.row_grads[out.id][1:]
         return call
 
@@ -276,6 +280,21 @@ class MPIEmitter(OpenMPEmitter):
         started = {i: k for k, i in enumerate(self.grad_started)}
         order = sorted(range(len(pairs)), key=lambda k: started.get(pairs[k][0], len(started)))
         return [line for k in order for line in (pairs[k][1], steps[k])]
+
+    def op_linear(self, op, x, w):
+        self._note_table_read(op, x, w, "nullptr")
+        return super().op_linear(op, x, w)
+
+    def op_typed_linear(self, op, x, w):
+        self._note_table_read(op, x, w, self.type_expr(w.domain))
+        return super().op_typed_linear(op, x, w)
+
+    def _note_table_read(self, op, x: Value, w: Value, types: str) -> None:
+        """A featureless lookup of table ``w``: the rows it reads (a rank must step them all, ghost
+        rows included where the lookup runs for them: TableRows)."""
+        ident = self._identity_rows(x)
+        if ident is not None and id(op) in self.forward_ops:
+            self.table_reads.setdefault(w.id, []).append((types, ident.idx or self.node_ids(), self.rows(op.output)))
 
     def _table_params(self) -> list:
         """(index, gradient) of the parameters shared out between the ranks as tables."""

@@ -104,12 +104,13 @@ def _link_metrics(session, part, comm, link: dict) -> dict:
     owned = int(part["num_owned"])
     z_local = session.predict(part.num_local, link["width"])[:owned]
     pieces = comm.gather((part["node_gid"][:owned], z_local), root=0)
+    params = session.get_params()       # collective: ranks may hold shares of a table (TableRows)
     if comm.Get_rank() != 0:
         return None
     z = np.empty((int(part["num_global_nodes"]), link["width"]), np.float32)
     for gid, rows in pieces:
         z[gid] = rows
-    rel = session.get_params()[link["relation_weight"]].reshape(-1, z.shape[1])
+    rel = params[link["relation_weight"]].reshape(-1, z.shape[1])
     return {"loss": loss, **held_out_metrics(z, rel, {split: part[f"{split}_triples"] for split in SPLITS})}
 
 

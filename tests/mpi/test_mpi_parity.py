@@ -66,6 +66,19 @@ def test_link_prediction_matches_one_process(tmp_path):
             assert run[key] == pytest.approx(reference[key], rel=1e-3), f"rgcn_link on {ranks} ranks: {key}"
 
 
+def test_link_prediction_with_adam_matches_one_process(tmp_path):
+    """examples/rgcn_link.mp as written: Adam on a featureless embedding table, which the ranks
+    step in shares (TableRows).  A rank's first layer reads the table at its ghost rows too,
+    whose gradient only their owners compute: those rows must be stepped there as well, and
+    the relation weights read on rank 0 at the end must not leave the other ranks waiting."""
+    data = str(write_link_npz(tmp_path / "kg.npz"))
+    reference = train(tmp_path, "rgcn_link", data)
+    for ranks in (2, 4):
+        run = train(tmp_path, "rgcn_link", data, backend="mpi", ranks=ranks, timeout=300)
+        assert_same_run(reference, run, RTOL, f"rgcn_link (adam) on {ranks} ranks")
+        assert run["test_mrr"] == pytest.approx(reference["test_mrr"], rel=1e-3), f"{ranks} ranks"
+
+
 MEAN_OVER_OUT_EDGES = """
 function outMean(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
     weight<float[F][C]> W = glorot;
