@@ -412,12 +412,28 @@ class TableRows {
         }
         step_has_grad_.resize(step_key_.size());
         for (size_t i = 0; i < step_key_.size(); ++i) step_has_grad_[i] = step_key_[i] >= 0;
+        // Where some rank writes nearly every row (wn18rr's entity embeddings: every node is read),
+        // packing would copy the table twice to leave out nothing: the gradient is reduced in
+        // place, its rows unwritten here zeroed first.
+        whole_ = int64_t(keys_.size()) * 10 >= table_rows * 9;
+        if (whole_) {
+            packed_.clear();
+            written_here_.assign(size_t(table_rows), 0);
+            for (int64_t row : own_written) written_here_[size_t(row)] = 1;
+        }
+    }
+    bool reduced_whole() const { return whole_; }
+    void zero_unwritten(float *g) const {
+        const int64_t W = width_;
+#pragma omp parallel for schedule(static)
+        for (int64_t row = 0; row < table_rows_; ++row)
+            if (!written_here_[size_t(row)]) std::fill(g + row * W, g + (row + 1) * W, 0.0f);
     }
     float *packed() { return packed_.data(); }
-    int64_t floats() const { return int64_t(packed_.size()); }
+    int64_t floats() const { return whole_ ? table_rows_ * width_ : int64_t(packed_.size()); }
     int64_t bytes() const {
         return int64_t(keys_.size() * (sizeof(int64_t) + 1) + step_rows_.size() * (2 * sizeof(int64_t) + 1) +
-                       hands_on_.size() + packed_.size() * sizeof(float));
+                       hands_on_.size() + written_here_.size() + packed_.size() * sizeof(float));
     }
 
     void pack(const float *g) {
@@ -474,6 +490,8 @@ class TableRows {
     std::vector<int64_t> step_key_;     // per stepped row: its key (its summed gradient), or -1: none
     std::vector<uint8_t> step_has_grad_;
     std::vector<uint8_t> hands_on_;     // per table row: this rank's copy is the one complete() keeps
+    bool whole_ = false;                // reduced in place, the whole table (no packing)
+    std::vector<uint8_t> written_here_; // when whole_, per table row: this rank's gradient writes it
     bool behind_[3] = {false, false, false};   // weights, first and second moments: some rows behind
     int64_t width_ = 0, table_rows_ = 0;
     int ranks_ = 1;
@@ -519,6 +537,11 @@ class GradientReduce {
     void start_rows(Partition &p, int i, float *g, TableRows &rows) {
         floats_[size_t(i)] = rows.floats();
         if (p.size == 1) return;
+        if (rows.reduced_whole()) {          // no rows to leave out: the gradient itself, no copies
+            rows.zero_unwritten(g);
+            start(p, i, g, rows.floats());
+            return;
+        }
         rows.pack(g);
         tables_[size_t(i)] = {&rows, g};
         start(p, i, rows.packed(), rows.floats());
