@@ -349,47 +349,65 @@ inline std::vector<int64_t> lookup_rows(const int64_t *type, const int64_t *row,
     return keys;
 }
 
-// An embedding table under Adam (featureless input: R-GCN's per-relation tables, on aifb 90 x
-// 8,285 x 16 floats, of which the edges read a few percent), shared out between the ranks.
-//
-// Its gradient is reduced as the rows that some rank's lookups write: each rank packs them
-// (zero where its own lookups wrote none; the gradient kernel leaves other rows as they were),
-// the packed rows are summed across ranks, and each rank writes back the sums of the rows it
-// steps.
-//
-// The step runs on this rank's share only: the rows its lookups read or write (with their summed
-// gradient where some rank wrote one: a rank's forward may read ghost rows whose gradient their
-// owner computes) and a contiguous range of the rows no rank touches (with a zero gradient:
-// weight decay and the moments still move them).  Every row is stepped with one process's
-// numbers, and a rank reads no row it did not step, so training needs nothing more.  The other
-// rows of this rank's copy fall behind; complete() brings the whole table up to date on every
-// rank (a collective call) before anything reads it whole: the weights for mg_get_param, weights
-// and moments for a checkpoint.  Each row then comes from the one rank that hands it on: the
-// lowest rank that steps it.
-class TableRows {
+// The rows of a gradient that some rank writes, summed across ranks as those rows only: each
+// rank packs them (zero where it wrote none: the gradient kernels leave other rows as they
+// were) and the packed rows are all-reduced.  A collective build.
+class RowSums {
   public:
-    // written: the rows this rank's gradient writes, increasing (EmbeddingPlan::keys); read: the
-    // rows its forward lookups read, increasing (lookup_rows); of a [table_rows, width] table.
-    // A collective call.
-    void build(Partition &p, const int64_t *written, int64_t written_count, const std::vector<int64_t> &read,
-               int64_t width, int64_t table_rows) {
+    // written: the rows this rank writes, increasing.
+    void build(Partition &p, const std::vector<int64_t> &written, int64_t width) {
+        width_ = width;
+        keys.clear();
+        mine_.clear();
+        for (const auto &[row, rank] : rows_by_rank(p, written)) {
+            if (!keys.empty() && keys.back() == row) continue;
+            keys.push_back(row);
+            mine_.push_back(std::binary_search(written.begin(), written.end(), row));
+        }
+        packed_.assign(keys.size() * size_t(width), 0.0f);
+    }
+    std::vector<int64_t> keys;          // rows some rank writes, increasing
+    float *packed() { return packed_.data(); }
+    const float *packed() const { return packed_.data(); }
+    int64_t floats() const { return int64_t(packed_.size()); }
+    bool mine(int64_t k) const { return mine_[size_t(k)] != 0; }
+    int64_t bytes() const { return int64_t(keys.size() * (sizeof(int64_t) + 1) + packed_.size() * sizeof(float)); }
+    // Copies this rank's rows of g (a [*, width] array) into the packed rows, zero in the others.
+    void pack(const float *g) {
+        const int64_t W = width_, n = int64_t(keys.size());
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < n; ++k) {
+            float *out = packed_.data() + k * W;
+            if (mine_[size_t(k)]) std::memcpy(out, g + keys[size_t(k)] * W, size_t(W) * sizeof(float));
+            else std::fill(out, out + W, 0.0f);
+        }
+    }
+    void release() { packed_.clear(); packed_.shrink_to_fit(); }
+
+  private:
+    std::vector<uint8_t> mine_;         // per key: this rank writes it
+    std::vector<float> packed_;         // per key: its row, being summed across ranks
+    int64_t width_ = 0;
+};
+
+// A table under Adam stepped in shares: each rank steps the rows it touches (reads or writes
+// a gradient for; with their gradient where they have one) and a contiguous range of the rows
+// no rank touches (with a zero gradient: weight decay and the moments still move them).  Every
+// row is stepped with one process's numbers, and a rank reads no row it did not step, so
+// training needs nothing more.  The other rows of this rank's copy fall behind; complete()
+// brings the whole table up to date on every rank (a collective call) before anything reads it
+// whole: the weights for mg_get_param, weights and moments for a checkpoint.  Each row then
+// comes from the one rank that hands it on: the lowest rank that steps it.
+class TableShare {
+  public:
+    // touched: the rows this rank touches, increasing; has_gradient(row): whether a touched row
+    // has a gradient.  A collective call.
+    template <class HasGradient>
+    void build(Partition &p, const std::vector<int64_t> &touched, HasGradient has_gradient, int64_t width,
+               int64_t table_rows) {
         width_ = width;
         table_rows_ = table_rows;
         ranks_ = p.size;
-        const std::vector<int64_t> own_written(written, written + written_count);
-        std::vector<int64_t> touched;       // rows this rank steps because it reads or writes them
-        std::set_union(own_written.begin(), own_written.end(), read.begin(), read.end(), std::back_inserter(touched));
-        // the rows written somewhere, summed across ranks
-        keys_.clear();
-        mine_.clear();
-        for (const auto &[row, rank] : rows_by_rank(p, own_written)) {
-            if (!keys_.empty() && keys_.back() == row) continue;
-            keys_.push_back(row);
-            mine_.push_back(std::binary_search(own_written.begin(), own_written.end(), row));
-        }
-        packed_.assign(keys_.size() * size_t(width), 0.0f);
-        // who steps what: each touched row by every rank touching it (the lowest hands it on),
-        // each untouched row by the rank whose range holds it
         std::vector<uint8_t> touched_somewhere(size_t(table_rows), 0);
         hands_on_.assign(size_t(table_rows), 0);
         int64_t previous = -1;
@@ -399,66 +417,23 @@ class TableRows {
             previous = row;
         }
         const int64_t first = table_rows * p.rank / p.size, last = table_rows * (p.rank + 1) / p.size;
-        step_rows_.clear();
-        step_key_.clear();
-        for (int64_t row = 0, t = 0, k = 0; row < table_rows; ++row) {
+        rows.clear();
+        has_grad_.clear();
+        for (int64_t row = 0, t = 0; row < table_rows; ++row) {
             while (t < int64_t(touched.size()) && touched[size_t(t)] < row) ++t;
             const bool mine = t < int64_t(touched.size()) && touched[size_t(t)] == row;
             if (!(mine || (!touched_somewhere[size_t(row)] && row >= first && row < last))) continue;
             if (!mine) hands_on_[size_t(row)] = 1;
-            while (k < int64_t(keys_.size()) && keys_[size_t(k)] < row) ++k;
-            step_rows_.push_back(row);
-            step_key_.push_back(k < int64_t(keys_.size()) && keys_[size_t(k)] == row ? k : -1);
-        }
-        step_has_grad_.resize(step_key_.size());
-        for (size_t i = 0; i < step_key_.size(); ++i) step_has_grad_[i] = step_key_[i] >= 0;
-        // Where some rank writes nearly every row (wn18rr's entity embeddings: every node is read),
-        // packing would copy the table twice to leave out nothing: the gradient is reduced in
-        // place, its rows unwritten here zeroed first.
-        whole_ = int64_t(keys_.size()) * 10 >= table_rows * 9;
-        if (whole_) {
-            packed_.clear();
-            written_here_.assign(size_t(table_rows), 0);
-            for (int64_t row : own_written) written_here_[size_t(row)] = 1;
+            rows.push_back(row);
+            has_grad_.push_back(mine && has_gradient(row));
         }
     }
-    bool reduced_whole() const { return whole_; }
-    void zero_unwritten(float *g) const {
-        const int64_t W = width_;
-#pragma omp parallel for schedule(static)
-        for (int64_t row = 0; row < table_rows_; ++row)
-            if (!written_here_[size_t(row)]) std::fill(g + row * W, g + (row + 1) * W, 0.0f);
-    }
-    float *packed() { return packed_.data(); }
-    int64_t floats() const { return whole_ ? table_rows_ * width_ : int64_t(packed_.size()); }
-    int64_t bytes() const {
-        return int64_t(keys_.size() * (sizeof(int64_t) + 1) + step_rows_.size() * (2 * sizeof(int64_t) + 1) +
-                       hands_on_.size() + written_here_.size() + packed_.size() * sizeof(float));
-    }
+    std::vector<int64_t> rows;          // the rows this rank steps, increasing
+    int64_t bytes() const { return int64_t(rows.size() * (sizeof(int64_t) + 1) + hands_on_.size()); }
 
-    void pack(const float *g) {
-        const int64_t W = width_, n = int64_t(keys_.size());
-#pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < n; ++k) {
-            float *out = packed_.data() + k * W;
-            if (mine_[size_t(k)]) std::memcpy(out, g + keys_[size_t(k)] * W, size_t(W) * sizeof(float));
-            else std::fill(out, out + W, 0.0f);
-        }
-    }
-    // The sums of the rows this rank steps back into its gradient (the only rows its step reads).
-    void unpack(float *g) const {
-        const int64_t W = width_, n = int64_t(step_rows_.size());
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) {
-            const int64_t k = step_key_[size_t(i)];
-            if (k >= 0) std::memcpy(g + step_rows_[size_t(i)] * W, packed_.data() + k * W, size_t(W) * sizeof(float));
-        }
-    }
-
-    // Adam / AdamW on this rank's share of the table.
     void adam_step(bool decoupled, float *p, const float *g, float *m, float *v, const AdamConfig &c, int64_t step) {
-        adam_listed_rows_step(p, g, m, v, width_, step_rows_.data(), step_has_grad_.data(),
-                              int64_t(step_rows_.size()), c, step, decoupled);
+        adam_listed_rows_step(p, g, m, v, width_, rows.data(), has_grad_.data(), int64_t(rows.size()), c, step,
+                              decoupled);
         if (ranks_ > 1) behind_[0] = behind_[1] = behind_[2] = true;
     }
 
@@ -483,18 +458,81 @@ class TableRows {
     }
 
   private:
-    std::vector<int64_t> keys_;         // rows some rank's gradient writes, increasing
-    std::vector<uint8_t> mine_;         // per key: this rank's gradient writes it
-    std::vector<float> packed_;         // per key: its row, being summed across ranks
-    std::vector<int64_t> step_rows_;    // the rows this rank steps, increasing
-    std::vector<int64_t> step_key_;     // per stepped row: its key (its summed gradient), or -1: none
-    std::vector<uint8_t> step_has_grad_;
+    std::vector<uint8_t> has_grad_;     // per stepped row
     std::vector<uint8_t> hands_on_;     // per table row: this rank's copy is the one complete() keeps
-    bool whole_ = false;                // reduced in place, the whole table (no packing)
-    std::vector<uint8_t> written_here_; // when whole_, per table row: this rank's gradient writes it
     bool behind_[3] = {false, false, false};   // weights, first and second moments: some rows behind
     int64_t width_ = 0, table_rows_ = 0;
     int ranks_ = 1;
+};
+
+// An embedding table under Adam (featureless input: R-GCN's per-relation tables, on aifb 90 x
+// 8,285 x 16 floats, of which the edges read a few percent), shared out between the ranks: its
+// gradient reduced as the rows some rank writes (RowSums), each rank writing back the sums of
+// the rows it steps, and the table stepped in shares (TableShare).  A rank touches the rows its
+// gradient writes and those its forward lookups read (a forward computed for ghost rows reads
+// rows whose gradient only their owners write).
+class TableRows {
+  public:
+    // written: the rows this rank's gradient writes, increasing (EmbeddingPlan::keys); read: the
+    // rows its forward lookups read, increasing (lookup_rows); of a [table_rows, width] table.
+    // A collective call.
+    void build(Partition &p, const int64_t *written, int64_t written_count, const std::vector<int64_t> &read,
+               int64_t width, int64_t table_rows) {
+        width_ = width;
+        table_rows_ = table_rows;
+        const std::vector<int64_t> own_written(written, written + written_count);
+        std::vector<int64_t> touched;
+        std::set_union(own_written.begin(), own_written.end(), read.begin(), read.end(), std::back_inserter(touched));
+        sums_.build(p, own_written, width);
+        const std::vector<int64_t> &keys = sums_.keys;
+        share_.build(p, touched, [&](int64_t row) { return std::binary_search(keys.begin(), keys.end(), row); },
+                     width, table_rows);
+        step_key_.clear();
+        for (int64_t row : share_.rows) {
+            const auto at = std::lower_bound(keys.begin(), keys.end(), row);
+            step_key_.push_back(at != keys.end() && *at == row ? int64_t(at - keys.begin()) : -1);
+        }
+        // Where some rank writes nearly every row (wn18rr's entity embeddings: every node is
+        // read), packing would copy the table twice to leave out nothing: the gradient is reduced
+        // in place, its rows unwritten here zeroed first.
+        whole_ = int64_t(keys.size()) * 10 >= table_rows * 9;
+        if (whole_) {
+            sums_.release();
+            written_here_.assign(size_t(table_rows), 0);
+            for (int64_t row : own_written) written_here_[size_t(row)] = 1;
+        }
+    }
+    bool reduced_whole() const { return whole_; }
+    int64_t floats() const { return whole_ ? table_rows_ * width_ : sums_.floats(); }
+    float *packed() { return sums_.packed(); }
+    int64_t bytes() const {
+        return sums_.bytes() + share_.bytes() + int64_t(step_key_.size() * sizeof(int64_t) + written_here_.size());
+    }
+    void pack(const float *g) { sums_.pack(g); }
+    void zero_unwritten(float *g) const {
+        const int64_t W = width_;
+#pragma omp parallel for schedule(static)
+        for (int64_t row = 0; row < table_rows_; ++row)
+            if (!written_here_[size_t(row)]) std::fill(g + row * W, g + (row + 1) * W, 0.0f);
+    }
+    // The sums of the rows this rank steps back into its gradient (the only rows its step reads).
+    void unpack(float *g) const {
+        const int64_t W = width_, n = int64_t(share_.rows.size());
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t k = step_key_[size_t(i)];
+            if (k >= 0) std::memcpy(g + share_.rows[size_t(i)] * W, sums_.packed() + k * W, size_t(W) * sizeof(float));
+        }
+    }
+    TableShare &share() { return share_; }
+
+  private:
+    RowSums sums_;
+    TableShare share_;
+    std::vector<int64_t> step_key_;     // per stepped row: its key in sums_ (its summed gradient), or -1
+    bool whole_ = false;                // reduced in place, the whole table (no packing)
+    std::vector<uint8_t> written_here_; // when whole_, per table row: this rank's gradient writes it
+    int64_t width_ = 0, table_rows_ = 0;
 };
 
 // Weight gradients: each is handed to MPI_Iallreduce as soon as the backward has produced it,
@@ -811,7 +849,7 @@ namespace op {
 // Adam / AdamW on this rank's share of a table (TableRows).
 inline void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t /*rows*/, idx_t /*M*/,
                       mpi::TableRows &table, double lr, double b1, double b2, double eps, double wd, int64_t step) {
-    table.adam_step(decoupled, p, g, m, v, AdamConfig{lr, b1, b2, eps, wd}, step);
+    table.share().adam_step(decoupled, p, g, m, v, AdamConfig{lr, b1, b2, eps, wd}, step);
 }
 }  // namespace op
 }  // namespace mg

@@ -272,9 +272,10 @@ class MPIEmitter(OpenMPEmitter):
                 continue
             start = "" if i in self.grad_started else f"{self._start_reduction(i, prm, g)}; "
             pairs.append((i, self.timed("allreduce_wait", f"{start}m.grads.wait({i}, m.timers[{exposed}])")))
-        self.complete_weights = [f"m.{self.table_rows[g.id]}.complete(m.part, m.p{i}.data)"
+        self.complete_weights = [f"m.{self.table_rows[g.id]}.share().complete(m.part, m.p{i}.data)"
                                  for i, g in self._table_params()]
-        self.complete_state = [f"m.{self.table_rows[g.id]}.complete(m.part, m.p{i}.data, m.m{i}.data, m.s{i}.data)"
+        self.complete_state = [f"m.{self.table_rows[g.id]}.share().complete(m.part, m.p{i}.data, m.m{i}.data, "
+                               f"m.s{i}.data)"
                                for i, g in self._table_params()]
         steps = super().lower_optimizer()       # one step per parameter with a gradient, same order
         started = {i: k for k, i in enumerate(self.grad_started)}
