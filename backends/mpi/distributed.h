@@ -535,6 +535,97 @@ class TableRows {
     int64_t width_ = 0, table_rows_ = 0;
 };
 
+// The bases of featureless basis lookups, V[B][P][M] (examples/rgcn_bases.mp: Y[r] =
+// sum_b A[type(r), b] V[b][row(r)]), shared out between the ranks.  Their gradient,
+// dV[b][s] = sum over the types t of A[t, b] S[s, t], with S[s, t] the sum of the lookups' G rows
+// of the pair (row s, type t), has a row per node and basis, and nearly every node is some
+// edge's source: reducing dV would move nearly the whole [B, P, M] table.  The pair sums S are
+// reduced instead (RowSums over the pairs some rank's lookups make: at most one per edge, M
+// wide), and each rank computes dV, from the summed pairs and A as it was when the backward ran,
+// for the rows it steps: every basis of the nodes its lookups read (TableShare).
+class BasisTable {
+  public:
+    // plan: this rank's lookups (BasisLookupPlan: its pairs, keyed row * types + type); bases B,
+    // rows_per_basis P (the global node count).  A collective call.
+    void build(Partition &p, const op::BasisLookupPlan &plan, int64_t bases, int64_t rows_per_basis, int64_t width) {
+        bases_ = bases;
+        rows_per_basis_ = rows_per_basis;
+        width_ = width;
+        types_ = plan.types;
+        const op::EmbeddingPlan &pairs = plan.by_row;
+        const std::vector<int64_t> local(pairs.keys.begin(), pairs.keys.begin() + pairs.unique);
+        sums_.build(p, local, width);
+        pair_key_.clear();
+        for (int64_t key : local)
+            pair_key_.push_back(int64_t(std::lower_bound(sums_.keys.begin(), sums_.keys.end(), key) - sums_.keys.begin()));
+        rows_.clear();
+        for (idx_t i = 0; i < plan.distinct_rows(); ++i) rows_.push_back(pairs.keys[size_t(plan.row_start[size_t(i)])] / types_);
+        std::vector<int64_t> touched;       // every basis's row of each node read here, increasing
+        for (int64_t b = 0; b < bases; ++b)
+            for (int64_t s : rows_) touched.push_back(b * rows_per_basis + s);
+        share_.build(p, touched, [](int64_t) { return true; }, width, bases * rows_per_basis);
+        pairs_of_.clear();             // per node read here: [first, last) of its summed pairs
+        const auto at = [&](int64_t key) {
+            return int64_t(std::lower_bound(sums_.keys.begin(), sums_.keys.end(), key) - sums_.keys.begin());
+        };
+        for (int64_t s : rows_) pairs_of_.push_back({at(s * types_), at((s + 1) * types_)});
+        order_ = &pairs;
+    }
+    int64_t floats() const { return sums_.floats(); }
+    float *packed() { return sums_.packed(); }
+    int64_t bytes() const {
+        return sums_.bytes() + share_.bytes() +
+               int64_t((pair_key_.size() + rows_.size() + 2 * pairs_of_.size()) * sizeof(int64_t) + a_.size() * 4);
+    }
+    TableShare &share() { return share_; }
+
+    // This rank's pair sums of G (the lookups' gradient rows) into the packed pairs, zero in the
+    // pairs of other ranks; A kept for bases_grad (its step may run before the sums arrive).
+    void pack(const float *G, const float *A) {
+        a_.assign(A, A + types_ * bases_);
+        float *packed = sums_.packed();
+        std::fill(packed, packed + sums_.floats(), 0.0f);
+        const op::EmbeddingPlan &p = *order_;
+        const int64_t W = width_;
+#pragma omp parallel for schedule(dynamic, 64)
+        for (int64_t k = 0; k < p.unique; ++k) {
+            float *out = packed + pair_key_[size_t(k)] * W;
+            for (int64_t i = p.key_ptr[size_t(k)]; i < p.key_ptr[size_t(k) + 1]; ++i) {
+                const float *g = G + p.order[size_t(i)] * W;
+                for (int64_t j = 0; j < W; ++j) out[j] += g[j];
+            }
+        }
+    }
+    // dV[b][s] for every node s read here, from the summed pairs (every rank's) and the kept A.
+    void bases_grad(float *dV) const {
+        const int64_t W = width_, n = int64_t(rows_.size());
+        const float *packed = sums_.packed();
+#pragma omp parallel for schedule(dynamic, 64)
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t s = rows_[size_t(i)];
+            for (int64_t b = 0; b < bases_; ++b) {
+                float *d = dV + (b * rows_per_basis_ + s) * W;
+                std::fill(d, d + W, 0.0f);
+                for (int64_t k = pairs_of_[size_t(i)].first; k < pairs_of_[size_t(i)].second; ++k) {
+                    const float a = a_[size_t((sums_.keys[size_t(k)] % types_) * bases_ + b)];
+                    const float *sum = packed + k * W;
+                    for (int64_t j = 0; j < W; ++j) d[j] += a * sum[j];
+                }
+            }
+        }
+    }
+
+  private:
+    RowSums sums_;                      // the pairs (row * types + type) some rank's lookups make
+    TableShare share_;
+    const op::EmbeddingPlan *order_ = nullptr;   // this rank's lookups grouped by pair
+    std::vector<int64_t> pair_key_;     // per pair of this rank: its index among the summed pairs
+    std::vector<int64_t> rows_;         // the nodes this rank's lookups read, increasing
+    std::vector<std::pair<int64_t, int64_t>> pairs_of_;   // per such node: its summed pairs [first, last)
+    std::vector<float> a_;              // A when the backward ran
+    int64_t bases_ = 0, rows_per_basis_ = 0, width_ = 0, types_ = 1;
+};
+
 // Weight gradients: each is handed to MPI_Iallreduce as soon as the backward has produced it,
 // the backward goes on while it travels, and the optimizer waits for it before its step.
 //
@@ -572,6 +663,17 @@ class GradientReduce {
     }
     // A table gradient whose lookups write `rows.keys` only: those rows are reduced (TableRows),
     // and wait() writes their sums back into g.
+    // The bases of basis lookups: their pair sums are reduced (BasisTable), and wait() computes
+    // the rows of dV this rank steps from them.
+    void start_bases(Partition &p, int i, float *dV, BasisTable &bases) {
+        floats_[size_t(i)] = bases.floats();
+        if (p.size == 1) {
+            bases.bases_grad(dV);
+            return;
+        }
+        tables_[size_t(i)] = {nullptr, &bases, dV};
+        start(p, i, bases.packed(), bases.floats());
+    }
     void start_rows(Partition &p, int i, float *g, TableRows &rows) {
         floats_[size_t(i)] = rows.floats();
         if (p.size == 1) return;
@@ -581,7 +683,7 @@ class GradientReduce {
             return;
         }
         rows.pack(g);
-        tables_[size_t(i)] = {&rows, g};
+        tables_[size_t(i)] = {&rows, nullptr, g};
         start(p, i, rows.packed(), rows.floats());
     }
     // The floats gradient i's all-reduce sums (0 before its first).
@@ -606,12 +708,14 @@ class GradientReduce {
         exposed.seconds += std::max(0.0, end - std::max(begin, last_post_[size_t(i)]));
         TableGradient &t = tables_[size_t(i)];
         if (t.rows != nullptr) t.rows->unpack(t.grad);
+        if (t.bases != nullptr) t.bases->bases_grad(t.grad);
         t = TableGradient{};
     }
 
   private:
     struct TableGradient {
         TableRows *rows = nullptr;
+        BasisTable *bases = nullptr;
         float *grad = nullptr;
     };
     std::vector<TableGradient> tables_;    // per gradient reduced as table rows: where the sums go
@@ -846,7 +950,11 @@ inline void link_loss_rel_grad(Partition &p, const float * /*z: as above*/, cons
 }  // namespace mpi
 
 namespace op {
-// Adam / AdamW on this rank's share of a table (TableRows).
+// Adam / AdamW on this rank's share of a table (TableRows, BasisTable).
+inline void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t /*rows*/, idx_t /*M*/,
+                      mpi::BasisTable &table, double lr, double b1, double b2, double eps, double wd, int64_t step) {
+    table.share().adam_step(decoupled, p, g, m, v, AdamConfig{lr, b1, b2, eps, wd}, step);
+}
 inline void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t /*rows*/, idx_t /*M*/,
                       mpi::TableRows &table, double lr, double b1, double b2, double eps, double wd, int64_t step) {
     table.share().adam_step(decoupled, p, g, m, v, AdamConfig{lr, b1, b2, eps, wd}, step);

@@ -54,6 +54,7 @@ class MPIEmitter(OpenMPEmitter):
         self.overlapped: set = set()        # ops whose call runs the halo exchange behind interior rows
         self.table_rows: dict = {}          # table-gradient id -> its TableRows member (reduced as rows)
         self.table_reads: dict = {}         # table id -> the forward lookups' (types, rows, count) reading it
+        self.basis_tables: set = set()      # bases-gradient ids computed from reduced pair sums (BasisTable)
 
     # -- what the OpenMP lowering keeps and what it gives up here -------------------------------
     def lower_program(self) -> tuple:
@@ -227,6 +228,8 @@ class MPIEmitter(OpenMPEmitter):
         return lines
 
     def _start_reduction(self, i: int, prm, g: Value) -> str:
+        if g.id in self.basis_tables:             # the bases' pair sums (dV made after the sum)
+            return f"m.grads.start_bases(m.part, {i}, {self.ptr(g)}, m.{self.table_rows[g.id]})"
         if g.id in self.table_rows:               # only the rows some rank's lookups wrote
             return f"m.grads.start_rows(m.part, {i}, {self.ptr(g)}, m.{self.table_rows[g.id]})"
         return f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)})"
@@ -281,6 +284,34 @@ class MPIEmitter(OpenMPEmitter):
         started = {i: k for k, i in enumerate(self.grad_started)}
         order = sorted(range(len(pairs)), key=lambda k: started.get(pairs[k][0], len(started)))
         return [line for k in order for line in (pairs[k][1], steps[k])]
+
+    def op_typed_linear_bases_grad(self, op, x, a, g):
+        """The bases of featureless basis lookups, V[B][nodes][M], under Adam, which only the
+        lookups and their coefficients' gradient read (at the same rows): the lookups' pair sums
+        are reduced and each rank makes the rows of dV it steps from them (distributed.h,
+        BasisTable), instead of reducing the whole of dV."""
+        out = op.output
+        bases = next((prm.value for prm in self.p.params
+                      if self.p.grads.get(prm.name) is not None and self.p.grads[prm.name].id == out.id), None)
+        readers = [r for r in self.p.invariant + self.p.forward + self.p.backward
+                   if bases is not None and any(v.id == bases.id for v in r.inputs)]
+        if (bases is None or not self.row_gradients or self.p.optimizer.kind not in ("adam", "adamw")
+                or self.readers.get(out.id)
+                or not all(r.opcode in ("typed_linear_bases", "typed_linear_bases_coef_grad")
+                           and r.inputs[0].id == x.id and r.attrs.get("domain", a.domain) == a.domain
+                           for r in readers)):
+            return super().op_typed_linear_bases_grad(op, x, a, g)
+        plan, B, M = self.basis_plan(x, a.domain), self.dim(bases.shape[0]), self.width(out)
+        name = f"bases{out.id}"
+        self.table_rows[out.id] = name
+        self.basis_tables.add(out.id)
+        self.members.append(f"mg::mpi::BasisTable {name};")
+        self.extra_bytes.append(f"m.{name}.bytes()")
+        self.prepare.append(f"m.{name}.build(m.part, {plan}, {B}, {self.identity_nodes}, {M})")
+        self.row_grads[out.id] = (f"m.{name}", f"{B} * {self.identity_nodes}", M)
+        self.lookup_sums_of[plan] = None          # the plan's scratch holds no sums of g now
+        return self.timed("typed_linear", f"m.{name}.pack({self.ptr(g)}, {self.ptr(a)})", f"8.0 * {self.numel(g)}",
+                          f"1.0 * {self.numel(g)}", kernel="mg::mpi::BasisTable::pack")
 
     def op_linear(self, op, x, w):
         self._note_table_read(op, x, w, "nullptr")

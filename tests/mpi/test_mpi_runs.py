@@ -10,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from tests.e2e.support import REPO, assert_clean_failure, example, run_cli
 from tests.mpi.support import assert_same_run, train
@@ -63,6 +64,27 @@ def test_a_featureless_table_reduces_only_the_rows_some_rank_looks_up(tmp_path):
             assert figures["allreduce_floats_per_epoch"] == expected, figures
 
 
+def test_basis_lookups_reduce_their_pair_sums_not_the_bases(tmp_path):
+    """examples/rgcn_bases.mp on a featureless graph: the bases V1[30][node][16] are read at
+    every source, so the all-reduce sums the (edge type, source) pairs' sums of the lookups'
+    gradient (16 wide) instead of V1's gradient, and S1's rows and the small weights whole."""
+    from morphgen.data.npz import save_npz
+    from tests.e2e.support import typed_dataset
+    dataset = typed_dataset(features=None, nodes=64, edges=320, etypes=12)
+    data = save_npz(dataset, tmp_path / "typed.npz")
+    g, classes, bases = dataset.graph, dataset.num_classes, 30
+    pairs = len(set(zip(g.etype.tolist(), g.src.tolist())))
+    assert pairs * 16 < bases * g.num_nodes * 16 / 4
+    small = 2 * g.num_etypes * bases + 16 + bases * 16 * classes + 16 * classes + classes   # A1, A2, b1, V2, S2, b2
+    expected = pairs * 16 + g.num_nodes * 16 + small
+    reference = train(tmp_path, "rgcn_bases", str(data))
+    for ranks in (2, 4):
+        run = train(tmp_path, "rgcn_bases", str(data), backend="mpi", ranks=ranks)
+        assert_same_run(reference, run, 1e-5, f"rgcn_bases (featureless) on {ranks} ranks")
+        for figures in run["per_rank"]:
+            assert figures["allreduce_floats_per_epoch"] == expected, figures
+
+
 def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):
     """Three epochs on one backend, three more from its checkpoint on the other: the losses of
     one six-epoch run.  The MPI run also saves after every epoch (--checkpoint-every 1: every
@@ -80,20 +102,21 @@ def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):
         assert_same_run(tail, run, 1e-5, what)
 
 
-def test_checkpoints_of_tables_stepped_in_shares_hold_every_row(tmp_path):
-    """A featureless R-GCN's tables are stepped in shares, each rank its own rows (TableRows):
-    a checkpoint (and the weights) still hold every row as one process has it, so a run
-    resumed from a 2-rank checkpoint on one process, or from one process's on 4 ranks, gives
-    the losses of the uninterrupted run."""
+@pytest.mark.parametrize("model", ["rgcn", "rgcn_bases"])
+def test_checkpoints_of_tables_stepped_in_shares_hold_every_row(tmp_path, model):
+    """A featureless R-GCN's tables (and the bases of its basis-decomposed form) are stepped in
+    shares, each rank its own rows (TableRows, BasisTable): a checkpoint (and the weights)
+    still hold every row as one process has it, so a run resumed from a 2-rank checkpoint on
+    one process, or from one process's on 4 ranks, gives the losses of the uninterrupted run."""
     from morphgen.data.npz import save_npz
     from tests.e2e.support import typed_dataset
     data = str(save_npz(typed_dataset(features=None, nodes=64, edges=320, etypes=12), tmp_path / "typed.npz"))
-    whole = train(tmp_path, "rgcn", data, epochs=6)
+    whole = train(tmp_path, model, data, epochs=6)
     ck_mpi, ck_omp = tmp_path / "mpi.ck", tmp_path / "omp.ck"
-    train(tmp_path, "rgcn", data, "--checkpoint", ck_mpi, "--checkpoint-every", 1, backend="mpi", ranks=2, epochs=3)
-    resumed = train(tmp_path, "rgcn", data, "--resume", ck_mpi, epochs=3, tag="resumed")
-    train(tmp_path, "rgcn", data, "--checkpoint", ck_omp, epochs=3, tag="first")
-    resumed_mpi = train(tmp_path, "rgcn", data, "--resume", ck_omp, backend="mpi", ranks=4, epochs=3)
+    train(tmp_path, model, data, "--checkpoint", ck_mpi, "--checkpoint-every", 1, backend="mpi", ranks=2, epochs=3)
+    resumed = train(tmp_path, model, data, "--resume", ck_mpi, epochs=3, tag="resumed")
+    train(tmp_path, model, data, "--checkpoint", ck_omp, epochs=3, tag="first")
+    resumed_mpi = train(tmp_path, model, data, "--resume", ck_omp, backend="mpi", ranks=4, epochs=3)
     tail = dict(whole, history=whole["history"][3:])
     for run, what in ((resumed, "openmp from an mpi checkpoint"), (resumed_mpi, "4 ranks from an openmp checkpoint")):
         run = dict(run, history=[dict(r, epoch=r["epoch"] + 3) for r in run["history"]])
