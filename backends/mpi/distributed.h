@@ -542,7 +542,9 @@ class TableRows {
 // edge's source: reducing dV would move nearly the whole [B, P, M] table.  The pair sums S are
 // reduced instead (RowSums over the pairs some rank's lookups make: at most one per edge, M
 // wide), and each rank computes dV, from the summed pairs and A as it was when the backward ran,
-// for the rows it steps: every basis of the nodes its lookups read (TableShare).
+// for the rows it steps: every basis of the nodes its lookups read (TableShare).  (The owners
+// alone computing and stepping their nodes' rows, then sending the rows that peers read as
+// ghosts, B x M floats each, was slower: on mutag the sends took 9 of a 38 ms epoch.)
 class BasisTable {
   public:
     // plan: this rank's lookups (BasisLookupPlan: its pairs, keyed row * types + type); bases B,
@@ -559,7 +561,8 @@ class BasisTable {
         for (int64_t key : local)
             pair_key_.push_back(int64_t(std::lower_bound(sums_.keys.begin(), sums_.keys.end(), key) - sums_.keys.begin()));
         rows_.clear();
-        for (idx_t i = 0; i < plan.distinct_rows(); ++i) rows_.push_back(pairs.keys[size_t(plan.row_start[size_t(i)])] / types_);
+        for (idx_t i = 0; i < plan.distinct_rows(); ++i)
+            rows_.push_back(pairs.keys[size_t(plan.row_start[size_t(i)])] / types_);
         std::vector<int64_t> touched;       // every basis's row of each node read here, increasing
         for (int64_t b = 0; b < bases; ++b)
             for (int64_t s : rows_) touched.push_back(b * rows_per_basis + s);
@@ -575,7 +578,8 @@ class BasisTable {
     float *packed() { return sums_.packed(); }
     int64_t bytes() const {
         return sums_.bytes() + share_.bytes() +
-               int64_t((pair_key_.size() + rows_.size() + 2 * pairs_of_.size()) * sizeof(int64_t) + a_.size() * 4);
+               int64_t((pair_key_.size() + rows_.size() + 2 * pairs_of_.size()) * sizeof(int64_t) +
+                       a_.size() * sizeof(float));
     }
     TableShare &share() { return share_; }
 
@@ -661,19 +665,11 @@ class GradientReduce {
                   "gradient all-reduce");
         if (progress_->running()) progress_->watch(&reqs_[size_t(2 * i)], 2, &done_[size_t(i)]);
     }
-    // A table gradient whose lookups write `rows.keys` only: those rows are reduced (TableRows),
+    // The bases of basis lookups: their pair sums are reduced (BasisTable); after the wait, the
+    // program computes the rows of dV this rank steps from them (BasisTable::bases_grad).
+    void start_bases(Partition &p, int i, BasisTable &bases) { start(p, i, bases.packed(), bases.floats()); }
+    // A table gradient whose lookups write some rows only: those rows are reduced (TableRows),
     // and wait() writes their sums back into g.
-    // The bases of basis lookups: their pair sums are reduced (BasisTable), and wait() computes
-    // the rows of dV this rank steps from them.
-    void start_bases(Partition &p, int i, float *dV, BasisTable &bases) {
-        floats_[size_t(i)] = bases.floats();
-        if (p.size == 1) {
-            bases.bases_grad(dV);
-            return;
-        }
-        tables_[size_t(i)] = {nullptr, &bases, dV};
-        start(p, i, bases.packed(), bases.floats());
-    }
     void start_rows(Partition &p, int i, float *g, TableRows &rows) {
         floats_[size_t(i)] = rows.floats();
         if (p.size == 1) return;
@@ -683,7 +679,7 @@ class GradientReduce {
             return;
         }
         rows.pack(g);
-        tables_[size_t(i)] = {&rows, nullptr, g};
+        tables_[size_t(i)] = {&rows, g};
         start(p, i, rows.packed(), rows.floats());
     }
     // The floats gradient i's all-reduce sums (0 before its first).
@@ -708,14 +704,12 @@ class GradientReduce {
         exposed.seconds += std::max(0.0, end - std::max(begin, last_post_[size_t(i)]));
         TableGradient &t = tables_[size_t(i)];
         if (t.rows != nullptr) t.rows->unpack(t.grad);
-        if (t.bases != nullptr) t.bases->bases_grad(t.grad);
         t = TableGradient{};
     }
 
   private:
     struct TableGradient {
         TableRows *rows = nullptr;
-        BasisTable *bases = nullptr;
         float *grad = nullptr;
     };
     std::vector<TableGradient> tables_;    // per gradient reduced as table rows: where the sums go

@@ -228,8 +228,8 @@ class MPIEmitter(OpenMPEmitter):
         return lines
 
     def _start_reduction(self, i: int, prm, g: Value) -> str:
-        if g.id in self.basis_tables:             # the bases' pair sums (dV made after the sum)
-            return f"m.grads.start_bases(m.part, {i}, {self.ptr(g)}, m.{self.table_rows[g.id]})"
+        if g.id in self.basis_tables:             # the bases' pair sums (dV made after the wait)
+            return f"m.grads.start_bases(m.part, {i}, m.{self.table_rows[g.id]})"
         if g.id in self.table_rows:               # only the rows some rank's lookups wrote
             return f"m.grads.start_rows(m.part, {i}, {self.ptr(g)}, m.{self.table_rows[g.id]})"
         return f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)})"
@@ -274,7 +274,12 @@ class MPIEmitter(OpenMPEmitter):
             if g is None:
                 continue
             start = "" if i in self.grad_started else f"{self._start_reduction(i, prm, g)}; "
-            pairs.append((i, self.timed("allreduce_wait", f"{start}m.grads.wait({i}, m.timers[{exposed}])")))
+            wait = self.timed("allreduce_wait", f"{start}m.grads.wait({i}, m.timers[{exposed}])")
+            if g.id in self.basis_tables:         # dV's rows from the summed pairs, then the step
+                n = self.numel(g)
+                wait += " " + self.timed("typed_linear", f"m.{self.table_rows[g.id]}.bases_grad({self.ptr(g)})",
+                                         f"4.0 * {n}", f"2.0 * {n}", kernel="mg::mpi::BasisTable::bases_grad")
+            pairs.append((i, wait))
         self.complete_weights = [f"m.{self.table_rows[g.id]}.share().complete(m.part, m.p{i}.data)"
                                  for i, g in self._table_params()]
         self.complete_state = [f"m.{self.table_rows[g.id]}.share().complete(m.part, m.p{i}.data, m.m{i}.data, "
