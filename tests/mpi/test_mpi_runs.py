@@ -42,45 +42,34 @@ def test_halo_bytes_equal_the_partition_figure(tmp_path):
     assert run["profile"] == run["per_rank"][0]["profile"]
 
 
-def test_a_featureless_table_reduces_only_the_rows_some_rank_looks_up(tmp_path):
-    """examples/rgcn.mp on a featureless graph: W1[etype][node] is read at (edge type, source)
-    pairs and S1[node] at every node, so the gradient all-reduce sums those rows of the two
-    tables (16 wide) and the small weights whole, on any rank count; the numbers stay one
-    process's."""
+def _relational_small_weights(model: str, etypes: int, classes: int) -> int:
+    """The floats of examples/MODEL.mp's weights other than its first layer's tables, all
+    reduced whole: rgcn's b1, W2, S2, b2; rgcn_bases's also A1 and A2 (30 bases)."""
+    second_layer = 16 + 16 * classes + classes                          # b1, S2, b2
+    if model == "rgcn":
+        return second_layer + etypes * 16 * classes                      # W2
+    return second_layer + 2 * etypes * 30 + 30 * 16 * classes           # A1, A2, V2
+
+
+@pytest.mark.parametrize("model", ["rgcn", "rgcn_bases"])
+def test_featureless_tables_reduce_only_what_the_lookups_make(tmp_path, model):
+    """On a featureless graph the first layer reads its tables at (edge type, source) pairs:
+    rgcn's W1[etype][node] rows, rgcn_bases's bases V1[30][node] through pairs of a type and a
+    source, and S1[node] at every node.  So the gradient all-reduce sums one 16-wide row per
+    pair (W1's rows, or the lookups' pair sums that V1's gradient is made from), S1's rows and
+    the small weights whole, on any rank count; the numbers stay one process's."""
     from morphgen.data.npz import save_npz
     from tests.e2e.support import typed_dataset
     dataset = typed_dataset(features=None, nodes=64, edges=320, etypes=12)
     data = save_npz(dataset, tmp_path / "typed.npz")
-    g, classes = dataset.graph, dataset.num_classes
+    g = dataset.graph
     pairs = len(set(zip(g.etype.tolist(), g.src.tolist())))
     assert pairs < g.num_etypes * g.num_nodes / 2, "the test graph reads too much of the table"
-    small = 16 + g.num_etypes * 16 * classes + 16 * classes + classes     # b1, W2, S2, b2
-    expected = pairs * 16 + g.num_nodes * 16 + small
-    reference = train(tmp_path, "rgcn", str(data))
+    expected = pairs * 16 + g.num_nodes * 16 + _relational_small_weights(model, g.num_etypes, dataset.num_classes)
+    reference = train(tmp_path, model, str(data))
     for ranks in (2, 4):
-        run = train(tmp_path, "rgcn", str(data), backend="mpi", ranks=ranks)
-        assert_same_run(reference, run, 1e-5, f"rgcn (featureless) on {ranks} ranks")
-        for figures in run["per_rank"]:
-            assert figures["allreduce_floats_per_epoch"] == expected, figures
-
-
-def test_basis_lookups_reduce_their_pair_sums_not_the_bases(tmp_path):
-    """examples/rgcn_bases.mp on a featureless graph: the bases V1[30][node][16] are read at
-    every source, so the all-reduce sums the (edge type, source) pairs' sums of the lookups'
-    gradient (16 wide) instead of V1's gradient, and S1's rows and the small weights whole."""
-    from morphgen.data.npz import save_npz
-    from tests.e2e.support import typed_dataset
-    dataset = typed_dataset(features=None, nodes=64, edges=320, etypes=12)
-    data = save_npz(dataset, tmp_path / "typed.npz")
-    g, classes, bases = dataset.graph, dataset.num_classes, 30
-    pairs = len(set(zip(g.etype.tolist(), g.src.tolist())))
-    assert pairs * 16 < bases * g.num_nodes * 16 / 4
-    small = 2 * g.num_etypes * bases + 16 + bases * 16 * classes + 16 * classes + classes   # A1, A2, b1, V2, S2, b2
-    expected = pairs * 16 + g.num_nodes * 16 + small
-    reference = train(tmp_path, "rgcn_bases", str(data))
-    for ranks in (2, 4):
-        run = train(tmp_path, "rgcn_bases", str(data), backend="mpi", ranks=ranks)
-        assert_same_run(reference, run, 1e-5, f"rgcn_bases (featureless) on {ranks} ranks")
+        run = train(tmp_path, model, str(data), backend="mpi", ranks=ranks)
+        assert_same_run(reference, run, 1e-5, f"{model} (featureless) on {ranks} ranks")
         for figures in run["per_rank"]:
             assert figures["allreduce_floats_per_epoch"] == expected, figures
 
