@@ -370,7 +370,6 @@ class RowSums {
     float *packed() { return packed_.data(); }
     const float *packed() const { return packed_.data(); }
     int64_t floats() const { return int64_t(packed_.size()); }
-    bool mine(int64_t k) const { return mine_[size_t(k)] != 0; }
     int64_t bytes() const { return int64_t(keys.size() * (sizeof(int64_t) + 1) + packed_.size() * sizeof(float)); }
     // Copies this rank's rows of g (a [*, width] array) into the packed rows, zero in the others.
     void pack(const float *g) {

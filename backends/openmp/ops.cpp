@@ -465,15 +465,9 @@ void adam(bool decoupled, float *p, const float *g, float *m, float *v, idx_t n,
 }
 
 void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t rows, idx_t M,
-               const idx_t *keys, idx_t num_keys, double lr, double b1, double b2, double eps, double wd,
-               int64_t step) {
-    AdamConfig c{lr, b1, b2, eps, wd};
-    adam_rows_step(p, g, m, v, rows, M, keys, num_keys, c, step, decoupled);
-}
-
-void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t rows, idx_t M,
                const EmbeddingPlan &plan, double lr, double b1, double b2, double eps, double wd, int64_t step) {
-    adam_rows(decoupled, p, g, m, v, rows, M, plan.keys.data(), plan.unique, lr, b1, b2, eps, wd, step);
+    AdamConfig c{lr, b1, b2, eps, wd};
+    adam_rows_step(p, g, m, v, rows, M, plan.keys.data(), plan.unique, c, step, decoupled);
 }
 
 void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double momentum, double wd, int64_t step) {

@@ -379,11 +379,6 @@ void adam(bool decoupled, float *p, const float *g, float *m, float *v, idx_t n,
 // Adam / AdamW on a [rows, M] table whose gradient holds only plan.keys' rows (embedding_rows_grad_rows).
 void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t rows, idx_t M,
                const EmbeddingPlan &plan, double lr, double b1, double b2, double eps, double wd, int64_t step);
-// The same on the rows keys[0 .. num_keys) (increasing), wherever they come from (the MPI
-// backend's table rows written on any rank).
-void adam_rows(bool decoupled, float *p, const float *g, float *m, float *v, idx_t rows, idx_t M,
-               const idx_t *keys, idx_t num_keys, double lr, double b1, double b2, double eps, double wd,
-               int64_t step);
 void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double momentum, double wd, int64_t step);
 
 }  // namespace op
