@@ -137,6 +137,13 @@ class DiagnosticSink:
         self.context: list = []
 
     def error(self, coord, message: str) -> None:
+        self._add(coord, message, "error")
+
+    def warning(self, coord, message: str) -> None:
+        """Something the program does that it probably does not mean; it still compiles."""
+        self._add(coord, message, "warning")
+
+    def _add(self, coord, message: str, severity: str) -> None:
         line = getattr(coord, "line", 1) or 1
         col = getattr(coord, "col", 1) or 1
         # one diagnostic per mistake: a function called twice repeats its errors, and only the
@@ -150,10 +157,11 @@ class DiagnosticSink:
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE] + "..."
         src = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        self.items.append(Diagnostic(self.filename, line, col, message, "error", src))
+        self.items.append(Diagnostic(self.filename, line, col, message, severity, src))
 
     def sorted(self) -> list:
         return sorted(self.items, key=lambda d: (d.line, d.col))
 
     def __bool__(self) -> bool:
-        return bool(self.items)
+        """Whether there are errors (warnings do not stop a compilation)."""
+        return any(d.severity == "error" for d in self.items)

@@ -454,6 +454,8 @@ def compile(path, backend: str = "openmp", **kwargs) -> CompiledModel:
     from .frontend import compile_file
     require_backend(backend)
     front = compile_file(str(path))          # diagnose now, not at fit time
+    for warning in front.warnings:
+        warnings.warn(warning.render(), stacklevel=2)
     model = CompiledModel(path, backend=backend, **kwargs)
     model._front = front                     # read once: its task and graph options serve bind()
     return model

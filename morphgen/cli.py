@@ -175,12 +175,24 @@ def _cmd_check(args) -> int:
 
 def _cmd_compile(args) -> int:
     from . import commands
+    _print_program_warnings(args.model)
     return commands.compile_command(args)
 
 
 def _cmd_train(args) -> int:
     from . import commands
+    _print_program_warnings(args.model)
     return commands.train_command(args)
+
+
+def _print_program_warnings(path) -> None:
+    """The program's warnings (`morphgen check` lists them too), said once before the command's
+    work; a program with errors gets them from the command itself."""
+    from .frontend import check_file
+    from .grammar.diagnostics import render_all
+    diagnostics = check_file(path)
+    if diagnostics and not any(d.severity == "error" for d in diagnostics):
+        print(render_all(diagnostics), file=sys.stderr)
 
 
 def _cmd_doctor(args) -> int:

@@ -54,6 +54,7 @@ class Program:
     # 5 wide holding a C-wide value): [(the value's width, the declared one, what, loc)], checked
     # by bind().
     width_claims: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)    # the front end's warnings (Diagnostic)
     _next_id: int = 0
 
     # -- construction -------------------------------------------------------------------

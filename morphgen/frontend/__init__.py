@@ -63,10 +63,12 @@ def _stack_room(frames: int):
 
 
 def compile_source(text: str, filename: str = "<string>"):
-    """Lower ``text`` to a :class:`morphgen.ir.Program`; raise CompileError listing every error."""
+    """Lower ``text`` to a :class:`morphgen.ir.Program`; raise CompileError listing every error.
+    The program's ``warnings`` list what it does that it probably does not mean."""
     program, diagnostics = _run(text, filename)
-    if diagnostics:
-        raise CompileError(diagnostics)
+    if any(d.severity == "error" for d in diagnostics):
+        raise CompileError([d for d in diagnostics if d.severity == "error"])
+    program.warnings = diagnostics
     return program
 
 
@@ -87,7 +89,8 @@ def compile_file(path):
 
 
 def check_source(text: str, filename: str = "<string>") -> list:
-    """Every diagnostic for ``text`` (empty when the program is correct); never raises."""
+    """Every diagnostic for ``text``, errors and warnings (empty when there is nothing to say);
+    never raises."""
     return _run(text, filename)[1]
 
 

@@ -56,6 +56,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
         self._training: dict = {}         # node -> whether it calls a training directive
         self.current = None               # the coordinate of the statement being lowered
         self.batch_norms = 0              # batch_norm calls so far: names their running statistics
+        self.stores: list = []            # (coord, property, value) of every property assignment
 
     # == entry ==============================================================================
     def lower_module(self, module: A.Module):
@@ -75,7 +76,26 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
             pass
         if self.sink:
             return None
+        self.warn_unused_stores()
         return self.program
+
+    def warn_unused_stores(self):
+        """A property assignment whose value neither the loss nor the output depends on is
+        dropped with the rest of the dead forward ops: say so, once per statement (a helper
+        called twice assigns twice; the statement counts as used if either value is)."""
+        p = self.program
+        live = {v.id for v in (p.loss, p.logits) if v is not None}
+        for op in reversed(p.forward):
+            if op.output is not None and op.output.id in live:
+                live |= {v.id for v in op.inputs}
+        statements = {}
+        for coord, name, value in self.stores:
+            entry = statements.setdefault((coord.line, coord.col), [coord, name, False])
+            entry[2] = entry[2] or value.id in live
+        for coord, name, used in statements.values():
+            if not used:
+                self.sink.warning(coord, f"'{name}' is assigned here, but neither the loss nor the output "
+                                         f"depends on it: the statement is dropped")
 
     def _params(self, fn: A.Function):
         graph = None
@@ -393,6 +413,7 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
         if not value.name:
             value.name = sym.name
         sym.value, sym.poisoned = value, False
+        self.stores.append((s.coord, sym.name, value))
 
     def assign_name(self, s):
         name = s.target.name

@@ -61,6 +61,40 @@ def test_check_rejects_a_bad_program_with_a_located_message(tmp_path):
     assert_clean_failure(proc, 2, f"{bad}:9:", "error:")
 
 
+def _program_with_an_unused_store(tmp_path):
+    """examples/sgc.mp with one more property, assigned after the output and read by nothing."""
+    source = example("sgc").read_text()
+    head, loop = source.split("for (int epoch", 1)
+    body, tail = loop.split("gnn.loss", 1)
+    program = tmp_path / "unused.mp"
+    program.write_text(head.rstrip() + "\n    propNode<float[C]> unused;\n    for (int epoch" + body
+                       + "forall (v in g.nodes()) { v.unused = v.out * 2.0; }\n        gnn.loss" + tail)
+    line = program.read_text().splitlines().index("forall (v in g.nodes()) { v.unused = v.out * 2.0; }".join(
+        ["        ", ""])) + 1
+    return program, line
+
+
+def test_an_unused_store_is_a_warning_from_check_compile_and_train(tmp_path):
+    """A warning is said (located, once) and changes nothing else: check says ok, compile and
+    train run, the exit status is 0."""
+    program, line = _program_with_an_unused_store(tmp_path)
+    checked = run_cli("check", program)
+    assert checked.returncode == 0 and "ok" in checked.stdout, checked.stderr
+    assert f"{program}:{line}:" in checked.stderr and "warning: 'unused' is assigned here" in checked.stderr
+    trained = run_cli("train", program, "--dataset", "synthetic:nodes=120,edges=600,features=17,classes=3",
+                      "--epochs", 2, "--threads", 1, "--quiet")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert trained.stderr.count("warning: 'unused' is assigned here") == 1, trained.stderr
+    assert "Traceback" not in trained.stderr
+
+
+def test_an_unused_store_is_a_python_warning_from_the_api(tmp_path):
+    import morphgen
+    program, line = _program_with_an_unused_store(tmp_path)
+    with pytest.warns(UserWarning, match=f"{program.name}:{line}:.*'unused' is assigned here"):
+        morphgen.compile(program)
+
+
 def test_check_of_a_missing_file(tmp_path):
     proc = run_cli("check", tmp_path / "nowhere.mp")
     assert_clean_failure(proc, 2, "nowhere.mp")

@@ -237,3 +237,50 @@ def test_gat_layer_heads_concatenate_or_average(concat, out_width):
     assert o.count("head_mul") == 1 and o.count("head_mean") == (0 if concat else 1)
     attention_dropouts = [op for op in prog.forward if op.opcode == "dropout" and op.output.assoc == "edge"]
     assert len(attention_dropouts) == 1 and attention_dropouts[0].attrs["p"] == 0.5
+
+
+UNUSED_STORE_DECLS = """    weight<float[F][16]> W = glorot;  weight<float[16][C]> O = glorot;
+    propNode<float[16]> h;  propNode<float[C]> out;  propNode<float[C]> extra;  propNode<float[16]> early;
+"""
+
+
+def test_a_property_nothing_depends_on_is_a_located_warning_and_the_program_compiles():
+    """A value assigned to a property that neither the loss nor the output depends on is
+    dropped with the dead forward ops: a warning at the statement (once, however often it
+    runs), the program still compiles, and an overwritten store counts as unused too."""
+    src = program(UNUSED_STORE_DECLS, """        forall (v in g.nodes()) { v.early = v.x * W; }
+        forall (v in g.nodes()) { v.h = relu(v.x * W); }
+        for (int k = 0; k < 2; k++) {
+            forall (v in g.nodes()) { v.early = v.h * 2.0; }
+        }
+        forall (v in g.nodes()) { v.out = v.h * O; }
+        forall (v in g.nodes()) { v.extra = v.out + 1.0; }
+""")
+    diagnostics = check_source(src, "m.mp")
+    assert [(d.severity, d.line, d.col) for d in diagnostics] == [("warning", 6, 43), ("warning", 9, 47),
+                                                                  ("warning", 12, 43)]
+    assert all("neither the loss nor the output depends on it" in d.message for d in diagnostics)
+    assert {d.message.split("'")[1] for d in diagnostics} == {"early", "extra"}
+    prog = compile_source(src, "m.mp")
+    assert [d.line for d in prog.warnings] == [6, 9, 12]
+
+
+def test_a_store_read_by_what_the_loss_needs_is_no_warning():
+    """Stores that feed the loss, directly or through a helper called twice (one call's result
+    used), and a property read again after its first store, warn about nothing."""
+    src = (HEAD + """    weight<float[F][16]> W = glorot;  weight<float[16][C]> O = glorot;
+    propNode<float[16]> h;  propNode<float[16]> a;  propNode<float[C]> out;
+    gnn.optimizer("sgd", lr = 0.1);
+    for (int epoch = 0; epoch < 3; epoch++) {
+        forall (v in g.nodes()) { v.h = v.x * W; }
+        forall (v in g.nodes()) { v.h = relu(v.h); }
+        forall (v in g.nodes()) { v.a = Sum(u in g.neighbors(v): u.h); }
+        forall (v in g.nodes()) { v.out = v.a * O; }
+        gnn.loss(out, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+""")
+    assert check_source(src, "m.mp") == []
+    assert compile_source(src, "m.mp").warnings == []

@@ -86,7 +86,7 @@ DECLARATIONS = {
     "temporary in forall": (HEAD + TRAIN).replace("{ v.out", "{ float @@ = 1.0; v.out"),
     "forall variable": HEAD + "    forall (@@ in g.nodes()) { }\n" + TRAIN,
     "reduction variable": (HEAD + "    propNode<float[C]> s;\n" + TRAIN).replace(
-        "v.out = v.x * W;", "v.s = Sum(@@ in v.incoming_edges(): v.x * W); v.out = v.x * W;"),
+        "v.out = v.x * W;", "v.s = Sum(@@ in v.incoming_edges(): v.x * W); v.out = v.x * W + v.s;"),
     "labels parameter": (HEAD + TRAIN).replace("propNode<int[C]> y", "propNode<int[C]> @@"),
     "graph parameter": (HEAD + TRAIN).replace("Graph g", "Graph @@").replace("g.nodes", "@@.nodes"),
     "size symbol": (HEAD + TRAIN).replace("float[F]> x", "float[@@]> x").replace("[F][C]", "[@@][C]"),
