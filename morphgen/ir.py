@@ -111,6 +111,16 @@ class Program:
         return {op.output.id: op for op in (self.all_ops() if ops is None else ops)
                 if op.output is not None}
 
+    def needed_value_ids(self) -> set:
+        """Ids of the values the loss, the output and the backward depend on, through forward
+        ops (which are pure: the others' results are dead)."""
+        needed = {v.id for v in (self.loss, self.logits) if v is not None}
+        needed |= {v.id for op in self.backward for v in op.inputs}
+        for op in reversed(self.forward):
+            if op.output is not None and op.output.id in needed:
+                needed |= {v.id for v in op.inputs}
+        return needed
+
     def symbols(self) -> set:
         """Size symbols still unbound anywhere in the program."""
         found = set()

@@ -234,27 +234,26 @@ class MPIEmitter(OpenMPEmitter):
             return f"m.grads.start_rows(m.part, {i}, {self.ptr(g)}, m.{self.table_rows[g.id]})"
         return f"m.grads.start(m.part, {i}, {self.ptr(g)}, {self.numel(prm.value)})"
 
+    def keeps_rows_only(self, grad: Value) -> bool:
+        """A table whose gradient keeps its looked-up rows is shared out between the ranks
+        (_embedding_grad), which needs its one lookup to be its only reader: a rank steps the
+        rows it reads, and another op could read others.  Otherwise whole gradients and steps."""
+        table = self.param_of_gradient(grad)
+        return (super().keeps_rows_only(grad) and len(self._readers_of(table)) == 1
+                and len(self.table_reads.get(table.id, [])) == 1)
+
+    def _readers_of(self, v: Value) -> list:
+        return [op for op in self.p.all_ops() if any(u.id == v.id for u in op.inputs)]
+
     def _embedding_grad(self, plan: str, g: Value, table_rows: str, M: str, out: Value) -> str:
-        """A table whose gradient only Adam reads, and which one lookup reads, is shared out
-        between the ranks (distributed.h, TableRows): the all-reduce sums the rows that some
-        rank's lookups write (on aifb's R-GCN about a twelfth of the per-relation tables), and
-        each rank steps the rows it reads and its range of the rows nobody reads.  A table that
-        another op reads too keeps whole gradients and steps (every rank reads all it steps)."""
-        table = next((prm.value for prm in self.p.params
-                      if self.p.grads.get(prm.name) is not None and self.p.grads[prm.name].id == out.id), None)
-        readers = [op for op in self.p.invariant + self.p.forward + self.p.backward
-                   if table is not None and any(v.id == table.id for v in op.inputs)]
-        reads = self.table_reads.get(table.id, []) if table is not None else []
-        if len(readers) > 1 or len(reads) != 1:
-            self.row_gradients = False
-            try:
-                return super()._embedding_grad(plan, g, table_rows, M, out)
-            finally:
-                self.row_gradients = True
+        """A table shared out between the ranks (distributed.h, TableRows): the all-reduce sums
+        the rows that some rank's lookups write (on aifb's R-GCN about a twelfth of the
+        per-relation tables), and each rank steps the rows it reads or writes and its range of
+        the rows nobody reads."""
         call = super()._embedding_grad(plan, g, table_rows, M, out)
         if out.id in self.row_grads:
             name = f"table_rows{out.id}"
-            types, idx, count = reads[0]
+            types, idx, count = self.table_reads[self.param_of_gradient(out).id][0]
             self.table_rows[out.id] = name
             self.members.append(f"mg::mpi::TableRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
@@ -296,15 +295,11 @@ class MPIEmitter(OpenMPEmitter):
         are reduced and each rank makes the rows of dV it steps from them (distributed.h,
         BasisTable), instead of reducing the whole of dV."""
         out = op.output
-        bases = next((prm.value for prm in self.p.params
-                      if self.p.grads.get(prm.name) is not None and self.p.grads[prm.name].id == out.id), None)
-        readers = [r for r in self.p.invariant + self.p.forward + self.p.backward
-                   if bases is not None and any(v.id == bases.id for v in r.inputs)]
-        if (bases is None or not self.row_gradients or self.p.optimizer.kind not in ("adam", "adamw")
-                or self.readers.get(out.id)
+        bases = self.param_of_gradient(out)
+        if (not (self.row_gradients and self.only_adam_reads(out))
                 or not all(r.opcode in ("typed_linear_bases", "typed_linear_bases_coef_grad")
                            and r.inputs[0].id == x.id and r.attrs.get("domain", a.domain) == a.domain
-                           for r in readers)):
+                           for r in self._readers_of(bases))):
             return super().op_typed_linear_bases_grad(op, x, a, g)
         plan, B, M = self.basis_plan(x, a.domain), self.dim(bases.shape[0]), self.width(out)
         name = f"bases{out.id}"

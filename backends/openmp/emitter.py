@@ -1379,14 +1379,27 @@ class OpenMPEmitter:
         their sums.  When it is a weight's gradient that only Adam reads, the other rows, zero,
         are neither written here nor read by the step (adam_rows): on R-GCN's per-relation
         tables (aifb: 90 x 8,285 x 16 floats) only the few percent of rows an edge reads."""
-        is_weight_grad = any(v is not None and v.id == out.id for v in self.p.grads.values())
-        if (self.row_gradients and is_weight_grad and not self.readers.get(out.id)
-                and self.p.optimizer.kind in ("adam", "adamw")):
+        if self.keeps_rows_only(out):
             self.row_grads[out.id] = (plan, table_rows, M)
             return self.timed("typed_linear", f"mg::op::embedding_rows_grad_rows({plan}, {self.ptr(g)}, {M}, "
                               f"{self.ptr(out)})", f"8.0 * {self.numel(g)}")
         return self.timed("typed_linear", f"mg::op::embedding_rows_grad({plan}, {self.ptr(g)}, {table_rows}, {M}, "
                           f"{self.ptr(out)})", f"8.0 * {self.numel(g)}")
+
+    def keeps_rows_only(self, grad: Value) -> bool:
+        """Whether the table gradient ``grad`` keeps only its looked-up rows: on a backend whose
+        step can read rows (``row_gradients``), where only Adam reads it."""
+        return self.row_gradients and self.only_adam_reads(grad)
+
+    def only_adam_reads(self, grad: Value) -> bool:
+        """Whether ``grad`` is a weight's gradient that nothing but an Adam / AdamW step reads."""
+        return (self.param_of_gradient(grad) is not None and not self.readers.get(grad.id)
+                and self.p.optimizer.kind in ("adam", "adamw"))
+
+    def param_of_gradient(self, grad: Value) -> Optional[Value]:
+        """The weight whose gradient ``grad`` is, or None."""
+        return next((prm.value for prm in self.p.params
+                     if self.p.grads.get(prm.name) is not None and self.p.grads[prm.name].id == grad.id), None)
 
     # ---- featureless lookups of basis-decomposed weights (passes/basis_lookup.py) ----------------
     def basis_plan(self, x: Value, domain: str) -> str:

@@ -29,6 +29,7 @@ from morphgen.data.link import read_link_npz
 from morphgen.data.validate import (check_declared_count, check_edge_index, csr_from_parts, make_graph,
                                     require_integer, require_scalar_int)
 from morphgen.data.typed_features import CSR_PARTS
+from morphgen.outputs import CHECKPOINT_MAGIC
 from morphgen.graph import Graph
 
 
@@ -66,7 +67,7 @@ class NpzArchive:
                 raise DataError(f"{self.source}: holds a single array, expected an .npz archive of named arrays")
             if not head:
                 raise DataError(f"{self.source}: not a readable .npz archive (the file is empty)")
-            if head.startswith(b"MGCKPT"):
+            if head.startswith(CHECKPOINT_MAGIC):
                 raise DataError(f"{self.source}: is a morphgen checkpoint (--checkpoint, --resume), not a dataset")
             # numpy's own message for a file that is no zip suggests unpickling it
             if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):

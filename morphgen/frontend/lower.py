@@ -83,17 +83,13 @@ class Lowerer(ExpressionLowering, DirectiveLowering, CallLowering):
         """A property assignment whose value neither the loss nor the output depends on is
         dropped with the rest of the dead forward ops: say so, once per statement (a helper
         called twice assigns twice; the statement counts as used if either value is)."""
-        p = self.program
-        live = {v.id for v in (p.loss, p.logits) if v is not None}
-        for op in reversed(p.forward):
-            if op.output is not None and op.output.id in live:
-                live |= {v.id for v in op.inputs}
-        statements = {}
-        for coord, name, value in self.stores:
-            entry = statements.setdefault((coord.line, coord.col), [coord, name, False])
-            entry[2] = entry[2] or value.id in live
-        for coord, name, used in statements.values():
-            if not used:
+        needed = self.program.needed_value_ids()
+        used = {}                         # statement -> whether any of its stores is needed
+        for coord, _, value in self.stores:
+            key = (coord.line, coord.col)
+            used[key] = used.get(key, False) or value.id in needed
+        for coord, name, _ in self.stores:
+            if not used.pop((coord.line, coord.col), True):       # each statement said once
                 self.sink.warning(coord, f"'{name}' is assigned here, but neither the loss nor the output "
                                          f"depends on it: the statement is dropped")
 

@@ -70,13 +70,8 @@ def new_op(program: Program, opcode: str, inputs: list, attrs: dict, loc=None,
 
 def remove_dead_forward(program: Program) -> int:
     """Drop forward ops whose results nothing reads (forward ops are pure); returns the count."""
-    needed = {v.id for v in (program.loss, program.logits) if v is not None}
-    needed |= {v.id for op in program.backward for v in op.inputs}
-    kept = []
-    for op in reversed(program.forward):
-        if op.output is not None and op.output.id in needed:
-            kept.append(op)
-            needed |= {v.id for v in op.inputs}
+    needed = program.needed_value_ids()
+    kept = [op for op in program.forward if op.output is not None and op.output.id in needed]
     removed = len(program.forward) - len(kept)
-    program.forward = kept[::-1]
+    program.forward = kept
     return removed
