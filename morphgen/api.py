@@ -410,6 +410,13 @@ class CompiledModel:
     def load_checkpoint(self, path):
         self._bound("load_checkpoint")
         self.record.load_checkpoint(path)
+        from .outputs import checkpoint_seed
+        recorded = checkpoint_seed(path)
+        if recorded is not None and recorded != self.seed:
+            warnings.warn(f"load_checkpoint(): {path} was trained with seed {recorded}, this model has seed "
+                          f"{self.seed}: the epochs trained from here draw other dropout masks (and negative "
+                          f"samples) than the checkpoint's run would have; compile with seed={recorded} to "
+                          f"continue it exactly", stacklevel=2)
 
 
 # the pass's choices, and the unfused form (passes/edge_typed_linear.py)

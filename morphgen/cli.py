@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_model_args(p)
     _add_data_args(p)
     p.add_argument("--epochs", type=int, default=None, help="override the program's epoch count")
-    p.add_argument("--seed", type=arg_types.seed, default=0, help="seed for initialisation and dropout")
+    p.add_argument("--seed", type=arg_types.seed, default=None,
+                   help="seed for initialisation, dropout and negative sampling (default 0; with --resume, the "
+                        "checkpoint's)")
     p.add_argument("--threads", type=int, default=None,
                    help="OpenMP threads (per rank with --backend mpi; default: the cores this process may "
                         "run on, shared by the ranks)")

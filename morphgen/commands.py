@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -284,6 +285,7 @@ def train_command(args) -> int:
     if args.sanitize:
         _rerun_with_sanitizer_runtime()
     _check_outputs_writable(args)
+    resolve_seed(args)
     # From here on SIGTERM and SIGUSR1 stop the run at its next epoch's end, saved (stop_signals.py).
     with stop_on_signals(enabled=bool(args.checkpoint)) as stop:
         return _train_in_process(args, backend, stop)
@@ -332,7 +334,9 @@ def _train_in_process(args, backend, stop) -> int:
         print(f"morphgen: typed linears of rows read at edge ends: {', '.join(typed_layouts)}", file=sys.stderr)
     epochs_before = 0
     if args.resume:
-        model.load_checkpoint(args.resume)
+        with warnings.catch_warnings():     # a changed seed was said by resolve_seed, in the CLI's words
+            warnings.simplefilter("ignore", UserWarning)
+            model.load_checkpoint(args.resume)
         epochs_before = model.session.epoch()
     epochs = epochs_to_train(args, model.program.epochs, epochs_before)
     eval_every = max(1, epochs // 50)
@@ -412,6 +416,7 @@ def _train_distributed(args) -> int:
     if args.sanitize:
         raise UserError(f"morphgen: error: --sanitize is not supported with --backend {args.backend} yet")
     _check_outputs_writable(args)
+    resolve_seed(args)
     if args.parts_dir is not None and Path(args.parts_dir).exists() and not Path(args.parts_dir).is_dir():
         raise UserError(f"morphgen: error: --parts-dir {args.parts_dir}: exists and is not a folder")
     require_backend(args.backend).check_program(lower(args.model))   # before starting any rank
@@ -439,6 +444,20 @@ def _check_outputs_writable(args) -> None:
     check_output_file("--checkpoint", args.checkpoint, is_checkpoint, "checkpoint", inputs,
                       reusable_inputs=[args.resume])
     check_distinct([("--json", args.json_out), ("--checkpoint", args.checkpoint)])
+
+
+def resolve_seed(args) -> None:
+    """A resumed run keeps the seed of the run it continues (its dropout masks and negative
+    samples are keyed by seed and epoch, so only then does it equal the uninterrupted run); a
+    --seed that differs from the checkpoint's is obeyed, and said."""
+    from .outputs import checkpoint_seed
+    recorded = checkpoint_seed(args.resume) if args.resume else None
+    if args.seed is None:
+        args.seed = 0 if recorded is None else recorded
+    elif recorded is not None and recorded != args.seed:
+        print(f"morphgen: warning: --seed {args.seed}, but {args.resume} was trained with seed {recorded}: the "
+              f"resumed epochs draw other dropout masks (and negative samples) than the run would have drawn "
+              f"uninterrupted; leave --seed out to keep the checkpoint's", file=sys.stderr)
 
 
 def _rerun_with_sanitizer_runtime() -> None:

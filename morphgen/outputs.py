@@ -33,14 +33,29 @@ def is_checkpoint(path: Path) -> bool:
     return _head(path, len(CHECKPOINT_MAGIC)) == CHECKPOINT_MAGIC
 
 
+def _checkpoint_header(path) -> Optional[tuple]:
+    """(epochs trained, seed or None) from a checkpoint's header: the magic and format ("03", or
+    "02" before checkpoints recorded the seed), the program's fingerprint, the epoch counter as a
+    little-endian int64, then (03) the run's seed as a uint64.  None for a file that is not a
+    checkpoint of these formats (loading it says what is wrong)."""
+    head = _head(Path(path), 32)
+    if len(head) >= 32 and head[:8] == CHECKPOINT_MAGIC + b"03":
+        return int.from_bytes(head[16:24], "little", signed=True), int.from_bytes(head[24:32], "little")
+    if len(head) >= 24 and head[:8] == CHECKPOINT_MAGIC + b"02":
+        return int.from_bytes(head[16:24], "little", signed=True), None
+    return None
+
+
 def checkpoint_epochs(path) -> Optional[int]:
-    """The epochs a checkpoint had trained when it was written (its header's counter: the magic
-    and format "02", the program's fingerprint, then the epoch as a little-endian int64), or None
-    for a file that is not a checkpoint of this format (loading it says what is wrong)."""
-    head = _head(Path(path), 24)
-    if len(head) < 24 or head[:8] != CHECKPOINT_MAGIC + b"02":
-        return None
-    return int.from_bytes(head[16:24], "little", signed=True)
+    """The epochs a checkpoint had trained when it was written, or None (`_checkpoint_header`)."""
+    header = _checkpoint_header(path)
+    return header[0] if header else None
+
+
+def checkpoint_seed(path) -> Optional[int]:
+    """The seed of the run that wrote a checkpoint, or None where its format predates the record."""
+    header = _checkpoint_header(path)
+    return header[1] if header else None
 
 
 def is_report(path: Path) -> bool:

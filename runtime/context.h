@@ -160,7 +160,11 @@ class FlushDenormals {
 // + bytes), its element count (i64) and its float32 values, and last an FNV-1a 64 checksum of
 // everything before it.  Written to a temporary file renamed into place, so a crash mid-write
 // never leaves a half checkpoint under the name.
-constexpr char kCheckpointMagic[8] = {'M', 'G', 'C', 'K', 'P', 'T', '0', '2'};
+// Format 03: magic, program fingerprint, epoch, the run's seed (its dropout masks and negative
+// samples; morphgen/outputs.py reads it so that a resumed run keeps it), the arrays, a checksum.
+// Format 02 is 03 without the seed, and still loads.
+constexpr char kCheckpointMagic[8] = {'M', 'G', 'C', 'K', 'P', 'T', '0', '3'};
+constexpr char kCheckpointMagicV2[8] = {'M', 'G', 'C', 'K', 'P', 'T', '0', '2'};
 constexpr char kCheckpointMagicV1[8] = {'M', 'G', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr int64_t kMaxCheckpointEpoch = int64_t(1) << 40;
 constexpr float kMaxCheckpointValue = 1e30f;   // larger weights mean corruption, not training
@@ -186,7 +190,10 @@ class CheckpointWriter {
             std::remove(tmp_.c_str());
         }
     }
-    void scalar(int64_t v) { put(&v, sizeof v); }
+    void header(int64_t epoch, uint64_t seed) {
+        put(&epoch, sizeof epoch);
+        put(&seed, sizeof seed);
+    }
     void array(const std::string &name, const float *data, int64_t n) {
         int64_t len = int64_t(name.size());
         put(&len, sizeof len);
@@ -239,15 +246,18 @@ class CheckpointReader {
         const size_t got = data_.empty() ? 0 : std::fread(data_.data(), 1, data_.size(), f);
         std::fclose(f);
         if (got != data_.size()) throw Error(path_ + ": read error");
-        if (data_.size() < sizeof kCheckpointMagic ||
-            std::memcmp(data_.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0) {
+        const bool v2 = data_.size() >= sizeof kCheckpointMagicV2 &&
+                        std::memcmp(data_.data(), kCheckpointMagicV2, sizeof kCheckpointMagicV2) == 0;
+        has_seed_ = !v2;
+        if (!v2 && (data_.size() < sizeof kCheckpointMagic ||
+                    std::memcmp(data_.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0)) {
             if (data_.size() >= sizeof kCheckpointMagicV1 &&
                 std::memcmp(data_.data(), kCheckpointMagicV1, sizeof kCheckpointMagicV1) == 0)
                 throw Error(path_ + " is a morphgen checkpoint of format 01, written before checkpoints carried a "
                                     "checksum and a program fingerprint; it cannot be verified, train again");
             throw Error(path_ + " is not a morphgen checkpoint");
         }
-        const size_t header = sizeof kCheckpointMagic + 2 * sizeof(int64_t), tail = sizeof(uint64_t);
+        const size_t header = sizeof kCheckpointMagic + (has_seed_ ? 3 : 2) * sizeof(int64_t), tail = sizeof(uint64_t);
         if (data_.size() < header + tail) throw Error(path_ + ": truncated checkpoint");
         end_ = data_.size() - tail;
         uint64_t stored;
@@ -261,10 +271,14 @@ class CheckpointReader {
             throw Error(path_ + " is a checkpoint of a different program (its parameters or operations differ "
                                 "from this one's)");
     }
+    // The header's epoch counter.  The seed behind it (format 03) is passed over: Python reads it
+    // before the run starts (morphgen/outputs.py), to keep it or to say that the run changes it.
     int64_t epoch() {
         int64_t v;
         get(&v, sizeof v);
         if (v < 0 || v > kMaxCheckpointEpoch) throw Error(path_ + ": corrupt epoch counter " + std::to_string(v));
+        uint64_t seed;
+        if (has_seed_) get(&seed, sizeof seed);
         return v;
     }
     void array(const std::string &name, float *data, int64_t n) {
@@ -313,6 +327,7 @@ class CheckpointReader {
     std::string path_;
     std::vector<unsigned char> data_;
     size_t pos_ = 0, end_ = 0;
+    bool has_seed_ = true;
 };
 
 }  // namespace mg

@@ -10,7 +10,7 @@ import pytest
 
 import morphgen
 from morphgen.errors import UserError
-from morphgen.outputs import checkpoint_epochs
+from morphgen.outputs import checkpoint_epochs, checkpoint_seed
 
 from tests.e2e.support import DENSE_THRESHOLD, example, run_cli, small_dataset
 
@@ -133,9 +133,11 @@ def test_garbage_checkpoint_is_rejected(tmp_path):
     _expect_load_error(model, tmp_path / "missing.ckpt", "missing.ckpt")
 
 
-# Format 02 (runtime/context.h): magic (8), fingerprint (8), epoch (8), arrays, FNV-1a 64 checksum (8).
+# Format 03 (runtime/context.h): magic (8), fingerprint (8), epoch (8), seed (8), arrays, FNV-1a 64
+# checksum (8).  Format 02 lacks the seed.
 EPOCH_FIELD = slice(16, 24)
-FIRST_NAME_LENGTH = slice(24, 32)
+SEED_FIELD = slice(24, 32)
+FIRST_NAME_LENGTH = slice(32, 40)
 
 
 def _with_checksum(body: bytes) -> bytes:
@@ -189,6 +191,38 @@ def test_non_finite_or_huge_weights_are_rejected(saved, tmp_path, value):
     _expect_load_error(_model(), bad, "not finite or implausibly large")
 
 
+def test_a_checkpoint_records_its_runs_seed(saved):
+    path, _, _ = saved
+    assert path.read_bytes()[:8] == b"MGCKPT03"
+    assert checkpoint_seed(path) == 7 and checkpoint_epochs(path) == 3
+
+
+def test_a_checkpoint_of_format_02_still_resumes_exactly(saved, tmp_path):
+    """Format 02 is 03 without the seed: such a file loads and continues as the run did."""
+    path, loss, params = saved
+    body = path.read_bytes()[:-8]
+    old = tmp_path / "format02.ckpt"
+    old.write_bytes(_with_checksum(b"MGCKPT02" + body[8:SEED_FIELD.start] + body[SEED_FIELD.stop:]))
+    assert checkpoint_seed(old) is None and checkpoint_epochs(old) == 3
+    model = _model()
+    model.load_checkpoint(old)
+    got_loss, got_params = _epoch(model)
+    assert got_loss == loss
+    _assert_same_params(got_params, params)
+
+
+def test_loading_a_checkpoint_of_another_seed_warns(saved):
+    path, _, _ = saved
+    other = morphgen.compile(example("gcn"), threads=2, sparsity_threshold=DENSE_THRESHOLD, seed=3)
+    other = other.bind(small_dataset())
+    with pytest.warns(UserWarning, match="trained with seed 7, this model has seed 3"):
+        other.load_checkpoint(path)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _model().load_checkpoint(path)           # the same seed: nothing to say
+
+
 def test_saving_is_atomic_and_leaves_no_partial_files(saved, tmp_path):
     model = _model()
     target = tmp_path / "run.ckpt"
@@ -217,6 +251,26 @@ def test_cli_checkpoint_and_resume(tmp_path):
     resumed = _cli_train(tmp_path, "resumed", 1, "--resume", ckpt)
     assert resumed["final_loss"] == straight["history"][2]["loss"]
     assert resumed["test_acc"] == straight["test_acc"]
+
+
+def test_cli_resume_keeps_the_checkpoints_seed(tmp_path):
+    """Trained with --seed 7 and resumed without --seed, a run continues with seed 7 (dropout masks
+    as uninterrupted); an explicit other seed is obeyed, with a warning."""
+    ckpt = tmp_path / "run.ckpt"
+    straight = _cli_train(tmp_path, "straight", 3)
+    _cli_train(tmp_path, "first", 2, "--checkpoint", ckpt)
+    common = ("train", example("gcn"), "--dataset", SYNTHETIC_SPEC, "--epochs", 1, "--threads", "2",
+              "--sparsity-threshold", DENSE_THRESHOLD, "--quiet", "--resume", ckpt)
+    kept = run_cli(*common, "--json", tmp_path / "kept.json")
+    assert kept.returncode == 0 and "warning" not in kept.stderr, kept.stderr[-3000:]
+    report = json.loads((tmp_path / "kept.json").read_text())
+    assert report["seed"] == 7 and report["final_loss"] == straight["history"][2]["loss"]
+    changed = run_cli(*common, "--seed", "3", "--json", tmp_path / "changed.json")
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert changed.stderr.count("warning: --seed 3, but") == 1, changed.stderr[-3000:]
+    assert "trained with seed 7" in changed.stderr and "UserWarning" not in changed.stderr
+    report = json.loads((tmp_path / "changed.json").read_text())
+    assert report["seed"] == 3 and report["final_loss"] != straight["history"][2]["loss"]
 
 
 class _Interrupted(Exception):
