@@ -223,6 +223,21 @@ class Exchange {
                   "halo send");
     }
 
+    // Row ids travel with rows where a reduction needs them (halo_reverse_max).
+    void recv_ids(int64_t *dst, int64_t n, int peer, int tag) {
+        if (n == 0) return;
+        reqs_.emplace_back();
+        check_mpi(MPI_Irecv(dst, message_count(n, "halo"), MPI_INT64_T, peer, tag, p_.comm, &reqs_.back()),
+                  "halo receive");
+    }
+    void send_ids(const int64_t *src, int64_t n, int peer, int tag) {
+        if (n == 0) return;
+        reqs_.emplace_back();
+        p_.halo_bytes += 8.0 * double(n);
+        check_mpi(MPI_Isend(src, message_count(n, "halo"), MPI_INT64_T, peer, tag, p_.comm, &reqs_.back()),
+                  "halo send");
+    }
+
   private:
     Partition &p_;
     std::vector<MPI_Request> reqs_;
@@ -309,6 +324,82 @@ inline void halo_reverse(Partition &p, float *X, int64_t F, Timer &sent) {
                 const float *add = p.pack.data() + j * F;
                 for (int64_t c = 0; c < F; ++c) row[c] += add[c];
             }
+        }
+    }
+    zero_ghost_rows(p, X, F);
+    sent.bytes += p.halo_bytes - before;
+}
+
+constexpr int kTagReverseMax = 103, kTagWinner = 104;
+
+// The max over out-edges (a scatter to sources): each rank has reduced the out-edges it holds,
+// X holding the maxima and `arg` their local edge positions (-1: no out-edge here), ghost rows
+// included.  The owners take the maxima of the ranks' shares, a tie going to the edge first in
+// the global CSR order, which is how one process breaks it (its out-edges of a node are in that
+// order, and so are each rank's: morphgen/partition/layout.py keeps it); then every rank learns
+// the winning edge of each of its rows, as its local position where it holds that edge and -1
+// where another rank does, so that the backward (scatter_max_grad) routes each row's gradient
+// to the one edge that won.  Ghost rows of X become zero, as after halo_reverse.
+inline void halo_reverse_max(Partition &p, const GraphView &g, float *X, int64_t *arg, int64_t F, Timer &sent) {
+    const double before = p.halo_bytes;
+    const int64_t rows = p.num_local;
+    std::vector<int64_t> won(static_cast<size_t>(rows * F));     // global CSR positions of the winners
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows * F; ++i) won[size_t(i)] = arg[i] < 0 ? -1 : p.edge_gid[size_t(arg[i])];
+    if (p.size > 1) {
+        const int64_t sent_rows = p.send_ptr.back();
+        p.pack.resize(size_t(sent_rows * F));
+        std::vector<int64_t> their(static_cast<size_t>(sent_rows * F));
+        Exchange ex(p);
+        for (int k = 0; k < p.num_peers(); ++k) {
+            const int peer = p.peers[size_t(k)];
+            ex.recv(p.pack.data() + p.sent_first(k) * F, p.sent_rows(k) * F, peer, kTagReverseMax);
+            ex.recv_ids(their.data() + p.sent_first(k) * F, p.sent_rows(k) * F, peer, kTagReverseMax);
+            ex.send(X + p.ghost_first(k) * F, p.ghost_rows(k) * F, peer, kTagReverseMax);
+            ex.send_ids(won.data() + p.ghost_first(k) * F, p.ghost_rows(k) * F, peer, kTagReverseMax);
+        }
+        ex.wait();
+        for (int k = 0; k < p.num_peers(); ++k) {   // a node may be a ghost on several peers
+#pragma omp parallel for schedule(static)
+            for (int64_t j = p.sent_first(k); j < p.sent_first(k) + p.sent_rows(k); ++j) {
+                const int64_t u = p.send_idx[size_t(j)];
+                for (int64_t c = 0; c < F; ++c) {
+                    const float x = p.pack[size_t(j * F + c)];
+                    const int64_t e = their[size_t(j * F + c)], &mine = won[size_t(u * F + c)];
+                    if (e >= 0 && (mine < 0 || x > X[u * F + c] || (x == X[u * F + c] && e < mine))) {
+                        X[u * F + c] = x;
+                        won[size_t(u * F + c)] = e;
+                    }
+                }
+            }
+        }
+        // The winners of owned rows go to the ranks holding them as ghosts.
+        std::vector<int64_t> packed(static_cast<size_t>(sent_rows * F));
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < sent_rows; ++j)
+            std::memcpy(packed.data() + j * F, won.data() + p.send_idx[size_t(j)] * F, sizeof(int64_t) * size_t(F));
+        Exchange back(p);
+        for (int k = 0; k < p.num_peers(); ++k) {
+            const int peer = p.peers[size_t(k)];
+            back.recv_ids(won.data() + p.ghost_first(k) * F, p.ghost_rows(k) * F, peer, kTagWinner);
+            back.send_ids(packed.data() + p.sent_first(k) * F, p.sent_rows(k) * F, peer, kTagWinner);
+        }
+        back.wait();
+    }
+    // Each winner as this rank's edge position, where it holds the edge: a row's out-edges here
+    // are few, and their global positions increase along the segment.
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int64_t u = 0; u < rows; ++u) {
+        for (int64_t c = 0; c < F; ++c) {
+            const int64_t want = won[size_t(u * F + c)];
+            int64_t local = -1;
+            for (int64_t k = g.t_indptr[u]; k < g.t_indptr[u + 1] && want >= 0; ++k) {
+                if (p.edge_gid[size_t(g.t_eid[k])] == want) {
+                    local = g.t_eid[k];
+                    break;
+                }
+            }
+            arg[u * F + c] = local;
         }
     }
     zero_ghost_rows(p, X, F);

@@ -12,7 +12,9 @@ adds, driven by the IR (docs/backends.md, "MPI"):
 - a reverse exchange after every op that writes partial sums into source rows (transposed
   aggregations, scatters to sources, the max aggregation's backward, the input gradient of a
   typed linear of source rows): ghost rows go to their owners, who add them (a mean over
-  out-edges divides each rank's share by the global out-degree: the Graph's degrees);
+  out-edges divides each rank's share by the global out-degree: the Graph's degrees); a max
+  over out-edges sends each share's maxima with their edges, and the owners send back the edge
+  that won;
 - node-wise kernels on owned rows only (ghost rows come from exchanges, or are computed on every
   row for values each rank can compute itself), and sums over rows over owned rows only;
 - each weight gradient handed to MPI_Iallreduce as soon as it is complete, the optimizer
@@ -100,7 +102,9 @@ class MPIEmitter(OpenMPEmitter):
     # -- halo exchanges around the ops that cross the partition -----------------------------------
     def around(self, op, lines: list) -> list:
         before, after = self._exchange_source_rows(op), []
-        if self._writes_sources(op):
+        if self._is_max_to_sources(op):
+            after.append(self._reverse_max(op))
+        elif self._writes_sources(op):
             before += self._ghost_rows_read_by_transpose(op)
             after.append(self._halo("halo_reverse", op.output))
         if op.output is not None and op.output.id in self.backward_ids:
@@ -158,6 +162,8 @@ class MPIEmitter(OpenMPEmitter):
             return op.inputs[0]
         if op.opcode in ("gather", "edge_typed_linear", "edge_typed_linear_weight_grad") and op.attrs["end"] == "src":
             return op.inputs[0]
+        if op.opcode == "scatter_max_grad" and op.attrs.get("end", "dst") == "src":
+            return op.inputs[0]       # each out-edge's source row: the gradient of the max there
         return None
 
     def op_aggregate(self, op, x, *weights):
@@ -177,11 +183,23 @@ class MPIEmitter(OpenMPEmitter):
     def _writes_sources(self, op) -> bool:
         """Whether this op leaves partial sums in source rows (owned by other ranks when ghosts)."""
         out_aggregate = op.opcode == "aggregate" and op.attrs.get("direction", "in") == "out"
-        to_sources = (op.opcode in ("scatter", "scatter_max_grad", "edge_typed_linear_input_grad")
+        if out_aggregate and op.attrs.get("reduce") == "max":    # the language writes it as a scatter
+            raise self._unsupported(op, "a max aggregation over out-neighbours")
+        to_sources = (op.opcode in ("scatter", "edge_typed_linear_input_grad")
                       and op.attrs.get("end", "dst") == "src")
-        if (out_aggregate or (op.opcode == "scatter" and to_sources)) and op.attrs.get("reduce") == "max":
-            raise self._unsupported(op, "a max over out-neighbours")
         return out_aggregate or to_sources or op.opcode == "aggregate_max_grad"
+
+    @staticmethod
+    def _is_max_to_sources(op) -> bool:
+        """`Max(e in v.outgoing_edges(): ...)`: a max over the out-edges, which ranks share."""
+        return op.opcode == "scatter" and op.attrs.get("end", "dst") == "src" and op.attrs.get("reduce") == "max"
+
+    def _reverse_max(self, op) -> str:
+        """Each rank has the max over the out-edges it holds; the owners take the max of the
+        shares and tell every rank which edge won (distributed.h, halo_reverse_max)."""
+        out, k = op.output, self.timers.index("halo")
+        return self.timed("halo", f"mg::mpi::halo_reverse_max(m.part, m.graph, {self.ptr(out)}, "
+                                  f"{self.argmax_for(out)}, {self.width(out)}, m.timers[{k}])")
 
     def _ghost_rows_read_by_transpose(self, op) -> list:
         """A transposed aggregation also reads its input at ghost rows: the self-loop term of a

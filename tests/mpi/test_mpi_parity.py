@@ -107,6 +107,37 @@ def test_a_mean_over_out_edges_matches_one_process(tmp_path):
                     "a mean over out-edges on 3 ranks")
 
 
+MAX_OVER_OUT_EDGES = """
+function outMax(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[F][8]> W1 = glorot;  weight<float[F][8]> W2 = glorot;  weight<float[8][C]> W3 = glorot;
+    propNode<float[8]> h;  propNode<float[8]> m;  propNode<float[C]> o;
+    gnn.optimizer("adam", lr = 0.01);
+    for (int epoch = 0; epoch < 4; epoch++) {
+        forall (v in g.nodes()) { v.h = tanh(v.x * W1); }
+        forall (v in g.nodes()) {
+            v.m = Max(e in v.outgoing_edges(): e.dst.h) + Max(e in v.outgoing_edges(): tanh(e.dst.x * W2) * e.src.h);
+        }
+        forall (v in g.nodes()) { v.o = Mean(u in g.neighbors(v): u.m) * W3; }
+        gnn.loss(o, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+"""
+
+
+def test_a_max_over_out_edges_matches_one_process(tmp_path):
+    """Each rank's max covers the out-edges it holds; the owners take the max of the shares and
+    send back the edge that won, whose rank alone passes the gradient on (a rank that kept its
+    own share's winner would pass gradients from several edges)."""
+    program = tmp_path / "out_max.mp"
+    program.write_text(MAX_OVER_OUT_EDGES)
+    reference = train(tmp_path, program, SYNTHETIC)
+    for ranks in RANKS:
+        assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
+                        f"a max over out-edges on {ranks} ranks")
+
+
 def test_basis_decomposition_matches_one_process(tmp_path):
     data = save_npz(typed_dataset(features=None, nodes=64, edges=320), tmp_path / "typed.npz")
     reference = train(tmp_path, "rgcn_bases", data)
