@@ -307,7 +307,22 @@ class MPIEmitter(OpenMPEmitter):
         order = sorted(range(len(pairs)), key=lambda k: started.get(pairs[k][0], len(started)))
         return [line for k in order for line in (pairs[k][1], steps[k])]
 
+    def _ghost_lookups_read_zero(self, g: Value, lines) -> list:
+        """The gradients of featureless basis lookups over node rows walk the lookup plan, which
+        covers ghost rows (identity rows are complete there), while ``g`` is computed for owned
+        rows: the ghost rows' terms belong to their owners, so they must read zero here."""
+        lines = lines if isinstance(lines, list) else [lines]
+        if g.assoc != "node":
+            return lines
+        return [f"mg::mpi::zero_ghost_rows(m.part, {self.ptr(g)}, {self.width(g)})"] + lines
+
+    def op_typed_linear_bases_coef_grad(self, op, x, g, v):
+        return self._ghost_lookups_read_zero(g, super().op_typed_linear_bases_coef_grad(op, x, g, v))
+
     def op_typed_linear_bases_grad(self, op, x, a, g):
+        return self._ghost_lookups_read_zero(g, self._bases_grad(op, x, a, g))
+
+    def _bases_grad(self, op, x, a, g):
         """The bases of featureless basis lookups, V[B][nodes][M], under Adam, which only the
         lookups and their coefficients' gradient read (at the same rows): the lookups' pair sums
         are reduced and each rank makes the rows of dV it steps from them (distributed.h,
