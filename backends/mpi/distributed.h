@@ -28,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "context.h"
@@ -200,7 +201,8 @@ struct Partition {
     int64_t ghost_rows(int k) const { return recv_ptr[size_t(k) + 1] - recv_ptr[size_t(k)]; }
 };
 
-// The requests of one exchange: one per non-empty message, all waited for together.
+// The requests of one exchange: one per non-empty message, all waited for together.  Rows
+// travel as floats; a reduction that needs their edges sends those as int64 (halo_reverse_max).
 class Exchange {
   public:
     explicit Exchange(Partition &p) : p_(p) {}
@@ -209,36 +211,28 @@ class Exchange {
             check_mpi(MPI_Waitall(int(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE), "halo wait");
         reqs_.clear();
     }
-    void recv(float *dst, int64_t floats, int peer, int tag) {
-        if (floats == 0) return;
-        reqs_.emplace_back();
-        check_mpi(MPI_Irecv(dst, message_count(floats, "halo"), MPI_FLOAT, peer, tag, p_.comm, &reqs_.back()),
-                  "halo receive");
-    }
-    void send(const float *src, int64_t floats, int peer, int tag) {
-        if (floats == 0) return;
-        reqs_.emplace_back();
-        p_.halo_bytes += 4.0 * double(floats);
-        check_mpi(MPI_Isend(src, message_count(floats, "halo"), MPI_FLOAT, peer, tag, p_.comm, &reqs_.back()),
-                  "halo send");
-    }
-
-    // Row ids travel with rows where a reduction needs them (halo_reverse_max).
-    void recv_ids(int64_t *dst, int64_t n, int peer, int tag) {
+    template <class T>
+    void recv(T *dst, int64_t n, int peer, int tag) {
         if (n == 0) return;
         reqs_.emplace_back();
-        check_mpi(MPI_Irecv(dst, message_count(n, "halo"), MPI_INT64_T, peer, tag, p_.comm, &reqs_.back()),
+        check_mpi(MPI_Irecv(dst, message_count(n, "halo"), type_of<T>(), peer, tag, p_.comm, &reqs_.back()),
                   "halo receive");
     }
-    void send_ids(const int64_t *src, int64_t n, int peer, int tag) {
+    template <class T>
+    void send(const T *src, int64_t n, int peer, int tag) {
         if (n == 0) return;
         reqs_.emplace_back();
-        p_.halo_bytes += 8.0 * double(n);
-        check_mpi(MPI_Isend(src, message_count(n, "halo"), MPI_INT64_T, peer, tag, p_.comm, &reqs_.back()),
+        p_.halo_bytes += double(sizeof(T)) * double(n);
+        check_mpi(MPI_Isend(src, message_count(n, "halo"), type_of<T>(), peer, tag, p_.comm, &reqs_.back()),
                   "halo send");
     }
 
   private:
+    template <class T>
+    static MPI_Datatype type_of() {
+        static_assert(std::is_same_v<T, float> || std::is_same_v<T, int64_t>, "rows are floats, edges int64");
+        return std::is_same_v<T, float> ? MPI_FLOAT : MPI_INT64_T;
+    }
     Partition &p_;
     std::vector<MPI_Request> reqs_;
 };
@@ -354,9 +348,9 @@ inline void halo_reverse_max(Partition &p, const GraphView &g, float *X, int64_t
         for (int k = 0; k < p.num_peers(); ++k) {
             const int peer = p.peers[size_t(k)];
             ex.recv(p.pack.data() + p.sent_first(k) * F, p.sent_rows(k) * F, peer, kTagReverseMax);
-            ex.recv_ids(their.data() + p.sent_first(k) * F, p.sent_rows(k) * F, peer, kTagReverseMax);
+            ex.recv(their.data() + p.sent_first(k) * F, p.sent_rows(k) * F, peer, kTagReverseMax);
             ex.send(X + p.ghost_first(k) * F, p.ghost_rows(k) * F, peer, kTagReverseMax);
-            ex.send_ids(won.data() + p.ghost_first(k) * F, p.ghost_rows(k) * F, peer, kTagReverseMax);
+            ex.send(won.data() + p.ghost_first(k) * F, p.ghost_rows(k) * F, peer, kTagReverseMax);
         }
         ex.wait();
         for (int k = 0; k < p.num_peers(); ++k) {   // a node may be a ghost on several peers
@@ -381,8 +375,8 @@ inline void halo_reverse_max(Partition &p, const GraphView &g, float *X, int64_t
         Exchange back(p);
         for (int k = 0; k < p.num_peers(); ++k) {
             const int peer = p.peers[size_t(k)];
-            back.recv_ids(won.data() + p.ghost_first(k) * F, p.ghost_rows(k) * F, peer, kTagWinner);
-            back.send_ids(packed.data() + p.sent_first(k) * F, p.sent_rows(k) * F, peer, kTagWinner);
+            back.recv(won.data() + p.ghost_first(k) * F, p.ghost_rows(k) * F, peer, kTagWinner);
+            back.send(packed.data() + p.sent_first(k) * F, p.sent_rows(k) * F, peer, kTagWinner);
         }
         back.wait();
     }
