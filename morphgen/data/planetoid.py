@@ -153,6 +153,16 @@ def _edges(graph_dict, num_nodes: int, path: Path):
     return key // num_nodes, key % num_nodes, {"raw_pairs": raw, "self_loops": int((~keep).sum())}
 
 
+def planetoid_set(path: Path) -> Optional[tuple]:
+    """(directory, name) where ``path`` names one Planetoid set by its files' common prefix,
+    ``DIR/ind.<name>``, or by one of its files, ``DIR/ind.<name>.graph``: how a directory holding
+    several sets is read from the command line.  None for any other path."""
+    m = re.fullmatch(r"ind\.(.+?)(\.(?:" + "|".join(map(re.escape, PARTS + ("test.index",))) + r"))?", path.name)
+    if m is None or not (path.parent / f"ind.{m.group(1)}.graph").is_file():
+        return None
+    return path.parent, m.group(1)
+
+
 def read_planetoid(directory, name: Optional[str] = None) -> Dataset:
     directory = Path(directory)
     require_dir(directory)
@@ -160,8 +170,10 @@ def read_planetoid(directory, name: Optional[str] = None) -> Dataset:
     if name is None:
         if len(names) != 1:
             found = ", ".join(names) if names else "none"
+            example = f"{directory / ('ind.' + names[0])}" if names else f"{directory}/ind.<name>"
             raise DataError(f"{directory}: expected the files of one Planetoid dataset "
-                            f"(ind.<name>.graph ...); found: {found}. Pass name=...")
+                            f"(ind.<name>.graph ...); found: {found}. Name the set: {example} "
+                            f"(or load_dataset(..., name=...))")
         name = names[0]
     missing = [f"ind.{name}.{p}" for p in PARTS + ("test.index",) if not (directory / f"ind.{name}.{p}").exists()]
     if missing:

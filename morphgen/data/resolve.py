@@ -24,7 +24,7 @@ from morphgen.data.errors import DataError
 from morphgen.data.guards import require_file, require_memory
 from morphgen.data.keys import sorted_unique
 from morphgen.data.npz import read_npz, read_npz_graph
-from morphgen.data.planetoid import read_planetoid
+from morphgen.data.planetoid import planetoid_set, read_planetoid
 from morphgen.data.synthetic import (check_synthetic_key, is_synthetic_spec, parse_synthetic_spec,
                                      synthetic_dataset)
 from morphgen.data.validate import make_graph
@@ -87,7 +87,7 @@ def dataset_file(spec: Spec, data_dir=None) -> Optional[Path]:
     if isinstance(spec, str) and is_synthetic_spec(spec):
         return None
     try:
-        return _locate(spec, data_dir)
+        return _locate_set(spec, data_dir, None)[0]
     except (DataError, OSError):
         return None
 
@@ -101,6 +101,19 @@ def _locate(spec: Spec, data_dir) -> Path:
     # before anything opens it: reading a device never ends, opening a FIFO blocks
     require_file(path, allow_dir=True)
     return path
+
+
+def _locate_set(spec: Spec, data_dir, name: Optional[str]) -> tuple:
+    """(path, Planetoid set name) of ``spec``: ``DIR/ind.<name>`` (or one of that set's files)
+    reads the set ``name`` of the Planetoid directory DIR."""
+    text = os.fspath(spec)
+    if isinstance(spec, os.PathLike) or _looks_like_path(text):
+        found = planetoid_set(Path(text))
+        if found is not None:
+            if name is not None and name != found[1]:
+                raise DataError(f"{text}: names the Planetoid set {found[1]!r}, but name={name!r} was given")
+            return _locate(found[0], data_dir), found[1]
+    return _locate(spec, data_dir), name
 
 
 def _is_npz(path: Path) -> bool:
@@ -156,9 +169,9 @@ def load_dataset(spec: Spec = "synthetic", data_dir=None, **opts) -> Dataset:
         kwargs.update(opts)
         return _convert_features(synthetic_dataset(**kwargs), layout)
     _check_options(opts, ("name", "feature_format", "per_type_features"))
-    path = _locate(spec, data_dir)
+    path, name = _locate_set(spec, data_dir, opts.get("name"))
     if path.is_dir():
-        ds = read_planetoid(path, name=opts.get("name"))
+        ds = read_planetoid(path, name=name)
     elif _is_npz(path):
         ds = read_npz(path, per_type_features=bool(opts.get("per_type_features", True)))
     else:
@@ -195,9 +208,9 @@ def load_graph(spec: Spec, data_dir=None, symmetrise: bool = False, **opts) -> G
         graph = load_dataset(spec, data_dir, **opts).graph
     else:
         _check_options(opts, ("name", "num_nodes"))
-        path = _locate(spec, data_dir)
+        path, name = _locate_set(spec, data_dir, opts.get("name"))
         if path.is_dir():
-            graph = read_planetoid(path, name=opts.get("name")).graph
+            graph = read_planetoid(path, name=name).graph
         elif _is_npz(path):
             graph = read_npz_graph(path)
         else:

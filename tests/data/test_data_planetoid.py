@@ -157,9 +157,26 @@ def test_garbage_pickle(citeseer_like):
 def test_two_datasets_in_one_directory_need_a_name(citeseer_like):
     directory, parts, test_index = citeseer_like
     _write(directory, "other", parts, test_index)
-    with pytest.raises(DataError, match="found: other, tiny. Pass name="):
+    with pytest.raises(DataError, match="found: other, tiny. Name the set: .*ind.other"):
         load_dataset(directory)
     assert load_dataset(directory, name="other").name == "other"
+
+
+def test_a_set_of_a_directory_is_named_by_its_prefix_or_one_of_its_files(citeseer_like):
+    """`DIR/ind.<name>` (what `morphgen train --dataset` can say) or a file of the set reads that set."""
+    directory, parts, test_index = citeseer_like
+    _write(directory, "other", parts, test_index)
+    whole = load_dataset(directory, name="tiny")
+    for spec in (directory / "ind.tiny", str(directory / "ind.tiny"), directory / "ind.tiny.graph",
+                 directory / "ind.tiny.test.index"):
+        ds = load_dataset(spec)
+        assert ds.name == "tiny" and np.array_equal(ds.labels, whole.labels)
+        assert load_graph(spec).num_edges == whole.graph.num_edges
+    assert load_dataset(directory / "ind.other").name == "other"
+    with pytest.raises(DataError, match="names the Planetoid set 'tiny', but name='other'"):
+        load_dataset(directory / "ind.tiny", name="other")
+    with pytest.raises(DataError, match="ind.missing"):
+        load_dataset(directory / "ind.missing")
 
 
 class _FileWriter:
