@@ -515,16 +515,68 @@ class TableShare {
     std::vector<int64_t> rows;          // the rows this rank steps, increasing
     int64_t bytes() const { return int64_t(rows.size() * (sizeof(int64_t) + 1) + hands_on_.size()); }
 
+    // Packed: this rank stores the rows it steps only, row i of its weights and moments being
+    // table row rows[i] (the gradient stays a whole table's).  A rank reads no other row.
+    void pack_storage() { packed_ = true; }
+    bool packed() const { return packed_; }
+    int64_t stored_rows() const { return packed_ ? int64_t(rows.size()) : table_rows_; }
+    // Allocates the weights and moments (those the update rule has) of the stored rows.
+    void allocate(Buffer &weights, Buffer &m, Buffer &v, int moments, int64_t &accounted) const {
+        weights.allocate(stored_rows() * width_, accounted);
+        if (moments >= 1) m.allocate(stored_rows() * width_, accounted);
+        if (moments >= 2) v.allocate(stored_rows() * width_, accounted);
+    }
+
     void adam_step(bool decoupled, float *p, const float *g, float *m, float *v, const AdamConfig &c, int64_t step) {
         adam_listed_rows_step(p, g, m, v, width_, rows.data(), has_grad_.data(), int64_t(rows.size()), c, step,
-                              decoupled);
-        if (ranks_ > 1) behind_[0] = behind_[1] = behind_[2] = true;
+                              decoupled, packed_);
+        if (ranks_ > 1 && !packed_) behind_[0] = behind_[1] = behind_[2] = true;
+    }
+
+    // A packed array (weights or a moment) made whole in `whole` (table rows x width), on every
+    // rank: each row from the rank that hands it on, the others' copies zero, summed.  Collective.
+    void gather(Partition &p, const float *stored, float *whole) const {
+        const int64_t W = width_, n = int64_t(rows.size());
+        std::fill(whole, whole + table_rows_ * W, 0.0f);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i)
+            if (hands_on_[size_t(rows[size_t(i)])])
+                std::memcpy(whole + rows[size_t(i)] * W, stored + i * W, size_t(W) * sizeof(float));
+        const int64_t total = table_rows_ * W, chunk = int64_t(1) << 28;   // MPI counts are int
+        for (int64_t b = 0; b < total; b += chunk)
+            check_mpi(MPI_Allreduce(MPI_IN_PLACE, whole + b, int(std::min(chunk, total - b)), MPI_FLOAT, MPI_SUM, p.comm),
+                      "table gather");
+    }
+    // The weights and moments (those allocated) made whole for a checkpoint.  Collective.
+    void gather_state(Partition &p, const Buffer &weights, const Buffer &m, const Buffer &v,
+                      std::vector<float> whole[3]) const {
+        const Buffer *arrays[3] = {&weights, &m, &v};
+        for (int a = 0; a < 3; ++a) {
+            if (arrays[a]->size == 0) continue;
+            whole[a].resize(size_t(table_rows_ * width_));
+            gather(p, arrays[a]->data, whole[a].data());
+        }
+    }
+    // The rows this rank stores, taken from a whole table.
+    void scatter(const float *whole, float *stored) const {
+        const int64_t W = width_, n = int64_t(rows.size());
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i)
+            std::memcpy(stored + i * W, whole + rows[size_t(i)] * W, size_t(W) * sizeof(float));
+    }
+    // Where row `key` of the table is stored here (a row this rank steps, when packed).
+    int64_t stored_row(int64_t key) const {
+        if (!packed_) return key;
+        const auto at = std::lower_bound(rows.begin(), rows.end(), key);
+        if (at == rows.end() || *at != key) throw Error("a table row this rank does not store was looked up");
+        return int64_t(at - rows.begin());
     }
 
     // Brings this rank's copy of the weights (and of the moments, where given) up to date: each
     // row from the rank that hands it on, the others' rows zeroed and the copies summed.  A
     // collective call: every rank makes it, with the same arrays.
     void complete(Partition &p, float *weights, float *m = nullptr, float *v = nullptr) {
+        if (packed_) return;                // a packed table is gathered where it is read whole
         float *arrays[3] = {weights, m, v};
         for (int a = 0; a < 3; ++a) {
             if (arrays[a] == nullptr || !behind_[a]) continue;
@@ -545,6 +597,7 @@ class TableShare {
     std::vector<uint8_t> has_grad_;     // per stepped row
     std::vector<uint8_t> hands_on_;     // per table row: this rank's copy is the one complete() keeps
     bool behind_[3] = {false, false, false};   // weights, first and second moments: some rows behind
+    bool packed_ = false;
     int64_t width_ = 0, table_rows_ = 0;
     int ranks_ = 1;
 };
@@ -557,13 +610,14 @@ class TableShare {
 // rows whose gradient only their owners write).
 class TableRows {
   public:
-    // written: the rows this rank's gradient writes, increasing (EmbeddingPlan::keys); read: the
-    // rows its forward lookups read, increasing (lookup_rows); of a [table_rows, width] table.
-    // A collective call.
-    void build(Partition &p, const int64_t *written, int64_t written_count, const std::vector<int64_t> &read,
-               int64_t width, int64_t table_rows) {
+    // written: the rows this rank's gradient writes, increasing (EmbeddingPlan::keys); the
+    // forward lookups (type[r], row[r]), r < R (type may be nullptr: one type), of a
+    // [table_rows, width] table with rows_per_type rows per type.  A collective call.
+    void build(Partition &p, const int64_t *written, int64_t written_count, const int64_t *type, const int64_t *row,
+               int64_t R, int64_t rows_per_type, int64_t width, int64_t table_rows) {
         width_ = width;
         table_rows_ = table_rows;
+        const std::vector<int64_t> read = lookup_rows(type, row, R, rows_per_type);
         const std::vector<int64_t> own_written(written, written + written_count);
         std::vector<int64_t> touched;
         std::set_union(own_written.begin(), own_written.end(), read.begin(), read.end(), std::back_inserter(touched));
@@ -584,13 +638,20 @@ class TableRows {
             sums_.release();
             written_here_.assign(size_t(table_rows), 0);
             for (int64_t row : own_written) written_here_[size_t(row)] = 1;
+        } else if (p.size > 1) {
+            share_.pack_storage();          // the weights and moments of the rows stepped here only
         }
+        lookup_at_.resize(size_t(R));
+        for (int64_t r = 0; r < R; ++r) lookup_at_[size_t(r)] = share_.stored_row((type ? type[r] : 0) * rows_per_type + row[r]);
     }
+    // Per forward lookup, the row of this rank's storage it reads (embedding_rows with no types).
+    const int64_t *lookup_index() const { return lookup_at_.data(); }
     bool reduced_whole() const { return whole_; }
     int64_t floats() const { return whole_ ? table_rows_ * width_ : sums_.floats(); }
     float *packed() { return sums_.packed(); }
     int64_t bytes() const {
-        return sums_.bytes() + share_.bytes() + int64_t(step_key_.size() * sizeof(int64_t) + written_here_.size());
+        return sums_.bytes() + share_.bytes() +
+               int64_t((step_key_.size() + lookup_at_.size()) * sizeof(int64_t) + written_here_.size());
     }
     void pack(const float *g) { sums_.pack(g); }
     void zero_unwritten(float *g) const {
@@ -614,6 +675,7 @@ class TableRows {
     RowSums sums_;
     TableShare share_;
     std::vector<int64_t> step_key_;     // per stepped row: its key in sums_ (its summed gradient), or -1
+    std::vector<int64_t> lookup_at_;    // per forward lookup: the stored row it reads
     bool whole_ = false;                // reduced in place, the whole table (no packing)
     std::vector<uint8_t> written_here_; // when whole_, per table row: this rank's gradient writes it
     int64_t width_ = 0, table_rows_ = 0;

@@ -270,15 +270,40 @@ class MPIEmitter(OpenMPEmitter):
         the rows nobody reads."""
         call = super()._embedding_grad(plan, g, table_rows, M, out)
         if out.id in self.row_grads:
-            name = f"table_rows{out.id}"
-            types, idx, count = self.table_reads[self.param_of_gradient(out).id][0]
+            name = self._table_rows_name(out)
+            table = self.param_of_gradient(out)
+            types, idx, count = self.table_reads[table.id][0]
+            i = next(k for k, prm in enumerate(self.p.params) if prm.value.id == table.id)
             self.table_rows[out.id] = name
             self.members.append(f"mg::mpi::TableRows {name};")
             self.extra_bytes.append(f"m.{name}.bytes()")
-            self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, mg::mpi::lookup_rows("
-                                f"{types}, {idx}, {count}, {self.identity_nodes}), {M}, {table_rows})")
+            self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, {types}, {idx}, {count}, "
+                                f"{self.identity_nodes}, {M}, {table_rows})")
+            # the weights and moments of the rows this rank steps only (TableShare::pack_storage)
+            moments = 2 if self.p.optimizer.kind in ("adam", "adamw") else 0
+            self.prepare.append(f"m.{name}.share().allocate(m.p{i}, m.m{i}, m.s{i}, {moments}, m.allocated_bytes)")
+            self.packed_tables[i] = f"m.{name}.share()"
             self.row_grads[out.id] = (f"m.{name}",) + self.row_grads[out.id][1:]
         return call
+
+    @staticmethod
+    def _table_rows_name(grad: Value) -> str:
+        return f"table_rows{grad.id}"
+
+    def _shared_lookup(self, op, x: Value, w: Value):
+        """The forward lookup of a table shared out between the ranks (the one op that reads it)
+        reads this rank's stored rows through its TableRows (TableRows::lookup_index), or None
+        for any other product."""
+        if self._identity_rows(x) is None or id(op) not in self.forward_ops:
+            return None
+        prm = next((q for q in self.p.params if q.value.id == w.id), None)
+        grad = self.p.grads.get(prm.name) if prm is not None else None
+        if grad is None or not self.keeps_rows_only(grad):
+            return None
+        out = op.output
+        return self.timed("typed_linear", f"mg::op::embedding_rows({self.ptr(w)}, nullptr, "
+                          f"m.{self._table_rows_name(grad)}.lookup_index(), {self.rows(out)}, 0, {self.width(out)}, "
+                          f"{self.ptr(out)})", f"8.0 * {self.numel(out)}")
 
     def lower_optimizer(self) -> list:
         """Each weight's step waits for its own reduction only, and the steps run in the order the
@@ -348,11 +373,11 @@ class MPIEmitter(OpenMPEmitter):
 
     def op_linear(self, op, x, w):
         self._note_table_read(op, x, w, "nullptr")
-        return super().op_linear(op, x, w)
+        return self._shared_lookup(op, x, w) or super().op_linear(op, x, w)
 
     def op_typed_linear(self, op, x, w):
         self._note_table_read(op, x, w, self.type_expr(w.domain))
-        return super().op_typed_linear(op, x, w)
+        return self._shared_lookup(op, x, w) or super().op_typed_linear(op, x, w)
 
     def _note_table_read(self, op, x: Value, w: Value, types: str) -> None:
         """A featureless lookup of table ``w``: the rows it reads (a rank must step them all, ghost

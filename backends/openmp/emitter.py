@@ -134,6 +134,8 @@ class OpenMPEmitter:
         # reads them whole, where ranks step shares of a table (the MPI backend); none here.
         self.complete_weights: list = []
         self.complete_state: list = []
+        # parameter index -> the TableShare that allocates and stores it (MPI: rows each rank steps)
+        self.packed_tables: dict = {}
         self.producer: dict = {}
         self.param_index = {p.value.id: i for i, p in enumerate(program.params)}
         self.features_id = program.inputs["features"].id if "features" in program.inputs else None
@@ -403,9 +405,10 @@ class OpenMPEmitter:
         params = []
         moments = {"adam": 2, "adamw": 2, "sgd": 1 if p.optimizer.momentum else 0}[p.optimizer.kind]
         for i, prm in enumerate(p.params):
-            params.append({"name": _c_string(prm.name), "buf": f"p{i}",
+            params.append({"name": _c_string(prm.name), "buf": f"p{i}", "index": i,
                            "m": f"m{i}", "v": f"s{i}", "numel": self.numel(prm.value),
-                           "rank": len(prm.value.shape), "moments": moments})
+                           "rank": len(prm.value.shape), "moments": moments,
+                           "table": self.packed_tables.get(i, "")})
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), undefined=jinja2.StrictUndefined,
                                  keep_trailing_newline=True)
         text = env.get_template("model.cpp.j2").render(

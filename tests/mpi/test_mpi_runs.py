@@ -74,6 +74,24 @@ def test_featureless_tables_reduce_only_what_the_lookups_make(tmp_path, model):
             assert figures["allreduce_floats_per_epoch"] == expected, figures
 
 
+def test_featureless_tables_are_stored_in_shares(tmp_path):
+    """Each rank stores the weights and Adam moments of the rows of W1[etype][node] it steps only
+    (TableShare::pack_storage): its own pairs' rows and a 1/ranks range of the rows no lookup
+    reads, so on 4 ranks a rank allocates at least 3 x 64 bytes x (T - P)(1 - 1/4) less than a
+    single rank, which stores the T = etypes x nodes rows whole (P: the rows the lookups read)."""
+    from morphgen.data.npz import save_npz
+    from tests.e2e.support import typed_dataset
+    dataset = typed_dataset(features=None, nodes=64, edges=320, etypes=12)
+    data = save_npz(dataset, tmp_path / "typed.npz")
+    g = dataset.graph
+    table, pairs = g.num_etypes * g.num_nodes, len(set(zip(g.etype.tolist(), g.src.tolist())))
+    whole = train(tmp_path, "rgcn", str(data), backend="mpi", ranks=1)["per_rank"][0]["allocated_bytes"]
+    run = train(tmp_path, "rgcn", str(data), backend="mpi", ranks=4)
+    saved = 3 * 16 * 4 * ((table - pairs) * (1 - 1 / 4) - 1)
+    for figures in run["per_rank"]:
+        assert figures["allocated_bytes"] <= whole - saved, (figures["allocated_bytes"], whole, saved)
+
+
 def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):
     """Three epochs on one backend, three more from its checkpoint on the other: the losses of
     one six-epoch run.  The MPI run also saves after every epoch (--checkpoint-every 1: every

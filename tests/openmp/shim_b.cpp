@@ -231,9 +231,9 @@ void mgb_adam_rows_step(float* p, const float* g, float* m, float* v, int64_t ro
 
 void mgb_adam_listed_rows_step(float* p, const float* g, float* m, float* v, int64_t width, const int64_t* rows,
                                const uint8_t* has_grad, int64_t n, double lr, double b1, double b2, double eps,
-                               double wd, int64_t step, int decoupled) {
+                               double wd, int64_t step, int decoupled, int packed) {
     const mg::AdamConfig c{lr, b1, b2, eps, wd};
-    mg::adam_listed_rows_step(p, g, m, v, width, rows, has_grad, n, c, step, decoupled != 0);
+    mg::adam_listed_rows_step(p, g, m, v, width, rows, has_grad, n, c, step, decoupled != 0, packed != 0);
 }
 
 }  // extern "C"

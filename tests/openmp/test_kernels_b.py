@@ -106,7 +106,7 @@ void mgb_adam_rows_step(float* p, const float* g, float* m, float* v, int64_t ro
                         int64_t step, int decoupled);
 void mgb_adam_listed_rows_step(float* p, const float* g, float* m, float* v, int64_t width, const int64_t* rows,
                                const uint8_t* has_grad, int64_t n, double lr, double b1, double b2, double eps,
-                               double wd, int64_t step, int decoupled);
+                               double wd, int64_t step, int decoupled, int packed);
 """
 
 ffi = FFI()
@@ -940,12 +940,14 @@ def test_row_wise_adam_equals_the_step_on_the_zero_filled_gradient(lib, decouple
         assert np.all(np.isfinite(sparse[0]))
 
 
+@pytest.mark.parametrize("packed", [0, 1])
 @pytest.mark.parametrize("decoupled", [0, 1])
 @pytest.mark.parametrize("rows,width", [(9, 3), (5000, 16), (3000, 5)])
-def test_listed_rows_adam_equals_the_dense_step_on_those_rows(lib, decoupled, rows, width):
+def test_listed_rows_adam_equals_the_dense_step_on_those_rows(lib, decoupled, rows, width, packed):
     """A share of a table stepped alone: the listed rows get the dense step's numbers bit for
     bit (with their gradient, or with a zero one where unflagged, its entries then unread), and
-    no other row of the weights or moments is touched."""
+    no other row of the weights or moments is touched.  Packed: the weights and moments hold the
+    listed rows only, in order (the MPI backend's packed tables)."""
     rng = np.random.default_rng(rows + width + decoupled)
     dense = [rand(rng, rows, width), np.zeros((rows, width), np.float32), np.zeros((rows, width), np.float32)]
     listed = [a.copy() for a in dense]
@@ -960,8 +962,13 @@ def test_listed_rows_adam_equals_the_dense_step_on_those_rows(lib, decoupled, ro
         before = [a.copy() for a in listed]
         lib.mgb_adam_step(*(F(a) for a in (dense[0], g_dense, dense[1], dense[2])), rows * width, 0.01, 0.9,
                           0.999, 1e-8, 0.05, step, decoupled)
-        lib.mgb_adam_listed_rows_step(F(listed[0]), F(g_listed), F(listed[1]), F(listed[2]), width, I(share),
-                                      U8(has_grad), share.size, 0.01, 0.9, 0.999, 1e-8, 0.05, step, decoupled)
+        stepped = [np.ascontiguousarray(a[share]) for a in listed] if packed else listed
+        lib.mgb_adam_listed_rows_step(F(stepped[0]), F(g_listed), F(stepped[1]), F(stepped[2]), width, I(share),
+                                      U8(has_grad), share.size, 0.01, 0.9, 0.999, 1e-8, 0.05, step, decoupled,
+                                      packed)
+        if packed:
+            for a, rows_stepped in zip(listed, stepped):
+                a[share] = rows_stepped
         others = np.setdiff1d(np.arange(rows), share)
         for a, b, old in zip(listed, dense, before):
             np.testing.assert_array_equal(a[share], b[share])
