@@ -34,6 +34,7 @@
 #include "context.h"
 #include "kernels/dropout.h"
 #include "kernels/link.h"
+#include "kernels/typed_linear.h"
 #include "kernels/loss.h"
 #include "kernels/optim.h"
 
@@ -456,16 +457,19 @@ class RowSums {
     const float *packed() const { return packed_.data(); }
     int64_t floats() const { return int64_t(packed_.size()); }
     int64_t bytes() const { return int64_t(keys.size() * (sizeof(int64_t) + 1) + packed_.size() * sizeof(float)); }
-    // Copies this rank's rows of g (a [*, width] array) into the packed rows, zero in the others.
-    void pack(const float *g) {
+    // Copies this rank's rows of g (a [*, width] array; row keys[k] stored at row at[k] when
+    // `at` is given) into the packed rows, zero in the others.
+    void pack(const float *g, const int64_t *at = nullptr) {
         const int64_t W = width_, n = int64_t(keys.size());
 #pragma omp parallel for schedule(static)
         for (int64_t k = 0; k < n; ++k) {
             float *out = packed_.data() + k * W;
-            if (mine_[size_t(k)]) std::memcpy(out, g + keys[size_t(k)] * W, size_t(W) * sizeof(float));
+            const int64_t row = at ? at[k] : keys[size_t(k)];
+            if (mine_[size_t(k)]) std::memcpy(out, g + row * W, size_t(W) * sizeof(float));
             else std::fill(out, out + W, 0.0f);
         }
     }
+    bool mine(int64_t k) const { return mine_[size_t(k)] != 0; }
     void release() { packed_.clear(); packed_.shrink_to_fit(); }
 
   private:
@@ -515,8 +519,8 @@ class TableShare {
     std::vector<int64_t> rows;          // the rows this rank steps, increasing
     int64_t bytes() const { return int64_t(rows.size() * (sizeof(int64_t) + 1) + hands_on_.size()); }
 
-    // Packed: this rank stores the rows it steps only, row i of its weights and moments being
-    // table row rows[i] (the gradient stays a whole table's).  A rank reads no other row.
+    // Packed: this rank stores the rows it steps only, row i of its weights, moments and
+    // gradient being table row rows[i].  A rank reads no other row.
     void pack_storage() { packed_ = true; }
     bool packed() const { return packed_; }
     int64_t stored_rows() const { return packed_ ? int64_t(rows.size()) : table_rows_; }
@@ -643,6 +647,23 @@ class TableRows {
         }
         lookup_at_.resize(size_t(R));
         for (int64_t r = 0; r < R; ++r) lookup_at_[size_t(r)] = share_.stored_row((type ? type[r] : 0) * rows_per_type + row[r]);
+        written_at_.clear();
+        for (int64_t key : own_written) written_at_.push_back(share_.stored_row(key));
+        summed_at_.assign(keys.size(), -1);
+        for (size_t k = 0; k < keys.size(); ++k)
+            if (sums_.mine(int64_t(k))) summed_at_[k] = share_.stored_row(keys[k]);
+    }
+    // The weights, Adam's moments (`moments` of them) and the gradient of the rows this rank
+    // stores (all of the table unless packed).
+    void allocate(Buffer &weights, Buffer &m, Buffer &v, int moments, int64_t &accounted) {
+        share_.allocate(weights, m, v, moments, accounted);
+        gradient.allocate(share_.stored_rows() * width_, accounted);
+    }
+    Buffer gradient;                    // the table's gradient, in this rank's stored rows
+    // The lookups' gradient into the stored rows they write (embedding_rows_grad_rows of the
+    // plan the rows were built from, each row at its stored place).
+    void grad_rows(const op::EmbeddingPlan &plan, const float *G, int64_t M, float *dW) const {
+        embedding_lookup_bwd_rows(G, plan.order.data(), plan.key_ptr.data(), written_at_.data(), plan.unique, M, dW);
     }
     // Per forward lookup, the row of this rank's storage it reads (embedding_rows with no types).
     const int64_t *lookup_index() const { return lookup_at_.data(); }
@@ -650,10 +671,10 @@ class TableRows {
     int64_t floats() const { return whole_ ? table_rows_ * width_ : sums_.floats(); }
     float *packed() { return sums_.packed(); }
     int64_t bytes() const {
-        return sums_.bytes() + share_.bytes() +
-               int64_t((step_key_.size() + lookup_at_.size()) * sizeof(int64_t) + written_here_.size());
+        return sums_.bytes() + share_.bytes() + int64_t((step_key_.size() + lookup_at_.size() + written_at_.size() +
+                                                         summed_at_.size()) * sizeof(int64_t) + written_here_.size());
     }
-    void pack(const float *g) { sums_.pack(g); }
+    void pack(const float *g) { sums_.pack(g, summed_at_.data()); }
     void zero_unwritten(float *g) const {
         const int64_t W = width_;
 #pragma omp parallel for schedule(static)
@@ -665,8 +686,8 @@ class TableRows {
         const int64_t W = width_, n = int64_t(share_.rows.size());
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) {
-            const int64_t k = step_key_[size_t(i)];
-            if (k >= 0) std::memcpy(g + share_.rows[size_t(i)] * W, sums_.packed() + k * W, size_t(W) * sizeof(float));
+            const int64_t k = step_key_[size_t(i)], at = share_.packed() ? i : share_.rows[size_t(i)];
+            if (k >= 0) std::memcpy(g + at * W, sums_.packed() + k * W, size_t(W) * sizeof(float));
         }
     }
     TableShare &share() { return share_; }
@@ -676,6 +697,8 @@ class TableRows {
     TableShare share_;
     std::vector<int64_t> step_key_;     // per stepped row: its key in sums_ (its summed gradient), or -1
     std::vector<int64_t> lookup_at_;    // per forward lookup: the stored row it reads
+    std::vector<int64_t> written_at_;   // per row this rank's gradient writes: its stored row
+    std::vector<int64_t> summed_at_;    // per summed row (sums_): its stored row where written here, else -1
     bool whole_ = false;                // reduced in place, the whole table (no packing)
     std::vector<uint8_t> written_here_; // when whole_, per table row: this rank's gradient writes it
     int64_t width_ = 0, table_rows_ = 0;

@@ -267,24 +267,25 @@ class MPIEmitter(OpenMPEmitter):
         """A table shared out between the ranks (distributed.h, TableRows): the all-reduce sums
         the rows that some rank's lookups write (on aifb's R-GCN about a twelfth of the
         per-relation tables), and each rank steps the rows it reads or writes and its range of
-        the rows nobody reads."""
-        call = super()._embedding_grad(plan, g, table_rows, M, out)
-        if out.id in self.row_grads:
-            name = self._table_rows_name(out)
-            table = self.param_of_gradient(out)
-            types, idx, count = self.table_reads[table.id][0]
-            i = next(k for k, prm in enumerate(self.p.params) if prm.value.id == table.id)
-            self.table_rows[out.id] = name
-            self.members.append(f"mg::mpi::TableRows {name};")
-            self.extra_bytes.append(f"m.{name}.bytes()")
-            self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, {types}, {idx}, {count}, "
-                                f"{self.identity_nodes}, {M}, {table_rows})")
-            # the weights and moments of the rows this rank steps only (TableShare::pack_storage)
-            moments = 2 if self.p.optimizer.kind in ("adam", "adamw") else 0
-            self.prepare.append(f"m.{name}.share().allocate(m.p{i}, m.m{i}, m.s{i}, {moments}, m.allocated_bytes)")
-            self.packed_tables[i] = f"m.{name}.share()"
-            self.row_grads[out.id] = (f"m.{name}",) + self.row_grads[out.id][1:]
-        return call
+        the rows nobody reads, and stores those rows only: weights, moments and gradient."""
+        if not self.keeps_rows_only(out):
+            return super()._embedding_grad(plan, g, table_rows, M, out)
+        name = self._table_rows_name(out)
+        table = self.param_of_gradient(out)
+        types, idx, count = self.table_reads[table.id][0]
+        i = next(k for k, prm in enumerate(self.p.params) if prm.value.id == table.id)
+        moments = 2 if self.p.optimizer.kind in ("adam", "adamw") else 0
+        self.table_rows[out.id] = name
+        self.members.append(f"mg::mpi::TableRows {name};")
+        self.extra_bytes.append(f"m.{name}.bytes()")
+        self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, {types}, {idx}, {count}, "
+                            f"{self.identity_nodes}, {M}, {table_rows})")
+        self.prepare.append(f"m.{name}.allocate(m.p{i}, m.m{i}, m.s{i}, {moments}, m.allocated_bytes)")
+        self.packed_tables[i] = f"m.{name}.share()"
+        self.views[out.id] = f"m.{name}.gradient.data"
+        self.row_grads[out.id] = (f"m.{name}", table_rows, M)
+        return self.timed("typed_linear", f"m.{name}.grad_rows({plan}, {self.ptr(g)}, {M}, {self.ptr(out)})",
+                          f"8.0 * {self.numel(g)}", kernel="mg::mpi::TableRows::grad_rows")
 
     @staticmethod
     def _table_rows_name(grad: Value) -> str:

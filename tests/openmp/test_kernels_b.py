@@ -947,7 +947,7 @@ def test_listed_rows_adam_equals_the_dense_step_on_those_rows(lib, decoupled, ro
     """A share of a table stepped alone: the listed rows get the dense step's numbers bit for
     bit (with their gradient, or with a zero one where unflagged, its entries then unread), and
     no other row of the weights or moments is touched.  Packed: the weights and moments hold the
-    listed rows only, in order (the MPI backend's packed tables)."""
+    listed rows only, in order, and so does the gradient (the MPI backend's packed tables)."""
     rng = np.random.default_rng(rows + width + decoupled)
     dense = [rand(rng, rows, width), np.zeros((rows, width), np.float32), np.zeros((rows, width), np.float32)]
     listed = [a.copy() for a in dense]
@@ -963,6 +963,8 @@ def test_listed_rows_adam_equals_the_dense_step_on_those_rows(lib, decoupled, ro
         lib.mgb_adam_step(*(F(a) for a in (dense[0], g_dense, dense[1], dense[2])), rows * width, 0.01, 0.9,
                           0.999, 1e-8, 0.05, step, decoupled)
         stepped = [np.ascontiguousarray(a[share]) for a in listed] if packed else listed
+        if packed:
+            g_listed = np.ascontiguousarray(g_listed[share])
         lib.mgb_adam_listed_rows_step(F(stepped[0]), F(g_listed), F(stepped[1]), F(stepped[2]), width, I(share),
                                       U8(has_grad), share.size, 0.01, 0.9, 0.999, 1e-8, 0.05, step, decoupled,
                                       packed)

@@ -126,16 +126,16 @@ inline void adam_rows_step(float* p, const float* grad, float* m, float* v, int6
 // its gradient where has_grad[i], with a zero gradient elsewhere; no other row is read or
 // written.  Each listed row gets adam_step's numbers (the MPI backend's share of a table whose
 // other rows other ranks step: mpi/distributed.h, TableRows).
-// With `packed`, p, m and v hold the listed rows only, row i of them being table row rows[i]
-// (the MPI backend's packed share of a table); the gradient is the whole table's still.
+// With `packed`, p, grad, m and v hold the listed rows only, row i of them being table row
+// rows[i] (the MPI backend's packed share of a table).
 inline void adam_listed_rows_step(float* p, const float* grad, float* m, float* v, int64_t width, const int64_t* rows,
                                   const uint8_t* has_grad, int64_t n, const AdamConfig& cfg, int64_t step,
                                   bool decoupled, bool packed = false) {
     const optim_detail::AdamStep k(cfg, step, decoupled);
 #pragma omp parallel for schedule(static) if (n * width > optim_detail::kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
-        const int64_t g = rows[i] * width, b = packed ? i * width : g;
-        if (has_grad[i]) optim_detail::adam_span<false>(p + b, grad + g, m + b, v + b, width, k);
+        const int64_t b = (packed ? i : rows[i]) * width;
+        if (has_grad[i]) optim_detail::adam_span<false>(p + b, grad + b, m + b, v + b, width, k);
         else optim_detail::adam_span<true>(p + b, nullptr, m + b, v + b, width, k);
     }
 }
