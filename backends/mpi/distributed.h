@@ -489,10 +489,12 @@ class RowSums {
 class TableShare {
   public:
     // touched: the rows this rank touches, increasing; has_gradient(row): whether a touched row
-    // has a gradient.  A collective call.
+    // has a gradient.  touched_first: list the touched rows before the untouched ones this rank
+    // steps (each group increasing), so that packed storage begins with the touched rows
+    // (BasisTable: one block per basis).  A collective call.
     template <class HasGradient>
     void build(Partition &p, const std::vector<int64_t> &touched, HasGradient has_gradient, int64_t width,
-               int64_t table_rows) {
+               int64_t table_rows, bool touched_first = false) {
         width_ = width;
         table_rows_ = table_rows;
         ranks_ = p.size;
@@ -515,8 +517,23 @@ class TableShare {
             rows.push_back(row);
             has_grad_.push_back(mine && has_gradient(row));
         }
+        sorted_ = !touched_first;
+        if (touched_first) {
+            std::vector<int64_t> order;
+            for (int pass = 0; pass < 2; ++pass)
+                for (size_t i = 0; i < rows.size(); ++i)
+                    if (std::binary_search(touched.begin(), touched.end(), rows[i]) == (pass == 0)) order.push_back(int64_t(i));
+            std::vector<int64_t> reordered_rows;
+            std::vector<uint8_t> reordered_grad;
+            for (int64_t i : order) {
+                reordered_rows.push_back(rows[size_t(i)]);
+                reordered_grad.push_back(has_grad_[size_t(i)]);
+            }
+            rows.swap(reordered_rows);
+            has_grad_.swap(reordered_grad);
+        }
     }
-    std::vector<int64_t> rows;          // the rows this rank steps, increasing
+    std::vector<int64_t> rows;          // the rows this rank steps (increasing, unless touched_first)
     int64_t bytes() const { return int64_t(rows.size() * (sizeof(int64_t) + 1) + hands_on_.size()); }
 
     // Packed: this rank stores the rows it steps only, row i of its weights, moments and
@@ -571,6 +588,7 @@ class TableShare {
     // Where row `key` of the table is stored here (a row this rank steps, when packed).
     int64_t stored_row(int64_t key) const {
         if (!packed_) return key;
+        if (!sorted_) throw Error("stored_row of a table share listed touched rows first");
         const auto at = std::lower_bound(rows.begin(), rows.end(), key);
         if (at == rows.end() || *at != key) throw Error("a table row this rank does not store was looked up");
         return int64_t(at - rows.begin());
@@ -601,7 +619,7 @@ class TableShare {
     std::vector<uint8_t> has_grad_;     // per stepped row
     std::vector<uint8_t> hands_on_;     // per table row: this rank's copy is the one complete() keeps
     bool behind_[3] = {false, false, false};   // weights, first and second moments: some rows behind
-    bool packed_ = false;
+    bool packed_ = false, sorted_ = true;
     int64_t width_ = 0, table_rows_ = 0;
     int ranks_ = 1;
 };
@@ -735,7 +753,19 @@ class BasisTable {
         std::vector<int64_t> touched;       // every basis's row of each node read here, increasing
         for (int64_t b = 0; b < bases; ++b)
             for (int64_t s : rows_) touched.push_back(b * rows_per_basis + s);
-        share_.build(p, touched, [](int64_t) { return true; }, width, bases * rows_per_basis);
+        share_.build(p, touched, [](int64_t) { return true; }, width, bases * rows_per_basis, true);
+        // Packed (on more than one rank), V's stored rows begin with [B][n] (n: the nodes read
+        // here, rows_), the rows no lookup reads after them; the lookups read V through a copy
+        // of the plan whose pair keys name a node by its place in rows_.
+        plan_ = &plan;
+        if (p.size > 1) {
+            share_.pack_storage();
+            local_plan_ = plan;
+            std::vector<idx_t> &keys = local_plan_.by_row.keys;
+            for (idx_t i = 0; i < plan.distinct_rows(); ++i)
+                for (idx_t k = plan.row_start[size_t(i)]; k < plan.row_start[size_t(i) + 1]; ++k)
+                    keys[size_t(k)] = i * types_ + keys[size_t(k)] % types_;
+        }
         pairs_of_.clear();             // per node read here: [first, last) of its summed pairs
         const auto at = [&](int64_t key) {
             return int64_t(std::lower_bound(sums_.keys.begin(), sums_.keys.end(), key) - sums_.keys.begin());
@@ -747,10 +777,20 @@ class BasisTable {
     float *packed() { return sums_.packed(); }
     int64_t bytes() const {
         return sums_.bytes() + share_.bytes() +
-               int64_t((pair_key_.size() + rows_.size() + 2 * pairs_of_.size()) * sizeof(int64_t) +
-                       a_.size() * sizeof(float));
+               int64_t((pair_key_.size() + rows_.size() + 2 * pairs_of_.size() + local_plan_.by_row.order.size() +
+                        local_plan_.by_row.key_ptr.size() + local_plan_.by_row.keys.size() +
+                        local_plan_.row_start.size()) * sizeof(int64_t) + a_.size() * sizeof(float));
     }
     TableShare &share() { return share_; }
+    // V's weights, Adam's moments (`moments` of them) and gradient, in the rows stored here.
+    void allocate(Buffer &weights, Buffer &m, Buffer &v, int moments, int64_t &accounted) {
+        share_.allocate(weights, m, v, moments, accounted);
+        gradient.allocate(share_.stored_rows() * width_, accounted);
+    }
+    Buffer gradient;                    // dV, in the rows stored here
+    // What the lookups' kernels read V through: the plan and the rows per basis of the storage.
+    const op::BasisLookupPlan &lookup_plan() const { return share_.packed() ? local_plan_ : *plan_; }
+    int64_t rows_per_basis() const { return share_.packed() ? int64_t(rows_.size()) : rows_per_basis_; }
 
     // This rank's pair sums of G (the lookups' gradient rows) into the packed pairs, zero in the
     // pairs of other ranks; A kept for bases_grad (its step may run before the sums arrive).
@@ -775,9 +815,9 @@ class BasisTable {
         const float *packed = sums_.packed();
 #pragma omp parallel for schedule(dynamic, 64)
         for (int64_t i = 0; i < n; ++i) {
-            const int64_t s = rows_[size_t(i)];
+            const int64_t s = share_.packed() ? i : rows_[size_t(i)], P = rows_per_basis();
             for (int64_t b = 0; b < bases_; ++b) {
-                float *d = dV + (b * rows_per_basis_ + s) * W;
+                float *d = dV + (b * P + s) * W;
                 std::fill(d, d + W, 0.0f);
                 for (int64_t k = pairs_of_[size_t(i)].first; k < pairs_of_[size_t(i)].second; ++k) {
                     const float a = a_[size_t((sums_.keys[size_t(k)] % types_) * bases_ + b)];
@@ -792,6 +832,8 @@ class BasisTable {
     RowSums sums_;                      // the pairs (row * types + type) some rank's lookups make
     TableShare share_;
     const op::EmbeddingPlan *order_ = nullptr;   // this rank's lookups grouped by pair
+    const op::BasisLookupPlan *plan_ = nullptr;  // the lookups' plan
+    op::BasisLookupPlan local_plan_;    // packed: the plan with nodes named by their place in rows_
     std::vector<int64_t> pair_key_;     // per pair of this rank: its index among the summed pairs
     std::vector<int64_t> rows_;         // the nodes this rank's lookups read, increasing
     std::vector<std::pair<int64_t, int64_t>> pairs_of_;   // per such node: its summed pairs [first, last)

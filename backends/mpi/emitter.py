@@ -26,6 +26,8 @@ adds, driven by the IR (docs/backends.md, "MPI"):
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from morphgen.backends.openmp.emitter import TIMERS, OpenMPEmitter, UnsupportedInput, _float, _Identity
 from morphgen.ir import Value
 
@@ -348,25 +350,50 @@ class MPIEmitter(OpenMPEmitter):
     def op_typed_linear_bases_grad(self, op, x, a, g):
         return self._ghost_lookups_read_zero(g, self._bases_grad(op, x, a, g))
 
+    def _basis_table(self, bases: Value) -> Optional[str]:
+        """The BasisTable member that holds the bases ``bases`` (V[B][nodes][M]) of featureless
+        basis lookups, or None: under Adam, where only the lookups and their coefficients'
+        gradient read V, all at the same rows.  Decided from the IR alone, so that the forward
+        lookups, lowered first, read V as the backward will store it."""
+        prm = next((q for q in self.p.params if q.value.id == bases.id), None)
+        grad = self.p.grads.get(prm.name) if prm is not None else None
+        readers = self._readers_of(bases)
+        lookups = [r for r in readers if r.opcode == "typed_linear_bases"]
+        if grad is None or not lookups or not (self.row_gradients and self.only_adam_reads(grad)):
+            return None
+        x, domain = lookups[0].inputs[0], lookups[0].inputs[1].domain
+        if not all(r.opcode in ("typed_linear_bases", "typed_linear_bases_coef_grad") and r.inputs[0].id == x.id
+                   and r.attrs.get("domain", domain) == domain for r in readers):
+            return None
+        return f"bases{grad.id}"
+
+    def basis_storage(self, bases: Value, plan: str) -> tuple:
+        """Packed bases (BasisTable) are read through the table's own plan and row count."""
+        name = self._basis_table(bases)
+        if name is None:
+            return super().basis_storage(bases, plan)
+        return f"m.{name}.lookup_plan()", f"m.{name}.rows_per_basis()"
+
     def _bases_grad(self, op, x, a, g):
-        """The bases of featureless basis lookups, V[B][nodes][M], under Adam, which only the
-        lookups and their coefficients' gradient read (at the same rows): the lookups' pair sums
-        are reduced and each rank makes the rows of dV it steps from them (distributed.h,
-        BasisTable), instead of reducing the whole of dV."""
+        """The bases of featureless basis lookups, V[B][nodes][M] (_basis_table): the lookups'
+        pair sums are reduced and each rank makes the rows of dV it steps from them
+        (distributed.h, BasisTable), instead of reducing the whole of dV; V, its moments and dV
+        are stored in the rows the rank steps."""
         out = op.output
         bases = self.param_of_gradient(out)
-        if (not (self.row_gradients and self.only_adam_reads(out))
-                or not all(r.opcode in ("typed_linear_bases", "typed_linear_bases_coef_grad")
-                           and r.inputs[0].id == x.id and r.attrs.get("domain", a.domain) == a.domain
-                           for r in self._readers_of(bases))):
+        name = self._basis_table(bases)
+        if name is None:
             return super().op_typed_linear_bases_grad(op, x, a, g)
         plan, B, M = self.basis_plan(x, a.domain), self.dim(bases.shape[0]), self.width(out)
-        name = f"bases{out.id}"
+        i = next(k for k, prm in enumerate(self.p.params) if prm.value.id == bases.id)
         self.table_rows[out.id] = name
         self.basis_tables.add(out.id)
         self.members.append(f"mg::mpi::BasisTable {name};")
         self.extra_bytes.append(f"m.{name}.bytes()")
         self.prepare.append(f"m.{name}.build(m.part, {plan}, {B}, {self.identity_nodes}, {M})")
+        self.prepare.append(f"m.{name}.allocate(m.p{i}, m.m{i}, m.s{i}, 2, m.allocated_bytes)")
+        self.packed_tables[i] = f"m.{name}.share()"
+        self.views[out.id] = f"m.{name}.gradient.data"
         self.row_grads[out.id] = (f"m.{name}", f"{B} * {self.identity_nodes}", M)
         self.lookup_sums_of[plan] = None          # the plan's scratch holds no sums of g now
         return self.timed("typed_linear", f"m.{name}.pack({self.ptr(g)}, {self.ptr(a)})", f"8.0 * {self.numel(g)}",

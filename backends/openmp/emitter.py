@@ -1421,21 +1421,29 @@ class OpenMPEmitter:
 
     def op_typed_linear_bases(self, op, x, a, v):
         return self._basis_lookup("basis_lookup", x, a.domain, f"{self.ptr(a)}, {self.ptr(v)}", v.shape[0],
-                                  op.output, op.output, self.numel(op.output))
+                                  op.output, op.output, self.numel(op.output), bases_value=v)
 
     def op_typed_linear_bases_coef_grad(self, op, x, g, v):
         return self._basis_lookup("basis_lookup_coef_grad", x, op.attrs["domain"], f"{self.ptr(v)}, {self.ptr(g)}",
-                                  v.shape[0], g, op.output, self.numel(g))
+                                  v.shape[0], g, op.output, self.numel(g), bases_value=v)
+
+    def basis_storage(self, bases: Value, plan: str) -> tuple:
+        """The plan and the rows per basis through which the lookups' kernels read the bases
+        ``bases``: the lookups' plan and every node (the MPI backend's packed bases differ)."""
+        return plan, self.identity_nodes
 
     def op_typed_linear_bases_grad(self, op, x, a, g):
         return self._basis_lookup("basis_lookup_bases_grad", x, a.domain, f"{self.ptr(a)}, {self.ptr(g)}",
                                   a.shape[1], g, op.output, f"{self.numel(op.output)} + {self.numel(g)}")
 
     def _basis_lookup(self, kernel: str, x: Value, domain: str, operands: str, bases, rows: Value, out: Value,
-                      streamed: str) -> str:
+                      streamed: str, bases_value: Optional[Value] = None) -> str:
         """A call of one of the basis lookups' kernels: B x M multiply-adds per distinct (row, type)
-        pair of the plan, ``rows`` [.., M] the lookups' rows, ``streamed`` the other floats moved."""
+        pair of the plan, ``rows`` [.., M] the lookups' rows, ``streamed`` the other floats moved;
+        ``bases_value``: the bases V the kernel reads (basis_storage)."""
         plan, B, M = self.basis_plan(x, domain), self.dim(bases), self.width(rows)
+        kernel_plan, per_basis = (self.basis_storage(bases_value, plan) if bases_value is not None
+                                  else (plan, self.identity_nodes))
         combined = f"{plan}.by_row.unique * {B} * {M}"
         summed = ""
         if self.shares_basis_lookup_sums and kernel != "basis_lookup":
@@ -1444,7 +1452,7 @@ class OpenMPEmitter:
             # the plan's scratch; calls are lowered in program order).
             summed = ", true" if self.lookup_sums_of.get(plan) is rows else ""
             self.lookup_sums_of[plan] = rows
-        return self.timed("typed_linear", f"mg::op::{kernel}({plan}, {operands}, {B}, {self.identity_nodes}, {M}, "
+        return self.timed("typed_linear", f"mg::op::{kernel}({kernel_plan}, {operands}, {B}, {per_basis}, {M}, "
                           f"{self.ptr(out)}{summed})", f"4.0 * ({combined} + {streamed})", f"2.0 * {combined}")
 
     # ---- typed linears of node rows read at edge ends (passes/edge_typed_linear.py) ---------------

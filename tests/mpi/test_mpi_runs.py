@@ -94,6 +94,26 @@ def test_featureless_tables_are_stored_in_shares(tmp_path):
         assert figures["allocated_bytes"] <= whole - saved, (figures["allocated_bytes"], whole, saved)
 
 
+def test_featureless_bases_are_stored_in_shares(tmp_path):
+    """rgcn_bases's bases V1[30][node][16] likewise: a rank stores every basis's row of the nodes
+    its lookups read (sources of its edges: owned or ghost rows, so at most owned + ghosts of
+    them) and a quarter of the rows no lookup reads (at most 30 x nodes / 4), so on 4 ranks it
+    allocates at least 4 x 64 bytes x 30 x (nodes - owned - ghosts - nodes / 4) less than a
+    single rank, with one process's numbers."""
+    from morphgen.data.npz import save_npz
+    from tests.e2e.support import typed_dataset
+    dataset = typed_dataset(features=None, nodes=400, edges=600, etypes=6)
+    data = save_npz(dataset, tmp_path / "typed.npz")
+    nodes = dataset.graph.num_nodes
+    whole = train(tmp_path, "rgcn_bases", str(data), backend="mpi", ranks=1)["per_rank"][0]["allocated_bytes"]
+    run = train(tmp_path, "rgcn_bases", str(data), backend="mpi", ranks=4)
+    assert_same_run(train(tmp_path, "rgcn_bases", str(data)), run, 1e-5, "rgcn_bases (featureless) on 4 ranks")
+    for figures in run["per_rank"]:
+        saved = 4 * 16 * 4 * 30 * (nodes - figures["owned"] - figures["ghosts"] - nodes / 4 - 1)
+        assert saved > 0, figures              # the graph leaves a rank rows it does not read
+        assert figures["allocated_bytes"] <= whole - saved, (figures, whole, saved)
+
+
 def test_checkpoints_move_between_backends_and_rank_counts(tmp_path):
     """Three epochs on one backend, three more from its checkpoint on the other: the losses of
     one six-epoch run.  The MPI run also saves after every epoch (--checkpoint-every 1: every
