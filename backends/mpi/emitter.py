@@ -273,21 +273,31 @@ class MPIEmitter(OpenMPEmitter):
         if not self.keeps_rows_only(out):
             return super()._embedding_grad(plan, g, table_rows, M, out)
         name = self._table_rows_name(out)
-        table = self.param_of_gradient(out)
-        types, idx, count = self.table_reads[table.id][0]
-        i = next(k for k, prm in enumerate(self.p.params) if prm.value.id == table.id)
-        moments = 2 if self.p.optimizer.kind in ("adam", "adamw") else 0
-        self.table_rows[out.id] = name
-        self.members.append(f"mg::mpi::TableRows {name};")
-        self.extra_bytes.append(f"m.{name}.bytes()")
-        self.prepare.append(f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, {types}, {idx}, {count}, "
-                            f"{self.identity_nodes}, {M}, {table_rows})")
-        self.prepare.append(f"m.{name}.allocate(m.p{i}, m.m{i}, m.s{i}, {moments}, m.allocated_bytes)")
-        self.packed_tables[i] = f"m.{name}.share()"
-        self.views[out.id] = f"m.{name}.gradient.data"
-        self.row_grads[out.id] = (f"m.{name}", table_rows, M)
+        types, idx, count = self.table_reads[self.param_of_gradient(out).id][0]
+        self._table_member("TableRows", name, out, table_rows, M,
+                           f"m.{name}.build(m.part, {plan}.keys.data(), {plan}.unique, {types}, {idx}, {count}, "
+                           f"{self.identity_nodes}, {M}, {table_rows})")
         return self.timed("typed_linear", f"m.{name}.grad_rows({plan}, {self.ptr(g)}, {M}, {self.ptr(out)})",
                           f"8.0 * {self.numel(g)}", kernel="mg::mpi::TableRows::grad_rows")
+
+    def _table_member(self, kind: str, name: str, grad: Value, table_rows: str, M: str, build: str) -> None:
+        """A table shared out between the ranks (TableRows or BasisTable ``name``, holding the
+        weight whose gradient is ``grad``): built at load time, then allocating the weight, its
+        moments and its gradient in the rows this rank stores, which the ABI's weights and
+        checkpoints read and write through it (the template's packed tables)."""
+        i = self.param_index[self.param_of_gradient(grad).id]
+        self.table_rows[grad.id] = name
+        self.members.append(f"mg::mpi::{kind} {name};")
+        self.extra_bytes.append(f"m.{name}.bytes()")
+        self.prepare.append(build)
+        self.prepare.append(f"m.{name}.allocate(m.p{i}, m.m{i}, m.s{i}, 2, m.allocated_bytes)")   # Adam's two moments
+        self.packed_tables[i] = f"m.{name}.share()"
+        self.views[grad.id] = f"m.{name}.gradient.data"
+        self.row_grads[grad.id] = (f"m.{name}", table_rows, M)
+
+    def _gradient_of(self, weight: Value) -> Optional[Value]:
+        i = self.param_index.get(weight.id)
+        return None if i is None else self.p.grads.get(self.p.params[i].name)
 
     @staticmethod
     def _table_rows_name(grad: Value) -> str:
@@ -299,8 +309,7 @@ class MPIEmitter(OpenMPEmitter):
         for any other product."""
         if self._identity_rows(x) is None or id(op) not in self.forward_ops:
             return None
-        prm = next((q for q in self.p.params if q.value.id == w.id), None)
-        grad = self.p.grads.get(prm.name) if prm is not None else None
+        grad = self._gradient_of(w)
         if grad is None or not self.keeps_rows_only(grad):
             return None
         out = op.output
@@ -355,8 +364,7 @@ class MPIEmitter(OpenMPEmitter):
         basis lookups, or None: under Adam, where only the lookups and their coefficients'
         gradient read V, all at the same rows.  Decided from the IR alone, so that the forward
         lookups, lowered first, read V as the backward will store it."""
-        prm = next((q for q in self.p.params if q.value.id == bases.id), None)
-        grad = self.p.grads.get(prm.name) if prm is not None else None
+        grad = self._gradient_of(bases)
         readers = self._readers_of(bases)
         lookups = [r for r in readers if r.opcode == "typed_linear_bases"]
         if grad is None or not lookups or not (self.row_gradients and self.only_adam_reads(grad)):
@@ -385,16 +393,9 @@ class MPIEmitter(OpenMPEmitter):
         if name is None:
             return super().op_typed_linear_bases_grad(op, x, a, g)
         plan, B, M = self.basis_plan(x, a.domain), self.dim(bases.shape[0]), self.width(out)
-        i = next(k for k, prm in enumerate(self.p.params) if prm.value.id == bases.id)
-        self.table_rows[out.id] = name
         self.basis_tables.add(out.id)
-        self.members.append(f"mg::mpi::BasisTable {name};")
-        self.extra_bytes.append(f"m.{name}.bytes()")
-        self.prepare.append(f"m.{name}.build(m.part, {plan}, {B}, {self.identity_nodes}, {M})")
-        self.prepare.append(f"m.{name}.allocate(m.p{i}, m.m{i}, m.s{i}, 2, m.allocated_bytes)")
-        self.packed_tables[i] = f"m.{name}.share()"
-        self.views[out.id] = f"m.{name}.gradient.data"
-        self.row_grads[out.id] = (f"m.{name}", f"{B} * {self.identity_nodes}", M)
+        self._table_member("BasisTable", name, out, f"{B} * {self.identity_nodes}", M,
+                           f"m.{name}.build(m.part, {plan}, {B}, {self.identity_nodes}, {M})")
         self.lookup_sums_of[plan] = None          # the plan's scratch holds no sums of g now
         return self.timed("typed_linear", f"m.{name}.pack({self.ptr(g)}, {self.ptr(a)})", f"8.0 * {self.numel(g)}",
                           f"1.0 * {self.numel(g)}", kernel="mg::mpi::BasisTable::pack")
