@@ -661,7 +661,7 @@ class TableRows {
             written_here_.assign(size_t(table_rows), 0);
             for (int64_t row : own_written) written_here_[size_t(row)] = 1;
         } else if (p.size > 1) {
-            share_.pack_storage();          // the weights and moments of the rows stepped here only
+            share_.pack_storage();          // weights, moments and gradient of the rows stepped here only
         }
         lookup_at_.resize(size_t(R));
         for (int64_t r = 0; r < R; ++r) lookup_at_[size_t(r)] = share_.stored_row((type ? type[r] : 0) * rows_per_type + row[r]);
