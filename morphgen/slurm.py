@@ -53,7 +53,8 @@ def add_arguments(p) -> None:
     train.add_argument("--dataset", default="synthetic", help="dataset name or path (default: %(default)s)")
     train.add_argument("--data-dir", default=None, help="where dataset names are looked up")
     train.add_argument("--epochs", type=int, default=None, help="override the program's epoch count")
-    train.add_argument("--seed", type=arg_types.seed, default=0, help="seed (default 0)")
+    train.add_argument("--seed", type=arg_types.seed, default=None,
+                       help="seed (default 0; with --resume, the checkpoint's)")
     train.add_argument("--json", dest="json_out", default=None, help="the run's metrics as JSON")
     train.add_argument("--until-epoch", type=int, default=None, metavar="N",
                        help="instead of --epochs: train until N epochs in all, counting the resumed checkpoint's")
@@ -216,7 +217,8 @@ def _train_command(args, bin_dir: Path) -> str:
         words += ["--epochs", str(args.epochs)]
     if args.until_epoch is not None:
         words += ["--until-epoch", str(args.until_epoch)]
-    words += ["--seed", str(args.seed)]
+    if args.seed is not None:        # else train's default: 0, or the checkpoint's when it resumes
+        words += ["--seed", str(args.seed)]
     for flag, value in (("--json", args.json_out), ("--checkpoint", args.checkpoint),
                         ("--resume", None if args.requeue else args.resume), ("--parts-dir", args.parts_dir)):
         if value is not None:

@@ -101,6 +101,15 @@ def test_the_job_creates_the_folders_of_its_outputs(tmp_path):
     assert json.loads(json_out.read_text())["epochs"] == 1 and checkpoint.is_file()
 
 
+def test_a_job_resuming_a_checkpoint_keeps_its_seed_unless_given_one(tmp_path):
+    """Without --seed the script names none: `morphgen train --resume` keeps the checkpoint's."""
+    rc, script = generate(tmp_path, GCN, "--nodes", 1, "--ntasks-per-node", 2, "--resume", tmp_path / "a.ck")
+    assert rc == 0 and "--seed" not in train_words(script)
+    rc, script = generate(tmp_path, GCN, "--nodes", 1, "--ntasks-per-node", 2, "--resume", tmp_path / "a.ck",
+                          "--seed", 3, output="seeded.sbatch")
+    assert rc == 0 and option(train_words(script), "--seed") == "3"
+
+
 def test_a_checkpointing_job_is_warned_before_its_time_limit(tmp_path):
     """With --checkpoint, SLURM signals the batch shell --save-before seconds ahead (120 by
     default), and the script passes the signal on to morphgen; without one, nothing changes."""
