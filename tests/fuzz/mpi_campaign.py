@@ -50,6 +50,11 @@ def uniform_predictions(reference: dict) -> bool:
     return any(all(abs(loss - math.log(c)) < 1e-6 for loss in losses) for c in range(2, 65))
 
 
+def same_first_epoch(reference: dict, run: dict) -> bool:
+    first, expected = run["history"][0]["loss"], reference["history"][0]["loss"]
+    return abs(first - expected) <= RTOL * expected
+
+
 def check(seed: int, ranks: tuple, epochs: int) -> tuple:
     """('ok' | 'refused' | 'tied' | 'failed', message, source) for one generated program."""
     from tests.fuzz.generator import generate
@@ -73,8 +78,7 @@ def check(seed: int, ranks: tuple, epochs: int) -> tuple:
             if REFUSED in str(exc):
                 line = next(x for x in str(exc).splitlines() if REFUSED in x)
                 return "refused", line.strip(), fp.source
-            if run is not None and uniform_predictions(reference) and \
-                    abs(run["history"][0]["loss"] - reference["history"][0]["loss"]) <= RTOL * reference["history"][0]["loss"]:
+            if run is not None and uniform_predictions(reference) and same_first_epoch(reference, run):
                 return "tied", str(exc).strip(), fp.source
             return "failed", str(exc)[-2000:], fp.source
     return "ok", "", fp.source
