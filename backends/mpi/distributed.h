@@ -238,13 +238,17 @@ class Exchange {
     std::vector<MPI_Request> reqs_;
 };
 
-// Packs the owned rows every peer needs, one block per peer, in peer order.
-inline void pack_rows(Partition &p, const float *X, int64_t F) {
+// Packs the owned rows every peer needs into `out`, one block per peer, in peer order.
+template <class T>
+inline void pack_rows(const Partition &p, const T *X, int64_t F, T *out) {
     const int64_t n = p.send_ptr.back();
-    p.pack.resize(size_t(n * F));
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < n; ++k)
-        std::memcpy(p.pack.data() + k * F, X + p.send_idx[size_t(k)] * F, sizeof(float) * size_t(F));
+        std::memcpy(out + k * F, X + p.send_idx[size_t(k)] * F, sizeof(T) * size_t(F));
+}
+inline void pack_rows(Partition &p, const float *X, int64_t F) {
+    p.pack.resize(size_t(p.send_ptr.back() * F));
+    pack_rows(p, X, F, p.pack.data());
 }
 
 constexpr int kTagForward = 101, kTagReverse = 102;
@@ -370,9 +374,7 @@ inline void halo_reverse_max(Partition &p, const GraphView &g, float *X, int64_t
         }
         // The winners of owned rows go to the ranks holding them as ghosts.
         std::vector<int64_t> packed(static_cast<size_t>(sent_rows * F));
-#pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < sent_rows; ++j)
-            std::memcpy(packed.data() + j * F, won.data() + p.send_idx[size_t(j)] * F, sizeof(int64_t) * size_t(F));
+        pack_rows(p, won.data(), F, packed.data());
         Exchange back(p);
         for (int k = 0; k < p.num_peers(); ++k) {
             const int peer = p.peers[size_t(k)];
@@ -399,6 +401,13 @@ inline void halo_reverse_max(Partition &p, const GraphView &g, float *X, int64_t
     }
     zero_ghost_rows(p, X, F);
     sent.bytes += p.halo_bytes - before;
+}
+
+// x[0 .. n) summed across the ranks in place (in pieces: MPI counts are int).
+inline void sum_across_ranks(Partition &p, float *x, int64_t n, const char *what) {
+    const int64_t chunk = int64_t(1) << 28;
+    for (int64_t b = 0; b < n; b += chunk)
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, x + b, int(std::min(chunk, n - b)), MPI_FLOAT, MPI_SUM, p.comm), what);
 }
 
 // Every rank's rows of a table, in rank order: (row, rank) pairs sorted by row, then rank, so
@@ -482,10 +491,10 @@ class RowSums {
 // a gradient for; with their gradient where they have one) and a contiguous range of the rows
 // no rank touches (with a zero gradient: weight decay and the moments still move them).  Every
 // row is stepped with one process's numbers, and a rank reads no row it did not step, so
-// training needs nothing more.  The other rows of this rank's copy fall behind; complete()
-// brings the whole table up to date on every rank (a collective call) before anything reads it
-// whole: the weights for mg_get_param, weights and moments for a checkpoint.  Each row then
-// comes from the one rank that hands it on: the lowest rank that steps it.
+// training needs nothing more; with more than one rank a rank stores only those rows
+// (pack_storage).  read_whole() gives the whole table on every rank (a collective call) where
+// something reads it whole: the weights for mg_get_param, weights and moments for a checkpoint.
+// Each row then comes from the one rank that hands it on: the lowest rank that steps it.
 class TableShare {
   public:
     // touched: the rows this rank touches, increasing; has_gradient(row): whether a touched row
@@ -554,32 +563,47 @@ class TableShare {
         if (ranks_ > 1 && !packed_) behind_[0] = behind_[1] = behind_[2] = true;
     }
 
-    // A packed array (weights or a moment) made whole in `whole` (table rows x width), on every
-    // rank: each row from the rank that hands it on, the others' copies zero, summed.  Collective.
-    void gather(Partition &p, const float *stored, float *whole) const {
-        const int64_t W = width_, n = int64_t(rows.size());
-        std::fill(whole, whole + table_rows_ * W, 0.0f);
+    // Array `a` of the table (0: the weights, 1 and 2: Adam's moments), stored here at `stored`,
+    // as the whole table in `whole` on every rank: each row from the rank that hands it on, the
+    // others' copies zero, summed.  Unpacked, `stored` is a whole copy whose rows stepped by
+    // other ranks fell behind: it is brought up to date in place first (`whole` may be it).  A
+    // collective call: every rank makes it, for the same array.
+    void read_whole(Partition &p, int a, float *stored, float *whole) {
+        const int64_t W = width_, n = int64_t(rows.size()), total = table_rows_ * W;
+        if (!packed_) {
+            if (behind_[a]) {
+#pragma omp parallel for schedule(static)
+                for (int64_t row = 0; row < table_rows_; ++row)
+                    if (!hands_on_[size_t(row)]) std::fill(stored + row * W, stored + (row + 1) * W, 0.0f);
+                sum_across_ranks(p, stored, total, "table completion");
+                behind_[a] = false;
+            }
+            if (whole != stored) std::memcpy(whole, stored, size_t(total) * sizeof(float));
+            return;
+        }
+        std::fill(whole, whole + total, 0.0f);
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i)
             if (hands_on_[size_t(rows[size_t(i)])])
                 std::memcpy(whole + rows[size_t(i)] * W, stored + i * W, size_t(W) * sizeof(float));
-        const int64_t total = table_rows_ * W, chunk = int64_t(1) << 28;   // MPI counts are int
-        for (int64_t b = 0; b < total; b += chunk)
-            check_mpi(MPI_Allreduce(MPI_IN_PLACE, whole + b, int(std::min(chunk, total - b)), MPI_FLOAT, MPI_SUM, p.comm),
-                      "table gather");
+        sum_across_ranks(p, whole, total, "table gather");
     }
-    // The weights and moments (those allocated) made whole for a checkpoint.  Collective.
-    void gather_state(Partition &p, const Buffer &weights, const Buffer &m, const Buffer &v,
-                      std::vector<float> whole[3]) const {
-        const Buffer *arrays[3] = {&weights, &m, &v};
+    // The weights and moments (those allocated) as whole tables, for a checkpoint.  Collective.
+    void read_state(Partition &p, Buffer &weights, Buffer &m, Buffer &v, std::vector<float> whole[3]) {
+        Buffer *arrays[3] = {&weights, &m, &v};
         for (int a = 0; a < 3; ++a) {
             if (arrays[a]->size == 0) continue;
             whole[a].resize(size_t(table_rows_ * width_));
-            gather(p, arrays[a]->data, whole[a].data());
+            read_whole(p, a, arrays[a]->data, whole[a].data());
         }
     }
-    // The rows this rank stores, taken from a whole table.
-    void scatter(const float *whole, float *stored) const {
+    // Array `a` set from a whole table, the same on every rank: this rank's stored rows of it.
+    void write_whole(int a, const float *whole, float *stored) {
+        if (!packed_) {
+            std::memcpy(stored, whole, size_t(table_rows_ * width_) * sizeof(float));
+            behind_[a] = false;
+            return;
+        }
         const int64_t W = width_, n = int64_t(rows.size());
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i)
@@ -594,31 +618,10 @@ class TableShare {
         return int64_t(at - rows.begin());
     }
 
-    // Brings this rank's copy of the weights (and of the moments, where given) up to date: each
-    // row from the rank that hands it on, the others' rows zeroed and the copies summed.  A
-    // collective call: every rank makes it, with the same arrays.
-    void complete(Partition &p, float *weights, float *m = nullptr, float *v = nullptr) {
-        if (packed_) return;                // a packed table is gathered where it is read whole
-        float *arrays[3] = {weights, m, v};
-        for (int a = 0; a < 3; ++a) {
-            if (arrays[a] == nullptr || !behind_[a]) continue;
-            float *x = arrays[a];
-            const int64_t W = width_;
-#pragma omp parallel for schedule(static)
-            for (int64_t row = 0; row < table_rows_; ++row)
-                if (!hands_on_[size_t(row)]) std::fill(x + row * W, x + (row + 1) * W, 0.0f);
-            const int64_t n = table_rows_ * W, chunk = int64_t(1) << 28;   // MPI counts are int
-            for (int64_t b = 0; b < n; b += chunk)
-                check_mpi(MPI_Allreduce(MPI_IN_PLACE, x + b, int(std::min(chunk, n - b)), MPI_FLOAT, MPI_SUM, p.comm),
-                          "table completion");
-            behind_[a] = false;
-        }
-    }
-
   private:
     std::vector<uint8_t> has_grad_;     // per stepped row
-    std::vector<uint8_t> hands_on_;     // per table row: this rank's copy is the one complete() keeps
-    bool behind_[3] = {false, false, false};   // weights, first and second moments: some rows behind
+    std::vector<uint8_t> hands_on_;     // per table row: this rank's copy is the one read_whole() keeps
+    bool behind_[3] = {false, false, false};   // unpacked: weights, moments with rows behind
     bool packed_ = false, sorted_ = true;
     int64_t width_ = 0, table_rows_ = 0;
     int ranks_ = 1;

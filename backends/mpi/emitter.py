@@ -334,30 +334,16 @@ class MPIEmitter(OpenMPEmitter):
                 wait += " " + self.timed("typed_linear", f"m.{self.table_rows[g.id]}.bases_grad({self.ptr(g)})",
                                          f"4.0 * {n}", f"2.0 * {n}", kernel="mg::mpi::BasisTable::bases_grad")
             pairs.append((i, wait))
-        self.complete_weights = [f"m.{self.table_rows[g.id]}.share().complete(m.part, m.p{i}.data)"
-                                 for i, g in self._table_params()]
-        self.complete_state = [f"m.{self.table_rows[g.id]}.share().complete(m.part, m.p{i}.data, m.m{i}.data, "
-                               f"m.s{i}.data)"
-                               for i, g in self._table_params()]
         steps = super().lower_optimizer()       # one step per parameter with a gradient, same order
         started = {i: k for k, i in enumerate(self.grad_started)}
         order = sorted(range(len(pairs)), key=lambda k: started.get(pairs[k][0], len(started)))
         return [line for k in order for line in (pairs[k][1], steps[k])]
 
-    def _ghost_lookups_read_zero(self, g: Value, lines) -> list:
-        """The gradients of featureless basis lookups over node rows walk the lookup plan, which
-        covers ghost rows (identity rows are complete there), while ``g`` is computed for owned
-        rows: the ghost rows' terms belong to their owners, so they must read zero here."""
-        lines = lines if isinstance(lines, list) else [lines]
-        if g.assoc != "node":
-            return lines
-        return [f"mg::mpi::zero_ghost_rows(m.part, {self.ptr(g)}, {self.width(g)})"] + lines
-
     def op_typed_linear_bases_coef_grad(self, op, x, g, v):
-        return self._ghost_lookups_read_zero(g, super().op_typed_linear_bases_coef_grad(op, x, g, v))
+        return self._owned_rows_only(super().op_typed_linear_bases_coef_grad, op, x, g, v, summed=g)
 
     def op_typed_linear_bases_grad(self, op, x, a, g):
-        return self._ghost_lookups_read_zero(g, self._bases_grad(op, x, a, g))
+        return self._owned_rows_only(self._bases_grad, op, x, a, g)
 
     def _basis_table(self, bases: Value) -> Optional[str]:
         """The BasisTable member that holds the bases ``bases`` (V[B][nodes][M]) of featureless
@@ -414,11 +400,6 @@ class MPIEmitter(OpenMPEmitter):
         ident = self._identity_rows(x)
         if ident is not None and id(op) in self.forward_ops:
             self.table_reads.setdefault(w.id, []).append((types, ident.idx or self.node_ids(), self.rows(op.output)))
-
-    def _table_params(self) -> list:
-        """(index, gradient) of the parameters shared out between the ranks as tables."""
-        return [(i, self.p.grads[prm.name]) for i, prm in enumerate(self.p.params)
-                if self.p.grads.get(prm.name) is not None and self.p.grads[prm.name].id in self.table_rows]
 
     # -- featureless input: one-hot rows of global node ids -------------------------------------
     def feature_identity(self) -> _Identity:
@@ -477,14 +458,17 @@ class MPIEmitter(OpenMPEmitter):
         """Link prediction: the triples name nodes of the whole graph (distributed.h)."""
         return f"mg::mpi::{name}(m.part, "
 
-    def _owned_rows_only(self, lower, op, *inputs):
-        """A sum over node rows counts owned rows only: dense kernels are told so; the kernels
-        that walk every local row (sparse features, type groups) read ghost rows set to zero."""
-        g = inputs[-1]
+    def _owned_rows_only(self, lower, op, *inputs, summed: Optional[Value] = None):
+        """A sum over node rows (of ``summed``, else the last input) counts owned rows only: dense
+        kernels are told so; the kernels that walk every local row (sparse features, type
+        groups, the plans of featureless basis lookups, which cover ghost rows) read ghost rows
+        set to zero."""
+        g = inputs[-1] if summed is None else summed
         if id(op) in self.forward_ops and g.assoc == "node":
             raise self._unsupported(op, "a sum over all nodes in the forward pass")
         zero = []
-        walks_all_rows = (op.opcode in ("typed_matmul_tn", "typed_row_sum")
+        walks_all_rows = (op.opcode in ("typed_matmul_tn", "typed_row_sum", "typed_linear_bases_coef_grad",
+                                        "typed_linear_bases_grad")
                           or (op.opcode == "matmul_tn" and inputs[0].id in self.feature_like))
         if g.assoc == "node" and walks_all_rows:
             zero = [f"mg::mpi::zero_ghost_rows(m.part, {self.ptr(g)}, {self.width(g)})"]

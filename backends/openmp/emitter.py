@@ -132,8 +132,6 @@ class OpenMPEmitter:
         self.row_grads: dict = {}        # weight-gradient id -> (plan, table rows, width): rows only
         # Lines that bring the weights (or weights and optimizer state) up to date before the host
         # reads them whole, where ranks step shares of a table (the MPI backend); none here.
-        self.complete_weights: list = []
-        self.complete_state: list = []
         # parameter index -> the TableShare that allocates and stores it (MPI: rows each rank steps)
         self.packed_tables: dict = {}
         self.producer: dict = {}
@@ -421,7 +419,6 @@ class OpenMPEmitter:
             logits_buffer=logits_buffer, num_classes=self.width(p.logits), link_task=p.task == "link",
             link_relations=self._link_relations(),
             needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes,
-            complete_weights=self.complete_weights, complete_state=self.complete_state,
             fingerprint=int((p.fingerprint or p.source_fingerprint())[:16], 16))
         return {self.source_name: text}
 

@@ -53,13 +53,17 @@ def test_training_is_deterministic():
     _assert_same_params(a.get_params(), b.get_params())
 
 
-def test_resume_reproduces_the_next_epoch_exactly(saved):
-    path, loss, params = saved
+def _assert_resumes_exactly(path, loss, params):
+    """A fresh model loading `path` trains the next epoch as the run that saved it did."""
     model = _model()
     model.load_checkpoint(path)
     got_loss, got_params = _epoch(model)
     assert got_loss == loss
     _assert_same_params(got_params, params)
+
+
+def test_resume_reproduces_the_next_epoch_exactly(saved):
+    _assert_resumes_exactly(*saved)
 
 
 def test_resume_differs_from_a_fresh_start(saved):
@@ -204,11 +208,7 @@ def test_a_checkpoint_of_format_02_still_resumes_exactly(saved, tmp_path):
     old = tmp_path / "format02.ckpt"
     old.write_bytes(_with_checksum(b"MGCKPT02" + body[8:SEED_FIELD.start] + body[SEED_FIELD.stop:]))
     assert checkpoint_seed(old) is None and checkpoint_epochs(old) == 3
-    model = _model()
-    model.load_checkpoint(old)
-    got_loss, got_params = _epoch(model)
-    assert got_loss == loss
-    _assert_same_params(got_params, params)
+    _assert_resumes_exactly(old, loss, params)
 
 
 def test_loading_a_checkpoint_of_another_seed_warns(saved):
