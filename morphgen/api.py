@@ -408,8 +408,12 @@ class CompiledModel:
         check_output_file("checkpoint", path, is_checkpoint, "checkpoint", inputs)
 
     def load_checkpoint(self, path):
+        """The state save_checkpoint saved, and the model as its run left it: with
+        gnn.earlyStopping the best epoch's weights in use (evaluate, predict, get_params), while a
+        later fit continues from the last epoch's."""
         self._bound("load_checkpoint")
         self.record.load_checkpoint(path)
+        self.record.keep_best()
         from .outputs import checkpoint_seed
         recorded = checkpoint_seed(path)
         if recorded is not None and recorded != self.seed:

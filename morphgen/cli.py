@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_edge_typed_layout(p, "auto (the default: compact or edge, whichever the cost model predicts faster "
                               "for the graph)")
     p.add_argument("--json", dest="json_out", default=None, help="write the run's metrics to this JSON file")
+    p.add_argument("--predictions", default=None, metavar="FILE",
+                   help="after training, write every node's logits and predicted class (a link predictor: the "
+                        "node embeddings and relation rows) to this .npz file (docs/data.md, \"Predictions\")")
     p.add_argument("--checkpoint", default=None,
                    help="save parameters and optimizer state here at the end; SIGTERM or SIGUSR1 then stop the "
                         "run at the end of its epoch, saved there (exit status 4)")
@@ -117,6 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sanitize", action="store_true",
                    help="build with AddressSanitizer and UndefinedBehaviorSanitizer (slow; for bug reports)")
     p.set_defaults(handler=_cmd_train)
+
+    p = sub.add_parser("predict", help="write a trained model's predictions for every node of a dataset",
+                       description="Load a checkpoint written by `train --checkpoint` (any backend), print its "
+                                   "accuracies (or a link predictor's ranking metrics) on the dataset and write "
+                                   "every node's logits and predicted class (a link predictor: the node "
+                                   "embeddings and relation rows) to an .npz file (docs/data.md, \"Predictions\").")
+    _add_common_model_args(p)
+    _add_data_args(p)
+    p.add_argument("--checkpoint", required=True, help="the trained weights: a file written by `train --checkpoint`")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .npz file to write")
+    p.add_argument("--threads", type=int, default=None,
+                   help="OpenMP threads (default: the cores this process may run on)")
+    p.add_argument("--device", type=int, default=None,
+                   help="--backend cuda: the GPU to run on (default 0, or $MORPHGEN_CUDA_DEVICE)")
+    p.add_argument("--json", dest="json_out", default=None, help="write the metrics to this JSON file")
+    p.set_defaults(handler=_cmd_predict)
 
     p = sub.add_parser("slurm", help="write a SLURM batch script that trains a program (MPI ranks or OpenMP)",
                        description="Write a SLURM job script that runs `morphgen train` on an allocation; "
@@ -185,6 +204,12 @@ def _cmd_train(args) -> int:
     from . import commands
     _print_program_warnings(args.model)
     return commands.train_command(args)
+
+
+def _cmd_predict(args) -> int:
+    from . import commands
+    _print_program_warnings(args.model)
+    return commands.predict_command(args)
 
 
 def _print_program_warnings(path) -> None:

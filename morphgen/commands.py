@@ -1,4 +1,4 @@
-"""The `compile` and `train` commands: arguments in, terminal output and files out."""
+"""The `compile`, `train` and `predict` commands: arguments in, terminal output and files out."""
 from __future__ import annotations
 
 import json
@@ -261,19 +261,7 @@ def train_command(args) -> int:
     if args.threads is not None and args.threads <= 0:
         raise UserError(f"morphgen: error: --threads must be positive, got {args.threads}")
     check_checkpoint_every(args)
-    if backend.capabilities.device_memory:
-        from morphgen.backends.cuda.calibrate import no_gpu_here
-        from morphgen.backends.cuda.toolchain import EMULATION_ENV, emulated
-        if not emulated() and no_gpu_here():        # said now, not after a build of a minute
-            raise UserError(f"morphgen: error: no usable CUDA GPU here (no /dev/nvidia* device, and nvidia-smi "
-                            f"lists none); {EMULATION_ENV}=1 runs the CUDA kernels on the CPU instead, slowly")
-    if args.device is not None:
-        if not backend.capabilities.device_memory:
-            raise UserError(f"morphgen: error: --device picks a GPU for --backend cuda, not for {args.backend}")
-        if args.device < 0:
-            raise UserError(f"morphgen: error: --device must be 0 or more, not {args.device}")
-        from morphgen.backends.cuda.toolchain import DEVICE_ENV
-        os.environ[DEVICE_ENV] = str(args.device)     # read by the library when it prepares
+    _choose_device(args, backend)
     if args.profile_ops and backend.capabilities.distributed:
         raise UserError(f"morphgen: error: --profile-ops times the ops of one process (--backend openmp or cuda); "
                         f"--profile gives the kernel timers of a {args.backend} run")
@@ -289,6 +277,67 @@ def train_command(args) -> int:
     # From here on SIGTERM and SIGUSR1 stop the run at its next epoch's end, saved (stop_signals.py).
     with stop_on_signals(enabled=bool(args.checkpoint)) as stop:
         return _train_in_process(args, backend, stop)
+
+
+def _choose_device(args, backend) -> None:
+    """--backend cuda needs a GPU (said now, not after a build of a minute); --device picks one."""
+    if backend.capabilities.device_memory:
+        from morphgen.backends.cuda.calibrate import no_gpu_here
+        from morphgen.backends.cuda.toolchain import EMULATION_ENV, emulated
+        if not emulated() and no_gpu_here():
+            raise UserError(f"morphgen: error: no usable CUDA GPU here (no /dev/nvidia* device, and nvidia-smi "
+                            f"lists none); {EMULATION_ENV}=1 runs the CUDA kernels on the CPU instead, slowly")
+    if args.device is not None:
+        if not backend.capabilities.device_memory:
+            raise UserError(f"morphgen: error: --device picks a GPU for --backend cuda, not for {args.backend}")
+        if args.device < 0:
+            raise UserError(f"morphgen: error: --device must be 0 or more, not {args.device}")
+        from morphgen.backends.cuda.toolchain import DEVICE_ENV
+        os.environ[DEVICE_ENV] = str(args.device)     # read by the library when it prepares
+
+
+def predict_command(args) -> int:
+    """`morphgen predict`: a checkpoint's weights applied to a dataset, in one process."""
+    from .data import load_dataset
+    from .data.resolve import dataset_file
+    from .outputs import check_distinct, check_output_file, checkpoint_seed, is_checkpoint, is_report
+    from .predictions import is_predictions
+    backend = require_backend(args.backend)
+    if backend.capabilities.distributed:
+        raise UserError(f"morphgen: error: predict runs in one process (--backend openmp or cuda); a checkpoint "
+                        f"written by a --backend {args.backend} run loads there")
+    if args.threads is not None and args.threads <= 0:
+        raise UserError(f"morphgen: error: --threads must be positive, got {args.threads}")
+    _choose_device(args, backend)
+    checkpoint = Path(args.checkpoint)
+    if not checkpoint.is_file() or not is_checkpoint(checkpoint):
+        why = ("does not exist" if not checkpoint.exists() else "is not a file" if not checkpoint.is_file()
+               else "is not a morphgen checkpoint")
+        raise UserError(f"morphgen: error: --checkpoint {args.checkpoint}: {why}; give a file written by "
+                        f"`morphgen train --checkpoint`")
+    inputs = [("the program", args.model), ("the dataset", dataset_file(args.dataset, args.data_dir)),
+              ("the checkpoint", args.checkpoint)]
+    check_output_file("-o", args.output, is_predictions, "predictions file", inputs)
+    check_output_file("--json", args.json_out, is_report, "report", inputs)
+    check_distinct([("-o", args.output), ("--json", args.json_out)])
+    dataset = load_dataset(args.dataset, data_dir=args.data_dir)
+    # the checkpoint's seed: a program whose forward draws nothing at evaluation does not need it,
+    # but its initial weights (replaced by the checkpoint's) are then those of the run
+    model = CompiledModel(args.model, backend=args.backend, threads=args.threads,
+                          seed=checkpoint_seed(checkpoint) or 0)
+    print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)
+    model.bind(dataset)
+    model.load_checkpoint(checkpoint)
+    final = model.evaluate()
+    print(f"morphgen: {dataset.name}, weights of {checkpoint} ({model.session.epoch()} epochs trained): "
+          f"loss {final['loss']:.6f} {final_metrics(final)}")
+    write_predictions(args.output, model)
+    if args.json_out:
+        report = {"model": str(args.model), "backend": args.backend, "dataset": dataset.name,
+                  "checkpoint": str(checkpoint), "epochs_trained": model.session.epoch(), **final,
+                  "predictions": str(args.output)}
+        write_atomically(Path(args.json_out), json.dumps(marked(report), indent=2) + "\n")
+    return 0
 
 
 def _train_in_process(args, backend, stop) -> int:
@@ -369,6 +418,10 @@ def _train_in_process(args, backend, stop) -> int:
         print(stop.message(len(result.history), epochs, args.checkpoint), file=sys.stderr)
     elif args.checkpoint:
         print(f"morphgen: checkpoint written to {args.checkpoint}", file=sys.stderr)
+    if args.predictions and result.stopped:
+        print(PREDICTIONS_AFTER_STOP, file=sys.stderr)
+    elif args.predictions:
+        write_predictions(args.predictions, model)
     if args.json_out:
         from .bench.memory import peak_rss_bytes
         peak = peak_rss_bytes()
@@ -394,6 +447,17 @@ def _train_in_process(args, backend, stop) -> int:
             report["profile_epochs"] = [first_timed, len(result.history)]
         write_atomically(Path(args.json_out), json.dumps(marked(report), indent=2) + "\n")
     return STOPPED_EXIT_STATUS if result.stopped else 0
+
+
+PREDICTIONS_AFTER_STOP = ("morphgen: --predictions: not written, the run stopped before its last epoch; "
+                          "the run resumed to its end writes them")
+
+
+def write_predictions(path, model) -> None:
+    from . import predictions
+    arrays = predictions.of_model(model)
+    predictions.write(path, arrays)
+    print(f"morphgen: predictions written to {path} ({predictions.summary(arrays)})", file=sys.stderr)
 
 
 def nodes_counting_themselves_twice(program, graph) -> int:
@@ -428,11 +492,12 @@ def _train_distributed(args) -> int:
 
 
 def _check_outputs_writable(args) -> None:
-    """--json, --checkpoint and --resume are checked before anything is compiled or trained: a
+    """--json, --checkpoint, --predictions and --resume are checked before anything is compiled or trained: a
     missing checkpoint, or an output that would destroy something (the program, the data, a file
     morphgen did not write, the other output), is refused at once (morphgen/outputs.py)."""
     from .data.resolve import dataset_file
     from .outputs import check_distinct, check_output_file, is_checkpoint, is_report
+    from .predictions import is_predictions
     if args.resume is not None and not Path(args.resume).is_file():
         what = "does not exist" if not Path(args.resume).exists() else "is not a file"
         raise UserError(f"morphgen: error: --resume {args.resume or repr('')}: {what}; give a checkpoint "
@@ -443,7 +508,10 @@ def _check_outputs_writable(args) -> None:
                       inputs + [("the checkpoint resumed from", args.resume)])
     check_output_file("--checkpoint", args.checkpoint, is_checkpoint, "checkpoint", inputs,
                       reusable_inputs=[args.resume])
-    check_distinct([("--json", args.json_out), ("--checkpoint", args.checkpoint)])
+    check_output_file("--predictions", args.predictions, is_predictions, "predictions file",
+                      inputs + [("the checkpoint resumed from", args.resume)])
+    check_distinct([("--json", args.json_out), ("--checkpoint", args.checkpoint),
+                    ("--predictions", args.predictions)])
 
 
 def resolve_seed(args) -> None:

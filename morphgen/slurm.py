@@ -56,6 +56,8 @@ def add_arguments(p) -> None:
     train.add_argument("--seed", type=arg_types.seed, default=None,
                        help="seed (default 0; with --resume, the checkpoint's)")
     train.add_argument("--json", dest="json_out", default=None, help="the run's metrics as JSON")
+    train.add_argument("--predictions", default=None, metavar="FILE",
+                       help="every node's logits and predicted class as .npz, written when training ends")
     train.add_argument("--until-epoch", type=int, default=None, metavar="N",
                        help="instead of --epochs: train until N epochs in all, counting the resumed checkpoint's")
     train.add_argument("--checkpoint", default=None,
@@ -114,10 +116,10 @@ def render(args) -> str:
 
 
 def _output_folders(args) -> list:
-    """The folders the run's --json and --checkpoint go to: created by the job when it starts,
+    """The folders the run's --json, --checkpoint and --predictions go to: created by the job when it starts,
     since `morphgen train` refuses a missing one and they need not exist where the script is
     written (the login node)."""
-    files = [f for f in (args.json_out, args.checkpoint) if f]
+    files = [f for f in (args.json_out, args.checkpoint, args.predictions) if f]
     return sorted({str(Path(_absolute(f)).parent) for f in files})
 
 
@@ -181,6 +183,7 @@ def _validate_files(args) -> None:
     from .data.resolve import dataset_file
     from .data.synthetic import check_synthetic_spec, is_synthetic_spec
     from .outputs import check_distinct, check_output_file, is_checkpoint, is_report
+    from .predictions import is_predictions
     if is_synthetic_spec(args.dataset):
         check_synthetic_spec(args.dataset)
     inputs = [("the program being trained", args.model),
@@ -190,11 +193,14 @@ def _validate_files(args) -> None:
                       writable_now=False)
     check_output_file("--checkpoint", args.checkpoint, is_checkpoint, "checkpoint", inputs,
                       reusable_inputs=[args.resume], writable_now=False)
+    check_output_file("--predictions", args.predictions, is_predictions, "predictions file",
+                      inputs + [("the checkpoint resumed from", args.resume)], writable_now=False)
     script = args.output or f"{Path(args.model).stem}.sbatch"
     for what, path in inputs + [("the checkpoint resumed from", args.resume)]:
         if path and Path(script).exists() and os.path.samefile(script, path):
             raise UserError(f"morphgen: error: -o {script} is {what}; writing the script there would destroy it")
-    check_distinct([("-o", script), ("--json", args.json_out), ("--checkpoint", args.checkpoint)])
+    check_distinct([("-o", script), ("--json", args.json_out), ("--checkpoint", args.checkpoint),
+                    ("--predictions", args.predictions)])
 
 
 def _train_command(args, bin_dir: Path) -> str:
@@ -220,7 +226,8 @@ def _train_command(args, bin_dir: Path) -> str:
     if args.seed is not None:        # else train's default: 0, or the checkpoint's when it resumes
         words += ["--seed", str(args.seed)]
     for flag, value in (("--json", args.json_out), ("--checkpoint", args.checkpoint),
-                        ("--resume", None if args.requeue else args.resume), ("--parts-dir", args.parts_dir)):
+                        ("--predictions", args.predictions), ("--resume", None if args.requeue else args.resume),
+                        ("--parts-dir", args.parts_dir)):
         if value is not None:
             words += [flag, shlex.quote(_absolute(value))]
     if args.checkpoint_every is not None:

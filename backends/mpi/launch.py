@@ -167,6 +167,8 @@ def _train_distributed(args, stop, ranks_started: list, signal_files: list) -> i
             "json_out": args.json_out and str(Path(args.json_out).resolve()), "quiet": args.quiet,
             "profile": bool(getattr(args, "profile", False)),
             "link": _link_spec(model) if model.link_task else None,
+            "predictions": args.predictions and {"path": str(Path(args.predictions).resolve()),
+                                                 "width": int(dataset.num_classes or 0)},
             "report": {"model": str(args.model), "backend": "mpi", "dataset": dataset.name, "seed": args.seed,
                        "feature_path": path, "compile_seconds": model.compile_seconds,
                        "hoisted_aggregations": len(program.invariant),

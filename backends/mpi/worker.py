@@ -94,24 +94,50 @@ def _set_epoch_triples(session, part, spec: dict) -> None:
                                       spec["link"]["negatives"], spec["seed"], session.epoch()))
 
 
-def _link_metrics(session, part, comm, link: dict) -> dict:
-    """Filtered MRR and Hits@k of the held-out triples (morphgen/link_eval.py), ranked on rank 0
-    against the embeddings of every node, gathered from their owners; None on the other ranks.
+def _node_rows(session, part, comm, width: int):
+    """Every node's row of the model's output (logits, or a link predictor's embeddings) on rank
+    0, in the dataset's node order, gathered from their owners; None on the other ranks.
     Collective: every rank runs the forward."""
+    owned = int(part["num_owned"])
+    local = session.predict(part.num_local, width)[:owned]
+    pieces = comm.gather((part["node_gid"][:owned], local), root=0)
+    if comm.Get_rank() != 0:
+        return None
+    rows = np.empty((int(part["num_global_nodes"]), width), np.float32)
+    for gid, piece in pieces:
+        rows[gid] = piece
+    return rows
+
+
+def _link_results(session, part, comm, link: dict):
+    """(metrics, the embeddings, the relation rows): filtered MRR and Hits@k of the held-out
+    triples (morphgen/link_eval.py), ranked on rank 0 against the embeddings of every node;
+    (None, None, None) on the other ranks.  Collective."""
     from morphgen.data.link import SPLITS
     from morphgen.link_eval import held_out_metrics
     loss = session.evaluate()["loss"]
-    owned = int(part["num_owned"])
-    z_local = session.predict(part.num_local, link["width"])[:owned]
-    pieces = comm.gather((part["node_gid"][:owned], z_local), root=0)
+    z = _node_rows(session, part, comm, link["width"])
     params = session.get_params()       # collective: ranks may hold shares of a table (TableRows)
     if comm.Get_rank() != 0:
-        return None
-    z = np.empty((int(part["num_global_nodes"]), link["width"]), np.float32)
-    for gid, rows in pieces:
-        z[gid] = rows
+        return None, None, None
     rel = params[link["relation_weight"]].reshape(-1, z.shape[1])
-    return {"loss": loss, **held_out_metrics(z, rel, {split: part[f"{split}_triples"] for split in SPLITS})}
+    metrics = held_out_metrics(z, rel, {split: part[f"{split}_triples"] for split in SPLITS})
+    return {"loss": loss, **metrics}, z, rel
+
+
+def _final_results(session, part, comm, spec: dict, write_predictions: bool):
+    """The final metrics, and the predictions file's arrays (morphgen/predictions.py) on rank 0
+    when the run writes one, else None.  Collective."""
+    from morphgen import predictions
+    link = spec.get("link")
+    if link:
+        final, z, rel = _link_results(session, part, comm, link)
+        return final, (predictions.link_arrays(z, rel) if write_predictions and z is not None else None)
+    final = session.evaluate()
+    if not write_predictions:
+        return final, None
+    logits = _node_rows(session, part, comm, spec["predictions"]["width"])
+    return final, (predictions.classification_arrays(logits) if logits is not None else None)
 
 
 def _progress_thread_setting(comm, threads: int) -> None:
@@ -142,7 +168,8 @@ def _stop_agreed(comm, stop) -> bool:
 
 def run(spec: dict, comm, stop=None) -> int:
     from morphgen.backends.mpi.parts import load_part
-    from morphgen.commands import Progress, final_line, last_training_loss, print_profile, write_atomically
+    from morphgen.commands import (PREDICTIONS_AFTER_STOP, Progress, final_line, last_training_loss, print_profile,
+                                   write_atomically)
     from morphgen.early_stopping import TrainingRecord
     from morphgen.outputs import marked
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -195,7 +222,9 @@ def run(spec: dict, comm, stop=None) -> int:
     figures = _rank_figures(session, part, times, train_halo_bytes, allreduce_s)
     if spec.get("profile"):
         figures["profile"] = session.timers()      # every rank's kernels; rank 0's are printed
-    final = _link_metrics(session, part, comm, link) if link else session.evaluate()
+    # a run stopped on the way (SIGTERM, ...) writes no predictions: its resumed end will
+    write_predictions = bool(spec.get("predictions")) and not stopped
+    final, predicted = _final_results(session, part, comm, spec, write_predictions)
     if record.stopper:
         final.update(best_epoch=record.stopper.best_epoch, epochs_run=len(history))
     if spec.get("checkpoint"):
@@ -220,8 +249,15 @@ def run(spec: dict, comm, stop=None) -> int:
           f"{np.mean([r['allreduce_s_per_epoch'] for r in per_rank]) * 1e3:.3f} ms/epoch blocking)", file=sys.stderr)
     if stopped:
         print(stop.message(len(history), epochs, spec["checkpoint"]), file=sys.stderr)
+        if spec.get("predictions"):
+            print(PREDICTIONS_AFTER_STOP, file=sys.stderr)
     elif spec.get("checkpoint"):
         print(f"morphgen: checkpoint written to {spec['checkpoint']}", file=sys.stderr)
+    if predicted is not None:
+        from morphgen import predictions
+        predictions.write(spec["predictions"]["path"], predicted)
+        print(f"morphgen: predictions written to {spec['predictions']['path']} ({predictions.summary(predicted)})",
+              file=sys.stderr)
     if spec.get("json_out"):
         report = dict(spec["report"], epochs=epochs, threads=spec["threads"], ranks=size,
                       **{k: v for k, v in final.items() if k != "loss"}, final_loss=last_training_loss(history, final),

@@ -68,17 +68,20 @@ def test_train_stops_saved_on_a_signal_and_resumes_to_the_same_end(tmp_path, mon
     before = signal.getsignal(signum)
     _signal_at_epoch(monkeypatch, signum, 5)
     ckpt = tmp_path / "run.ckpt"
-    rc, stopped = _train(tmp_path, "stopped", "--epochs", 12, "--checkpoint", ckpt)
+    predictions = tmp_path / "predictions.npz"
+    rc, stopped = _train(tmp_path, "stopped", "--epochs", 12, "--checkpoint", ckpt, "--predictions", predictions)
     err = capsys.readouterr().err
     assert rc == STOPPED_EXIT_STATUS, err[-3000:]
     name = signal.Signals(signum).name
     assert f"morphgen: {name}: stopped after epoch 5 of this run's 12 and saved {ckpt}" in err
+    # not the predictions of a run stopped half way: those of its end, when it is resumed
+    assert not predictions.exists() and "--predictions: not written" in err
     assert stopped["stopped_by"] == name and len(stopped["history"]) == 5
     assert checkpoint_epochs(ckpt) == 5
     assert signal.getsignal(signum) is before, "the run left its handler installed"
     monkeypatch.undo()
-    rc, resumed = _train(tmp_path, "resumed", "--resume", ckpt, "--until-epoch", 12)
-    assert rc == 0 and "stopped_by" not in resumed
+    rc, resumed = _train(tmp_path, "resumed", "--resume", ckpt, "--until-epoch", 12, "--predictions", predictions)
+    assert rc == 0 and "stopped_by" not in resumed and predictions.exists()
     assert "resuming from" in capsys.readouterr().err and len(resumed["history"]) == 7
     assert [r["loss"] for r in resumed["history"]] == [r["loss"] for r in straight["history"][5:]]
     assert resumed["test_acc"] == straight["test_acc"]

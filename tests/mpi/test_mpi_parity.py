@@ -7,6 +7,7 @@ so this also checks that the masks are keyed by global node and edge ids.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from morphgen.data.npz import save_npz
@@ -103,11 +104,17 @@ def test_link_prediction_with_adam_matches_one_process(tmp_path):
     whose gradient only their owners compute: those rows must be stepped there as well, and
     the relation weights read on rank 0 at the end must not leave the other ranks waiting."""
     data = str(write_link_npz(tmp_path / "kg.npz"))
-    reference = train(tmp_path, "rgcn_link", data)
+    reference = train(tmp_path, "rgcn_link", data, "--predictions", tmp_path / "one.npz")
+    expected = np.load(tmp_path / "one.npz")
     for ranks in (2, 4):
-        run = train(tmp_path, "rgcn_link", data, backend="mpi", ranks=ranks, timeout=300)
+        out = tmp_path / f"ranks-{ranks}.npz"
+        run = train(tmp_path, "rgcn_link", data, "--predictions", out, backend="mpi", ranks=ranks, timeout=300)
         assert_same_run(reference, run, RTOL, f"rgcn_link (adam) on {ranks} ranks")
         assert run["test_mrr"] == pytest.approx(reference["test_mrr"], rel=1e-3), f"{ranks} ranks"
+        # --predictions: the embeddings gathered from every rank, and the relation rows
+        for name in ("embeddings", "relations"):
+            np.testing.assert_allclose(np.load(out)[name], expected[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{name} on {ranks} ranks")
 
 
 MEAN_OVER_OUT_EDGES = """

@@ -152,6 +152,20 @@ def test_checkpoints_of_tables_stepped_in_shares_hold_every_row(tmp_path, model)
         assert_same_run(tail, run, 1e-5, what)
 
 
+def test_predictions_are_gathered_in_the_datasets_node_order(tmp_path):
+    """--predictions on 3 ranks: each node's logits come from the rank that owns it, written in
+    the dataset's node order, as one process writes them (up to the order of the ranks' sums)."""
+    one, ranks = tmp_path / "one.npz", tmp_path / "ranks.npz"
+    train(tmp_path, "gcn", SYNTHETIC, "--predictions", one)
+    train(tmp_path, "gcn", SYNTHETIC, "--predictions", ranks, backend="mpi", ranks=3)
+    a, b = np.load(one), np.load(ranks)
+    assert b["logits"].shape == a["logits"].shape == (300, 4)
+    np.testing.assert_allclose(b["logits"], a["logits"], rtol=1e-5, atol=1e-6)
+    top2 = np.sort(a["logits"], axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-4           # a near tie may go either way
+    np.testing.assert_array_equal(b["predicted"][clear], a["predicted"][clear])
+
+
 def _mpi_args(tmp_path, *extra, ranks=2, parts="parts"):
     return ["train", example("gcn"), "--backend", "mpi", "--ranks", ranks, "--threads", 1, "--dataset", SYNTHETIC,
             "--epochs", 2, "--quiet", "--parts-dir", tmp_path / parts, *extra]
@@ -197,9 +211,10 @@ def test_sigterm_stops_every_rank_after_one_epoch_saved(tmp_path):
     """SIGTERM to the launcher (as SLURM's time limit sends it) is passed on to the ranks, which
     agree on an epoch, save the checkpoint together and end with status 4; the checkpoint holds
     the epochs the report lists and resumes on the OpenMP backend."""
-    ckpt, report = tmp_path / "run.ck", tmp_path / "run.json"
+    ckpt, report, predictions = tmp_path / "run.ck", tmp_path / "run.json", tmp_path / "run.npz"
     args = [sys.executable, "-m", "morphgen",
-            *map(str, _mpi_args(tmp_path, "--checkpoint", ckpt, "--checkpoint-every", 20, "--json", report))]
+            *map(str, _mpi_args(tmp_path, "--checkpoint", ckpt, "--checkpoint-every", 20, "--json", report,
+                                "--predictions", predictions))]
     args[args.index("2", args.index("--epochs"))] = "1000000"
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)     # a failure below ends mpiexec and the ranks too
@@ -221,6 +236,7 @@ def test_sigterm_stops_every_rank_after_one_epoch_saved(tmp_path):
     assert run["stopped_by"] == "SIGTERM" and 20 <= epochs < 1000000
     assert f"morphgen: SIGTERM: stopped after epoch {epochs} of this run's 1000000 and saved {ckpt}" in err
     assert "Traceback" not in err and "MPI job failed" not in err
+    assert not predictions.exists() and "--predictions: not written" in err     # a half-trained run's
     from morphgen.outputs import checkpoint_epochs
     assert checkpoint_epochs(ckpt) == epochs
     resumed = train(tmp_path, "gcn", SYNTHETIC, "--resume", ckpt, "--until-epoch", epochs + 2, epochs=None,

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from morphgen.cli import main
@@ -53,7 +54,8 @@ def test_mpi_script_contents(tmp_path):
                           "--time", "00:10:00", "--partition", "cpu", "--job-name", "gcn-run",
                           "--dataset", "synthetic", "--epochs", 7, "--seed", 5,
                           "--json", tmp_path / "out.json", "--checkpoint", tmp_path / "ck.npz",
-                          "--checkpoint-every", 3, "--parts-dir", tmp_path / "parts")
+                          "--checkpoint-every", 3, "--parts-dir", tmp_path / "parts",
+                          "--predictions", tmp_path / "predicted.npz")
     assert rc == 0
     text = script.read_text()
     for line in ("#!/bin/bash", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=3",
@@ -73,6 +75,7 @@ def test_mpi_script_contents(tmp_path):
     assert option(words, "--json") == str(tmp_path / "out.json")
     assert option(words, "--checkpoint") == str(tmp_path / "ck.npz")
     assert option(words, "--checkpoint-every") == "3"
+    assert option(words, "--predictions") == str(tmp_path / "predicted.npz")
     assert option(words, "--parts-dir") == str(tmp_path / "parts")
     assert script.stat().st_mode & 0o111, "the script should be executable"
     subprocess.run(["bash", "-n", str(script)], check=True)
@@ -90,15 +93,17 @@ def test_openmp_script_runs_plain_train(tmp_path):
 
 
 def test_the_job_creates_the_folders_of_its_outputs(tmp_path):
-    """--json and --checkpoint may name folders that exist only once the job runs (`morphgen
-    train` refuses a missing folder): the script creates them before training."""
+    """--json, --checkpoint and --predictions may name folders that exist only once the job runs
+    (`morphgen train` refuses a missing folder): the script creates them before training."""
     json_out, checkpoint = tmp_path / "runs" / "a.json", tmp_path / "ckpts dir" / "a.ck"
+    predictions = tmp_path / "predicted" / "a.npz"
     rc, script = generate(tmp_path, GCN, "--backend", "openmp", "--nodes", 1, "--ntasks-per-node", 1,
                           "--dataset", "synthetic:nodes=200,edges=800,features=8,classes=3", "--epochs", 1,
-                          "--json", json_out, "--checkpoint", checkpoint)
-    assert rc == 0 and not json_out.parent.exists()
+                          "--json", json_out, "--checkpoint", checkpoint, "--predictions", predictions)
+    assert rc == 0 and not json_out.parent.exists() and not predictions.parent.exists()
     subprocess.run(["bash", str(script)], cwd=tmp_path, check=True, capture_output=True)
     assert json.loads(json_out.read_text())["epochs"] == 1 and checkpoint.is_file()
+    assert np.load(predictions)["logits"].shape == (200, 3)
 
 
 def test_a_job_resuming_a_checkpoint_keeps_its_seed_unless_given_one(tmp_path):
