@@ -1,6 +1,7 @@
 """Edge-list text files: one ``src dst`` pair per line (whitespace or comma separated).
 
-``#`` starts a comment (whole line or trailing); blank lines are skipped.  Node ids are
+``#`` starts a comment (whole line or trailing); blank lines are skipped, and so is a header
+(a first line of two names, as ``src,dst`` of a CSV export).  Node ids are
 non-negative integers; ``num_nodes`` defaults to the largest id + 1.  An edge list carries no
 labels, so it yields a ``Graph`` (``load_graph``), not a trainable ``Dataset``.
 """
@@ -19,13 +20,26 @@ from morphgen.graph import Graph
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
+def _is_integer(text: str) -> bool:
+    try:
+        int(text)
+        return True
+    except ValueError:
+        return False
+
+
 def parse_edge_lines(lines, source: str):
     """Parse ``src dst`` lines into two int64 arrays; errors carry ``source:line``."""
     src, dst = [], []
+    first = True
     for lineno, raw in enumerate(lines, 1):
         text = raw.split("#", 1)[0].replace(",", " ").split()
         if not text:
             continue
+        if first and len(text) == 2 and not any(_is_integer(t) for t in text):
+            first = False         # a header: the columns' names
+            continue
+        first = False
         if len(text) != 2:
             raise DataError(f"{source}:{lineno}: expected 'src dst', got {raw.strip()!r}")
         try:

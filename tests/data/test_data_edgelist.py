@@ -17,6 +17,16 @@ def test_comments_blank_lines_and_separators(tmp_path):
     assert g.src.tolist() == [0, 1, 3] and g.dst.tolist() == [1, 2, 0]
 
 
+def test_a_header_line_of_column_names_is_skipped(tmp_path):
+    g = load_graph(_file(tmp_path, "# exported\nsrc,dst\n0,1\n2,0\n", name="g.csv"))
+    assert g.src.tolist() == [0, 2] and g.dst.tolist() == [1, 0]
+    # only a first line, and only names: a later one, or one id and a name, stays an error
+    with pytest.raises(DataError, match=r"g.txt:2: node ids must be integers, got 'src dst'"):
+        load_graph(_file(tmp_path, "0 1\nsrc dst\n"))
+    with pytest.raises(DataError, match=r"g.txt:1: node ids must be integers, got '0 dst'"):
+        load_graph(_file(tmp_path, "0 dst\n1 2\n"))
+
+
 def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
     g = load_graph(_file(tmp_path, "\ufeff0 1\n1 2\n"))
     assert g.src.tolist() == [0, 1] and g.dst.tolist() == [1, 2]
