@@ -222,6 +222,22 @@ void mgb_embedding_bwd_rows(const float* G, const int64_t* order, const int64_t*
                             int64_t num_keys, int64_t M, float* dtable) {
     mg::embedding_lookup_bwd_rows(G, order, key_ptr, keys, num_keys, M, dtable);
 }
+// The basis lookups' kernels over a plan keyed row * T + type (mgb_embedding_grad_plan with
+// type = the rows, src_row = the types, T = P, rows_per_type = T) and its row starts.
+void mgb_basis_fwd(const float* A, const float* V, const int64_t* order, const int64_t* key_ptr, const int64_t* keys,
+                   int64_t num_keys, int64_t T, int64_t B, int64_t P, int64_t M, float* Y) {
+    mg::basis_lookup_fwd(A, V, order, key_ptr, keys, num_keys, T, B, P, M, Y);
+}
+void mgb_basis_coef_bwd(const float* V, const float* G, const int64_t* order, const int64_t* key_ptr,
+                        const int64_t* keys, const int64_t* row_start, int64_t num_rows, int64_t T, int64_t B,
+                        int64_t P, int64_t M, float* dA) {
+    mg::basis_lookup_coef_bwd(V, G, order, key_ptr, keys, row_start, num_rows, T, B, P, M, dA);
+}
+void mgb_basis_bases_bwd(const float* A, const float* G, const int64_t* order, const int64_t* key_ptr,
+                         const int64_t* keys, const int64_t* row_start, int64_t num_rows, int64_t T, int64_t B,
+                         int64_t P, int64_t M, float* dV) {
+    mg::basis_lookup_bases_bwd(A, G, order, key_ptr, keys, row_start, num_rows, T, B, P, M, dV);
+}
 void mgb_adam_rows_step(float* p, const float* g, float* m, float* v, int64_t rows, int64_t width,
                         const int64_t* keys, int64_t num_keys, double lr, double b1, double b2, double eps, double wd,
                         int64_t step, int decoupled) {

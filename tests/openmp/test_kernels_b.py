@@ -101,6 +101,14 @@ void mgb_embedding_bwd(const float* G, const int64_t* order, const int64_t* key_
                        int64_t num_keys, int64_t table_rows, int64_t M, float* dtable);
 void mgb_embedding_bwd_rows(const float* G, const int64_t* order, const int64_t* key_ptr, const int64_t* keys,
                             int64_t num_keys, int64_t M, float* dtable);
+void mgb_basis_fwd(const float* A, const float* V, const int64_t* order, const int64_t* key_ptr, const int64_t* keys,
+                   int64_t num_keys, int64_t T, int64_t B, int64_t P, int64_t M, float* Y);
+void mgb_basis_coef_bwd(const float* V, const float* G, const int64_t* order, const int64_t* key_ptr,
+                        const int64_t* keys, const int64_t* row_start, int64_t num_rows, int64_t T, int64_t B,
+                        int64_t P, int64_t M, float* dA);
+void mgb_basis_bases_bwd(const float* A, const float* G, const int64_t* order, const int64_t* key_ptr,
+                         const int64_t* keys, const int64_t* row_start, int64_t num_rows, int64_t T, int64_t B,
+                         int64_t P, int64_t M, float* dV);
 void mgb_adam_rows_step(float* p, const float* g, float* m, float* v, int64_t rows, int64_t width,
                         const int64_t* keys, int64_t num_keys, double lr, double b1, double b2, double eps, double wd,
                         int64_t step, int decoupled);
@@ -1262,6 +1270,52 @@ def test_embedding_lookup_featureless(lib, M, with_src_row):
         lib.mgb_embedding_fwd(F(tab), I(types), src_ptr, R, P, M, F(y))
         return y
     directional_fd(fwd, [table], [dtable], G, rng)
+
+
+@pytest.mark.parametrize("T,B,M", [(7, 30, 16),     # dA's per-(type, basis) vectors: 13 KiB
+                                   (600, 30, 16),   # 1.1 MiB of them, beyond the bound: dot by dot
+                                   (5, 4, 20)])     # a width without a constant instance
+def test_basis_lookups_match_numpy_on_any_thread_count(lib, T, B, M):
+    """R-GCN's bases on featureless input (typed_linear.h): Y[r] = sum_b A[t(r), b] V[b][s(r)],
+    dA and dV against float64 references, rows that no lookup reads (the first, the last and
+    two between) zero in dV, and the same bits on one thread and two.  1,200 rows: dA is summed
+    in five chunks of rows."""
+    rng = np.random.default_rng(T + B + M)
+    R, P = 3000, 1200
+    read = np.setdiff1d(np.arange(P), [0, 5, 6, P - 1])
+    rows = rng.choice(read, size=R).astype(np.int64)
+    types = rng.integers(0, T, R).astype(np.int64)
+    A, V, G = rand(rng, T, B), rand(rng, B, P, M), rand(rng, R, M)
+    order, key_ptr, keys = np.empty(R, np.int64), np.empty(R + 1, np.int64), np.empty(R, np.int64)
+    U = lib.mgb_embedding_grad_plan(I(rows), I(types), R, P, T, I(order), I(key_ptr), I(keys))
+    np.testing.assert_array_equal(keys[:U], np.unique(rows * T + types))
+    row_start = np.append(np.flatnonzero(np.diff(keys[:U] // T, prepend=-1)), U).astype(np.int64)
+    num_rows = len(row_start) - 1
+
+    A64, V64, G64 = A.astype(np.float64), V.astype(np.float64), G.astype(np.float64)
+    combined = np.einsum("rb,brm->rm", A64[types], V64[:, rows])
+    dA_ref = np.zeros((T, B))
+    np.add.at(dA_ref, types, np.einsum("brm,rm->rb", V64[:, rows], G64))
+    dV_ref = np.zeros((B, P, M))
+    for b in range(B):
+        np.add.at(dV_ref[b], rows, A64[types, b][:, None] * G64)
+
+    results = []
+    for threads in (1, 2):
+        lib.mgb_set_threads(threads)
+        Y, dA, dV = np.empty((R, M), np.float32), np.full((T, B), 9.0, np.float32), np.full((B, P, M), 9.0, np.float32)
+        lib.mgb_basis_fwd(F(A), F(V), I(order), I(key_ptr), I(keys), U, T, B, P, M, F(Y))
+        lib.mgb_basis_coef_bwd(F(V), F(G), I(order), I(key_ptr), I(keys), I(row_start), num_rows, T, B, P, M, F(dA))
+        lib.mgb_basis_bases_bwd(F(A), F(G), I(order), I(key_ptr), I(keys), I(row_start), num_rows, T, B, P, M, F(dV))
+        results.append((Y, dA, dV))
+    lib.mgb_set_threads(2)
+    Y, dA, dV = results[0]
+    np.testing.assert_allclose(Y, combined, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dA, dA_ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dV, dV_ref, rtol=1e-5, atol=1e-5)
+    assert not dV[:, [0, 5, 6, P - 1]].any(), "rows no lookup reads must be zero"
+    for one, two in zip(results[0], results[1]):
+        np.testing.assert_array_equal(one, two)
 
 
 def test_embedding_plan_rejects_out_of_range(lib):
