@@ -1272,16 +1272,27 @@ def test_embedding_lookup_featureless(lib, M, with_src_row):
     directional_fd(fwd, [table], [dtable], G, rng)
 
 
-@pytest.mark.parametrize("T,B,M", [(7, 30, 16),     # dA's per-(type, basis) vectors: 13 KiB
-                                   (600, 30, 16),   # 1.1 MiB of them, beyond the bound: dot by dot
-                                   (5, 4, 20)])     # a width without a constant instance
-def test_basis_lookups_match_numpy_on_any_thread_count(lib, T, B, M):
+def _aligned(shape, value, align=64) -> np.ndarray:
+    n = int(np.prod(shape))
+    raw = np.empty(n + align // 4, np.float32)
+    offset = (-raw.ctypes.data % align) // 4
+    out = raw[offset:offset + n].reshape(shape)
+    out[...] = value
+    assert out.ctypes.data % align == 0
+    return out
+
+
+@pytest.mark.parametrize("T,B,M,P", [(7, 30, 16, 1200),     # dA's per-(type, basis) vectors: 13 KiB
+                                     (600, 30, 16, 1200),   # 1.1 MiB of them, beyond the bound: dot by dot
+                                     (5, 4, 20, 1200),      # a width without a constant instance
+                                     (7, 30, 16, 9000)])    # dV of 17 MB: written past the caches
+def test_basis_lookups_match_numpy_on_any_thread_count(lib, T, B, M, P):
     """R-GCN's bases on featureless input (typed_linear.h): Y[r] = sum_b A[t(r), b] V[b][s(r)],
     dA and dV against float64 references, rows that no lookup reads (the first, the last and
-    two between) zero in dV, and the same bits on one thread and two.  1,200 rows: dA is summed
-    in five chunks of rows."""
-    rng = np.random.default_rng(T + B + M)
-    R, P = 3000, 1200
+    two between) zero in dV, and the same bits on one thread and two.  Over 1,200 rows dA is
+    summed in five chunks of rows or more."""
+    rng = np.random.default_rng(T + B + M + P)
+    R = 3000
     read = np.setdiff1d(np.arange(P), [0, 5, 6, P - 1])
     rows = rng.choice(read, size=R).astype(np.int64)
     types = rng.integers(0, T, R).astype(np.int64)
@@ -1303,7 +1314,8 @@ def test_basis_lookups_match_numpy_on_any_thread_count(lib, T, B, M):
     results = []
     for threads in (1, 2):
         lib.mgb_set_threads(threads)
-        Y, dA, dV = np.empty((R, M), np.float32), np.full((T, B), 9.0, np.float32), np.full((B, P, M), 9.0, np.float32)
+        Y, dA = np.empty((R, M), np.float32), np.full((T, B), 9.0, np.float32)
+        dV = _aligned((B, P, M), 9.0)          # as the library's buffers: streaming stores need it
         lib.mgb_basis_fwd(F(A), F(V), I(order), I(key_ptr), I(keys), U, T, B, P, M, F(Y))
         lib.mgb_basis_coef_bwd(F(V), F(G), I(order), I(key_ptr), I(keys), I(row_start), num_rows, T, B, P, M, F(dA))
         lib.mgb_basis_bases_bwd(F(A), F(G), I(order), I(key_ptr), I(keys), I(row_start), num_rows, T, B, P, M, F(dV))
