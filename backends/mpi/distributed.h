@@ -35,6 +35,7 @@
 #include "kernels/dropout.h"
 #include "kernels/link.h"
 #include "kernels/typed_linear.h"
+#include "kernels/typed_linear.h"
 #include "kernels/loss.h"
 #include "kernels/optim.h"
 
@@ -774,6 +775,8 @@ class BasisTable {
             return int64_t(std::lower_bound(sums_.keys.begin(), sums_.keys.end(), key) - sums_.keys.begin());
         };
         for (int64_t s : rows_) pairs_of_.push_back({at(s * types_), at((s + 1) * types_)});
+        pair_type_.clear();
+        for (int64_t key : sums_.keys) pair_type_.push_back(key % types_);
         order_ = &pairs;
     }
     int64_t floats() const { return sums_.floats(); }
@@ -812,23 +815,33 @@ class BasisTable {
             }
         }
     }
-    // dV[b][s] for every node s read here, from the summed pairs (every rank's) and the kept A.
+    // dV[b][s] for every node s read here, from the summed pairs (every rank's) and the kept A:
+    // each row written once (the op layer's write_bases_row), past the caches when dV is large.
     void bases_grad(float *dV) const {
-        const int64_t W = width_, n = int64_t(rows_.size());
+        const int64_t W = width_, n = int64_t(rows_.size()), P = rows_per_basis();
         const float *packed = sums_.packed();
-#pragma omp parallel for schedule(dynamic, 64)
-        for (int64_t i = 0; i < n; ++i) {
-            const int64_t s = share_.packed() ? i : rows_[size_t(i)], P = rows_per_basis();
-            for (int64_t b = 0; b < bases_; ++b) {
-                float *d = dV + (b * P + s) * W;
-                std::fill(d, d + W, 0.0f);
-                for (int64_t k = pairs_of_[size_t(i)].first; k < pairs_of_[size_t(i)].second; ++k) {
-                    const float a = a_[size_t((sums_.keys[size_t(k)] % types_) * bases_ + b)];
-                    const float *sum = packed + k * W;
-                    for (int64_t j = 0; j < W; ++j) d[j] += a * sum[j];
+        with_width(W, [&](auto width) {
+            constexpr int MC = decltype(width)::value;
+            const bool stream = bases_streamed<MC>(dV, bases_ * P * W);
+#pragma omp parallel
+            {
+#pragma omp for schedule(dynamic, 64) nowait
+                for (int64_t i = 0; i < n; ++i) {
+                    const int64_t first = pairs_of_[size_t(i)].first, last = pairs_of_[size_t(i)].second;
+                    const int64_t s = share_.packed() ? i : rows_[size_t(i)];
+                    if (first == last) {       // no summed pair reads it: its rows are zero
+                        for (int64_t b = 0; b < bases_; ++b)
+                            std::fill(dV + (b * P + s) * W, dV + (b * P + s + 1) * W, 0.0f);
+                        continue;
+                    }
+                    tl_detail::write_bases_row<MC>(a_.data(), bases_, packed + first * W, pair_type_.data() + first,
+                                                   last - first, W, dV, P, s, stream);
                 }
+#if MG_HAVE_SIMD
+                if (stream) _mm_sfence();
+#endif
             }
-        }
+        });
     }
 
   private:
@@ -840,6 +853,7 @@ class BasisTable {
     std::vector<int64_t> pair_key_;     // per pair of this rank: its index among the summed pairs
     std::vector<int64_t> rows_;         // the nodes this rank's lookups read, increasing
     std::vector<std::pair<int64_t, int64_t>> pairs_of_;   // per such node: its summed pairs [first, last)
+    std::vector<int64_t> pair_type_;    // per summed pair: its type
     std::vector<float> a_;              // A when the backward ran
     int64_t bases_ = 0, rows_per_basis_ = 0, width_ = 0, types_ = 1;
 };

@@ -562,11 +562,55 @@ inline void basis_lookup_coef_bwd(const float* V, const float* G, const idx_t* o
     });
 }
 
+// dV[b][s] for one row s and every basis b from the row's pairs: the G sums of its `pairs` pairs
+// one after the other in `gsums`, their types in `types`.  Each of the B outputs is written once
+// (the first pair's term, then the others' added in order), past the caches with `stream`
+// (bases_streamed).  Shared with the MPI backend, which makes dV's rows from reduced pair sums.
+namespace tl_detail {
+template <int MC>
+MG_INLINE void write_bases_row(const float* A, idx_t B, const float* gsums, const idx_t* types, idx_t pairs,
+                               idx_t m, float* dV, idx_t P, idx_t s, bool stream) {
+    for (idx_t b = 0; b < B; ++b) {
+        float* d = dV + (b * P + s) * m;
+#if MG_HAVE_SIMD
+        if constexpr (MC > 0 && MC % simd::kLanes == 0) {
+            for (idx_t j = 0; j < m; j += simd::kLanes) {
+                simd::vf acc = simd::mul(simd::set1(A[types[0] * B + b]), simd::load(gsums + j));
+                for (idx_t k = 1; k < pairs; ++k)
+                    acc = simd::fmadd(simd::set1(A[types[k] * B + b]), simd::load(gsums + k * m + j), acc);
+                if (stream) simd::stream(d + j, acc);
+                else simd::store(d + j, acc);
+            }
+            continue;
+        }
+#endif
+        const float a0 = A[types[0] * B + b];
+#pragma omp simd
+        for (idx_t j = 0; j < m; ++j) d[j] = a0 * gsums[j];
+        for (idx_t k = 1; k < pairs; ++k) {
+            const float a = A[types[k] * B + b];
+            const float* g = gsums + k * m;
+#pragma omp simd
+            for (idx_t j = 0; j < m; ++j) d[j] += a * g[j];
+        }
+    }
+}
+}  // namespace tl_detail
+
+// Whether write_bases_row writes a dV of `floats` floats at dV past the caches: with whole
+// 16-float vectors, 64-byte aligned, and large enough not to stay in them (mutag's 45 MB dV:
+// 6.0 -> 4.7 ms a call; aifb's 15.9 MB took as long either way).  The writing threads then call
+// _mm_sfence before the team ends.
+template <int MC>
+inline bool bases_streamed(const float* dV, idx_t floats) {
+    return MC > 0 && simd::kLanes == 16 && MC % 16 == 0 && reinterpret_cast<std::uintptr_t>(dV) % 64 == 0 &&
+           floats * idx_t(sizeof(float)) >= (idx_t(16) << 20);
+}
+
 // dV[b][s] = sum over the lookups r of row s of A[type(r), b] G[r]; rows no lookup reads are zero.
-// One thread owns a row's B outputs and writes each once, from its pairs' G sums (the first
-// pair's term, then the others' added in order); the same iteration zeroes the rows between the
-// previous read row and this one (rows come in increasing order), so dV (B * P * M floats:
-// 45 MB on mutag) is written once rather than zeroed first, past the caches when it is large.
+// One thread owns a row's B outputs (write_bases_row); the same iteration zeroes the rows between
+// the previous read row and this one (rows come in increasing order), so dV (B * P * M floats:
+// 45 MB on mutag) is written once rather than zeroed first.
 inline void basis_lookup_bases_bwd(const float* A, const float* G, const idx_t* order, const idx_t* key_ptr,
                                    const idx_t* keys, const idx_t* row_start, idx_t num_rows, idx_t T,
                                    idx_t B, idx_t P, idx_t M, float* dV) {
@@ -584,13 +628,7 @@ inline void basis_lookup_bases_bwd(const float* A, const float* G, const idx_t* 
     with_width(M, [&](auto width) {
         constexpr int MC = decltype(width)::value;
         const idx_t m = MC ? MC : M;
-#if MG_HAVE_SIMD
-        constexpr bool whole_vectors = MC > 0 && MC % simd::kLanes == 0;
-#else
-        constexpr bool whole_vectors = false;
-#endif
-        const bool stream = whole_vectors && simd::kLanes == 16 &&
-                            reinterpret_cast<std::uintptr_t>(dV) % 64 == 0 && B * P * m * idx_t(sizeof(float)) >= (idx_t(16) << 20);
+        const bool stream = bases_streamed<MC>(dV, B * P * m);
 #pragma omp parallel if (key_ptr[row_start[num_rows]] * B * m > tl_detail::kParallelMin)
         {
             std::vector<float> gsums;       // the row's pairs' G sums, one after the other
@@ -609,31 +647,7 @@ inline void basis_lookup_bases_bwd(const float* A, const float* G, const idx_t* 
                                                gsums.data() + (k - row_start[i]) * m);
                     types.push_back(keys[k] % T);
                 }
-                for (idx_t b = 0; b < B; ++b) {
-                    float* d = dV + (b * P + s) * m;
-#if MG_HAVE_SIMD
-                    if constexpr (whole_vectors) {
-                        for (idx_t j = 0; j < m; j += simd::kLanes) {
-                            simd::vf acc = simd::mul(simd::set1(A[types[0] * B + b]), simd::load(gsums.data() + j));
-                            for (idx_t k = 1; k < pairs; ++k)
-                                acc = simd::fmadd(simd::set1(A[types[static_cast<size_t>(k)] * B + b]),
-                                                simd::load(gsums.data() + k * m + j), acc);
-                            if (stream) simd::stream(d + j, acc);
-                            else simd::store(d + j, acc);
-                        }
-                        continue;
-                    }
-#endif
-                    const float a0 = A[types[0] * B + b];
-#pragma omp simd
-                    for (idx_t j = 0; j < m; ++j) d[j] = a0 * gsums[static_cast<size_t>(j)];
-                    for (idx_t k = 1; k < pairs; ++k) {
-                        const float a = A[types[static_cast<size_t>(k)] * B + b];
-                        const float* g = gsums.data() + k * m;
-#pragma omp simd
-                        for (idx_t j = 0; j < m; ++j) d[j] += a * g[j];
-                    }
-                }
+                tl_detail::write_bases_row<MC>(A, B, gsums.data(), types.data(), pairs, m, dV, P, s, stream);
             }
 #if MG_HAVE_SIMD
             if (stream) _mm_sfence();
