@@ -321,8 +321,8 @@ def predict_command(args) -> int:
     check_output_file("--json", args.json_out, is_report, "report", inputs)
     check_distinct([("-o", args.output), ("--json", args.json_out)])
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
-    # the checkpoint's seed: a program whose forward draws nothing at evaluation does not need it,
-    # but its initial weights (replaced by the checkpoint's) are then those of the run
+    # the run's seed (0 for a checkpoint from before checkpoints recorded it): load_checkpoint
+    # warns about any other, which would not matter here (evaluation draws no dropout mask)
     model = CompiledModel(args.model, backend=args.backend, threads=args.threads,
                           seed=checkpoint_seed(checkpoint) or 0)
     print(f"morphgen: compiling {args.model} for {args.backend} ...", file=sys.stderr)

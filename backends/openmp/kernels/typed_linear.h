@@ -413,7 +413,7 @@ inline void segment_sum(const float* G, const idx_t* order, idx_t begin, idx_t e
 
 // Walking the pairs in row order reads (or writes) B rows of V or dV, [B][P][M], for each row:
 // B streams, more than the hardware prefetcher follows (the forward waited on memory for most of
-// its time on mutag: 6.0 ms a call, 2.7 with this).  So the B rows of the row whose first pair
+// its time on mutag: 6.0 ms a call, 2.6 with this).  So the B rows of the row whose first pair
 // comes kAhead pairs later are asked for now (`write`: rows about to be written).
 inline constexpr idx_t kAhead = 8;
 template <bool write = false>
