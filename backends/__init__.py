@@ -129,14 +129,19 @@ def names() -> tuple:
     return tuple(REGISTRY)
 
 
+def one_process_names() -> tuple:
+    """The backends that run in one process (what `morphgen predict` takes)."""
+    return tuple(n for n, b in REGISTRY.items() if not b.capabilities.distributed)
+
+
 def available_names() -> tuple:
     return tuple(n for n, b in REGISTRY.items() if b.unavailable_reason() is None)
 
 
-def help_text() -> str:
-    """One phrase per backend for `--help`."""
+def help_text(only: tuple = None) -> str:
+    """One phrase per backend (those named in `only`, default all) for `--help`."""
     parts = []
-    for b in REGISTRY.values():
+    for b in (REGISTRY[n] for n in (only or names())):
         missing = b.missing()
         parts.append(f"{b.name} ({b.summary}{'' if missing is None else '; ' + missing})")
     return "; ".join(parts)

@@ -126,7 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "accuracies (or a link predictor's ranking metrics) on the dataset and write "
                                    "every node's logits and predicted class (a link predictor: the node "
                                    "embeddings and relation rows) to an .npz file (docs/data.md, \"Predictions\").")
-    _add_common_model_args(p)
+    from . import backends
+    p.add_argument("model", help="the .mp program")
+    p.add_argument("--backend", default="openmp", choices=backends.one_process_names(),
+                   help=f"code generator (default openmp; a checkpoint of any backend loads in either): "
+                        f"{backends.help_text(backends.one_process_names())}")
     _add_data_args(p)
     p.add_argument("--checkpoint", required=True, help="the trained weights: a file written by `train --checkpoint`")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .npz file to write")

@@ -302,10 +302,7 @@ def predict_command(args) -> int:
     from .data.resolve import dataset_file
     from .outputs import check_distinct, check_output_file, checkpoint_seed, is_checkpoint, is_report
     from .predictions import is_predictions
-    backend = require_backend(args.backend)
-    if backend.capabilities.distributed:
-        raise UserError(f"morphgen: error: predict runs in one process (--backend openmp or cuda); a checkpoint "
-                        f"written by a --backend {args.backend} run loads there")
+    backend = require_backend(args.backend)     # one of the backends that run in one process
     if args.threads is not None and args.threads <= 0:
         raise UserError(f"morphgen: error: --threads must be positive, got {args.threads}")
     _choose_device(args, backend)
