@@ -435,6 +435,8 @@ def _train_in_process(args, backend, stop) -> int:
             "allocated_bytes": model.session.allocated_bytes(),
             "history": result.history,
         }
+        if args.predictions and not result.stopped:
+            report["predictions"] = str(args.predictions)
         if args.resume:      # history counts this run's epochs; the checkpoint had trained the ones before
             report.update(resumed_from=str(args.resume), epochs_before=epochs_before)
         if result.stopped:   # "epochs" is what the run was to train; history what it did

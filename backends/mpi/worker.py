@@ -264,6 +264,8 @@ def run(spec: dict, comm, stop=None) -> int:
                       epoch_times_s=times, history=history, per_rank=per_rank, allreduce_hidden=hidden)
         if stopped:
             report["stopped_by"] = stop.signal_name
+        if predicted is not None:
+            report["predictions"] = spec["predictions"]["path"]
         if spec.get("profile"):
             report["profile"] = per_rank[0]["profile"]
         write_atomically(Path(spec["json_out"]), json.dumps(marked(report), indent=2) + "\n")

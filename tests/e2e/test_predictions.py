@@ -21,7 +21,9 @@ def _train(tmp_path, program, *extra, tag="run"):
                    "--predictions", predictions, *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"predictions written to {predictions}" in proc.stderr
-    return json.loads(report.read_text()), np.load(predictions)
+    report = json.loads(report.read_text())
+    assert report["predictions"] == str(predictions)
+    return report, np.load(predictions)
 
 
 def _accuracy(predicted, dataset, mask):

@@ -157,7 +157,8 @@ def test_predictions_are_gathered_in_the_datasets_node_order(tmp_path):
     the dataset's node order, as one process writes them (up to the order of the ranks' sums)."""
     one, ranks = tmp_path / "one.npz", tmp_path / "ranks.npz"
     train(tmp_path, "gcn", SYNTHETIC, "--predictions", one)
-    train(tmp_path, "gcn", SYNTHETIC, "--predictions", ranks, backend="mpi", ranks=3)
+    report = train(tmp_path, "gcn", SYNTHETIC, "--predictions", ranks, backend="mpi", ranks=3)
+    assert report["predictions"] == str(ranks)
     a, b = np.load(one), np.load(ranks)
     assert b["logits"].shape == a["logits"].shape == (300, 4)
     np.testing.assert_allclose(b["logits"], a["logits"], rtol=1e-5, atol=1e-6)
