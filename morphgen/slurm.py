@@ -116,9 +116,9 @@ def render(args) -> str:
 
 
 def _output_folders(args) -> list:
-    """The folders the run's --json, --checkpoint and --predictions go to: created by the job when it starts,
-    since `morphgen train` refuses a missing one and they need not exist where the script is
-    written (the login node)."""
+    """The folders the run's --json, --checkpoint and --predictions go to: created by the job
+    when it starts, since `morphgen train` refuses a missing one and they need not exist where
+    the script is written (the login node)."""
     files = [f for f in (args.json_out, args.checkpoint, args.predictions) if f]
     return sorted({str(Path(_absolute(f)).parent) for f in files})
 

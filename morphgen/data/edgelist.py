@@ -36,10 +36,10 @@ def parse_edge_lines(lines, source: str):
         text = raw.split("#", 1)[0].replace(",", " ").split()
         if not text:
             continue
-        if first and len(text) == 2 and not any(_is_integer(t) for t in text):
-            first = False         # a header: the columns' names
-            continue
+        header = first and len(text) == 2 and not any(_is_integer(t) for t in text)
         first = False
+        if header:            # the columns' names
+            continue
         if len(text) != 2:
             raise DataError(f"{source}:{lineno}: expected 'src dst', got {raw.strip()!r}")
         try:
