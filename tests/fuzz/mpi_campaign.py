@@ -7,7 +7,9 @@ and with `--backend mpi` at each rank count, one thread per process, on a small 
 (typed when the program reads edge or node types; sparse features for every other seed, so both
 feature paths run): every epoch's loss must agree to 1e-5 and the accuracies exactly, as in
 tests/mpi/test_mpi_parity.py.  A program the MPI backend refuses with a located error counts as
-refused, not failed, and one whose model predicts nothing as tied (`uniform_predictions`).  The
+refused, not failed, one whose model starts dead as tied (`uniform_predictions`), and one whose
+loss blows up to NaN at the same epoch in one process and on every rank count as diverged (a
+wild program of the generator, `diverges_alike`).  The
 exit status is 1 when anything failed.  Builds are unoptimised
 ($MORPHGEN_OPT_LEVEL=0): the lowering is under test, not the compiler.  Results of the campaigns
 run so far are in docs/testing.md.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -58,8 +61,29 @@ def same_first_epoch(reference: dict, run: dict) -> bool:
     return abs(first - expected) <= RTOL * expected
 
 
+def diverged_at(message: str):
+    """The epoch whose loss became NaN or infinite, from a failed run's message, or None."""
+    found = re.search(r"the loss became \S+ at epoch (\d+)", message)
+    return int(found.group(1)) if found else None
+
+
+def diverges_alike(tmp_path: Path, program: Path, data: str, epochs: int, ranks: tuple, epoch: int) -> tuple:
+    """A wild program (the generator's: products of products under SGD) whose one-process loss
+    blew up at `epoch`: ('diverged', ...) when every rank count blows up at the same epoch."""
+    from tests.mpi.support import train
+    for n in ranks:
+        try:
+            train(tmp_path, program, data, backend="mpi", ranks=n, epochs=epochs)
+        except AssertionError as exc:
+            if diverged_at(str(exc)) == epoch:
+                continue
+            return "failed", f"one process diverged at epoch {epoch}; {n} ranks: {str(exc)[-1500:]}"
+        return "failed", f"one process diverged at epoch {epoch}; {n} ranks trained on"
+    return "diverged", f"the loss became NaN or infinite at epoch {epoch} in one process and on every rank count"
+
+
 def check(seed: int, ranks: tuple, epochs: int) -> tuple:
-    """('ok' | 'refused' | 'tied' | 'failed', message, source) for one generated program."""
+    """('ok' | 'refused' | 'tied' | 'diverged' | 'failed', message, source) for one generated program."""
     from tests.fuzz.generator import generate
     from tests.mpi.support import assert_same_run, train
     fp = generate(seed)
@@ -78,6 +102,8 @@ def check(seed: int, ranks: tuple, epochs: int) -> tuple:
                     f"feature path {run['feature_path']} != {reference['feature_path']}"
                 assert_same_run(reference, run, RTOL, f"seed {seed} on {n} ranks")
         except AssertionError as exc:
+            if reference is None and diverged_at(str(exc)) is not None:
+                return (*diverges_alike(tmp_path, program, data, epochs, ranks, diverged_at(str(exc))), fp.source)
             if REFUSED in str(exc):
                 line = next(x for x in str(exc).splitlines() if REFUSED in x)
                 return "refused", line.strip(), fp.source
@@ -96,7 +122,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("MORPHGEN_OPT_LEVEL", "0")
     t0 = time.perf_counter()
-    counts = {"ok": 0, "refused": 0, "tied": 0, "failed": 0}
+    counts = {"ok": 0, "refused": 0, "tied": 0, "diverged": 0, "failed": 0}
     for done, seed in enumerate(range(args.start, args.start + args.programs), 1):
         verdict, message, source = check(seed, tuple(args.ranks), args.epochs)
         counts[verdict] += 1
@@ -109,7 +135,8 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
     print(f"{args.programs} programs (seeds {args.start}..{args.start + args.programs - 1}, ranks "
           f"{' '.join(map(str, args.ranks))}): {counts['ok']} agree, {counts['refused']} refused, "
-          f"{counts['tied']} with tied predictions, {counts['failed']} failed in {time.perf_counter() - t0:.0f} s")
+          f"{counts['tied']} with tied predictions, {counts['diverged']} diverged alike, {counts['failed']} failed in "
+          f"{time.perf_counter() - t0:.0f} s")
     return 1 if counts["failed"] else 0
 
 
