@@ -22,8 +22,8 @@ namespace mg {
 namespace esm_detail {
 
 // An exponential per element makes a segment walk worth the thread team from 2,048 scores on:
-// GAT's one-head second layer on citeseer (about 12,400 edges) took 93 us a call on one thread, 50 on
-// two (epochs, 2 threads, 5 interleaved rounds: cora 1.13 -> 1.07 ms, citeseer 1.45 -> 1.40 ms).
+// GAT's one-head second layer on citeseer (about 12,400 edges) took 93 us a call on one thread,
+// 50 on two (docs/benchmarks.md: GAT's epochs on cora and citeseer 4-5% shorter).
 inline constexpr int64_t kParallelMin = 1 << 11;
 inline constexpr int64_t kLookahead = 16;       // edges ahead whose source row is fetched
 inline constexpr int64_t kRowChunk = 64;         // destinations a thread takes at a time
