@@ -29,13 +29,21 @@ def _rewrite_one(program: Program) -> bool:
         if (cat is None or cat.opcode != "concat" or len(cat.inputs) < 2
                 or uses.get(cat.output.id, 0) != 1):
             continue
-        w = op.inputs[1]
+        w, offset, group, first_part = op.inputs[1], 0, op.output.id, 0
+        block = prod.get(w.id)
+        if block is not None and block.opcode == "param_slice":
+            # a block of a weight split before (a concat inside a concat): its parts slice the
+            # weight itself, in the block's group and place, so that the group still tiles its rows
+            w, offset, group, first_part = (block.inputs[0], block.attrs["start"], block.attrs["group"],
+                                            block.attrs["part"])
+            _make_room(program, w, group, first_part, len(cat.inputs) - 1)
         new, partials, start = [], [], 0
         for i, part in enumerate(cat.inputs):
             stop = dim_add(start, part.width)
             view = new_op(program, "param_slice", [w],
-                          {"start": start, "stop": stop, "group": op.output.id, "part": i},
-                          op.loc, name=f"{w.name}_rows{i}")
+                          {"start": dim_add(offset, start), "stop": dim_add(offset, stop), "group": group,
+                           "part": first_part + i},
+                          op.loc, name=f"{w.name}_rows{first_part + i}")
             lin = new_op(program, "linear", [part, view.output], {}, op.loc)
             new += [view, lin]
             partials.append(lin.output)
@@ -50,3 +58,11 @@ def _rewrite_one(program: Program) -> bool:
         program.forward.remove(cat)
         return True
     return False
+
+
+def _make_room(program: Program, w, group: int, part: int, more: int) -> None:
+    """The views of ``w``'s row group after ``part`` move ``more`` places on (part takes more)."""
+    for op in program.forward:
+        if (op.opcode == "param_slice" and op.inputs[0].id == w.id and op.attrs.get("group") == group
+                and op.attrs["part"] > part):
+            op.attrs["part"] += more
