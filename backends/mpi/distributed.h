@@ -35,7 +35,6 @@
 #include "kernels/dropout.h"
 #include "kernels/link.h"
 #include "kernels/typed_linear.h"
-#include "kernels/typed_linear.h"
 #include "kernels/loss.h"
 #include "kernels/optim.h"
 

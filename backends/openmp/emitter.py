@@ -130,8 +130,6 @@ class OpenMPEmitter:
         self.argmax: dict = {}           # value id of a max result -> index buffer name
         self.plans: dict = {}            # (type expr, idx expr, T, rows) -> plan member name
         self.row_grads: dict = {}        # weight-gradient id -> (plan, table rows, width): rows only
-        # Lines that bring the weights (or weights and optimizer state) up to date before the host
-        # reads them whole, where ranks step shares of a table (the MPI backend); none here.
         # parameter index -> the TableShare that allocates and stores it (MPI: rows each rank steps)
         self.packed_tables: dict = {}
         self.producer: dict = {}

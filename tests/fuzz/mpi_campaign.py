@@ -102,8 +102,9 @@ def check(seed: int, ranks: tuple, epochs: int) -> tuple:
                     f"feature path {run['feature_path']} != {reference['feature_path']}"
                 assert_same_run(reference, run, RTOL, f"seed {seed} on {n} ranks")
         except AssertionError as exc:
-            if reference is None and diverged_at(str(exc)) is not None:
-                return (*diverges_alike(tmp_path, program, data, epochs, ranks, diverged_at(str(exc))), fp.source)
+            blew_up = diverged_at(str(exc)) if reference is None else None
+            if blew_up is not None:
+                return (*diverges_alike(tmp_path, program, data, epochs, ranks, blew_up), fp.source)
             if REFUSED in str(exc):
                 line = next(x for x in str(exc).splitlines() if REFUSED in x)
                 return "refused", line.strip(), fp.source
