@@ -12,7 +12,7 @@ no parameter gradient needs are removed at the end.
 """
 from __future__ import annotations
 
-from .ir import IRError, Program, Value, dim_add
+from .ir import IRBug, IRError, Program, Value, dim_add
 from .ir_ops import MATH_FUNCTIONS, ROW_SOFTMAXES, Builder, blocks_of
 
 
@@ -107,10 +107,10 @@ class _Context:
                 edge = 0
                 for _, start, stop, _g in parts:
                     if dim_add(start, 0) != dim_add(edge, 0):
-                        raise IRError(f"slices of weight {weight!r} do not tile its rows")
+                        raise IRBug(f"slices of weight {weight!r} do not tile its rows")
                     edge = stop
                 if dim_add(edge, 0) != dim_add(weight.shape[0], 0):
-                    raise IRError(f"slices of weight {weight!r} do not cover all its rows")
+                    raise IRBug(f"slices of weight {weight!r} do not cover all its rows")
                 self.loc = None
                 stacked = self.emit("row_concat", *[t[3] for t in parts])
                 self.accumulate(weight, stacked)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .ir_core import (ASSOCIATIONS, SIZE_ATTRS, TYPE_DOMAINS, Dim, IRError, Op, Optimizer,  # noqa: F401
-                      Param, Value, _canonical_symbol, _resolve, _shapes_agree, _symbol_terms, dim_add,
+from .ir_core import (ASSOCIATIONS, SIZE_ATTRS, TYPE_DOMAINS, Dim, IRBug, IRError, Op,  # noqa: F401
+                      Optimizer, Param, Value, _canonical_symbol, _resolve, _shapes_agree, _symbol_terms, dim_add,
                       dim_sub, format_dim, parse_dim)
 from .ir_ops import infer_full
 
@@ -177,14 +177,16 @@ class Program:
     def validate(self) -> None:
         """Re-run shape inference over invariant, forward and backward; check SSA order and grads.
 
-        Raises :class:`IRError` (with the op's ``loc``) on the first inconsistency.
+        Raises :class:`IRError` (with the op's ``loc``) where a shape rule fails, which bound sizes
+        can reveal in a valid-looking program, and :class:`IRBug` where the IR contradicts itself
+        (reads before definitions, recorded shapes, gradients): a pass or autodiff went wrong.
         """
         defined = {v.id for v in self.inputs.values()} | {p.value.id for p in self.params}
         for section, ops in (("invariant", self.invariant), ("forward", self.forward), ("backward", self.backward)):
             for i, op in enumerate(ops):
                 for v in op.inputs:
                     if v.id not in defined:
-                        raise IRError(f"{section} op {i} ({op.opcode}) reads {v!r} before it is "
+                        raise IRBug(f"{section} op {i} ({op.opcode}) reads {v!r} before it is "
                                       f"defined", op.loc)
                 assoc, shape, dtype, domain = infer_full(op.opcode, list(op.inputs), op.attrs, op.loc)
                 out = op.output
@@ -192,18 +194,18 @@ class Program:
                     continue
                 if (out.assoc != assoc or not _shapes_agree(out.shape, tuple(shape))
                         or (out.assoc == "param" and out.domain != domain)):
-                    raise IRError(f"{section} op {i} ({op.opcode}): result recorded as "
+                    raise IRBug(f"{section} op {i} ({op.opcode}): result recorded as "
                                   f"{out.describe()} but its inputs give {assoc}"
                                   f"[{','.join(map(str, shape))}]", op.loc)
                 if out.id in defined:
-                    raise IRError(f"{section} op {i} ({op.opcode}) redefines {out!r}", op.loc)
+                    raise IRBug(f"{section} op {i} ({op.opcode}) redefines {out!r}", op.loc)
                 defined.add(out.id)
         for name, g in self.grads.items():
             p = self.param(name)
             if g.id not in defined:
-                raise IRError(f"gradient of '{name}' ({g!r}) is never computed")
+                raise IRBug(f"gradient of '{name}' ({g!r}) is never computed")
             if g.assoc != "param" or not _shapes_agree(g.shape, p.value.shape):
-                raise IRError(f"gradient of '{name}' is {g.describe()}, parameter is "
+                raise IRBug(f"gradient of '{name}' is {g.describe()}, parameter is "
                               f"{p.value.describe()}")
 
     def source_fingerprint(self) -> str:

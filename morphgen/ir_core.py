@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .errors import UserError
+from .errors import InternalError, UserError
 
 Dim = Union[int, str]          # a concrete width or a size symbol bound at load time
 
@@ -18,6 +18,19 @@ SIZE_ATTRS = ("types", "start", "stop", "classes")   # op attributes that may ho
 
 class IRError(UserError):
     """An inconsistency in an IR program; ``loc`` points into the .mp source when known."""
+
+    def __init__(self, message: str, loc: Any = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+
+class IRBug(InternalError):
+    """The IR broke one of its own invariants (values read before they are defined, a recorded
+    shape its inputs contradict, gradients that do not stack back): a bug in a pass or in
+    autodiff, not in the user's program, so the command line reports an internal error (exit
+    status 3) rather than a diagnostic the user would try to fix.  ``loc`` points at the source
+    op whose lowering went wrong, when known."""
 
     def __init__(self, message: str, loc: Any = None):
         super().__init__(message)

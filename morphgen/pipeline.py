@@ -25,7 +25,7 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
     passes/edge_typed_linear.py)."""
     from . import passes
     from .frontend import compile_file
-    from .ir_core import IRError, _canonical_symbol
+    from .ir_core import IRBug, IRError, _canonical_symbol
     program = compile_file(str(path))
     used = {_canonical_symbol(s) for s in program.symbols()}
     try:
@@ -38,6 +38,11 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
     except IRError as err:
         # Shapes that only the dataset's sizes reveal: the error still points into the program.
         raise located_error(err, path, {k: v for k, v in (sizes or {}).items() if k in used}) from None
+    except IRBug as err:
+        # Not the program's fault, so no diagnostic to act on; name the place for the bug report.
+        loc = getattr(err.loc, "line", None) and f":{err.loc.line}:{getattr(err.loc, 'col', 0) or 1}"
+        raise IRBug(f"while compiling {path}{loc or ''}: {err.message} (a bug in morphgen, "
+                    f"not in the program)", err.loc) from err
     return program
 
 

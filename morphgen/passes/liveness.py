@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
-from ..ir import IRError, Program, Value
+from ..ir import IRBug, Program, Value
 from .rewrite import identity_derived
 
 ELEMENT_BYTES = {"f32": 4, "i64": 8, "bool": 1}
@@ -84,7 +84,7 @@ def analyse_liveness(program: Program, num_nodes: int, num_edges: int, unstored=
         dims = [num_nodes if v.assoc == "node" else num_edges if v.assoc == "edge" else 1]
         for d in v.shape:
             if not isinstance(d, int):
-                raise IRError(f"liveness needs bound sizes; {v!r} has width {d!r}")
+                raise IRBug(f"liveness needs bound sizes; {v!r} has width {d!r}")
             dims.append(d)
         if v.assoc in ("node", "edge") and identity_derived(program, v, prod_of):
             return dims[0] * 12

@@ -16,7 +16,7 @@ with bound widths, and never so that an aggregation would run on the featureless
 """
 from __future__ import annotations
 
-from ..ir import IRError, Program
+from ..ir import IRBug, Program
 from .rewrite import (concrete, forward_uses, identity_derived, new_op, producers,
                       remove_dead_forward, require_forward_only)
 
@@ -36,7 +36,7 @@ def reorder_linear_aggregate(program: Program) -> int:
 def _widths(x, z):
     k, m = concrete(x.width), concrete(z.width)
     if k is None or m is None:
-        raise IRError(f"reorder_linear_aggregate needs bound sizes (width {x.width} or "
+        raise IRBug(f"reorder_linear_aggregate needs bound sizes (width {x.width} or "
                       f"{z.width} is symbolic); call Program.bind first")
     return k, m
 

@@ -1,7 +1,7 @@
 """Small utilities shared by the forward rewriting passes."""
 from __future__ import annotations
 
-from ..ir import IRError, Op, Program, Value
+from ..ir import IRBug, Op, Program, Value
 from ..ir_ops import infer_full
 
 #: ops through which a value derived from the featureless identity stays "rows of I_N"
@@ -10,7 +10,7 @@ IDENTITY_PRESERVING = ("gather", "dropout")
 
 def require_forward_only(program: Program, pass_name: str) -> None:
     if program.backward:
-        raise IRError(f"{pass_name} rewrites the forward program; run it before autodiff "
+        raise IRBug(f"{pass_name} rewrites the forward program; run it before autodiff "
                       f"(program '{program.name}' already has a backward)")
 
 
@@ -64,7 +64,7 @@ def new_op(program: Program, opcode: str, inputs: list, attrs: dict, loc=None,
     if output is None:
         output = program.new_value(assoc, shape, dtype, name, domain)
     elif output.assoc != assoc or len(output.shape) != len(shape):
-        raise IRError(f"rewrite of {output!r} into {opcode} changes its kind", loc)
+        raise IRBug(f"rewrite of {output!r} into {opcode} changes its kind", loc)
     return Op(opcode, list(inputs), output, dict(attrs), loc)
 
 

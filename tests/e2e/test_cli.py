@@ -297,6 +297,25 @@ def test_compile_of_a_bad_program(tmp_path):
     assert_clean_failure(proc, 2, f"{bad}:9:")
 
 
+def test_a_pass_that_breaks_the_ir_is_an_internal_error_not_a_program_diagnostic(monkeypatch, capsys):
+    """The user's program is valid: a compiler bug must not come back as FILE:LINE:COL: error,
+    which tells them to edit it; it is an internal error (exit 3) naming where compiling broke."""
+    from morphgen import cli, passes
+    real = passes.remove_dead_forward
+
+    def misorders_the_forward(program):         # a planted pass bug: reads before definitions
+        removed = real(program)
+        program.forward[0], program.forward[1] = program.forward[1], program.forward[0]
+        return removed
+    monkeypatch.setattr(passes, "remove_dead_forward", misorders_the_forward)
+    monkeypatch.delenv("MORPHGEN_DEBUG", raising=False)
+    assert cli.main(["compile", str(example("gcn")), "--emit", "ir"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"morphgen: internal error: while compiling {example('gcn')}:"), err
+    assert "before it is defined" in err and "(a bug in morphgen, not in the program)" in err
+    assert ": error:" not in err
+
+
 def test_train_hoists_the_first_aggregation_unless_told_not_to(tmp_path):
     """Dense features: the first layer's aggregation is computed once (reported), same losses."""
     data = "synthetic:nodes=200,edges=1200,features=24,classes=3,val=40,test=60,seed=2"

@@ -7,7 +7,7 @@ import pytest
 
 from morphgen.autodiff import differentiate
 from morphgen.interp import Interpreter
-from morphgen.ir import IRError
+from morphgen.ir import IRBug
 from morphgen.passes import hoist_invariant_aggregation, run_default
 
 from . import models
@@ -97,7 +97,7 @@ def test_not_hoisted_when_the_epochs_do_not_repay_the_wide_aggregation():
 def test_hoisting_is_a_forward_rewrite():
     prog = _bound(models.gcn(hidden=4, dropout=0.0))
     differentiate(prog)
-    with pytest.raises(IRError, match="before autodiff"):
+    with pytest.raises(IRBug, match="before autodiff"):
         hoist_invariant_aggregation(prog)
 
 

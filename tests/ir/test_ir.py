@@ -2,7 +2,7 @@
 import pytest
 
 from morphgen.autodiff import differentiate
-from morphgen.ir import IRError, Param, Program, dim_add, dim_sub
+from morphgen.ir import IRBug, IRError, Param, Program, dim_add, dim_sub
 from morphgen.ir_ops import Builder
 
 from . import models
@@ -52,7 +52,7 @@ def test_bind_detects_a_mismatch():
 def test_validate_catches_use_before_definition():
     prog = models.gcn()
     prog.forward[0], prog.forward[1] = prog.forward[1], prog.forward[0]
-    with pytest.raises(IRError, match="before it is defined"):
+    with pytest.raises(IRBug, match="before it is defined"):
         prog.validate()
 
 
@@ -60,7 +60,7 @@ def test_validate_catches_a_wrong_recorded_shape():
     prog = models.gcn().bind({"F": 4, "C": 3})
     differentiate(prog)
     prog.backward[1].output.shape = (99,)
-    with pytest.raises(IRError, match="backward op 1"):
+    with pytest.raises(IRBug, match="backward op 1"):
         prog.validate()
 
 
@@ -68,7 +68,7 @@ def test_validate_checks_gradient_shapes():
     prog = models.gcn().bind({"F": 4, "C": 3})
     differentiate(prog)
     prog.grads["layer0.b"] = prog.grads["layer0.W"]
-    with pytest.raises(IRError, match="gradient of 'layer0.b'"):
+    with pytest.raises(IRBug, match="gradient of 'layer0.b'"):
         prog.validate()
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from morphgen.autodiff import differentiate
 from morphgen.interp import Interpreter
-from morphgen.ir import IRError, Param, Program
+from morphgen.ir import IRBug, IRError, Param, Program
 from morphgen.ir_ops import Builder
 from morphgen.passes import (analyse_liveness, annotate_fusion, combine_bases_per_lookup, fuse_gathered_typed_linear,
                              reorder_linear_aggregate, reorder_linear_operators, run_default, split_concat_linear)
@@ -184,14 +184,14 @@ def test_gathered_typed_linear_rejects_an_unknown_layout():
 
 
 def test_reorder_needs_bound_sizes():
-    with pytest.raises(IRError, match="bound sizes"):
+    with pytest.raises(IRBug, match="bound sizes"):
         reorder_linear_aggregate(models.gcn())
 
 
 def test_rewrites_refuse_a_differentiated_program():
     prog = _bound(models.gcn)
     differentiate(prog)
-    with pytest.raises(IRError, match="before autodiff"):
+    with pytest.raises(IRBug, match="before autodiff"):
         reorder_linear_aggregate(prog)
 
 
