@@ -1,7 +1,7 @@
 """The in-memory graph shared by the data loaders, the IR interpreter and every backend.
 
-A graph is a list of directed edges ``src[e] -> dst[e]`` (COO, int64) with optional edge types
-and node types.  Layouts (CSR by destination for aggregation over incoming edges, CSR by
+A graph is a list of directed edges ``src[e] -> dst[e]`` (COO, int64) with optional edge types,
+node types and edge weights.  Layouts (CSR by destination for aggregation over incoming edges, CSR by
 source for the transpose) are derived here once and cached, so backends never rebuild them.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ class Graph:
     num_etypes: int = 1
     num_ntypes: int = 1
     meta: dict = field(default_factory=dict)
+    edge_weight: Optional[np.ndarray] = None   # float32 [E] or None (programs read it as e.edge_weight)
 
     def __post_init__(self):
         self.src = np.ascontiguousarray(self.src, dtype=np.int64)
@@ -62,6 +63,17 @@ class Graph:
                 raise GraphError(f"node_type: length {self.ntype.shape[0]} != num_nodes {n}")
             if self.ntype.size and (self.ntype.min() < 0 or self.ntype.max() >= self.num_ntypes):
                 raise GraphError(f"node_type: values must lie in [0, {self.num_ntypes})")
+        if self.edge_weight is not None:
+            w = np.asarray(self.edge_weight)
+            if w.ndim != 1 or w.shape != self.src.shape:
+                raise GraphError(f"edge_weight: shape {w.shape} != ({self.num_edges},), one weight per edge")
+            if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
+                raise GraphError(f"edge_weight: dtype {w.dtype} is not a number type")
+            self.edge_weight = np.ascontiguousarray(w, dtype=np.float32)
+            bad = np.flatnonzero(~np.isfinite(self.edge_weight))
+            if bad.size:
+                raise GraphError(f"edge_weight: entry {int(bad[0])} is {w[bad[0]]}, not a finite number "
+                                 f"(or too large for float32)")
 
     # -- derived layouts (computed once) -----------------------------------------------
     @cached_property
@@ -97,7 +109,8 @@ def with_self_loops(graph: Graph) -> Graph:
     Untyped: an edge v -> v for every node that has none (PyG's add_remaining_self_loops).
     Typed: a loop at every node with an edge type of its own, the next free id (R-GCN's
     self-connection as a relation), so ``num_etypes`` grows by one; a typed edge from a node to
-    itself stays one of its own type."""
+    itself stays one of its own type.  Added loops weigh 1 (PyG's ``fill_value``) where the
+    edges have weights."""
     n = graph.num_nodes
     if graph.etype is None and graph.num_etypes <= 1:
         has_loop = np.zeros(n, bool)
@@ -106,7 +119,8 @@ def with_self_loops(graph: Graph) -> Graph:
         if missing.size == 0:
             return graph
         return Graph(n, np.concatenate([graph.src, missing]), np.concatenate([graph.dst, missing]),
-                     ntype=graph.ntype, num_ntypes=graph.num_ntypes, meta=dict(graph.meta))
+                     ntype=graph.ntype, num_ntypes=graph.num_ntypes, meta=dict(graph.meta),
+                     edge_weight=_weights_with_loops(graph, missing.size))
     loops = np.arange(n, dtype=np.int64)
     loop_type = graph.num_etypes
     meta = dict(graph.meta)
@@ -116,7 +130,14 @@ def with_self_loops(graph: Graph) -> Graph:
     etype = graph.etype if graph.etype is not None else np.zeros(graph.num_edges, np.int64)
     return Graph(n, np.concatenate([graph.src, loops]), np.concatenate([graph.dst, loops]),
                  etype=np.concatenate([etype, np.full(n, loop_type, np.int64)]), num_etypes=loop_type + 1,
-                 ntype=graph.ntype, num_ntypes=graph.num_ntypes, meta=meta)
+                 ntype=graph.ntype, num_ntypes=graph.num_ntypes, meta=meta,
+                 edge_weight=_weights_with_loops(graph, n))
+
+
+def _weights_with_loops(graph: Graph, loops: int) -> Optional[np.ndarray]:
+    if graph.edge_weight is None:
+        return None
+    return np.concatenate([graph.edge_weight, np.ones(loops, np.float32)])
 
 
 def _csr(keys: np.ndarray, n: int):

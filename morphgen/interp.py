@@ -301,6 +301,10 @@ class Interpreter:
             return self._out_deg[:, None].copy()
         if kind == "rel_degree":
             return self.graph.rel_degree.astype(self.dtype)[:, None]
+        if kind == "edge_weight":
+            if self.graph.edge_weight is None:
+                raise IRError("the program reads e.edge_weight, but the graph has no edge weights", op.loc)
+            return self.graph.edge_weight.astype(self.dtype)[:, None]
         attrs = {"reduce": "mean" if kind == "mean_norm" else "sum",
                  "norm": "gcn" if kind == "gcn_norm" else "none",
                  "self_loops": op.attrs.get("self_loops", False)}

@@ -16,6 +16,7 @@ aggregate(x[, w], reduce, norm, self_loops, direction=in)
                              (+1 with self_loops).  direction=out is the transpose.
 graph_scalar(kind)           no inputs; kind in_degree|out_degree (node [1]),
                              rel_degree (edge [1]: incoming edges of dst(e) of e's type),
+                             edge_weight (edge [1]: the dataset's weight of e),
                              gcn_norm (edge [1], attrs self_loops)
 add|sub|mul|div(a, b)        elementwise with broadcasting of width-1 rows and param rows
 scale(x, c)                  x * c for a float attribute c
@@ -111,7 +112,7 @@ ROW_SOFTMAXES = ("softmax", "log_softmax")
 BINARY = ("add", "sub", "mul", "div")
 REDUCTIONS = ("sum", "mean", "max")
 GRAPH_SCALARS = {"in_degree": "node", "out_degree": "node", "rel_degree": "edge",
-                 "gcn_norm": "edge", "mean_norm": "edge"}
+                 "gcn_norm": "edge", "mean_norm": "edge", "edge_weight": "edge"}
 
 
 def _same_width(a, b) -> bool:

@@ -121,6 +121,8 @@ class Session:
             self._ptr(layout.t_indptr, i64), self._ptr(layout.t_col, i64), self._ptr(layout.t_eid, i64),
             self._ptr(layout.etype, i64), self._ptr(layout.ntype, i64),
             layout.num_etypes, layout.num_ntypes), "graph")
+        if layout.edge_weight is not None:
+            self._check(lib.mg_set_edge_weights(self.ctx, self._ptr(layout.edge_weight, "float *")), "edge weights")
         if partition is not None:
             self._bind_partition(partition)
         kind, payload = features

@@ -28,6 +28,8 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
     from .ir_core import IRBug, IRError, _canonical_symbol
     program = compile_file(str(path))
     used = {_canonical_symbol(s) for s in program.symbols()}
+    if graph is not None and graph.edge_weight is None:
+        require_no_edge_weights(program, path)
     try:
         if sizes is not None:
             program.featureless = featureless
@@ -44,6 +46,16 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
         raise IRBug(f"while compiling {path}{loc or ''}: {err.message} (a bug in morphgen, "
                     f"not in the program)", err.loc) from err
     return program
+
+
+def require_no_edge_weights(program, path) -> None:
+    """A program that reads e.edge_weight, given a graph without weights: located at the read."""
+    from .ir_core import IRError
+    for op in program.all_ops():
+        if op.opcode == "graph_scalar" and op.attrs.get("kind") == "edge_weight":
+            raise located_error(IRError("e.edge_weight: the dataset has no edge weights (an .npz dataset gives "
+                                        "them as 'edge_weight', float [E], one per edge of 'edge_index')",
+                                        op.loc), path)
 
 
 def edge_type_pairs(graph) -> dict:

@@ -43,6 +43,7 @@ struct GraphView {
     const int64_t *t_indptr = nullptr, *t_col = nullptr, *t_eid = nullptr;  // CSR over out-edges
     const int64_t *etype = nullptr, *ntype = nullptr;                     // optional
     int64_t num_etypes = 1, num_ntypes = 1;
+    const float *weight = nullptr;      // optional (mg_set_edge_weights): e.edge_weight
 };
 
 struct FeatureView {

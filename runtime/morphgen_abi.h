@@ -12,7 +12,7 @@
  *
  * Graph layout: edges sorted by destination.  indptr[N+1]/col[E] is the CSR over incoming edges
  * (col = source node); t_indptr/t_col/t_eid is the CSR over outgoing edges (t_col = destination,
- * t_eid = position of the edge in the destination-sorted order).  Per-edge arrays (etype) are in
+ * t_eid = position of the edge in the destination-sorted order).  Per-edge arrays (etype, weights) are in
  * the destination-sorted order.
  *
  * Errors: functions returning int give 0 on success and -1 on failure; mg_train_epoch returns NaN
@@ -44,6 +44,9 @@ int mg_set_graph(mg_ctx *ctx, int64_t num_nodes, int64_t num_edges,
                  const int64_t *t_indptr, const int64_t *t_col, const int64_t *t_eid,
                  const int64_t *etype, const int64_t *ntype,
                  int64_t num_etypes, int64_t num_ntypes);
+/* The graph's edge weights (float [E], in the destination-sorted order), which programs read as
+ * e.edge_weight; optional for programs that do not. */
+int mg_set_edge_weights(mg_ctx *ctx, const float *weight);
 int mg_set_features_dense(mg_ctx *ctx, const float *x, int64_t rows, int64_t cols);
 int mg_set_features_dense_donated(mg_ctx *ctx, float *x, int64_t rows, int64_t cols);
 int mg_set_features_csr(mg_ctx *ctx, const int64_t *indptr, const int32_t *indices,

@@ -25,7 +25,7 @@ SUPPORTED = frozenset({
     "mg::op::typed_linear", "mg::op::typed_matmul_nt", "mg::op::typed_matmul_tn", "mg::op::typed_row_sum",
     "mg::op::embedding_rows", "mg::op::embedding_rows_grad", "mg::op::embedding_rows_grad_rows",
     "mg::op::copy",
-    "mg::op::matvec", "mg::op::matvec_t", "mg::op::outer", "mg::op::rel_degree",
+    "mg::op::matvec", "mg::op::matvec_t", "mg::op::outer", "mg::op::rel_degree", "mg::op::edge_weight",
     "mg::op::slice", "mg::op::row_concat", "mg::concat_fwd", "mg::math_fwd", "mg::math_bwd",
     "mg::row_softmax_fwd", "mg::row_softmax_bwd", "mg::head_mul", "mg::head_sum", "mg::head_repeat",
     "mg::head_mul_add", "mg::head_mul_row_sum",

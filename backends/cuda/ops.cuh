@@ -1232,6 +1232,13 @@ inline void basis_lookup_bases_grad(const BasisLookupPlan &plan, const float *A,
               cuda::BasisBasesGradOp{A, sums, p.keys_.data(), plan.row_start_.data(), plan.types, B, P, M, dV});
 }
 
+// The dataset's edge weights (e.edge_weight), in the edge order of every per-edge value.
+inline void edge_weight(const Graph &g, float *out) {
+    const GraphView &v = g.host;
+    if (!v.weight) throw Error("the program reads e.edge_weight, but the graph has no edge weights");
+    upload_floats(std::vector<float>(v.weight, v.weight + v.num_edges), out, "edge weights");
+}
+
 // R-GCN's c_{i,r}: for the edge e into v of type r, the number of v's in-edges of type r.
 inline void rel_degree(const Graph &g, float *out) {
     const GraphView &v = g.host;

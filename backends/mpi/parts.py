@@ -44,6 +44,8 @@ def dataset_key(dataset, normalization: Optional[str], num_parts: int, partition
     g = dataset.graph
     for arr in (g.src, g.dst, g.etype, g.ntype, dataset.labels, *_task_arrays(dataset).values()):
         h.update(b"-" if arr is None else np.ascontiguousarray(arr).tobytes())
+    if g.edge_weight is not None:          # (unweighted graphs keep the keys they always had)
+        h.update(b"edge_weight" + g.edge_weight.tobytes())
     x = dataset.features
     if x is None:
         h.update(b"featureless")
@@ -153,6 +155,8 @@ def _part_arrays(dataset, lay, position, in_degree, out_degree) -> dict:
         arrays.update(_task_arrays(dataset))
     if g.etype is not None:
         arrays["etype"] = g.etype[lay.edge_ids]
+    if g.edge_weight is not None:
+        arrays["edge_weight"] = g.edge_weight[lay.edge_ids]
     if g.ntype is not None:
         arrays["ntype"] = g.ntype[l2g]
     x = dataset.features

@@ -25,7 +25,8 @@ def _session(spec: dict, part, comm):
     from morphgen.layout import GraphLayout
     from morphgen.library import PARTITION_ARRAYS, Session
     layout = GraphLayout.from_csr(part["indptr"], part["col"], part.get("etype"), part.get("ntype"),
-                                  int(part["num_etypes"]), int(part["num_ntypes"]))
+                                  int(part["num_etypes"]), int(part["num_ntypes"]),
+                                  edge_weight=part.get("edge_weight"))
     partition = {"comm": comm.py2f(), "num_owned": int(part["num_owned"]),
                  "global_nodes": int(part["num_global_nodes"]),
                  **{k: part[k] for k in PARTITION_ARRAYS}}

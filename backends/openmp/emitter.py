@@ -1249,6 +1249,7 @@ class OpenMPEmitter:
         call = {"in_degree": f"mg::op::in_degree(m.g, {self.ptr(out)})",
                 "out_degree": f"mg::op::out_degree(m.g, {self.ptr(out)})",
                 "rel_degree": f"mg::op::rel_degree(m.g, {self.ptr(out)})",
+                "edge_weight": f"mg::op::edge_weight(m.g, {self.ptr(out)})",
                 "gcn_norm": f"mg::op::gcn_norm(m.g, {sl}, {self.ptr(out)})",
                 "mean_norm": f"mg::op::mean_norm(m.g, {sl}, {self.ptr(out)})"}[kind]
         if kind in ("gcn_norm", "mean_norm"):

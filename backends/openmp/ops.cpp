@@ -304,6 +304,12 @@ void rel_degree(const Graph &g, float *out) {
     }
 }
 
+void edge_weight(const Graph &g, float *out) {
+    const GraphView &v = *g.view;
+    if (!v.weight) throw Error("the program reads e.edge_weight, but the graph has no edge weights");
+    std::memcpy(out, v.weight, sizeof(float) * size_t(v.num_edges));
+}
+
 void gcn_norm(const Graph &g, bool self_loops, float *out) {
     const float *s = g.gcn_scale(self_loops);
     const GraphView &v = *g.view;

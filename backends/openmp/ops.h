@@ -303,6 +303,8 @@ void in_degree(const Graph &g, float *out);
 void out_degree(const Graph &g, float *out);
 // R-GCN's c_{i,r}: for edge e into v of type r, the number of v's in-edges of type r.
 void rel_degree(const Graph &g, float *out);
+// The dataset's edge weights (e.edge_weight), in the edge order of every per-edge value.
+void edge_weight(const Graph &g, float *out);
 void gcn_norm(const Graph &g, bool self_loops, float *out);
 void mean_norm(const Graph &g, bool self_loops, float *out);
 

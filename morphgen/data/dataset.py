@@ -87,7 +87,8 @@ class Dataset(GraphData):
     def summary(self) -> str:
         kind = "featureless" if self.features is None else (
             f"{'csr' if sp.issparse(self.features) else 'dense'} features, sparsity {self.feature_sparsity:.4f}")
-        return (f"{self.name}: {self.num_nodes} nodes, {self.num_edges} edges, "
+        weighted = " (weighted)" if self.graph.edge_weight is not None else ""
+        return (f"{self.name}: {self.num_nodes} nodes, {self.num_edges} edges{weighted}, "
                 f"{self.graph.num_etypes} edge type(s), {self.num_features} input features ({kind}), "
                 f"{self.num_classes} classes, train/val/test {int(self.train_mask.sum())}/"
                 f"{int(self.val_mask.sum())}/{int(self.test_mask.sum())}")

@@ -199,6 +199,8 @@ def _graph(z: NpzArchive, meta: dict) -> Graph:
     if "node_type" in z:
         typed["ntype"] = require_integer("node_type", z["node_type"], z.source)
         typed["num_ntypes"] = require_scalar_int("num_node_types", z["num_node_types"], z.source)
+    if "edge_weight" in z:
+        typed["edge_weight"] = z["edge_weight"]
     return make_graph(n, src, dst, z.source, **typed)
 
 
@@ -337,6 +339,8 @@ def save_npz(dataset: Dataset, path, compressed: bool = True) -> Path:
     if g.ntype is not None:
         arrays["node_type"] = g.ntype
         arrays["num_node_types"] = np.int64(g.num_ntypes)
+    if g.edge_weight is not None:
+        arrays["edge_weight"] = g.edge_weight
     f = dataset.features
     if sp.issparse(f):
         f = f.tocsr()

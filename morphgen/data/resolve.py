@@ -187,6 +187,9 @@ def symmetrise_graph(graph: Graph) -> Graph:
     if graph.etype is not None and graph.num_etypes > 1:
         raise DataError("symmetrise: the graph has edge types; typed graphs carry their inverse "
                         "edges as separate types, so symmetrise only applies to untyped graphs")
+    if graph.edge_weight is not None:
+        raise DataError("symmetrise: the graph has edge weights, which merging each edge with its reverse "
+                        "would have to combine; symmetrise only applies to unweighted graphs")
     n = graph.num_nodes
     if n > _MAX_KEYED_NODES:
         raise DataError(f"symmetrise: {n} nodes is too many: edges are deduplicated through int64 keys "

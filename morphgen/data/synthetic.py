@@ -149,9 +149,10 @@ def rmat(num_nodes: int, num_edges: int, a: float = 0.57, b: float = 0.19, c: fl
 # what a small graph holds (_resolve_split).
 DEFAULTS = dict(nodes=2000, edges=20000, features=64, sparsity=0.0, classes=7, seed=0,
                 train_per_class=None, val=None, test=None, homophily=0.8, noise=3.0,
-                power_law=2.5, format="auto", etypes=1)
+                power_law=2.5, format="auto", etypes=1, weighted=0)
 _SPLIT_DEFAULTS = dict(train_per_class=20, val=500, test=1000)
-_INT_KEYS = {"nodes", "edges", "features", "classes", "seed", "train_per_class", "val", "test", "etypes"}
+_INT_KEYS = {"nodes", "edges", "features", "classes", "seed", "train_per_class", "val", "test", "etypes",
+             "weighted"}
 _FLOAT_KEYS = {"sparsity", "homophily", "noise", "power_law"}
 _FORMATS = ("auto", "dense", "csr")
 _TOPIC_BOOST = 4.0   # topic columns are kept up to this many times more often than average
@@ -187,6 +188,8 @@ def _check_params(p: dict) -> None:
         _spec_error("test", "must be >= 1")
     if p["etypes"] < 1:
         _spec_error("etypes", f"must be >= 1, got {p['etypes']}")
+    if p["weighted"] not in (0, 1):
+        _spec_error("weighted", f"must be 0 or 1, got {p['weighted']}")
     smallest_class = p["nodes"] // p["classes"]
     if p["train_per_class"] > smallest_class:
         _spec_error("train_per_class", f"{p['train_per_class']} exceeds the smallest class "
@@ -383,19 +386,22 @@ def _checked(params: dict) -> dict:
 def synthetic_dataset(nodes: int = 2000, edges: int = 20000, features: int = 64, sparsity: float = 0.0,
                       classes: int = 7, seed: int = 0, train_per_class: Optional[int] = None,
                       val: Optional[int] = None, test: Optional[int] = None, homophily: float = 0.8, noise: float = 3.0,
-                      power_law: float = 2.5, format: str = "auto", etypes: int = 1) -> Dataset:
+                      power_law: float = 2.5, format: str = "auto", etypes: int = 1, weighted: int = 0) -> Dataset:
     """A planted-community node-classification dataset (see the module docstring).
 
     ``edges`` counts directed edges of the symmetric graph (an odd count is rounded down).
     ``features=0`` gives a featureless dataset.  ``format``: ``auto`` = dense below sparsity 0.5,
     CSR from 0.5 on; ``dense`` / ``csr`` force one.  ``etypes`` > 1 gives every directed edge a
     type drawn uniformly (a typed graph for relational models); the graph itself is the same.
+    ``weighted=1`` gives every edge a weight (``e.edge_weight``): drawn from [1, 2) between nodes
+    of one class and from [0.1, 1) across classes, so weighing the messages helps; the graph is
+    the same again.
     ``train_per_class``, ``val``, ``test``: the split; not given, 20 per class, 500 and 1,000,
     scaled down on a graph too small for them (_resolve_split).
     """
     params = _checked(dict(nodes=nodes, edges=edges, features=features, sparsity=sparsity, classes=classes,
                            seed=seed, train_per_class=train_per_class, val=val, test=test, homophily=homophily,
-                           noise=noise, power_law=power_law, format=format, etypes=etypes))
+                           noise=noise, power_law=power_law, format=format, etypes=etypes, weighted=weighted))
     _check_memory(params)
     p = params
     s_labels, s_graph, s_features, s_split = np.random.SeedSequence(p["seed"]).spawn(4)
@@ -408,6 +414,11 @@ def synthetic_dataset(nodes: int = 2000, edges: int = 20000, features: int = 64,
         s_types = np.random.SeedSequence(p["seed"]).spawn(5)[4]
         typed = {"etype": np.random.default_rng(s_types).integers(0, p["etypes"], src.size),
                  "num_etypes": p["etypes"]}
+    if p["weighted"]:          # a sixth stream, for the same reason
+        s_weights = np.random.SeedSequence(p["seed"]).spawn(6)[5]
+        draw = np.random.default_rng(s_weights).random(src.size)
+        same = labels[src] == labels[dst]
+        typed["edge_weight"] = np.where(same, 1.0 + draw, 0.1 + 0.9 * draw).astype(np.float32)
     graph = make_graph(p["nodes"], src, dst, "synthetic", meta={"generator": "planted communities"}, **typed)
     dense = p["format"] == "dense" or (p["format"] == "auto" and p["sparsity"] < 0.5)
     feats = None

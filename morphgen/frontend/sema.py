@@ -218,7 +218,7 @@ REQUIRED_KEYWORDS = {"mean_heads": ("heads",)}
 NORMS = ("batch", "layer", "none")
 
 NODE_BUILTIN_ATTRS = {"in_degree": "in_degree", "out_degree": "out_degree"}
-EDGE_BUILTIN_ATTRS = {"rel_degree": "rel_degree"}
+EDGE_BUILTIN_ATTRS = {"rel_degree": "rel_degree", "edge_weight": "edge_weight"}
 NODE_METHODS = ("incoming_edges", "outgoing_edges")
 GRAPH_METHODS = ("nodes", "edges", "neighbors")
 GRAPH_ATTRS = {"etypes": "etype", "ntypes": "ntype"}
