@@ -69,7 +69,8 @@ class Graph:
                 raise GraphError(f"edge_weight: shape {w.shape} != ({self.num_edges},), one weight per edge")
             if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
                 raise GraphError(f"edge_weight: dtype {w.dtype} is not a number type")
-            self.edge_weight = np.ascontiguousarray(w, dtype=np.float32)
+            with np.errstate(over="ignore"):           # past float32's range: refused just below
+                self.edge_weight = np.ascontiguousarray(w, dtype=np.float32)
             bad = np.flatnonzero(~np.isfinite(self.edge_weight))
             if bad.size:
                 raise GraphError(f"edge_weight: entry {int(bad[0])} is {w[bad[0]]}, not a finite number "

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.backend.harness import assert_matches_interpreter
+from tests.backend.weighted_programs import weighted_programs
 from morphgen.data.npz import save_npz
 from morphgen.graph import Graph
 from tests.e2e.support import datasets_dir, example, typed_dataset, write_link_npz
@@ -32,6 +33,7 @@ CASES = {
 }
 SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_class=12,val=60,test=100"
 HOMOGENEOUS_EXAMPLES = ["gcn", "gcn3", "sage", "gin", "gat", "appnp"]
+WEIGHTED = weighted_programs()
 
 
 def _check(program, graph, x, labels, mask, classes, features="dense"):
@@ -165,11 +167,19 @@ def test_dense_and_sparse_feature_paths_match_the_interpreter(features):
     _check(models.gcn(dropout=0.0), graph, x, labels, mask, classes=3, features=features)
 
 
-@pytest.mark.parametrize("model", HOMOGENEOUS_EXAMPLES)
+@pytest.mark.parametrize("name", sorted(WEIGHTED))
+def test_programs_reading_edge_weights_match_the_interpreter(name):
+    graph = random_graph(n=40, e=200, seed=4, weighted=True)
+    x, labels, mask = random_data(graph, 6, classes=3)
+    _check(WEIGHTED[name](), graph, x, labels, mask, classes=3)
+
+
+@pytest.mark.parametrize("model", [*HOMOGENEOUS_EXAMPLES, "gcn_weighted"])
 def test_examples_train_as_on_openmp(tmp_path, monkeypatch, model):
     monkeypatch.setenv("MORPHGEN_OPT_LEVEL", "0")    # both builds at -O0: numbers, not speed (a third faster)
-    reference_run = train(tmp_path, model, SYNTHETIC, epochs=3)
-    assert_same_run(reference_run, train(tmp_path, model, SYNTHETIC, backend="cuda", epochs=3), 1e-4,
+    data = SYNTHETIC + (",weighted=1" if model == "gcn_weighted" else "")
+    reference_run = train(tmp_path, model, data, epochs=3)
+    assert_same_run(reference_run, train(tmp_path, model, data, backend="cuda", epochs=3), 1e-4,
                     f"{model} on cuda")
 
 

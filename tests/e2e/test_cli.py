@@ -254,6 +254,21 @@ def test_a_program_that_reads_raw_features_on_a_featureless_dataset(tmp_path, wh
     assert last.startswith(f"{program}:") and last.count("error:") == 1, proc.stderr
 
 
+def test_a_program_that_reads_edge_weights_on_an_unweighted_dataset_is_a_located_error():
+    program = example("gcn_weighted")
+    proc = run_cli("train", program, "--dataset", "synthetic:nodes=200,edges=1000", "--epochs", "1", "--quiet")
+    line = next(i for i, text in enumerate(program.read_text().splitlines(), 1) if "e.edge_weight)" in text)
+    assert_clean_failure(proc, 2, f"{program}:{line}:", "e.edge_weight: the dataset has no edge weights",
+                         "'edge_weight', float [E]")
+
+
+def test_a_weighted_dataset_trains_the_weighted_example_from_the_command_line(tmp_path):
+    proc = run_cli("train", example("gcn_weighted"), "--dataset", "synthetic:nodes=200,edges=1000,weighted=1",
+                   "--epochs", "3", "--json", tmp_path / "run.json", "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(json.loads((tmp_path / "run.json").read_text())["history"]) == 3
+
+
 RAW_FEATURES = """\
 function m(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
     weight<float[F][C]> W = glorot;

@@ -59,7 +59,8 @@ def _example_dataset(name, tmp_path):
         return write_link_npz(tmp_path / "kg.npz")
     if name in RELATIONAL_EXAMPLES:
         return save_npz(typed_dataset(features=7), tmp_path / "typed.npz")
-    return "synthetic:nodes=150,edges=700,features=12,classes=3,train_per_class=10,val=20,test=30,seed=2"
+    weighted = ",weighted=1" if name == "gcn_weighted" else ""
+    return f"synthetic:nodes=150,edges=700,features=12,classes=3,train_per_class=10,val=20,test=30,seed=2{weighted}"
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.mp")))

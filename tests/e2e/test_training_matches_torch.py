@@ -6,7 +6,8 @@ with the same dropout masks (torch's dropout replaced by morphgen's counter-base
 parity check (dropout off), this covers what only training with dropout exercises: the masks of
 the backward regenerated from the forward's key, the epoch advancing the key, GAT's masks on the
 attention coefficients of each edge (rows in the canonical edge order), GCN's dropout of sparse
-input features inside the sparse kernels, and, for GIN, batch norm's statistics under dropout.
+input features inside the sparse kernels, for GIN, batch norm's statistics under dropout, and
+GCNConv's edge weights (examples/gcn_weighted.mp) in its sums and its degrees.
 A wrong gradient, optimizer step or mask shows from the second epoch on, a mask on the wrong rows
 from the first.
 """
@@ -36,6 +37,12 @@ SEED = 3
 def data():
     return synthetic_dataset(nodes=200, edges=1500, features=24, classes=4, train_per_class=12, val=20,
                              test=40, seed=2, sparsity=0.0)
+
+
+@pytest.fixture(scope="module")
+def weighted_data():
+    return synthetic_dataset(nodes=200, edges=1500, features=24, classes=4, train_per_class=12, val=20,
+                             test=40, seed=2, sparsity=0.0, weighted=1)
 
 
 @pytest.fixture(scope="module")
@@ -102,19 +109,21 @@ class TwoLayers(torch.nn.Module):
         super().__init__()
         self.convs, self.activation, self.p = torch.nn.ModuleList(convs), activation, p
 
-    def forward(self, x, edge_index):
+    def forward(self, x, *edges):
         dropout = torch.nn.functional.dropout          # looked up per call: the tests replace it
-        x = self.activation(self.convs[0](dropout(x, self.p, self.training), edge_index))
-        return self.convs[1](dropout(x, self.p, self.training), edge_index)
+        x = self.activation(self.convs[0](dropout(x, self.p, self.training), *edges))
+        return self.convs[1](dropout(x, self.p, self.training), *edges)
 
 
 def _two_layers(data, params, convs, model, activation, p, lr):
     """TwoLayers from morphgen's weights, its Adam, and its inputs (dense features, the edges in
-    input order)."""
+    input order and their weights, if any)."""
     _load(convs, params, model)
     x = data.features.toarray() if sp.issparse(data.features) else data.features
     g = data.graph
     inputs = (torch.from_numpy(np.asarray(x, np.float32)), torch.from_numpy(np.stack([g.src, g.dst])))
+    if g.edge_weight is not None:
+        inputs += (torch.from_numpy(g.edge_weight),)
     model = TwoLayers(convs, activation, p)
     return model, torch.optim.Adam(model.parameters(), lr=lr, weight_decay=5e-4), inputs
 
@@ -141,7 +150,15 @@ def _gcn(data, params):
     return _two_layers(data, params, convs, "gcn", torch.nn.functional.relu, 0.5, lr=0.01)
 
 
-PEERS = {"gat": _gat, "gcn": _gcn, "gin": _gin, "sage": _sage}
+def _gcn_weighted(data, params):
+    """examples/gcn_weighted.mp: GCNConv given the edge weights (its self loops weigh 1), as gcn.mp
+    otherwise.  The program names its weights W1, b1, W2, b2."""
+    convs = [pyg_nn.GCNConv(data.features.shape[1], 16), pyg_nn.GCNConv(16, data.num_classes)]
+    by_layer = {f"layer{i}.{k}": params[f"{k}{i + 1}"] for i in range(2) for k in ("W", "b")}
+    return _two_layers(data, by_layer, convs, "gcn", torch.nn.functional.relu, 0.5, lr=0.01)
+
+
+PEERS = {"gat": _gat, "gcn": _gcn, "gcn_weighted": _gcn_weighted, "gin": _gin, "sage": _sage}
 
 
 def _train_torch(name, data, params, dropout, monkeypatch):
@@ -163,8 +180,8 @@ def _train_torch(name, data, params, dropout, monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(PEERS))
-def test_training_with_dropout_follows_torch(name, data, sparse_data, monkeypatch):
-    data = sparse_data if name == "gcn" else data
+def test_training_with_dropout_follows_torch(name, data, sparse_data, weighted_data, monkeypatch):
+    data = {"gcn": sparse_data, "gcn_weighted": weighted_data}.get(name, data)
     model, params, sites = _morphgen(name, data, monkeypatch)
     assert len(sites) == (4 if name == "gat" else 2)
     ours = [float(model.session.train_epoch()) for _ in range(EPOCHS)]

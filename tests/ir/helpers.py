@@ -8,9 +8,10 @@ from morphgen.graph import Graph
 from morphgen.interp import Interpreter, init_params
 
 
-def random_graph(n=9, e=22, seed=0, etypes=1, ntypes=1) -> Graph:
+def random_graph(n=9, e=22, seed=0, etypes=1, ntypes=1, weighted=False) -> Graph:
     """A directed graph with no duplicate edges and no self loops (so max has no ties between
-    an edge and the self term), the last two nodes isolated and node 0 of in-degree zero."""
+    an edge and the self term), the last two nodes isolated and node 0 of in-degree zero.
+    ``weighted``: edge weights in [0.1, 3), none near zero (programs may divide by them)."""
     rng = np.random.default_rng(seed)
     active = n - 2
     pairs = [(u, v) for u in range(active) for v in range(1, active) if u != v]
@@ -20,7 +21,8 @@ def random_graph(n=9, e=22, seed=0, etypes=1, ntypes=1) -> Graph:
     g = Graph(n, src, dst,
               etype=rng.integers(0, etypes, src.size) if etypes > 1 else None,
               ntype=rng.integers(0, ntypes, n) if ntypes > 1 else None,
-              num_etypes=etypes, num_ntypes=ntypes)
+              num_etypes=etypes, num_ntypes=ntypes,
+              edge_weight=rng.uniform(0.1, 3.0, src.size) if weighted else None)
     assert g.in_degree[0] == 0 and g.in_degree[-1] == 0 and g.out_degree[-1] == 0
     assert not np.array_equal(np.sort(src * n + dst), np.sort(dst * n + src)), "graph is symmetric"
     return g

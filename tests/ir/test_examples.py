@@ -27,7 +27,7 @@ def test_examples_exist():
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_gradients_after_default_passes(path):
-    g = random_graph(10, 26, seed=1, etypes=3, ntypes=2)
+    g = random_graph(10, 26, seed=1, etypes=3, ntypes=2, weighted=True)
     plain = _compiled(path)
     differentiate(plain)
     optimised = _compiled(path)

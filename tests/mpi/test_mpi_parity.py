@@ -18,11 +18,13 @@ SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_clas
 RTOL = 1e-5
 
 
-@pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp"])
+@pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcn_weighted"])
 def test_homogeneous_examples_match_one_process(tmp_path, model):
-    reference = train(tmp_path, model, SYNTHETIC)
+    """gcn_weighted: each rank's part files carry its edges' weights, in its own edge order."""
+    data = SYNTHETIC + (",weighted=1" if model == "gcn_weighted" else "")
+    reference = train(tmp_path, model, data)
     for ranks in RANKS:
-        assert_same_run(reference, train(tmp_path, model, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
+        assert_same_run(reference, train(tmp_path, model, data, backend="mpi", ranks=ranks), RTOL,
                         f"{model} on {ranks} ranks")
 
 
