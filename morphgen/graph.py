@@ -1,8 +1,9 @@
 """The in-memory graph shared by the data loaders, the IR interpreter and every backend.
 
 A graph is a list of directed edges ``src[e] -> dst[e]`` (COO, int64) with optional edge types,
-node types and edge weights.  Layouts (CSR by destination for aggregation over incoming edges, CSR by
-source for the transpose) are derived here once and cached, so backends never rebuild them.
+node types and edge weights.  Layouts (CSR by destination for aggregation over incoming edges,
+CSR by source for the transpose) are derived here once and cached, so backends never rebuild
+them.
 """
 from __future__ import annotations
 

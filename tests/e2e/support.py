@@ -46,9 +46,10 @@ def small_dataset(features: int = 17, seed: int = 1) -> Dataset:
 
 
 def typed_dataset(features=7, nodes: int = 48, edges: int = 160, etypes: int = 3, ntypes: int = 2,
-                  classes: int = 3, seed: int = 4) -> Dataset:
+                  classes: int = 3, seed: int = 4, weighted: bool = False) -> Dataset:
     """A small relational dataset: directed typed edges, typed nodes, a zero in-degree node,
-    dense features (or featureless when ``features`` is None), a few unlabelled nodes."""
+    dense features (or featureless when ``features`` is None), a few unlabelled nodes; with
+    ``weighted``, edge weights in [0.1, 3) (drawn last: the rest is the unweighted dataset)."""
     rng = np.random.default_rng(seed)
     pairs = rng.choice(nodes * nodes, size=edges * 2, replace=False)
     src, dst = np.divmod(pairs, nodes)
@@ -64,6 +65,9 @@ def typed_dataset(features=7, nodes: int = 48, edges: int = 160, etypes: int = 3
     masks[1][order[24:32]] = True
     masks[2][order[32:]] = True
     x = None if features is None else rng.normal(size=(nodes, features)).astype(np.float32)
+    if weighted:
+        graph.edge_weight = rng.uniform(0.1, 3.0, graph.num_edges).astype(np.float32)
+        graph.validate()
     return Dataset(name="typed", graph=graph, features=x, labels=labels, train_mask=masks[0],
                    val_mask=masks[1], test_mask=masks[2], num_classes=classes)
 

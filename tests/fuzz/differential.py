@@ -52,7 +52,8 @@ class Mismatch(AssertionError):
 
 
 def data_for(fp: FuzzProgram, featureless: bool):
-    graph = random_graph(n=14, e=36, seed=fp.seed % 97, etypes=3 if fp.typed else 1, ntypes=2 if fp.typed else 1)
+    graph = random_graph(n=14, e=36, seed=fp.seed % 97, etypes=3 if fp.typed else 1, ntypes=2 if fp.typed else 1,
+                         weighted=fp.weighted)
     x, labels, mask = random_data(graph, None if featureless else 6, classes=3, seed=fp.seed % 89)
     if x is not None:
         x[np.random.default_rng(fp.seed).random(x.shape) < 0.5] = 0.0      # something for the sparse path

@@ -39,6 +39,7 @@ class FuzzProgram:
     style: str                  # explicit | directives
     typed: bool                 # reads e.etype / v.ntype: needs a typed graph
     features_only_through_weights: bool = True   # trainable on a featureless (identity) input
+    weighted: bool = False      # reads e.edge_weight: needs a graph with edge weights
 
     @property
     def name(self) -> str:
@@ -60,6 +61,10 @@ class _Writer:
         self.props: list = []
         self.typed = False
         self.x_direct = False                    # x read other than as `x * W`
+        # Edge weights come from a stream of their own: a program that reads none is the one the
+        # same seed gave before they existed, and one that reads them differs only there.
+        self.edge_weights = random.Random(f"edge-weight-{seed}")
+        self.weighted = False
         self.counter = 0
 
     # -- names and declarations ------------------------------------------------------------
@@ -211,7 +216,12 @@ class _Writer:
         if choice == "binary":
             return self.binary(lambda w: self.edge_expr(scope, w, d, in_reduction), width)
         if choice == "scale":
-            return self.scaled(self.edge_expr(scope, width, d, in_reduction))
+            inner = self.edge_expr(scope, width, d, in_reduction)
+            scaled = self.scaled(inner)
+            if self.edge_weights.random() < 0.4:       # weighted instead (a width-1 row broadcasts)
+                self.weighted = True
+                return f"({inner} * e.edge_weight)"
+            return scaled
         if choice == "neg":
             return f"(-{self.edge_expr(scope, width, d, in_reduction)})"
         if choice == "dropout":
@@ -222,6 +232,9 @@ class _Writer:
         if choice == "softmax" and not in_reduction:
             return f"edge_softmax({self.edge_expr(scope, width, d, in_reduction)})"
         if choice == "rel_degree" and width == 1:
+            if self.edge_weights.random() < 0.4:
+                self.weighted = True
+                return "e.edge_weight"
             self.typed = True
             return "e.rel_degree"
         if choice == "dot" and width == 1:
@@ -247,6 +260,9 @@ class _Writer:
         reduce = self.pick(("Sum", "Mean", "Max"), (3, 2, 1))
         direction = self.pick(("incoming", "outgoing"), (3, 1))
         body = self.edge_expr(scope, width, depth, in_reduction=True)
+        if self.edge_weights.random() < 0.15:           # each message weighed by its edge
+            self.weighted = True
+            body = f"({body} * e.edge_weight)"
         if reduce == "Max" and "e.src." not in body:
             # A maximum over a value that is the same on every edge of the reduction would tie
             # (the body is written for in-edges: e.src is the far end, before the swap below).
@@ -380,4 +396,4 @@ def generate(seed: int) -> FuzzProgram:
     lines += ["    " + d for d in head]
     lines += ["    " + _optimizer(seed),
               "    for (int epoch = 0; epoch < 3; epoch++) {", body, "    }", "}", ""]
-    return FuzzProgram(seed, "\n".join(lines), style, w.typed, not direct)
+    return FuzzProgram(seed, "\n".join(lines), style, w.typed, not direct, w.weighted)

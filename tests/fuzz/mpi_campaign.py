@@ -36,10 +36,11 @@ def dataset_for(fp, directory: Path) -> str:
         from morphgen.data.npz import save_npz
         from tests.e2e.support import typed_dataset
         features = None if fp.features_only_through_weights and fp.seed % 2 else 7
-        return str(save_npz(typed_dataset(features=features, nodes=120, edges=600), directory / "typed.npz"))
+        return str(save_npz(typed_dataset(features=features, nodes=120, edges=600, weighted=fp.weighted),
+                            directory / "typed.npz"))
     sparsity = 0.7 if fp.seed % 2 else 0.0
     return (f"synthetic:nodes=120,edges=700,features=6,classes=3,train_per_class=12,val=30,test=40,"
-            f"sparsity={sparsity},seed={fp.seed % 7}")
+            f"sparsity={sparsity},seed={fp.seed % 7}{',weighted=1' if fp.weighted else ''}")
 
 
 def uniform_predictions(reference: dict) -> bool:
