@@ -48,6 +48,7 @@ class TrainingState:
         self.step_done = False
         self.broken = False                 # a directive failed: stop judging the order
         self.layer_failed = False           # the last gnn.layer failed: the next one's input width is unknown
+        self.weighted_degrees: dict = {}    # self term -> (edge weights, deg^-1/2): one per epoch, every layer's
 
     def _quiet_if_broken(self):
         if self.broken:
@@ -133,9 +134,10 @@ class TrainingState:
 class LayerExpander:
     """Writes one layer's ops with ``builder``; params are named ``layer<l>.<role>``."""
 
-    def __init__(self, program, builder):
+    def __init__(self, program, builder, weighted_degrees: dict | None = None):
         self.program = program
         self.b = builder
+        self.weighted_degrees = {} if weighted_degrees is None else weighted_degrees
 
     def param(self, spec: LayerSpec, role: str, shape: tuple, init: str, decay: bool = True):
         name = f"layer{spec.index}.{role}"
@@ -193,6 +195,25 @@ class LayerExpander:
             out = emit("head_mean", out, loc=loc, heads=heads)
         return self.bias(spec, out, loc)
 
+    def weighted_gcn(self, z, self_term: bool, loc):
+        """PyG's gcn_norm given edge weights: deg(v) = the weights into v (+ 1 for the node itself,
+        unless the graph holds the loops), and the edge u -> v carries w / sqrt(deg(u) deg(v)).
+        The passes fold the sums into weighted aggregations."""
+        emit = self.b.emit
+        if self_term not in self.weighted_degrees:          # the layers share them
+            w = emit("graph_scalar", loc=loc, kind="edge_weight")
+            degree = emit("scatter", w, loc=loc, reduce="sum", end="dst")
+            if self_term:
+                degree = emit("shift", degree, loc=loc, c=1.0)
+            self.weighted_degrees[self_term] = (w, emit("rsqrt", degree, loc=loc))
+        w, scale = self.weighted_degrees[self_term]
+        scaled = emit("mul", z, scale, loc=loc)
+        messages = emit("mul", emit("gather", scaled, loc=loc, end="src"), w, loc=loc)
+        total = emit("scatter", messages, loc=loc, reduce="sum", end="dst")
+        if self_term:
+            total = emit("add", total, scaled, loc=loc)
+        return emit("mul", total, scale, loc=loc)
+
     def expand(self, spec: LayerSpec, kind: str, agg: str, h, is_last: bool, loc):
         emit = self.b.emit
         if spec.dropout > 0:
@@ -203,7 +224,9 @@ class LayerExpander:
             z = emit("linear", h, self.param(spec, "W", (k, m), init), loc=loc)
             # the self term, unless the graph already holds a loop at every node (gnn.addSelfLoops)
             self_term = not self.program.self_loops
-            if agg == "sum":
+            if spec.edge_weight:
+                out = self.weighted_gcn(z, self_term, loc)
+            elif agg == "sum":
                 out = emit("aggregate", z, loc=loc, reduce="sum", norm="gcn", self_loops=self_term)
             else:
                 out = emit("aggregate", z, loc=loc, reduce="mean", norm="none", self_loops=self_term)
@@ -336,7 +359,7 @@ class DirectiveLowering:
                 spec.activation = check_choice(coord, "activation", v, ACTIVATIONS)
             elif key == "dropout":
                 spec.dropout = float(check_number(coord, "dropout", v, lo=0.0, hi=1.0, hi_open=True))
-            elif key in ("bias", "concat"):
+            elif key in ("bias", "concat", "edge_weight"):
                 setattr(spec, key, _flag(coord, key, v))
             elif key == "weight_decay":
                 if not isinstance(v, bool):
@@ -444,6 +467,10 @@ class DirectiveLowering:
                 if getattr(spec, key) != unset:
                     raise SemanticError(e.args[1].coord, f"layer {l} runs {kind}, but '{key}' (declared at "
                                                          f"line {spec.coord.line}) applies to GAT layers only")
+        if spec.edge_weight and (kind, agg_name) != ("GCN", "Sum"):
+            raise SemanticError(e.args[1].coord, f"layer {l} runs {kind} with {agg_name}, but 'edge_weight' "
+                                                 f"(declared at line {spec.coord.line}) applies to GCN layers "
+                                                 f"with Sum only (PyG's GCNConv given edge_weight)")
         h = t.h if t.forwarded else self.features
         if "input" in kw:
             h = self._layer_input(l, spec, *kw["input"])
@@ -456,7 +483,7 @@ class DirectiveLowering:
             self.program.width_claims.append((spec.output_width, output[0].width,
                                               f"property '{output[0].name}' (layer {l}'s output)", output[1]))
         t.forwarded.append(l)
-        expander = LayerExpander(self.program, self.b)
+        expander = LayerExpander(self.program, self.b, t.weighted_degrees)
         t.h = expander.expand(spec, kind, AGGREGATORS[agg_name], h, l == len(t.layers) - 1, e.coord)
         if output is not None:
             sym = output[0]

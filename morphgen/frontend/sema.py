@@ -186,7 +186,7 @@ DIRECTIVES = {
     "layer": (("in_width", "out_width"),
               {"activation": "str", "dropout": "float", "bias": "bool", "init": "str",
                "weight_decay": "bool or float", "heads": "int", "concat": "bool", "attention_dropout": "float",
-               "norm": "str"}),
+               "norm": "str", "edge_weight": "bool"}),
     "forwardPass": (("layer", "kind", "aggregator"), {"input": "property", "output": "property"}),
     "loss": (("kind",), {}),                                   # or (property, kind)
     "linkLoss": (("embeddings", "relations", "decoder"), {"regularization": "float", "negatives": "int"}),
@@ -321,6 +321,7 @@ class LayerSpec:
     concat: bool = True                  # GAT: heads concatenated (True) or averaged (False)
     attention_dropout: float = 0.0       # GAT: dropout on the attention coefficients
     norm: str = "none"                   # batch | layer | none: before the activation
+    edge_weight: bool = False            # GCN (Sum): the messages weighed by e.edge_weight
     extra: dict = field(default_factory=dict)
 
     @property

@@ -1,12 +1,15 @@
 """Programs that read the dataset's edge weights: the OpenMP backend's loss and weight gradients
-equal the interpreter's on both feature paths, and a library given no weights refuses to run."""
+equal the interpreter's on both feature paths, the GCN layers that weigh their edges compute
+the weighted example, and a library given no weights refuses to run."""
 import numpy as np
 import pytest
 
-from morphgen.graph import Graph
+from morphgen.frontend import compile_source
+from morphgen.graph import Graph, with_self_loops
+from morphgen.interp import Interpreter
 from tests.backend.harness import assert_matches_interpreter, build, session
-from tests.backend.weighted_programs import weighted_programs
-from tests.ir.helpers import random_data, random_graph
+from tests.backend.weighted_programs import LAYER_NAMES, LAYERS, weighted_programs
+from tests.ir.helpers import perturbed_params, random_data, random_graph
 
 PROGRAMS = weighted_programs()
 
@@ -17,6 +20,29 @@ def test_weighted_programs_match_interpreter(name, features):
     graph = random_graph(n=40, e=200, seed=4, weighted=True)
     x, labels, mask = random_data(graph, 6, classes=3)
     assert_matches_interpreter(PROGRAMS[name](), graph, x, labels, mask, classes=3, features=features)
+
+
+def _interpreter_loss(program, graph, x, labels, mask, params):
+    program.bind({"F": x.shape[1], "C": 3})
+    values = Interpreter(program, graph, x, labels, mask, dtype=np.float64).forward(params, training=False)
+    return float(values[program.loss.id])
+
+
+def test_gcn_layers_weighing_edges_compute_the_example():
+    """`gnn.layer(..., edge_weight = true)` is examples/gcn_weighted.mp (PyG's GCNConv given the
+    weights), also when the graph holds the self loops (gnn.addSelfLoops: they weigh 1)."""
+    graph = random_graph(n=40, e=200, seed=4, weighted=True)
+    x, labels, mask = random_data(graph, 6, classes=3)
+    example = PROGRAMS["gcn_weighted"]()
+    params = perturbed_params(example.bind({"F": 6, "C": 3}))
+    expected = _interpreter_loss(example, graph, x, labels, mask, params)
+    renamed = {LAYER_NAMES[k]: v for k, v in params.items()}
+    layers = PROGRAMS["gcn_layers"]()
+    assert _interpreter_loss(layers, graph, x, labels, mask, renamed) == pytest.approx(expected, rel=1e-12)
+    looped = compile_source(LAYERS.replace("gnn.layer(F, 16", "gnn.addSelfLoops();\n    gnn.layer(F, 16"))
+    assert looped.self_loops
+    assert _interpreter_loss(looped, with_self_loops(graph), x, labels, mask, renamed) == pytest.approx(
+        expected, rel=1e-12)
 
 
 def test_the_weights_are_read_in_the_edges_order_not_as_given():

@@ -1,6 +1,7 @@
 """Programs that read the dataset's edge weights (e.edge_weight), shared by every backend's
 parity tests: each use a lowering may take its own way through (the weighted sums GCN's
-example makes, a weight inside an attention score, a division by the weights, a weighted mean)."""
+example makes, the same sums written by `gnn.layer(..., edge_weight = true)`, a weight inside an
+attention score, a division by the weights, a weighted mean)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,6 +33,24 @@ function weightedAttention(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
 """
 
 
+# examples/gcn_weighted.mp in directives (without its dropout)
+LAYERS = """
+function gcnLayers(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    gnn.layer(F, 16, edge_weight = true);
+    gnn.layer(16, C, edge_weight = true);
+    gnn.optimizer("adam", lr = 0.01, weight_decay = 5e-4);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (int l = 0; l < 2; l++) { gnn.forwardPass(l, "GCN", "Sum"); }
+        gnn.loss("cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+"""
+# The example's weights under the names the layers give theirs.
+LAYER_NAMES = {"W1": "layer0.W", "b1": "layer0.b", "W2": "layer1.W", "b2": "layer1.b"}
+
+
 def weighted_programs() -> dict:
     """name -> a fresh program (dropout off: the interpreter compares without masks)."""
     def example():
@@ -40,4 +59,5 @@ def weighted_programs() -> dict:
             if op.opcode == "dropout":
                 op.attrs["p"] = 0.0
         return program
-    return {"gcn_weighted": example, "attention": lambda: compile_source(ATTENTION, "weighted_attention.mp")}
+    return {"gcn_weighted": example, "gcn_layers": lambda: compile_source(LAYERS, "weighted_layers.mp"),
+            "attention": lambda: compile_source(ATTENTION, "weighted_attention.mp")}

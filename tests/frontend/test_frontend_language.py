@@ -1,4 +1,6 @@
 """Language constructs lower to the intended IR ops."""
+import re
+
 import pytest
 
 from morphgen.frontend import CompileError, check_source, compile_source
@@ -237,6 +239,34 @@ def test_gat_layer_heads_concatenate_or_average(concat, out_width):
     assert o.count("head_mul") == 1 and o.count("head_mean") == (0 if concat else 1)
     attention_dropouts = [op for op in prog.forward if op.opcode == "dropout" and op.output.assoc == "edge"]
     assert len(attention_dropouts) == 1 and attention_dropouts[0].attrs["p"] == 0.5
+
+
+def _two_layers(layer0: str, forward0: str, self_loops: str = "") -> str:
+    return (HEAD + self_loops + f"    gnn.layer({layer0});\n    gnn.layer(8, C, edge_weight = true);\n"
+            '    gnn.optimizer("adam", lr = 0.01);\n    for (int epoch = 0; epoch < 3; epoch++) {\n'
+            f'        gnn.forwardPass(0, {forward0});\n        gnn.forwardPass(1, "GCN", "Sum");\n'
+            '        gnn.loss("cross_entropy");\n        gnn.backPropagation();\n        gnn.optimizerStep();\n    }\n}\n')
+
+
+@pytest.mark.parametrize("self_loops", ["", "    gnn.addSelfLoops();\n"])
+def test_gcn_layers_weighing_edges_share_one_degree_computation(self_loops):
+    prog = compile_source(_two_layers("F, 8, edge_weight = true", '"GCN", "Sum"', self_loops))
+    o = ops(prog)
+    weights = [op for op in prog.forward if op.opcode == "graph_scalar"]
+    assert [op.attrs["kind"] for op in weights] == ["edge_weight"]          # read once, for both layers
+    assert o.count("rsqrt") == 1 and "aggregate" not in o
+    assert o.count("shift") == (0 if self_loops else 1)     # the node itself weighs 1, unless a loop does
+
+
+@pytest.mark.parametrize("layer0,forward0,message", [
+    ("F, 8, edge_weight = true", '"SAGE", "Mean"', "6:28: error: layer 0 runs SAGE with Mean, but 'edge_weight' (declared "
+                                                   "at line 2) applies to GCN layers with Sum only"),
+    ("F, 8, edge_weight = true", '"GCN", "Mean"', "layer 0 runs GCN with Mean, but 'edge_weight'"),
+    ("F, 8, edge_weight = 1", '"GCN", "Sum"', "edge_weight must be true or false, got an integer"),
+])
+def test_edge_weights_are_for_gcn_layers_that_sum(layer0, forward0, message):
+    with pytest.raises(CompileError, match=re.escape(message)):
+        compile_source(_two_layers(layer0, forward0))
 
 
 UNUSED_STORE_DECLS = """    weight<float[F][16]> W = glorot;  weight<float[16][C]> O = glorot;
