@@ -342,6 +342,8 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
             "sparse_features": bool(sparse_features)}
     if shape.activation != "relu":
         spec["activation"] = shape.activation
+    if shape.edge_weight:
+        spec["edge_weight"] = True
     if shape.conv == "gin":
         spec["norms"] = list(shape.norms)
     if shape.conv in ("gat", "rgat"):

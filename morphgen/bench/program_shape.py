@@ -3,7 +3,9 @@
 `program_shape` walks the front end's forward ops (no code generation) layer by layer and
 recognises the stacks PyG and DGL can rebuild with one library convolution per layer:
 
-    GCN   linear, aggregate(sum, gcn norm, self loops)
+    GCN   linear, aggregate(sum, gcn norm, self loops); or, weighing the edges (gnn.layer(...,
+          edge_weight = true)), linear, [graph_scalar edge_weight, scatter, shift, rsqrt: the
+          weighted degrees, in the first such layer], mul, gather, mul, scatter, add, mul
     SAGE  aggregate(mean | max), linear (neighbours), linear (the node itself), add
     GAT   linear, dot (source), dot (destination), gather, gather, add, leaky_relu, edge_softmax,
           [dropout (attention)], gather (source), head_mul | mul, scatter(sum)
@@ -59,6 +61,7 @@ class PeerModel:
     # declares and names itself); empty: morphgen names them layer{i}.<name>.
     parameter_names: list = field(default_factory=list)
     self_loops: bool = True         # a loop at every node: GCN's A + I, gnn.addSelfLoops for GAT
+    edge_weight: bool = False       # gcn: the messages weighed by the data's edge weights
     feature_normalization: Optional[str] = None   # gnn.normalizeFeatures kind, applied for the peers
     unsupported: Optional[str] = None   # why the peers cannot run this program, or None
     notes: list = field(default_factory=list)   # semantic differences a reader must know
@@ -103,6 +106,7 @@ class _Layer:
     norm: bool = False
     bases: Optional[int] = None     # rgcn: number of bases, or None
     params: Optional[dict] = None   # rgcn: peer parameter name -> program parameter name
+    edge_weight: bool = False       # gcn: weighs its messages by the edge weights
 
 
 def _width(dim):
@@ -113,7 +117,28 @@ def _opcodes(ops, i, n):
     return [op.opcode for op in ops[i:i + n]]
 
 
+_WEIGHTED_DEGREES = ["graph_scalar", "scatter", "shift", "rsqrt"]
+_WEIGHTED_SUM = ["mul", "gather", "mul", "scatter", "add", "mul"]
+
+
+def _weighted_gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
+    """GCN weighing its messages (frontend/directives.py, weighted_gcn): the product, the weighted
+    degrees (read by every later such layer), then (sum of w * z s over in-edges + z s) * s."""
+    j = i + 1
+    if _opcodes(ops, j, len(_WEIGHTED_DEGREES)) == _WEIGHTED_DEGREES:
+        j += len(_WEIGHTED_DEGREES)
+    weights = _producer(ops, ops[j + 2].inputs[1]) if _opcodes(ops, j, len(_WEIGHTED_SUM)) == _WEIGHTED_SUM else None
+    if weights is None or weights.opcode != "graph_scalar" or weights.attrs.get("kind") != "edge_weight":
+        problems.append(f"layer {n}: ops {_opcodes(ops, i, 12)} are not a GCN layer weighing its edges")
+        return None
+    return _Layer(j + len(_WEIGHTED_SUM), "gcn", "sum", edge_weight=True)
+
+
 def _gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
+    following = ops[i + 1] if i + 1 < len(ops) else None
+    if following is not None and (following.opcode == "mul" or (following.opcode == "graph_scalar"
+                                                               and following.attrs.get("kind") == "edge_weight")):
+        return _weighted_gcn_layer(ops, i, problems, n)
     if _opcodes(ops, i, 2) != ["linear", "aggregate"]:
         problems.append(f"layer {n}: ops {_opcodes(ops, i, 2)} are not a GCN layer (linear, aggregate)")
         return None
@@ -436,6 +461,10 @@ def program_shape(model_path) -> PeerModel:
         problems.append(f"the layers differ in kind or reduction ({kinds}); the peers stack one")
     if len(set(activations)) > 1:
         problems.append(f"the activations differ between layers ({activations}); the peers use one")
+    if len({layer.edge_weight for layer in found}) > 1:
+        problems.append("some layers weigh their edges and some do not; the peers' layers do alike")
+    if any(layer.edge_weight for layer in found) and program.self_loops:
+        problems.append("a GCN weighing its edges after gnn.addSelfLoops (the peers add the loops themselves)")
     if len({(layer.attention_dropout, layer.negative_slope) for layer in found}) > 1:
         problems.append("the attention dropout or slope differs between layers; the peers use one")
     if dropouts and len(set(biases)) > 1:
@@ -465,6 +494,7 @@ def program_shape(model_path) -> PeerModel:
         attention_dropout=found[0].attention_dropout if found else 0.0,
         negative_slope=found[0].negative_slope if found else 0.2,
         self_loops=conv == "gcn" or (conv == "gat" and program.self_loops),
+        edge_weight=bool(found and found[0].edge_weight),
         feature_normalization=norm, unsupported="; ".join(problems) or None, notes=notes)
 
 

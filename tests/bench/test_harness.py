@@ -255,6 +255,34 @@ def test_program_shape_of_gin():
     assert s.dropouts == [0.0, 0.5, 0.5] and s.feature_normalization == "row"
 
 
+def test_program_shape_of_a_gcn_weighing_its_edges(tmp_path):
+    s = harness.program_shape(ROOT / "examples" / "bench" / "gcn3_weighted.mp")
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.aggr, s.layers, s.edge_weight, s.self_loops) == ("gcn", "sum", ["F", 32, 32, "C"], True, True)
+    data = harness.prepare_dataset(TINY + ",weighted=1", None, tmp_path)
+    assert harness.peer_spec(s, data, epochs=2, warmup=1, threads=1, sparse_features=False)["edge_weight"] is True
+    assert "edge_weight" not in harness.peer_spec(harness.program_shape(GCN3), data, epochs=2, warmup=1, threads=1,
+                                                  sparse_features=False)
+    mixed = tmp_path / "mixed.mp"
+    mixed.write_text((ROOT / "examples" / "bench" / "gcn3_weighted.mp").read_text().replace(
+        "gnn.layer(32, C, dropout = 0.5, edge_weight = true);", "gnn.layer(32, C, dropout = 0.5);"))
+    assert "some layers weigh their edges and some do not" in harness.program_shape(mixed).unsupported
+
+
+def test_parity_of_a_gcn_weighing_its_edges_with_both_peers(tmp_path):
+    """The peers' weighted GCNs (GCNConv given the weights; GraphConv given PyG's coefficients)
+    train as morphgen's for three epochs from the same weights."""
+    out = tmp_path / "w"
+    code = main(["bench", str(ROOT / "examples" / "bench" / "gcn3_weighted.mp"), "--dataset", TINY + ",weighted=1",
+                 "--peers", "pyg,dgl", "--epochs", "3", "--warmup", "1", "--threads", "1", "--out", str(out),
+                 "--quick-machine", "--parity", "--no-profile", *PIN_TAU])
+    data = json.loads((out / "bench.json").read_text())
+    for peer in ("pyg", "dgl"):
+        par = data["parity"]["peers"][peer]
+        assert par["error"] is None and par["passed"] is True, par
+    assert code == 0
+
+
 def test_a_program_the_peers_cannot_build_is_named():
     s = harness.program_shape(ROOT / "examples" / "appnp.mp")
     assert s.unsupported and "layer 0" in s.unsupported

@@ -38,7 +38,11 @@ EDGES = np.array([[1, 2, 2, 3, 3, 4, 5, 5, 6, 7, 8, 8, 1, 4],
                   [0, 0, 1, 1, 3, 2, 4, 0, 5, 6, 7, 0, 3, 6]], dtype=np.int64)
 
 
-def _tiny_dataset(path: Path, sparse: bool) -> Path:
+# Edge weights for the weighted GCN's parity: far from 1, so that weighing tells the models apart.
+EDGE_WEIGHTS = np.where(np.arange(EDGES.shape[1]) % 3 == 0, 6.0, 0.1).astype(np.float32)
+
+
+def _tiny_dataset(path: Path, sparse: bool, weighted: bool = False) -> Path:
     rng = np.random.default_rng(7)
     x = rng.standard_normal((N, F)).astype(np.float32)
     x[rng.random((N, F)) < 0.5] = 0.0
@@ -47,6 +51,8 @@ def _tiny_dataset(path: Path, sparse: bool) -> Path:
     val = np.zeros(N, bool); val[[4, 6]] = True
     test = np.zeros(N, bool); test[[7]] = True
     arrays = dict(edge_index=EDGES, y=y, train_mask=train, val_mask=val, test_mask=test)
+    if weighted:
+        arrays["edge_weight"] = EDGE_WEIGHTS
     if sparse:
         rows, cols = np.nonzero(x)
         indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=N))]).astype(np.int64)
@@ -76,8 +82,9 @@ def _train_nll(logits: np.ndarray, z) -> float:
     return float(-logp[train, z["y"][train]].mean())
 
 
-def reference_first_loss(data_path: Path, weights_path: Path, convention: str) -> float:
-    """Cross-entropy of a float64 GCN forward, from the definitions (no library code)."""
+def reference_first_loss(data_path: Path, weights_path: Path, convention: str, weighted: bool = False) -> float:
+    """Cross-entropy of a float64 GCN forward, from the definitions (no library code); `weighted`:
+    PyG's GCNConv given edge weights (the degrees sum them; the loop of each node weighs 1)."""
     z = np.load(data_path)
     if "x" in z.files:
         x = z["x"].astype(np.float64)
@@ -89,10 +96,11 @@ def reference_first_loss(data_path: Path, weights_path: Path, convention: str) -
     keep = src != dst                                        # existing loops replaced by one per node
     src = np.concatenate([src[keep], np.arange(N)])
     dst = np.concatenate([dst[keep], np.arange(N)])
-    indeg = np.bincount(dst, minlength=N).astype(np.float64)
-    outdeg = np.bincount(src, minlength=N).astype(np.float64)
+    ew = np.concatenate([z["edge_weight"][keep], np.ones(N)]) if weighted else np.ones(src.size)
+    indeg = np.bincount(dst, weights=ew, minlength=N).astype(np.float64)
+    outdeg = np.bincount(src, weights=ew, minlength=N).astype(np.float64)
     src_deg = indeg if convention == "pyg" else outdeg
-    coef = src_deg[src] ** -0.5 * indeg[dst] ** -0.5
+    coef = src_deg[src] ** -0.5 * ew * indeg[dst] ** -0.5
     w = np.load(weights_path)
     h = x
     for i in range(len(LAYERS) - 1):
@@ -300,6 +308,8 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("peers")
     return {"dense": _tiny_dataset(d / "dense.npz", sparse=False),
             "sparse": _tiny_dataset(d / "sparse.npz", sparse=True),
+            "weighted": _tiny_dataset(d / "weighted.npz", sparse=False, weighted=True),
+            "weighted_sparse": _tiny_dataset(d / "weighted_sparse.npz", sparse=True, weighted=True),
             "weights": _init_weights(d / "w.npz"), "sage_weights": _sage_init_weights(d / "sage_w.npz"),
             "gat_weights": _gat_init_weights(d / "gat_w.npz"), "gin_weights": _gin_init_weights(d / "gin_w.npz"),
             "rgcn_x": _rgcn_dataset(d / "rgcn_x.npz", featureless=False),
@@ -337,6 +347,10 @@ def runs(files):
         "pyg_sage_max": ("pyg", "dense", _spec(aggr="max", **sage)),
         "dgl_sage_mean": ("dgl", "dense", _spec(aggr="mean", **sage)),
         "dgl_sage_max": ("dgl", "dense", _spec(aggr="max", **sage, epochs=2)),
+        "pyg_weighted": ("pyg", "weighted", _spec(init_weights=w, edge_weight=True)),
+        "pyg_weighted_sparse": ("pyg", "weighted_sparse", _spec(init_weights=w, edge_weight=True,
+                                                                sparse_features=True, epochs=2)),
+        "dgl_weighted": ("dgl", "weighted", _spec(init_weights=w, edge_weight=True)),
         "pyg_dense": ("pyg", "dense", _spec(init_weights=w)),
         "pyg_sparse": ("pyg", "sparse", _spec(init_weights=w, sparse_features=True)),
         "dgl": ("dgl", "dense", _spec(init_weights=w)),
@@ -388,6 +402,20 @@ def assert_first_loss(r: dict, expected: float) -> None:
 @pytest.mark.parametrize("name,convention", [("pyg_dense", "pyg"), ("pyg_sparse", "pyg"), ("dgl", "dgl")])
 def test_parity_first_epoch_loss(runs, files, name, convention):
     assert_first_loss(runs[name], reference_first_loss(files["dense"], files["weights"], convention))
+
+
+@pytest.mark.parametrize("name", ["pyg_weighted", "pyg_weighted_sparse", "dgl_weighted"])
+def test_weighted_gcn_parity_first_epoch_loss(runs, files, name):
+    """GCN weighing its edges: both peers take PyG's gcn_norm of the weights (DGL's coefficients
+    computed so, its own EdgeWeightNorm('both') would take the source's out-degree)."""
+    weighted = reference_first_loss(files["weighted"], files["weights"], "pyg", weighted=True)
+    assert abs(weighted - reference_first_loss(files["dense"], files["weights"], "pyg")) > 1e-2
+    assert_first_loss(runs[name], weighted)
+
+
+def test_a_weighted_spec_needs_weights_in_the_data(files, tmp_path):
+    r = run_peer("pyg", files["dense"], _spec(edge_weight=True), out=tmp_path / "r.json", timeout_s=300)
+    assert "the dataset has no edge weights ('edge_weight')" in r["error"]
 
 
 @pytest.mark.parametrize("name,aggr", [("pyg_sage_mean", "mean"), ("pyg_sage_max", "max"), ("dgl_sage_mean", "mean")])
@@ -563,6 +591,14 @@ def test_unknown_peer():
 def test_bad_spec_names_the_field(field, value):
     with pytest.raises(SpecError, match=f"'{field}'"):
         parse_spec(_spec(**{field: value}))
+
+
+@pytest.mark.parametrize("over,message", [({"edge_weight": 1}, "expected true or false"),
+                                          ({"edge_weight": True, "model": "sage", "aggr": "mean"},
+                                           "only a gcn model weighs its edges, not sage")])
+def test_bad_edge_weight_spec_names_the_field(over, message):
+    with pytest.raises(SpecError, match=f"spec field 'edge_weight': {message}"):
+        parse_spec(_spec(**over))
 
 
 @pytest.mark.parametrize("over,field", [({}, "num_relations"), ({"num_relations": 0}, "num_relations"),

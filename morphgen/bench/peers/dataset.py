@@ -44,6 +44,7 @@ class NodeClassificationData:
     num_ntypes: int = 1
     # per node type, its feature columns [lo, hi) in x, or None: the type is one-hot (an embedding)
     feature_blocks: Optional[list] = None
+    edge_weight: Optional[np.ndarray] = None   # float32 [E], or None (the file has none)
 
     def node_types(self) -> np.ndarray:
         """int64 [N]: the node types (all 0 for a graph without them)."""
@@ -63,6 +64,12 @@ class NodeClassificationData:
     def featureless(self) -> bool:
         """No stored features: the input is the identity, F = N."""
         return self.x_dense is None and self.x_csr is None
+
+    def edge_weights(self) -> np.ndarray:
+        """float32 [E]: the edge weights, for a spec that weighs the edges (the file must hold them)."""
+        if self.edge_weight is None:
+            raise DatasetError("the model weighs its edges, but the dataset has no edge weights ('edge_weight')")
+        return self.edge_weight
 
     def edge_types(self) -> np.ndarray:
         """int64 [E]: the edge types (all 0 for an untyped graph)."""
@@ -164,12 +171,17 @@ def load_node_classification(path: str | Path) -> NodeClassificationData:
         etype, num_etypes = _edge_types(z, ei.shape[1], path)
         ntype, num_ntypes = _node_types(z, n, path)
         blocks = _feature_blocks(z, num_ntypes, f, path) if ntype is not None else None
+        weight = None
+        if "edge_weight" in z.files:
+            weight = np.ascontiguousarray(z["edge_weight"], dtype=np.float32)
+            if weight.shape != (ei.shape[1],) or not np.all(np.isfinite(weight)):
+                raise DatasetError(f"{path}: key 'edge_weight' must hold {ei.shape[1]} finite numbers, one per edge")
         return NodeClassificationData(
             num_nodes=n, src=ei[0].astype(np.int64), dst=ei[1].astype(np.int64), num_features=f,
             x_dense=x_dense, x_csr=x_csr, y=y.astype(np.int64),
             train_mask=_mask(z, "train_mask", n, path), val_mask=_mask(z, "val_mask", n, path),
             test_mask=_mask(z, "test_mask", n, path), etype=etype, num_etypes=num_etypes,
-            ntype=ntype, num_ntypes=num_ntypes, feature_blocks=blocks,
+            ntype=ntype, num_ntypes=num_ntypes, feature_blocks=blocks, edge_weight=weight,
         )
 
 

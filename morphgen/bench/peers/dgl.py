@@ -142,6 +142,26 @@ def relational_graph(dgl, torch, data: NodeClassificationData, device=None):
     return g, etypes, norm
 
 
+def weighted_gcn_graph(dgl, torch, data: NodeClassificationData, device=None):
+    """The graph with one loop per node (weight 1; the file's own loops removed, as build_graph
+    does) and each edge's GCN coefficient w / sqrt(deg(src) deg(dst)), deg the weighted in-degree
+    (PyG's gcn_norm; DGL's EdgeWeightNorm('both') would take the source's out-degree instead).
+    Computed once, before the epochs, as GCNConv caches its own."""
+    keep = data.src != data.dst
+    loops = np.arange(data.num_nodes, dtype=np.int64)
+    src = torch.from_numpy(np.concatenate([data.src[keep], loops]))
+    dst = torch.from_numpy(np.concatenate([data.dst[keep], loops]))
+    weight = torch.from_numpy(np.concatenate([data.edge_weights()[keep], np.ones(data.num_nodes, np.float32)]))
+    degree = torch.zeros(data.num_nodes, dtype=torch.float32).index_add_(0, dst, weight)
+    scale = degree.pow(-0.5).masked_fill(degree == 0, 0.0)
+    g = dgl.graph((src, dst), num_nodes=data.num_nodes)
+    coefficients = weight * scale[src] * scale[dst]
+    if device is not None:
+        g, coefficients = g.to(device), coefficients.to(device)
+    g.create_formats_()
+    return g, coefficients
+
+
 def _convs(torch, spec: BenchSpec) -> list:
     from dgl.nn.pytorch import GATConv, GINConv, GraphConv, SAGEConv
     dims = list(zip(spec.layers[:-1], spec.layers[1:]))
@@ -157,7 +177,8 @@ def _convs(torch, spec: BenchSpec) -> list:
             raise UserError(f"DGL's SAGEConv has no '{spec.aggr}' aggregator (its 'pool' applies a linear "
                             f"layer and ReLU before the max, another model)")
         return [SAGEConv(i, o, "mean", bias=spec.bias) for i, o in dims]
-    return [GraphConv(i, o, norm="both", weight=True, bias=spec.bias, allow_zero_in_degree=not spec.self_loops)
+    norm = "none" if spec.edge_weight else "both"      # weighted: the coefficients carry the norm
+    return [GraphConv(i, o, norm=norm, weight=True, bias=spec.bias, allow_zero_in_degree=not spec.self_loops)
             for i, o in dims]
 
 
@@ -196,7 +217,11 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     require_cuda(dgl, device)
     if spec.model == "rgcn":
         return _train_rgcn(dgl, torch, spec, data, device)
-    g = build_graph(dgl, torch, data, spec.self_loops, device)
+    coefficients = None
+    if spec.edge_weight:
+        g, coefficients = weighted_gcn_graph(dgl, torch, data, device)
+    else:
+        g = build_graph(dgl, torch, data, spec.self_loops, device)
     x = torch.from_numpy(data.dense_features()).to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
     convs = _convs(torch, spec)
@@ -204,7 +229,12 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
                 load_weights(torch, conv, weights, _targets(conv, spec.model))
-    call = (lambda conv, h: conv(g, h).flatten(1)) if spec.model == "gat" else (lambda conv, h: conv(g, h))
+    if spec.model == "gat":
+        call = lambda conv, h: conv(g, h).flatten(1)          # noqa: E731
+    elif coefficients is not None:
+        call = lambda conv, h: conv(g, h, edge_weight=coefficients)      # noqa: E731
+    else:
+        call = lambda conv, h: conv(g, h)                     # noqa: E731
     model = build_stack(torch, convs, spec.dropout, call, spec.activation,
                         input_dropout=spec.input_dropout)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
@@ -215,7 +245,9 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         "adjacency": "DGLGraph (formats coo/csr/csc created before training)",
         "features": "dense float32" + (f" (sparse_features requested: {conv_name} rejects sparse input)"
                                        if spec.sparse_features else ""),
-        "normalisation": _NORMALISATION[spec.model],
+        "normalisation": (_NORMALISATION[spec.model] if not spec.edge_weight else
+                          "GraphConv norm='none' given edge_weight = w / sqrt(deg(src) deg(dst)), deg the "
+                          "weighted in-degree with a loop of weight 1 (PyG's gcn_norm), computed once"),
         "self_loops": "existing removed, one per node added" if spec.self_loops else "none added",
         "init": "given init_weights" if spec.init_weights else f"{conv_name} default (xavier), seed 0",
         "threads": spec.threads,

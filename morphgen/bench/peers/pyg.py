@@ -126,25 +126,32 @@ def _edge_index(torch, data: NodeClassificationData, self_loops: bool):
     return torch.from_numpy(np.stack([src, dst])), "edge_index [2, E] (GATConv's message passing)"
 
 
-def _adjacency(torch, data: NodeClassificationData, self_loops: bool):
+def _adjacency(torch, data: NodeClassificationData, self_loops: bool, weighted: bool = False):
+    """adj_t (rows = destinations); ``weighted``: its values are the edge weights, which gcn_norm
+    sums into the degrees (the loops it adds weigh 1)."""
     import torch_geometric.typing as pyg_typing
 
     src, dst = data.src, data.dst
+    weight = data.edge_weights() if weighted else None
     if self_loops:
         # gcn_norm on a torch sparse adjacency adds I to A, so an existing loop would get weight 2
         # (with edge_index or SparseTensor it keeps weight 1). Dropping the file's own loops makes
         # every format, and DGL, normalise the same A + I.
         keep = src != dst
         src, dst = src[keep], dst[keep]
+        weight = None if weight is None else weight[keep]
     rows = torch.from_numpy(dst)          # adj_t: messages flow source -> destination
     cols = torch.from_numpy(src)
+    values = None if weight is None else torch.from_numpy(weight)
     n = data.num_nodes
+    what = " weighted by the edge weights" if weighted else ""
     if pyg_typing.WITH_TORCH_SPARSE:
         from torch_sparse import SparseTensor
-        return SparseTensor(row=rows, col=cols, sparse_sizes=(n, n)), "torch_sparse.SparseTensor adj_t"
+        return (SparseTensor(row=rows, col=cols, value=values, sparse_sizes=(n, n)),
+                "torch_sparse.SparseTensor adj_t" + what)
     from torch_geometric.utils import to_torch_csr_tensor
-    adj_t = to_torch_csr_tensor(torch.stack([rows, cols]), size=(n, n))
-    return adj_t, "torch.sparse_csr adj_t (rows = destinations)"
+    adj_t = to_torch_csr_tensor(torch.stack([rows, cols]), edge_attr=values, size=(n, n))
+    return adj_t, "torch.sparse_csr adj_t (rows = destinations)" + what
 
 
 def _features(torch, spec: BenchSpec, data: NodeClassificationData):
@@ -180,7 +187,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     if spec.model == "gat":
         adj_t, adj_desc = _edge_index(torch, data, spec.self_loops)
     else:
-        adj_t, adj_desc = _adjacency(torch, data, spec.self_loops)
+        adj_t, adj_desc = _adjacency(torch, data, spec.self_loops, spec.edge_weight)
     x, feat_desc = _features(torch, spec, data)
     adj_t, x = adj_t.to(device), x.to(device)
     baseline = start_training_peak()      # libraries imported, data in tensors, no model yet
@@ -199,7 +206,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         **model_config(spec),
         "adjacency": adj_desc,
         "features": feat_desc,
-        "normalisation": _NORMALISATION[spec.model],
+        "normalisation": _NORMALISATION[spec.model] + (" (weighted degrees)" if spec.edge_weight else ""),
         "self_loops": "existing removed, one per node added" if spec.self_loops else "none added",
         "init": "given init_weights" if spec.init_weights else f"{default_init}, seed 0",
         "threads": spec.threads,

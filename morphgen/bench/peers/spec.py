@@ -103,6 +103,7 @@ class BenchSpec:
     num_node_types: int = 1          # hgt: node types (the data's node_type values lie below it)
     num_bases: Optional[int] = None  # rgcn: basis decomposition with this many bases, or none
     pyg_conv: str = "RGCNConv"       # rgcn, PyG only: PYG_RGCN_CONVS
+    edge_weight: bool = False        # gcn: the messages weighed by the data's edge weights
 
     def parameters(self, i: int) -> dict[str, tuple[int, ...]]:
         """layer_parameters of layer i (hgt_layer_parameters for an hgt)."""
@@ -128,6 +129,7 @@ _DEFAULTS = {
     "sparse_features": False, "device": "cpu", "activation": "relu", "heads": None,
     "attention_dropout": 0.0, "input_dropout": 0.0, "negative_slope": 0.2, "norms": None,
     "num_relations": None, "num_bases": None, "pyg_conv": None, "num_node_types": None,
+    "edge_weight": False,
 }
 # "cuda" alone is accepted and means GPU 0; the index is always written out after parsing, so a
 # result names the GPU it ran on.
@@ -234,8 +236,10 @@ def parse_spec(raw: object) -> BenchSpec:
         attention_dropout=_number(d, "attention_dropout", 0.0, 0.999),
         input_dropout=_number(d, "input_dropout", 0.0, 0.999),
         negative_slope=_number(d, "negative_slope", 0.0, 10.0), norms=_norms(d, layers),
-        **_relational(d),
+        edge_weight=_flag(d, "edge_weight"), **_relational(d),
     )
+    if spec.edge_weight and spec.model != "gcn":
+        raise SpecError(f"spec field 'edge_weight': only a gcn model weighs its edges, not {spec.model}")
     if spec.activation not in ACTIVATIONS:
         raise SpecError(f"spec field 'activation': expected one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}")
     if spec.model not in ("gat", "hgt", "rgat") and d["heads"] is not None:
