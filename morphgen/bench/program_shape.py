@@ -5,7 +5,8 @@ recognises the stacks PyG and DGL can rebuild with one library convolution per l
 
     GCN   linear, aggregate(sum, gcn norm, self loops); or, weighing the edges (gnn.layer(...,
           edge_weight = true)), linear, [graph_scalar edge_weight, scatter, shift, rsqrt: the
-          weighted degrees, in the first such layer], mul, gather, mul, scatter, add, mul
+          weighted degrees, in the first such layer], mul, aggregate(sum, the weights, self
+          loops), mul
     SAGE  aggregate(mean | max), linear (neighbours), linear (the node itself), add
     GAT   linear, dot (source), dot (destination), gather, gather, add, leaky_relu, edge_softmax,
           [dropout (attention)], gather (source), head_mul | mul, scatter(sum)
@@ -118,17 +119,19 @@ def _opcodes(ops, i, n):
 
 
 _WEIGHTED_DEGREES = ["graph_scalar", "scatter", "shift", "rsqrt"]
-_WEIGHTED_SUM = ["mul", "gather", "mul", "scatter", "add", "mul"]
+_WEIGHTED_SUM = ["mul", "aggregate", "mul"]
 
 
 def _weighted_gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
     """GCN weighing its messages (frontend/directives.py, weighted_gcn): the product, the weighted
-    degrees (read by every later such layer), then (sum of w * z s over in-edges + z s) * s."""
+    degrees (read by every later such layer), then s * aggregate(z s, w) with the node's own row."""
     j = i + 1
     if _opcodes(ops, j, len(_WEIGHTED_DEGREES)) == _WEIGHTED_DEGREES:
         j += len(_WEIGHTED_DEGREES)
-    weights = _producer(ops, ops[j + 2].inputs[1]) if _opcodes(ops, j, len(_WEIGHTED_SUM)) == _WEIGHTED_SUM else None
-    if weights is None or weights.opcode != "graph_scalar" or weights.attrs.get("kind") != "edge_weight":
+    agg = ops[j + 1] if _opcodes(ops, j, len(_WEIGHTED_SUM)) == _WEIGHTED_SUM else None
+    weights = _producer(ops, agg.inputs[1]) if agg is not None and len(agg.inputs) == 2 else None
+    if (weights is None or weights.opcode != "graph_scalar" or weights.attrs.get("kind") != "edge_weight"
+            or agg.attrs.get("reduce") != "sum" or agg.attrs.get("norm") != "none"):
         problems.append(f"layer {n}: ops {_opcodes(ops, i, 12)} are not a GCN layer weighing its edges")
         return None
     return _Layer(j + len(_WEIGHTED_SUM), "gcn", "sum", edge_weight=True)

@@ -197,8 +197,7 @@ class LayerExpander:
 
     def weighted_gcn(self, z, self_term: bool, loc):
         """PyG's gcn_norm given edge weights: deg(v) = the weights into v (+ 1 for the node itself,
-        unless the graph holds the loops), and the edge u -> v carries w / sqrt(deg(u) deg(v)).
-        The passes fold the sums into weighted aggregations."""
+        unless the graph holds the loops), and the edge u -> v carries w / sqrt(deg(u) deg(v))."""
         emit = self.b.emit
         if self_term not in self.weighted_degrees:          # the layers share them
             w = emit("graph_scalar", loc=loc, kind="edge_weight")
@@ -207,11 +206,9 @@ class LayerExpander:
                 degree = emit("shift", degree, loc=loc, c=1.0)
             self.weighted_degrees[self_term] = (w, emit("rsqrt", degree, loc=loc))
         w, scale = self.weighted_degrees[self_term]
+        # s * (sum of w * (s z) over in-edges + s z): one weighted aggregation, its self term inside
         scaled = emit("mul", z, scale, loc=loc)
-        messages = emit("mul", emit("gather", scaled, loc=loc, end="src"), w, loc=loc)
-        total = emit("scatter", messages, loc=loc, reduce="sum", end="dst")
-        if self_term:
-            total = emit("add", total, scaled, loc=loc)
+        total = emit("aggregate", scaled, w, loc=loc, reduce="sum", norm="none", self_loops=self_term)
         return emit("mul", total, scale, loc=loc)
 
     def expand(self, spec: LayerSpec, kind: str, agg: str, h, is_last: bool, loc):

@@ -18,10 +18,12 @@ SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_clas
 RTOL = 1e-5
 
 
-@pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcn_weighted"])
+@pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcn_weighted",
+                                   example("bench/gcn3_weighted")])
 def test_homogeneous_examples_match_one_process(tmp_path, model):
-    """gcn_weighted: each rank's part files carry its edges' weights, in its own edge order."""
-    data = SYNTHETIC + (",weighted=1" if model == "gcn_weighted" else "")
+    """gcn_weighted (sums written out) and bench/gcn3_weighted (GCN layers weighing their edges:
+    weighted aggregations): each rank's part files carry its edges' weights, in its own order."""
+    data = SYNTHETIC + (",weighted=1" if "weighted" in str(model) else "")
     reference = train(tmp_path, model, data)
     for ranks in RANKS:
         assert_same_run(reference, train(tmp_path, model, data, backend="mpi", ranks=ranks), RTOL,

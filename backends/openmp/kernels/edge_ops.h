@@ -72,6 +72,10 @@ inline void reduce_segment(const float* m, int64_t begin, int64_t end, int64_t F
                 argmax[f] = bigger ? e : argmax[f];
             }
         }
+    } else if (F == 1) {            // one number per edge (degrees, weights): no vector loop per edge
+        float sum = 0.0f;
+        for (int64_t k = begin; k < end; ++k) sum += m[eid(k)];
+        out[0] = R == Reduce::Mean && end > begin ? sum * (1.0f / static_cast<float>(end - begin)) : sum;
     } else {
 #pragma omp simd
         for (int64_t f = 0; f < F; ++f) out[f] = 0.0f;
