@@ -29,7 +29,7 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
     program = compile_file(str(path))
     used = {_canonical_symbol(s) for s in program.symbols()}
     if graph is not None and graph.edge_weight is None:
-        require_no_edge_weights(program, path)
+        refuse_unweighted_graph(program, path)
     try:
         if sizes is not None:
             program.featureless = featureless
@@ -48,7 +48,7 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
     return program
 
 
-def require_no_edge_weights(program, path) -> None:
+def refuse_unweighted_graph(program, path) -> None:
     """A program that reads e.edge_weight, given a graph without weights: located at the read."""
     from .ir_core import IRError
     for op in program.all_ops():

@@ -131,7 +131,7 @@ def _weighted_gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
     agg = ops[j + 1] if _opcodes(ops, j, len(_WEIGHTED_SUM)) == _WEIGHTED_SUM else None
     weights = _producer(ops, agg.inputs[1]) if agg is not None and len(agg.inputs) == 2 else None
     if (weights is None or weights.opcode != "graph_scalar" or weights.attrs.get("kind") != "edge_weight"
-            or agg.attrs.get("reduce") != "sum" or agg.attrs.get("norm") != "none"):
+            or agg.attrs.get("reduce") != "sum" or agg.attrs.get("norm") != "none" or not agg.attrs.get("self_loops")):
         problems.append(f"layer {n}: ops {_opcodes(ops, i, 12)} are not a GCN layer weighing its edges")
         return None
     return _Layer(j + len(_WEIGHTED_SUM), "gcn", "sum", edge_weight=True)
