@@ -166,6 +166,14 @@ def note_missing_validation(dataset, log) -> None:
         log(f"morphgen: note: {dataset.name} has no validation nodes; val_acc below reads 0")
 
 
+def note_unread_edge_weights(dataset, program, log) -> None:
+    """Weights in the data that the program never reads: trained as an unweighted graph, say so."""
+    from .pipeline import edge_weight_reads
+    if dataset.graph.edge_weight is not None and not edge_weight_reads(program):
+        log(f"morphgen: note: the edges of {dataset.name} carry weights, which this program does not read "
+            f"(e.edge_weight; gnn.layer(..., edge_weight = true) for GCN layers)")
+
+
 def final_metrics(final: dict) -> str:
     """Accuracies (node classification) or filtered ranking metrics (link prediction)."""
     if "train_acc" in final:
@@ -367,6 +375,7 @@ def _train_in_process(args, backend, stop) -> int:
           f"compiled in {model.compile_seconds:.2f} s, data bound in {model.session.prepare_seconds:.2f} s",
           file=sys.stderr)
     note_missing_validation(dataset, lambda text: print(text, file=sys.stderr))
+    note_unread_edge_weights(dataset, model.program, lambda text: print(text, file=sys.stderr))
     if model.program.invariant:
         print(f"morphgen: {len(model.program.invariant)} aggregation(s) of the input features computed once "
               f"instead of every epoch", file=sys.stderr)

@@ -48,14 +48,18 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
     return program
 
 
+def edge_weight_reads(program) -> list:
+    """The ops that read the graph's edge weights (e.edge_weight, GCN layers weighing their edges)."""
+    return [op for op in program.all_ops() if op.opcode == "graph_scalar" and op.attrs.get("kind") == "edge_weight"]
+
+
 def refuse_unweighted_graph(program, path) -> None:
     """A program that reads e.edge_weight, given a graph without weights: located at the read."""
     from .ir_core import IRError
-    for op in program.all_ops():
-        if op.opcode == "graph_scalar" and op.attrs.get("kind") == "edge_weight":
-            raise located_error(IRError("e.edge_weight: the dataset has no edge weights (an .npz dataset gives "
-                                        "them as 'edge_weight', float [E], one per edge of 'edge_index')",
-                                        op.loc), path)
+    for op in edge_weight_reads(program)[:1]:
+        raise located_error(IRError("e.edge_weight: the dataset has no edge weights (an .npz dataset gives "
+                                    "them as 'edge_weight', float [E], one per edge of 'edge_index')",
+                                    op.loc), path)
 
 
 def edge_type_pairs(graph) -> dict:

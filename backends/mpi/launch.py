@@ -109,7 +109,7 @@ def train_distributed(args) -> int:
 
 def _train_distributed(args, stop, ranks_started: list, signal_files: list) -> int:
     from morphgen.api import CompiledModel
-    from morphgen.commands import epochs_to_train, note_missing_validation
+    from morphgen.commands import epochs_to_train, note_missing_validation, note_unread_edge_weights
     from morphgen.early_stopping import require_validation_nodes
     from morphgen.outputs import checkpoint_epochs
     from morphgen.data import load_dataset
@@ -152,6 +152,7 @@ def _train_distributed(args, stop, ranks_started: list, signal_files: list) -> i
     log(f"morphgen: {dataset.name}: {dataset.graph.num_nodes} nodes, {dataset.graph.num_edges} edges; "
         f"{ranks} ranks x {threads} threads; feature path {path}; compiled in {model.compile_seconds:.2f} s")
     note_missing_validation(dataset, log)
+    note_unread_edge_weights(dataset, program, log)
     # The run's files sit beside the part files: every rank, on every node, must read them.
     with tempfile.TemporaryDirectory(prefix=".run-", dir=parts_dir) as run_dir:
         init = Path(run_dir) / "init.npz"

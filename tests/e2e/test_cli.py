@@ -267,6 +267,11 @@ def test_a_weighted_dataset_trains_the_weighted_example_from_the_command_line(tm
                    "--epochs", "3", "--json", tmp_path / "run.json", "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(json.loads((tmp_path / "run.json").read_text())["history"]) == 3
+    assert "carry weights, which this program does not read" not in proc.stderr
+    unread = run_cli("train", example("gcn"), "--dataset", "synthetic:nodes=200,edges=1000,weighted=1",
+                     "--epochs", "1", "--quiet")
+    assert unread.returncode == 0, unread.stderr[-3000:]
+    assert "note: the edges of synthetic carry weights, which this program does not read" in unread.stderr
 
 
 RAW_FEATURES = """\
