@@ -202,6 +202,9 @@ def _aggregate(ctx, op, g):
         flipped = dict(attrs, direction="out" if inward else "in")
         ctx.accumulate(x, ctx.emit("aggregate", g, *op.inputs[1:], **flipped))
     if len(op.inputs) == 2 and ctx.needs(op.inputs[1]):
+        if attrs.get("norm") == "gcn_weighted":     # its degrees depend on the weights too
+            raise IRError("aggregate norm=gcn_weighted: the edge weights must be the graph's (e.edge_weight), "
+                          "not values that need a gradient", op.loc)
         # dL/dw_e = c_e <g[row end], x[column end]> with c_e the normalisation coefficient
         g_end, x_end = ("dst", "src") if inward else ("src", "dst")
         dw = ctx.emit("dot", ctx.emit("gather", g, end=g_end), ctx.emit("gather", x, end=x_end))

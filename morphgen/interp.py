@@ -179,12 +179,16 @@ class Interpreter:
         np.add.at(out, index, rows)
         return out
 
-    def _coefficients(self, attrs):
-        """Per-edge coefficients ``c_e`` and per-node self-loop coefficients of an aggregate."""
+    def _coefficients(self, attrs, w=None):
+        """Per-edge coefficients ``c_e`` and per-node self-loop coefficients of an aggregate
+        (``w``: its edge weights, which norm=gcn_weighted sums into the degrees)."""
         loops = bool(attrs.get("self_loops", False))
         n = self.graph.num_nodes
         deg = self._in_deg + (1.0 if loops else 0.0)
-        if attrs.get("norm", "none") == "gcn":
+        if attrs.get("norm", "none") == "gcn_weighted":
+            deg = np.bincount(self._dst, weights=np.asarray(w, np.float64).reshape(-1), minlength=n)
+            deg = deg.astype(self.dtype) + (1.0 if loops else 0.0)
+        if attrs.get("norm", "none") in ("gcn", "gcn_weighted"):
             # PyG gcn_norm: d = in-degree (+1), both ends use the in-degree, 1/sqrt(0) -> 0
             dis = np.zeros(n, self.dtype)
             dis[deg > 0] = 1.0 / np.sqrt(deg[deg > 0])
@@ -276,7 +280,7 @@ class Interpreter:
         return total
 
     def _aggregate_matrix(self, attrs, w):
-        c, self_c = self._coefficients(attrs)
+        c, self_c = self._coefficients(attrs, w)
         if w is not None:
             c = c * w.reshape(-1)
         n = self.graph.num_nodes

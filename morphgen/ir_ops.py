@@ -110,6 +110,8 @@ ACTIVATIONS = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")
 MATH_FUNCTIONS = ("sqrt", "rsqrt", "log", "abs", "pow", "gelu", "softplus", "shift")
 ROW_SOFTMAXES = ("softmax", "log_softmax")
 BINARY = ("add", "sub", "mul", "div")
+# gcn: 1/sqrt(d_src d_dst) with d the in-degree; gcn_weighted: d the sum of the in-edges' weights
+AGGREGATE_NORMS = ("none", "gcn", "gcn_weighted")
 REDUCTIONS = ("sum", "mean", "max")
 GRAPH_SCALARS = {"in_degree": "node", "out_degree": "node", "rel_degree": "edge",
                  "gcn_norm": "edge", "mean_norm": "edge", "edge_weight": "edge"}
@@ -241,10 +243,12 @@ def _aggregate(ins, attrs, loc):
         w = ins[1]
         _need(w.assoc == "edge" and w.width == 1, f"edge weights must be edge [1], got {w.describe()}", loc)
     _need(attrs.get("reduce") in REDUCTIONS, f"unknown reduction {attrs.get('reduce')!r}", loc)
-    _need(attrs.get("norm", "none") in ("none", "gcn"), "aggregate norm must be none or gcn", loc)
+    _need(attrs.get("norm", "none") in AGGREGATE_NORMS, "aggregate norm must be none, gcn or gcn_weighted", loc)
     _need(attrs.get("direction", "in") in ("in", "out"), "aggregate direction must be in or out", loc)
     _need(attrs.get("norm", "none") == "none" or attrs.get("reduce") == "sum",
-          "aggregate norm=gcn needs reduce=sum", loc)
+          f"aggregate norm={attrs.get('norm')} needs reduce=sum", loc)
+    _need(attrs.get("norm") != "gcn_weighted" or len(ins) == 2,
+          "aggregate norm=gcn_weighted needs the edge weights its degrees sum", loc)
     if attrs.get("reduce") == "max":
         _need(len(ins) == 1, "aggregate reduce=max takes no edge weights", loc)
         _need(attrs.get("direction", "in") == "in", "aggregate reduce=max only runs over in-edges", loc)

@@ -37,7 +37,7 @@ SUPPORTED = frozenset({
     "mg::op::edge_typed_linear_features", "mg::op::edge_typed_linear_weight_grad_features",
 })
 # Load-time graph arrays (Graph::build_*) the CUDA op layer builds.
-SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids", "etypes", "ntypes"})
+SUPPORTED_GRAPH_ARRAYS = frozenset({"edge_dst", "node_ids", "etypes", "ntypes", "weighted_gcn_scale"})
 
 
 class CUDAEmitter(OpenMPEmitter):

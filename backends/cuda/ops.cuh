@@ -280,6 +280,7 @@ struct Graph {
     mutable cuda::DeviceArray<idx_t> edge_dst;     // built when the program asks (build_*) or on first use
     cuda::DeviceArray<idx_t> node_ids;             // built when the program asks
     cuda::DeviceArray<float> gcn_scale_self, gcn_scale_plain;
+    cuda::DeviceArray<float> weighted_scale_self, weighted_scale_plain;   // norm=gcn_weighted
     TypeGroups etypes, ntypes;
     mutable RowSplitPlan by_dst_split, by_src_split;   // long rows of the CSR and of its transpose
     bool atomic_transpose = false;      // $MORPHGEN_CUDA_TRANSPOSE=atomic, read once at build
@@ -314,6 +315,24 @@ struct Graph {
             }
             (self ? gcn_scale_self : gcn_scale_plain).upload(s, "uploading the GCN scales");
         }
+    }
+    // GCN's scale with d the sum of the node's in-edge weights (+ 1 with the self loop), computed
+    // on the host from the caller's weights and uploaded (norm=gcn_weighted).
+    void build_weighted_gcn_scale() {
+        if (!host.weight) throw Error("the program's GCN layers weigh their edges, but the graph has no edge weights");
+        const int64_t n = host.num_nodes;
+        std::vector<float> s(static_cast<size_t>(n));
+        for (bool self : {true, false}) {
+            for (int64_t v = 0; v < n; ++v) {
+                float d = self ? 1.f : 0.f;
+                for (idx_t e = host.indptr[v]; e < host.indptr[v + 1]; ++e) d += host.weight[e];
+                s[size_t(v)] = d > 0 ? 1.0f / std::sqrt(d) : 0.0f;
+            }
+            (self ? weighted_scale_self : weighted_scale_plain).upload(s, "uploading the weighted GCN scales");
+        }
+    }
+    const float *weighted_gcn_scale(bool self_loops) const {
+        return self_loops ? weighted_scale_self.data() : weighted_scale_plain.data();
     }
     void build_edge_dst() const {
         std::vector<idx_t> dst(static_cast<size_t>(host.num_edges));
@@ -360,7 +379,7 @@ struct Graph {
     int64_t bytes() const {
         return indptr.bytes() + col.bytes() + t_indptr.bytes() + t_col.bytes() + t_eid.bytes() + etype_.bytes() +
                ntype_.bytes() + edge_dst.bytes() + node_ids.bytes() + gcn_scale_self.bytes() +
-               gcn_scale_plain.bytes() + etypes.bytes() + ntypes.bytes() + by_dst_split.bytes() + by_src_split.bytes() +
+               gcn_scale_plain.bytes() + weighted_scale_self.bytes() + weighted_scale_plain.bytes() + etypes.bytes() + ntypes.bytes() + by_dst_split.bytes() + by_src_split.bytes() +
                softmax_long.rows.bytes();
     }
 };
@@ -592,8 +611,12 @@ struct AggSpec {
     const float *node_scale = nullptr;
     bool self_loop = false;
 };
-inline AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, bool gcn, bool self_loops) {
-    return AggSpec{r, edge_weight, gcn ? g.gcn_scale(self_loops) : nullptr, self_loops};
+enum AggNorm : int { kNormNone = 0, kNormGcn = 1, kNormGcnWeighted = 2 };
+inline AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops) {
+    const float *scale = norm == kNormGcn           ? g.gcn_scale(self_loops)
+                         : norm == kNormGcnWeighted ? g.weighted_gcn_scale(self_loops)
+                                                    : nullptr;
+    return AggSpec{r, edge_weight, scale, self_loops};
 }
 // split_rows: long rows walked in segments (RowSplit), whose partial sums take segments x F floats.
 inline cuda::AggArgs agg_args(const Graph &g, const AggSpec &s, idx_t F, bool transpose, bool split_rows = true) {

@@ -1030,6 +1030,19 @@ inline void build_edge_end_ids(Partition &p, const GraphView &g) {
         }
 }
 
+// norm=gcn_weighted: a node's weighted in-degree sums its in-edges, which all lie on its owner's
+// rank; the ghosts' sums come from their owners through one halo exchange, at prepare.
+inline void build_weighted_gcn_scale(Partition &p, op::Graph &g) {
+    const GraphView &v = *g.view;
+    if (!v.weight) throw Error("the program's GCN layers weigh their edges, but the graph has no edge weights");
+    std::vector<float> sums(size_t(p.num_local), 0.0f);
+    for (int64_t r = 0; r < p.num_owned; ++r)
+        for (int64_t e = v.indptr[r]; e < v.indptr[r + 1]; ++e) sums[size_t(r)] += v.weight[e];
+    Timer sent;
+    halo_forward(p, sums.data(), 1, sent);
+    g.build_weighted_gcn_scale(sums.data());
+}
+
 inline void global_degree(const Partition &p, bool in, float *out) {
     const std::vector<float> &d = in ? p.in_degree : p.out_degree;
     std::memcpy(out, d.data(), sizeof(float) * d.size());

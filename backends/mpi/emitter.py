@@ -412,6 +412,14 @@ class MPIEmitter(OpenMPEmitter):
         return _Identity("m.part.src_gid.data()" if end == "src" else "m.part.dst_gid.data()")
 
     # -- ops whose meaning depends on the whole graph ------------------------------------------
+    def require(self, what: str) -> None:
+        if what == "weighted_gcn_scale":     # the ghosts' weighted degrees come from their owners
+            line = "mg::mpi::build_weighted_gcn_scale(m.part, m.g)"
+            if line not in self.graph_needs:
+                self.graph_needs.append(line)
+            return
+        super().require(what)
+
     def op_graph_scalar(self, op):
         kind = op.attrs["kind"]
         if kind in ("in_degree", "out_degree"):

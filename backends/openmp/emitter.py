@@ -1594,8 +1594,11 @@ class OpenMPEmitter:
     def _agg_spec(self, op) -> str:
         a = op.attrs
         w = self.ptr(op.inputs[1]) if len(op.inputs) > 1 else "nullptr"
-        return (f"mg::op::agg_spec(m.g, {_REDUCE[a['reduce']]}, {w}, {'true' if a.get('norm') == 'gcn' else 'false'}, "
-                f"{'true' if a.get('self_loops') else 'false'})")
+        norm = {"none": "mg::op::kNormNone", "gcn": "mg::op::kNormGcn",
+                "gcn_weighted": "mg::op::kNormGcnWeighted"}[a.get("norm", "none")]
+        if a.get("norm") == "gcn_weighted":
+            self.require("weighted_gcn_scale")
+        return f"mg::op::agg_spec(m.g, {_REDUCE[a['reduce']]}, {w}, {norm}, {'true' if a.get('self_loops') else 'false'})"
 
     def _agg_cost(self, x: Value) -> tuple:
         F = self.width(x)

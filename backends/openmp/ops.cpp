@@ -266,11 +266,31 @@ void row_concat(const float *const *parts, const idx_t *rows, int n, idx_t M, fl
     }
 }
 
-AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, bool gcn, bool self_loops) {
+void Graph::build_weighted_gcn_scale(const float *weighted_in_degree) {
+    const GraphView &g = *view;
+    if (!g.weight) throw Error("the program's GCN layers weigh their edges, but the graph has no edge weights");
+    std::vector<float> sums;
+    if (!weighted_in_degree) {
+        sums.assign(size_t(g.num_nodes), 0.0f);
+#pragma omp parallel for schedule(static)
+        for (idx_t v = 0; v < g.num_nodes; ++v)
+            for (idx_t e = g.indptr[v]; e < g.indptr[v + 1]; ++e) sums[size_t(v)] += g.weight[e];
+        weighted_in_degree = sums.data();
+    }
+    for (bool self : {true, false}) {
+        std::vector<float> &scale = self ? weighted_scale_self : weighted_scale_plain;
+        scale.resize(size_t(g.num_nodes));
+        gcn_node_scale(g.num_nodes, g.indptr, self, scale.data(), weighted_in_degree);
+    }
+}
+
+AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops) {
     AggSpec s;
     s.reduce = r;
     s.edge_weight = edge_weight;
-    s.node_scale = gcn ? g.gcn_scale(self_loops) : nullptr;
+    s.node_scale = norm == kNormGcn           ? g.gcn_scale(self_loops)
+                   : norm == kNormGcnWeighted ? g.weighted_gcn_scale(self_loops)
+                                              : nullptr;
     s.self_loop = self_loops;
     s.inv_count = r == Reduce::Mean ? g.inv_count(self_loops) : nullptr;
     return s;

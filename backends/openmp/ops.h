@@ -82,6 +82,7 @@ struct Graph {
     std::vector<idx_t> node_ids;           // 0..N-1: identity rows of featureless input
     std::vector<float> gcn_scale_self, gcn_scale_plain;
     std::vector<float> inv_count_self, inv_count_plain;  // 1 / (in-degree (+1)): transposed means
+    std::vector<float> weighted_scale_self, weighted_scale_plain;  // norm=gcn_weighted (build_weighted_gcn_scale)
     std::vector<idx_t> zero_etype, zero_ntype;
     TypeGroups etypes, ntypes;
 
@@ -125,13 +126,21 @@ struct Graph {
     const float *gcn_scale(bool self_loops) const {
         return self_loops ? gcn_scale_self.data() : gcn_scale_plain.data();
     }
+    // GCN's scale 1/sqrt(d) with d the sum of the node's in-edge weights (+ 1 with the self loop):
+    // norm=gcn_weighted, PyG's gcn_norm given edge weights.  weighted_in_degree: the sums, where
+    // the CSR does not hold every in-edge of a row (a distributed rank's ghost rows).
+    void build_weighted_gcn_scale(const float *weighted_in_degree = nullptr);
+    const float *weighted_gcn_scale(bool self_loops) const {
+        return self_loops ? weighted_scale_self.data() : weighted_scale_plain.data();
+    }
     const float *inv_count(bool self_loops) const {
         return self_loops ? inv_count_self.data() : inv_count_plain.data();
     }
     int64_t bytes() const {
         return int64_t((edge_dst.size() + node_ids.size() + zero_etype.size() + zero_ntype.size()) * sizeof(idx_t) +
                        (gcn_scale_self.size() + gcn_scale_plain.size() + inv_count_self.size() +
-                        inv_count_plain.size()) * sizeof(float)) +
+                        inv_count_plain.size() + weighted_scale_self.size() + weighted_scale_plain.size()) *
+                           sizeof(float)) +
                etypes.bytes() + ntypes.bytes();
     }
 };
@@ -273,7 +282,9 @@ void outer(const float *g, const float *a, idx_t T, idx_t K, idx_t M, float *out
 void row_concat(const float *const *parts, const idx_t *rows, int n, idx_t M, float *out);
 
 // ---- aggregation ----------------------------------------------------------------------------------
-AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, bool gcn, bool self_loops);
+// norm: AggNorm (none, GCN's in-degree scale, or the weighted degrees' scale)
+enum AggNorm : int { kNormNone = 0, kNormGcn = 1, kNormGcnWeighted = 2 };
+AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops);
 // TILE: the feature tile of spmm.h, which the code generator widens for rows known to be wider
 // than 32 (mg::spmm_tile_for: each neighbour list is then walked once per row instead of twice).
 template <int TILE = MG_SPMM_TILE>

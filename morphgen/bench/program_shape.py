@@ -4,9 +4,8 @@
 recognises the stacks PyG and DGL can rebuild with one library convolution per layer:
 
     GCN   linear, aggregate(sum, gcn norm, self loops); or, weighing the edges (gnn.layer(...,
-          edge_weight = true)), linear, [graph_scalar edge_weight, scatter, shift, rsqrt: the
-          weighted degrees, in the first such layer], mul, aggregate(sum, the weights, self
-          loops), mul
+          edge_weight = true)), linear, [graph_scalar edge_weight, in the first such layer],
+          aggregate(sum, the weights, gcn_weighted norm, self loops)
     SAGE  aggregate(mean | max), linear (neighbours), linear (the node itself), add
     GAT   linear, dot (source), dot (destination), gather, gather, add, leaky_relu, edge_softmax,
           [dropout (attention)], gather (source), head_mul | mul, scatter(sum)
@@ -118,37 +117,22 @@ def _opcodes(ops, i, n):
     return [op.opcode for op in ops[i:i + n]]
 
 
-_WEIGHTED_DEGREES = ["graph_scalar", "scatter", "shift", "rsqrt"]
-_WEIGHTED_SUM = ["mul", "aggregate", "mul"]
-
-
-def _weighted_gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
-    """GCN weighing its messages (frontend/directives.py, weighted_gcn): the product, the weighted
-    degrees (read by every later such layer), then s * aggregate(z s, w) with the node's own row."""
-    j = i + 1
-    if _opcodes(ops, j, len(_WEIGHTED_DEGREES)) == _WEIGHTED_DEGREES:
-        j += len(_WEIGHTED_DEGREES)
-    agg = ops[j + 1] if _opcodes(ops, j, len(_WEIGHTED_SUM)) == _WEIGHTED_SUM else None
-    weights = _producer(ops, agg.inputs[1]) if agg is not None and len(agg.inputs) == 2 else None
-    if (weights is None or weights.opcode != "graph_scalar" or weights.attrs.get("kind") != "edge_weight"
-            or agg.attrs.get("reduce") != "sum" or agg.attrs.get("norm") != "none" or not agg.attrs.get("self_loops")):
-        problems.append(f"layer {n}: ops {_opcodes(ops, i, 12)} are not a GCN layer weighing its edges")
-        return None
-    return _Layer(j + len(_WEIGHTED_SUM), "gcn", "sum", edge_weight=True)
-
-
 def _gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
-    following = ops[i + 1] if i + 1 < len(ops) else None
-    if following is not None and (following.opcode == "mul" or (following.opcode == "graph_scalar"
-                                                               and following.attrs.get("kind") == "edge_weight")):
-        return _weighted_gcn_layer(ops, i, problems, n)
-    if _opcodes(ops, i, 2) != ["linear", "aggregate"]:
-        problems.append(f"layer {n}: ops {_opcodes(ops, i, 2)} are not a GCN layer (linear, aggregate)")
+    j = i + 1
+    if _opcodes(ops, j, 1) == ["graph_scalar"] and ops[j].attrs.get("kind") == "edge_weight":
+        j += 1              # the edge weights, which the later layers weighing their edges read too
+    if _opcodes(ops, i, 1) != ["linear"] or _opcodes(ops, j, 1) != ["aggregate"]:
+        problems.append(f"layer {n}: ops {_opcodes(ops, i, j + 1 - i)} are not a GCN layer (linear, aggregate)")
         return None
-    agg = ops[i + 1].attrs
-    if agg.get("reduce") != "sum" or agg.get("norm") != "gcn" or not agg.get("self_loops"):
-        problems.append(f"layer {n}: aggregation {agg} is not GCN's normalised sum with self loops")
-    return _Layer(i + 2, "gcn", "sum")
+    agg = ops[j]
+    weighted = agg.attrs.get("norm") == "gcn_weighted"
+    weights = _producer(ops, agg.inputs[1]) if len(agg.inputs) == 2 else None
+    if weighted and (weights is None or weights.opcode != "graph_scalar" or weights.attrs.get("kind") != "edge_weight"):
+        problems.append(f"layer {n}: its GCN normalisation weighs the edges by values other than e.edge_weight")
+    if (agg.attrs.get("reduce") != "sum" or agg.attrs.get("norm") not in ("gcn", "gcn_weighted")
+            or not agg.attrs.get("self_loops") or (len(agg.inputs) != 1 and not weighted)):
+        problems.append(f"layer {n}: aggregation {agg.attrs} is not GCN's normalised sum with self loops")
+    return _Layer(j + 1, "gcn", "sum", edge_weight=weighted)
 
 
 def _sage_layer(ops, i, problems, n) -> Optional[_Layer]:

@@ -48,7 +48,7 @@ class TrainingState:
         self.step_done = False
         self.broken = False                 # a directive failed: stop judging the order
         self.layer_failed = False           # the last gnn.layer failed: the next one's input width is unknown
-        self.weighted_degrees: dict = {}    # self term -> (edge weights, deg^-1/2): one per epoch, every layer's
+        self.edge_weights = None            # the edge weights GCN layers read (one read for every layer)
 
     def _quiet_if_broken(self):
         if self.broken:
@@ -134,10 +134,10 @@ class TrainingState:
 class LayerExpander:
     """Writes one layer's ops with ``builder``; params are named ``layer<l>.<role>``."""
 
-    def __init__(self, program, builder, weighted_degrees: dict | None = None):
+    def __init__(self, program, builder, training=None):
         self.program = program
         self.b = builder
-        self.weighted_degrees = {} if weighted_degrees is None else weighted_degrees
+        self.training = training        # TrainingState: what the layers of one epoch share
 
     def param(self, spec: LayerSpec, role: str, shape: tuple, init: str, decay: bool = True):
         name = f"layer{spec.index}.{role}"
@@ -198,18 +198,13 @@ class LayerExpander:
     def weighted_gcn(self, z, self_term: bool, loc):
         """PyG's gcn_norm given edge weights: deg(v) = the weights into v (+ 1 for the node itself,
         unless the graph holds the loops), and the edge u -> v carries w / sqrt(deg(u) deg(v))."""
-        emit = self.b.emit
-        if self_term not in self.weighted_degrees:          # the layers share them
-            w = emit("graph_scalar", loc=loc, kind="edge_weight")
-            degree = emit("scatter", w, loc=loc, reduce="sum", end="dst")
-            if self_term:
-                degree = emit("shift", degree, loc=loc, c=1.0)
-            self.weighted_degrees[self_term] = (w, emit("rsqrt", degree, loc=loc))
-        w, scale = self.weighted_degrees[self_term]
-        # s * (sum of w * (s z) over in-edges + s z): one weighted aggregation, its self term inside
-        scaled = emit("mul", z, scale, loc=loc)
-        total = emit("aggregate", scaled, w, loc=loc, reduce="sum", norm="none", self_loops=self_term)
-        return emit("mul", total, scale, loc=loc)
+        training = self.training
+        w = training.edge_weights if training is not None else None
+        if w is None:
+            w = self.b.emit("graph_scalar", loc=loc, kind="edge_weight")
+            if training is not None:
+                training.edge_weights = w
+        return self.b.emit("aggregate", z, w, loc=loc, reduce="sum", norm="gcn_weighted", self_loops=self_term)
 
     def expand(self, spec: LayerSpec, kind: str, agg: str, h, is_last: bool, loc):
         emit = self.b.emit
@@ -480,7 +475,7 @@ class DirectiveLowering:
             self.program.width_claims.append((spec.output_width, output[0].width,
                                               f"property '{output[0].name}' (layer {l}'s output)", output[1]))
         t.forwarded.append(l)
-        expander = LayerExpander(self.program, self.b, t.weighted_degrees)
+        expander = LayerExpander(self.program, self.b, t)
         t.h = expander.expand(spec, kind, AGGREGATORS[agg_name], h, l == len(t.layers) - 1, e.coord)
         if output is not None:
             sym = output[0]
