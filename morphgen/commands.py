@@ -13,6 +13,7 @@ from .api import CompiledModel
 from .backends import require as require_backend
 from .errors import UserError
 from .outputs import check_output_folder, marked, write_atomically
+from .passes.hoist_invariant import hoisted_aggregations
 from .pipeline import build_library, lower
 from .stop_signals import STOPPED_EXIT_STATUS, stop_on_signals
 
@@ -376,8 +377,9 @@ def _train_in_process(args, backend, stop) -> int:
           file=sys.stderr)
     note_missing_validation(dataset, lambda text: print(text, file=sys.stderr))
     note_unread_edge_weights(dataset, model.program, lambda text: print(text, file=sys.stderr))
-    if model.program.invariant:
-        print(f"morphgen: {len(model.program.invariant)} aggregation(s) of the input features computed once "
+    hoisted = hoisted_aggregations(model.program)
+    if hoisted:
+        print(f"morphgen: {hoisted} aggregation(s) of the input features computed once "
               f"instead of every epoch", file=sys.stderr)
     doubled = nodes_counting_themselves_twice(model.program, dataset.graph)
     if doubled:
@@ -437,7 +439,7 @@ def _train_in_process(args, backend, stop) -> int:
             **{k: v for k, v in final.items() if k != "loss"},
             "final_loss": last_training_loss(result.history, final), "epoch_times_s": times,
             "compile_seconds": model.compile_seconds, "prepare_seconds": model.session.prepare_seconds,
-            "hoisted_aggregations": len(model.program.invariant), "feature_path": path,
+            "hoisted_aggregations": hoisted_aggregations(model.program), "feature_path": path,
             "edge_typed_layouts": typed_layouts, "cuda_graph": model.session.epoch_graph(),
             "feature_sparsity": sparsity, "sparsity_threshold": tau,
             "peak_rss_bytes": peak, "baseline_rss_bytes": baseline_rss,

@@ -110,6 +110,7 @@ def train_distributed(args) -> int:
 def _train_distributed(args, stop, ranks_started: list, signal_files: list) -> int:
     from morphgen.api import CompiledModel
     from morphgen.commands import epochs_to_train, note_missing_validation, note_unread_edge_weights
+    from morphgen.passes.hoist_invariant import hoisted_aggregations
     from morphgen.early_stopping import require_validation_nodes
     from morphgen.outputs import checkpoint_epochs
     from morphgen.data import load_dataset
@@ -172,7 +173,7 @@ def _train_distributed(args, stop, ranks_started: list, signal_files: list) -> i
                                                  "width": int(dataset.num_classes or 0)},
             "report": {"model": str(args.model), "backend": "mpi", "dataset": dataset.name, "seed": args.seed,
                        "feature_path": path, "compile_seconds": model.compile_seconds,
-                       "hoisted_aggregations": len(program.invariant),
+                       "hoisted_aggregations": hoisted_aggregations(program),
                        "parts_dir": str(parts_dir), "partitioner": args.partitioner},
         }
         spec["stop_signal_file"] = str(Path(run_dir) / "stop_signal")

@@ -481,9 +481,19 @@ class OpenMPEmitter:
         """Values of the inputs alone (passes/hoist_invariant.py): computed once, in prepare."""
         for op in self.p.invariant:
             self.current_op = op
+            if op.opcode == "graph_scalar" and op.attrs.get("kind") == "edge_weight":
+                # the edge weights a hoisted aggregation reads: a copy of its own, written at prepare
+                name = f"inv{op.output.id}"
+                self.members.append(f"mg::Buffer {name};")
+                self.prepare.append(f"m.{name}.allocate({self.storage_numel(op.output)}, m.allocated_bytes)")
+                self.views[op.output.id] = f"m.{name}.data"
+                self.prepare.append(f"mg::op::edge_weight(m.g, m.{name}.data)")
+                continue
             x = op.inputs[0]
-            if op.opcode != "aggregate" or len(op.inputs) != 1 or (
-                    x.id != self.features_id and not self.views.get(x.id, "").startswith("m.inv")):
+            weights = op.inputs[1:]
+            if op.opcode != "aggregate" or len(op.inputs) > 2 or (
+                    x.id != self.features_id and not self.views.get(x.id, "").startswith("m.inv")) or (
+                    weights and not self.views.get(weights[0].id, "").startswith("m.inv")):
                 raise InternalError(f"the OpenMP backend cannot compute '{op.opcode}' once at load time")
             name = f"inv{op.output.id}"
             if x.id != self.features_id:     # an aggregation of an aggregation (S^K x): its own buffer

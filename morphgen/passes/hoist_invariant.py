@@ -23,11 +23,12 @@ within the program's epochs (``F <= 2 M epochs``).
 Only for dense features: aggregating sparse features would fill them in (a 99%-sparse matrix
 times a graph is mostly dense).  Not when the features are featureless (the identity), when a
 dropout or any other per-epoch op sits between them and the aggregation (then it is not
-invariant), or for edge weights that are values of the program.
+invariant), or for edge weights that are values of the program (the graph's own, e.edge_weight,
+are as constant as the graph: GCN layers weighing their edges are hoisted like GCN's).
 """
 from __future__ import annotations
 
-from ..ir import Program
+from ..ir import Op, Program
 from .reorder_aggregate import LINEAR_REDUCTIONS
 from .rewrite import concrete, forward_uses, new_op, producers, remove_dead_forward, require_forward_only
 
@@ -48,11 +49,30 @@ def hoist_invariant_aggregation(program: Program) -> int:
 HOISTABLE_REDUCTIONS = LINEAR_REDUCTIONS + ("max",)
 
 
-def _graph_constant(op) -> bool:
-    """A forward aggregation over in-edges with no edge weights: a function of its input and the
-    graph only."""
-    return (op.opcode == "aggregate" and len(op.inputs) == 1
+def hoisted_aggregations(program: Program) -> int:
+    """How many aggregations run once, at load time (the invariant section also reads the edge
+    weights those weighted by them need)."""
+    return sum(op.opcode == "aggregate" for op in program.invariant)
+
+
+def _graph_constant(op, prod) -> bool:
+    """A forward aggregation over in-edges with no edge weights, or with the graph's own
+    (e.edge_weight): a function of its input and the graph only."""
+    weights = prod.get(op.inputs[1].id) if op.opcode == "aggregate" and len(op.inputs) == 2 else None
+    graph_weights = weights is not None and weights.opcode == "graph_scalar" and weights.attrs.get("kind") == "edge_weight"
+    return (op.opcode == "aggregate" and (len(op.inputs) == 1 or graph_weights)
             and op.attrs["reduce"] in HOISTABLE_REDUCTIONS and op.attrs.get("direction", "in") == "in")
+
+
+def _invariant_inputs(program: Program, op, prod) -> list:
+    """``op``'s inputs as the invariant section reads them: the graph's edge weights read again
+    there (an op of its own), since the invariant section runs before the forward defines any."""
+    if len(op.inputs) == 1:
+        return list(op.inputs)
+    weights = prod[op.inputs[1].id]
+    again = new_op(program, "graph_scalar", [], weights.attrs, weights.loc, name="edge_weights")
+    program.invariant.append(again)
+    return [op.inputs[0], again.output]
 
 
 def _repaid(program: Program, features, layer_width) -> bool:
@@ -65,12 +85,13 @@ def _hoist_one(program: Program, features) -> bool:
     uses, prod = forward_uses(program), producers(program)
     invariant = {op.output.id for op in program.invariant}
     for pos, op in enumerate(program.forward):
-        if not _graph_constant(op):
+        if not _graph_constant(op, prod):
             continue
         # A x, or A (A x) and so on: SGC's S^K x is K aggregations computed once.
         if op.inputs[0].id == features.id or op.inputs[0].id in invariant:
             program.forward.pop(pos)
-            program.invariant.append(op)
+            program.invariant.append(Op(op.opcode, _invariant_inputs(program, op, prod), op.output,
+                                        dict(op.attrs), op.loc))
             return True
         lin = prod.get(op.inputs[0].id)
         if (op.attrs["reduce"] not in LINEAR_REDUCTIONS or lin is None or lin.opcode != "linear"
@@ -78,7 +99,8 @@ def _hoist_one(program: Program, features) -> bool:
                 or uses.get(lin.output.id, 0) != 1 or not _repaid(program, features, lin.output.width)):
             continue
         x, w = lin.inputs
-        hoisted = new_op(program, "aggregate", [x], op.attrs, op.loc, name="aggregated_features")
+        hoisted = new_op(program, "aggregate", [x] + _invariant_inputs(program, op, prod)[1:], op.attrs, op.loc,
+                         name="aggregated_features")
         linear = new_op(program, "linear", [hoisted.output, w], lin.attrs, lin.loc, output=op.output)
         program.invariant.append(hoisted)
         program.forward[pos] = linear

@@ -174,10 +174,11 @@ def test_programs_reading_edge_weights_match_the_interpreter(name):
     _check(WEIGHTED[name](), graph, x, labels, mask, classes=3)
 
 
-@pytest.mark.parametrize("model", [*HOMOGENEOUS_EXAMPLES, "gcn_weighted"])
+@pytest.mark.parametrize("model", [*HOMOGENEOUS_EXAMPLES, "gcn_weighted", "bench/gcn3_weighted"])
 def test_examples_train_as_on_openmp(tmp_path, monkeypatch, model):
+    """bench/gcn3_weighted: the weighted aggregation of the features hoisted, with its weights."""
     monkeypatch.setenv("MORPHGEN_OPT_LEVEL", "0")    # both builds at -O0: numbers, not speed (a third faster)
-    data = SYNTHETIC + (",weighted=1" if model == "gcn_weighted" else "")
+    data = SYNTHETIC + (",weighted=1" if "weighted" in model else "")
     reference_run = train(tmp_path, model, data, epochs=3)
     assert_same_run(reference_run, train(tmp_path, model, data, backend="cuda", epochs=3), 1e-4,
                     f"{model} on cuda")

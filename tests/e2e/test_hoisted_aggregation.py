@@ -12,9 +12,9 @@ from morphgen.data.synthetic import synthetic_dataset
 from tests.e2e.support import example
 
 
-def _data(features=40):
+def _data(features=40, weighted=0):
     return synthetic_dataset(nodes=300, edges=2400, features=features, classes=4, train_per_class=20,
-                             val=40, test=60, seed=7)
+                             val=40, test=60, seed=7, weighted=weighted)
 
 
 def _train(data, hoist: bool, donate: bool = False, model_name: str = "gcn3", epochs: int = 4):
@@ -35,6 +35,23 @@ def test_hoisted_first_layer_trains_like_the_per_epoch_one():
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-6, err_msg=name)
     assert hoisted.evaluate()["test_acc"] == pytest.approx(plain.evaluate()["test_acc"], abs=0.02)
+
+
+@pytest.mark.parametrize("features", [16, 40])
+def test_hoisted_aggregations_weighed_by_the_edges_train_like_the_per_epoch_ones(features):
+    """GCN layers weighing their edges: the first layer's weighted aggregation of the features
+    (before its product when the features are narrower, 16, after it otherwise, 40), with a
+    copy of the edge weights read once at load time."""
+    data = _data(features, weighted=1)
+    hoisted, hoisted_losses = _train(data, hoist=True, model_name="bench/gcn3_weighted")
+    plain, plain_losses = _train(data, hoist=False, model_name="bench/gcn3_weighted")
+    kinds = [(op.opcode, op.attrs.get("kind"), op.attrs.get("norm")) for op in hoisted.program.invariant]
+    assert kinds == [("graph_scalar", "edge_weight", None), ("aggregate", None, "gcn_weighted")]
+    assert not plain.program.invariant
+    np.testing.assert_allclose(hoisted_losses, plain_losses, rtol=1e-5)
+    a, b = hoisted.get_params(), plain.get_params()
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 # 40 features: 16-column blocks with a remainder; 530: 64-column blocks with a remainder
