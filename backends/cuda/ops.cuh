@@ -379,8 +379,8 @@ struct Graph {
     int64_t bytes() const {
         return indptr.bytes() + col.bytes() + t_indptr.bytes() + t_col.bytes() + t_eid.bytes() + etype_.bytes() +
                ntype_.bytes() + edge_dst.bytes() + node_ids.bytes() + gcn_scale_self.bytes() +
-               gcn_scale_plain.bytes() + weighted_scale_self.bytes() + weighted_scale_plain.bytes() + etypes.bytes() + ntypes.bytes() + by_dst_split.bytes() + by_src_split.bytes() +
-               softmax_long.rows.bytes();
+               gcn_scale_plain.bytes() + weighted_scale_self.bytes() + weighted_scale_plain.bytes() + etypes.bytes() +
+               ntypes.bytes() + by_dst_split.bytes() + by_src_split.bytes() + softmax_long.rows.bytes();
     }
 };
 
