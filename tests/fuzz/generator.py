@@ -347,6 +347,9 @@ def _directives(w: _Writer) -> tuple:
             # (gnn.layer's norms use eps = 1e-5: over two features layer norm is +-1 and its
             # gradient all rounding; see above)
             options.append(f'norm = "{w.rng.choice(("batch", "layer"))}"')
+        if kind == "GCN" and agg == "Sum" and w.edge_weights.random() < 0.4:
+            options.append("edge_weight = true")      # (from the weights' own stream, as above)
+            w.weighted = True
         if kind == "GAT" and w.rng.random() < 0.5:
             heads = w.rng.choice((2, 3))
             concat = out_width != "C" and w.rng.random() < 0.6    # the last layer's heads average to C
