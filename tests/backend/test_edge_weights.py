@@ -7,6 +7,7 @@ import pytest
 from morphgen.frontend import compile_source
 from morphgen.graph import Graph, with_self_loops
 from morphgen.interp import Interpreter
+from morphgen.library import RuntimeFailure
 from tests.backend.harness import assert_matches_interpreter, build, session
 from tests.backend.weighted_programs import LAYER_NAMES, LAYERS, weighted_programs
 from tests.ir.helpers import perturbed_params, random_data, random_graph
@@ -74,5 +75,5 @@ def test_a_library_given_no_weights_says_so():
     program = PROGRAMS["gcn_weighted"]()
     lib = build(program, graph, x, 3)
     unweighted = Graph(graph.num_nodes, graph.src, graph.dst)
-    with pytest.raises(Exception, match="reads e.edge_weight, but the graph has no edge weights"):
+    with pytest.raises(RuntimeFailure, match="reads e.edge_weight, but the graph has no edge weights"):
         session(lib, program, unweighted, x, labels, mask)
