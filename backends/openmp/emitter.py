@@ -471,6 +471,8 @@ class OpenMPEmitter:
             return "identity rows (featureless: never stored)"
         if v.id in self.feature_like:
             return "input features (dense or sparse blocks, as bound)"
+        if self.views.get(v.id, "").startswith("m.inv"):
+            return f"computed once at load time ({self.views[v.id].split('.')[1].removesuffix('_data')})"
         if v.id in self.views:
             return f"view {self.views[v.id]}"
         if v.id in self.has_buffer:
@@ -481,6 +483,7 @@ class OpenMPEmitter:
         """Values of the inputs alone (passes/hoist_invariant.py): computed once, in prepare."""
         for op in self.p.invariant:
             self.current_op = op
+            self.plan_rows.append({"op": op, "kernels": [], "fused_into": None})
             if op.opcode == "graph_scalar" and op.attrs.get("kind") == "edge_weight":
                 # the edge weights a hoisted aggregation reads: a copy of its own, written at prepare
                 name = f"inv{op.output.id}"
@@ -488,6 +491,7 @@ class OpenMPEmitter:
                 self.prepare.append(f"m.{name}.allocate({self.storage_numel(op.output)}, m.allocated_bytes)")
                 self.views[op.output.id] = f"m.{name}.data"
                 self.prepare.append(f"mg::op::edge_weight(m.g, m.{name}.data)")
+                self.note_kernel("mg::op::edge_weight")
                 continue
             x = op.inputs[0]
             weights = op.inputs[1:]
@@ -496,6 +500,7 @@ class OpenMPEmitter:
                     weights and not self.views.get(weights[0].id, "").startswith("m.inv")):
                 raise InternalError(f"the OpenMP backend cannot compute '{op.opcode}' once at load time")
             name = f"inv{op.output.id}"
+            self.note_kernel("mg::op::aggregate" if x.id != self.features_id else "mg::op::aggregate_features_once")
             if x.id != self.features_id:     # an aggregation of an aggregation (S^K x): its own buffer
                 self.members.append(f"mg::Buffer {name};")
                 self.prepare += [f"m.{name}.allocate({self.storage_numel(op.output)}, m.allocated_bytes)",

@@ -571,6 +571,19 @@ def test_compile_for_a_dataset_shows_the_plan_train_builds():
     assert refused.returncode == 2 and "--dataset is for --emit ir, plan or cpp" in refused.stderr
 
 
+def test_the_plan_shows_what_is_computed_once_at_load_time():
+    """gcn3's first aggregation of dense features is hoisted; weighted, with its own read of the weights."""
+    data = "synthetic:nodes=200,edges=900,features=40,classes=3,train_per_class=10,val=20,test=30,sparsity=0.0,seed=1"
+    for program, kernels in (("gcn3", ["mg::op::aggregate_features_once"]),
+                             ("bench/gcn3_weighted", ["mg::op::edge_weight", "mg::op::aggregate_features_once"])):
+        proc = run_cli("compile", example(program), "--emit", "plan", "--dataset",
+                       data + (",weighted=1" if "weighted" in program else ""))
+        assert proc.returncode == 0, proc.stderr
+        rows = [row for row in proc.stdout.splitlines() if row.startswith("invariant")]
+        assert [row.split()[4] for row in rows] == kernels, proc.stdout
+        assert all("computed once at load time" in row for row in rows)
+
+
 def test_train_reports_its_edge_typed_layouts_and_every_layout_trains_alike(tmp_path):
     """R-GAT's projections of rows read at edge ends, in each layout: the same losses, the
     chosen layouts said on stderr and in the JSON (gathered: the unfused form, none listed)."""
