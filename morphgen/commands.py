@@ -14,7 +14,7 @@ from .backends import require as require_backend
 from .errors import UserError
 from .outputs import check_output_folder, marked, write_atomically
 from .passes.hoist_invariant import hoisted_aggregations
-from .pipeline import build_library, lower
+from .pipeline import build_library, edge_weight_reads, lower
 from .stop_signals import STOPPED_EXIT_STATUS, stop_on_signals
 
 
@@ -169,7 +169,6 @@ def note_missing_validation(dataset, log) -> None:
 
 def note_unread_edge_weights(dataset, program, log) -> None:
     """Weights in the data that the program never reads: trained as an unweighted graph, say so."""
-    from .pipeline import edge_weight_reads
     if dataset.graph.edge_weight is not None and not edge_weight_reads(program):
         log(f"morphgen: note: the edges of {dataset.name} carry weights, which this program does not read "
             f"(e.edge_weight; gnn.layer(..., edge_weight = true) for GCN layers)")

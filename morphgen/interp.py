@@ -184,10 +184,11 @@ class Interpreter:
         (``w``: its edge weights, which norm=gcn_weighted sums into the degrees)."""
         loops = bool(attrs.get("self_loops", False))
         n = self.graph.num_nodes
-        deg = self._in_deg + (1.0 if loops else 0.0)
-        if attrs.get("norm", "none") == "gcn_weighted":
-            deg = np.bincount(self._dst, weights=np.asarray(w, np.float64).reshape(-1), minlength=n)
-            deg = deg.astype(self.dtype) + (1.0 if loops else 0.0)
+        if attrs.get("norm", "none") == "gcn_weighted":   # the in-edges' weights summed
+            counts = np.bincount(self._dst, weights=np.asarray(w, np.float64).reshape(-1), minlength=n)
+        else:
+            counts = self._in_deg
+        deg = counts.astype(self.dtype) + (1.0 if loops else 0.0)
         if attrs.get("norm", "none") in ("gcn", "gcn_weighted"):
             # PyG gcn_norm: d = in-degree (+1), both ends use the in-degree, 1/sqrt(0) -> 0
             dis = np.zeros(n, self.dtype)

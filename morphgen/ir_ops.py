@@ -117,6 +117,11 @@ GRAPH_SCALARS = {"in_degree": "node", "out_degree": "node", "rel_degree": "edge"
                  "gcn_norm": "edge", "mean_norm": "edge", "edge_weight": "edge"}
 
 
+def reads_edge_weights(op) -> bool:
+    """Whether ``op`` reads the graph's own edge weights (e.edge_weight): a graph constant."""
+    return op is not None and op.opcode == "graph_scalar" and op.attrs.get("kind") == "edge_weight"
+
+
 def _same_width(a, b) -> bool:
     return a == b or isinstance(a, str) or isinstance(b, str)
 

@@ -50,16 +50,18 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
 
 def edge_weight_reads(program) -> list:
     """The ops that read the graph's edge weights (e.edge_weight, GCN layers weighing their edges)."""
-    return [op for op in program.all_ops() if op.opcode == "graph_scalar" and op.attrs.get("kind") == "edge_weight"]
+    from .ir_ops import reads_edge_weights
+    return [op for op in program.all_ops() if reads_edge_weights(op)]
 
 
 def refuse_unweighted_graph(program, path) -> None:
     """A program that reads e.edge_weight, given a graph without weights: located at the read."""
     from .ir_core import IRError
-    for op in edge_weight_reads(program)[:1]:
+    reads = edge_weight_reads(program)
+    if reads:
         raise located_error(IRError("e.edge_weight: the dataset has no edge weights (an .npz dataset gives "
                                     "them as 'edge_weight', float [E], one per edge of 'edge_index')",
-                                    op.loc), path)
+                                    reads[0].loc), path)
 
 
 def edge_type_pairs(graph) -> dict:

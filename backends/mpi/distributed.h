@@ -1036,8 +1036,7 @@ inline void build_weighted_gcn_scale(Partition &p, op::Graph &g) {
     const GraphView &v = *g.view;
     if (!v.weight) throw Error("the program's GCN layers weigh their edges, but the graph has no edge weights");
     std::vector<float> sums(size_t(p.num_local), 0.0f);
-    for (int64_t r = 0; r < p.num_owned; ++r)
-        for (int64_t e = v.indptr[r]; e < v.indptr[r + 1]; ++e) sums[size_t(r)] += v.weight[e];
+    op::weighted_in_degrees(v, p.num_owned, sums.data());
     Timer sent;
     halo_forward(p, sums.data(), 1, sent);
     g.build_weighted_gcn_scale(sums.data());

@@ -23,7 +23,7 @@ import jinja2
 from morphgen import __version__
 from morphgen.errors import InternalError, UserError
 from morphgen.ir import Program, Value
-from morphgen.ir_ops import blocks_of
+from morphgen.ir_ops import blocks_of, reads_edge_weights
 from morphgen.passes.liveness import lifetimes
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -484,7 +484,7 @@ class OpenMPEmitter:
         for op in self.p.invariant:
             self.current_op = op
             self.plan_rows.append({"op": op, "kernels": [], "fused_into": None})
-            if op.opcode == "graph_scalar" and op.attrs.get("kind") == "edge_weight":
+            if reads_edge_weights(op):
                 # the edge weights a hoisted aggregation reads: a copy of its own, written at prepare
                 name = f"inv{op.output.id}"
                 self.members.append(f"mg::Buffer {name};")

@@ -266,15 +266,22 @@ void row_concat(const float *const *parts, const idx_t *rows, int n, idx_t M, fl
     }
 }
 
+void weighted_in_degrees(const GraphView &g, idx_t rows, float *out) {
+#pragma omp parallel for schedule(static)
+    for (idx_t v = 0; v < rows; ++v) {
+        float sum = 0.0f;
+        for (idx_t e = g.indptr[v]; e < g.indptr[v + 1]; ++e) sum += g.weight[e];
+        out[v] = sum;
+    }
+}
+
 void Graph::build_weighted_gcn_scale(const float *weighted_in_degree) {
     const GraphView &g = *view;
     if (!g.weight) throw Error("the program's GCN layers weigh their edges, but the graph has no edge weights");
     std::vector<float> sums;
     if (!weighted_in_degree) {
-        sums.assign(size_t(g.num_nodes), 0.0f);
-#pragma omp parallel for schedule(static)
-        for (idx_t v = 0; v < g.num_nodes; ++v)
-            for (idx_t e = g.indptr[v]; e < g.indptr[v + 1]; ++e) sums[size_t(v)] += g.weight[e];
+        sums.resize(size_t(g.num_nodes));
+        weighted_in_degrees(g, g.num_nodes, sums.data());
         weighted_in_degree = sums.data();
     }
     for (bool self : {true, false}) {

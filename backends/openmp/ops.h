@@ -285,6 +285,8 @@ void row_concat(const float *const *parts, const idx_t *rows, int n, idx_t M, fl
 // norm: AggNorm (none, GCN's in-degree scale, or the weighted degrees' scale)
 enum AggNorm : int { kNormNone = 0, kNormGcn = 1, kNormGcnWeighted = 2 };
 AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops);
+// The sums of the first `rows` rows' in-edge weights (g.weight must be set).
+void weighted_in_degrees(const GraphView &g, idx_t rows, float *out);
 // TILE: the feature tile of spmm.h, which the code generator widens for rows known to be wider
 // than 32 (mg::spmm_tile_for: each neighbour list is then walked once per row instead of twice).
 template <int TILE = MG_SPMM_TILE>

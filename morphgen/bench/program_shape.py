@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from morphgen.errors import UserError
+from morphgen.ir_ops import reads_edge_weights
 
 from .attention_shape import match_hgt, match_rgat
 
@@ -119,7 +120,7 @@ def _opcodes(ops, i, n):
 
 def _gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
     j = i + 1
-    if _opcodes(ops, j, 1) == ["graph_scalar"] and ops[j].attrs.get("kind") == "edge_weight":
+    if j < len(ops) and reads_edge_weights(ops[j]):
         j += 1              # the edge weights, which the later layers weighing their edges read too
     if _opcodes(ops, i, 1) != ["linear"] or _opcodes(ops, j, 1) != ["aggregate"]:
         problems.append(f"layer {n}: ops {_opcodes(ops, i, j + 1 - i)} are not a GCN layer (linear, aggregate)")
@@ -127,7 +128,7 @@ def _gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
     agg = ops[j]
     weighted = agg.attrs.get("norm") == "gcn_weighted"
     weights = _producer(ops, agg.inputs[1]) if len(agg.inputs) == 2 else None
-    if weighted and (weights is None or weights.opcode != "graph_scalar" or weights.attrs.get("kind") != "edge_weight"):
+    if weighted and not reads_edge_weights(weights):
         problems.append(f"layer {n}: its GCN normalisation weighs the edges by values other than e.edge_weight")
     if (agg.attrs.get("reduce") != "sum" or agg.attrs.get("norm") not in ("gcn", "gcn_weighted")
             or not agg.attrs.get("self_loops") or (len(agg.inputs) != 1 and not weighted)):

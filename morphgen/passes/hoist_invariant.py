@@ -29,6 +29,7 @@ are as constant as the graph: GCN layers weighing their edges are hoisted like G
 from __future__ import annotations
 
 from ..ir import Op, Program
+from ..ir_ops import reads_edge_weights
 from .reorder_aggregate import LINEAR_REDUCTIONS
 from .rewrite import concrete, forward_uses, new_op, producers, remove_dead_forward, require_forward_only
 
@@ -58,8 +59,8 @@ def hoisted_aggregations(program: Program) -> int:
 def _graph_constant(op, prod) -> bool:
     """A forward aggregation over in-edges with no edge weights, or with the graph's own
     (e.edge_weight): a function of its input and the graph only."""
-    weights = prod.get(op.inputs[1].id) if op.opcode == "aggregate" and len(op.inputs) == 2 else None
-    graph_weights = weights is not None and weights.opcode == "graph_scalar" and weights.attrs.get("kind") == "edge_weight"
+    graph_weights = (op.opcode == "aggregate" and len(op.inputs) == 2
+                     and reads_edge_weights(prod.get(op.inputs[1].id)))
     return (op.opcode == "aggregate" and (len(op.inputs) == 1 or graph_weights)
             and op.attrs["reduce"] in HOISTABLE_REDUCTIONS and op.attrs.get("direction", "in") == "in")
 
