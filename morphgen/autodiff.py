@@ -13,7 +13,7 @@ no parameter gradient needs are removed at the end.
 from __future__ import annotations
 
 from .ir import IRBug, IRError, Program, Value, dim_add
-from .ir_ops import MATH_FUNCTIONS, ROW_SOFTMAXES, Builder, blocks_of
+from .ir_ops import MATH_FUNCTIONS, ROW_SOFTMAXES, Builder, aggregate_scale, aggregate_weights, blocks_of
 
 
 def differentiate(program: Program) -> None:
@@ -201,8 +201,11 @@ def _aggregate(ctx, op, g):
     if ctx.needs(x):   # the transpose of a linear operator: same coefficients, edges reversed
         flipped = dict(attrs, direction="out" if inward else "in")
         ctx.accumulate(x, ctx.emit("aggregate", g, *op.inputs[1:], **flipped))
-    if len(op.inputs) == 2 and ctx.needs(op.inputs[1]):
-        if attrs.get("norm") == "gcn_weighted":     # its degrees depend on the weights too
+    scale, weights = aggregate_scale(op), aggregate_weights(op)
+    if scale is not None and ctx.needs(scale):
+        raise IRError("aggregate norm=node_scale: the node scale must not need a gradient", op.loc)
+    if weights is not None and ctx.needs(weights):
+        if attrs.get("norm") in ("gcn_weighted", "node_scale"):     # its degrees depend on the weights too
             raise IRError("aggregate norm=gcn_weighted: the edge weights must be the graph's (e.edge_weight), "
                           "not values that need a gradient", op.loc)
         # dL/dw_e = c_e <g[row end], x[column end]> with c_e the normalisation coefficient
@@ -213,7 +216,7 @@ def _aggregate(ctx, op, g):
         if kind is not None:
             coef = ctx.emit("graph_scalar", kind=kind, self_loops=attrs.get("self_loops", False))
             dw = ctx.emit("mul", dw, coef)
-        ctx.accumulate(op.inputs[1], dw)
+        ctx.accumulate(weights, dw)
 
 
 def _add(ctx, op, g):

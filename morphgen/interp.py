@@ -179,11 +179,15 @@ class Interpreter:
         np.add.at(out, index, rows)
         return out
 
-    def _coefficients(self, attrs, w=None):
+    def _coefficients(self, attrs, w=None, scale=None):
         """Per-edge coefficients ``c_e`` and per-node self-loop coefficients of an aggregate
-        (``w``: its edge weights, which norm=gcn_weighted sums into the degrees)."""
+        (``w``: its edge weights, which norm=gcn_weighted sums into the degrees; ``scale``: the
+        node scale of norm=node_scale)."""
         loops = bool(attrs.get("self_loops", False))
         n = self.graph.num_nodes
+        if attrs.get("norm") == "node_scale":             # the program's own s_src s_dst
+            s = np.asarray(scale, self.dtype).reshape(-1)
+            return s[self._src] * s[self._dst], (s * s if loops else None)
         if attrs.get("norm", "none") == "gcn_weighted":   # the in-edges' weights summed
             counts = np.bincount(self._dst, weights=np.asarray(w, np.float64).reshape(-1), minlength=n)
         else:
@@ -280,8 +284,8 @@ class Interpreter:
             total /= np.maximum(deg, 1.0).reshape((-1,) + (1,) * (m.ndim - 1))
         return total
 
-    def _aggregate_matrix(self, attrs, w):
-        c, self_c = self._coefficients(attrs, w)
+    def _aggregate_matrix(self, attrs, w, scale=None):
+        c, self_c = self._coefficients(attrs, w, scale)
         if w is not None:
             c = c * w.reshape(-1)
         n = self.graph.num_nodes
@@ -290,13 +294,16 @@ class Interpreter:
             a = a + sp.diags(self_c)
         return a.T.tocsr() if attrs.get("direction", "in") == "out" else a
 
-    def _op_aggregate(self, op, x, w=None):
+    def _op_aggregate(self, op, x, *rest):
         x = self._dense(x, op)
+        scaled = op.attrs.get("norm") == "node_scale"
+        w = rest[0] if len(rest) == (2 if scaled else 1) else None
+        scale = rest[-1] if scaled else None
         if op.attrs["reduce"] == "max":
             loops = op.attrs.get("self_loops", False)
             return self._max_argmax(x[self._src], self._dst, self.graph.num_nodes,
                                     x if loops else None)[0]
-        return np.asarray(self._aggregate_matrix(op.attrs, w) @ x)
+        return np.asarray(self._aggregate_matrix(op.attrs, w, scale) @ x)
 
     def _op_graph_scalar(self, op):
         kind = op.attrs["kind"]

@@ -110,11 +110,24 @@ ACTIVATIONS = ("relu", "leaky_relu", "elu", "exp", "sigmoid", "tanh")
 MATH_FUNCTIONS = ("sqrt", "rsqrt", "log", "abs", "pow", "gelu", "softplus", "shift")
 ROW_SOFTMAXES = ("softmax", "log_softmax")
 BINARY = ("add", "sub", "mul", "div")
-# gcn: 1/sqrt(d_src d_dst) with d the in-degree; gcn_weighted: d the sum of the in-edges' weights
-AGGREGATE_NORMS = ("none", "gcn", "gcn_weighted")
+# gcn: 1/sqrt(d_src d_dst) with d the in-degree; gcn_weighted: d the sum of the in-edges' weights;
+# node_scale: s_src s_dst with s a node [1] value given as the aggregate's last input (the program's
+# own normalisation, folded from the row scales around a sum: passes/edge_aggregate.py)
+AGGREGATE_NORMS = ("none", "gcn", "gcn_weighted", "node_scale")
 REDUCTIONS = ("sum", "mean", "max")
 GRAPH_SCALARS = {"in_degree": "node", "out_degree": "node", "rel_degree": "edge",
                  "gcn_norm": "edge", "mean_norm": "edge", "edge_weight": "edge"}
+
+
+def aggregate_weights(op):
+    """The edge weights an aggregate reads (its input after the rows), or None."""
+    scaled = op.attrs.get("norm") == "node_scale"
+    return op.inputs[1] if len(op.inputs) == (3 if scaled else 2) else None
+
+
+def aggregate_scale(op):
+    """The node scale an aggregate with norm=node_scale reads (its last input), or None."""
+    return op.inputs[-1] if op.attrs.get("norm") == "node_scale" else None
 
 
 def reads_edge_weights(op) -> bool:
@@ -244,11 +257,18 @@ def _scatter(ins, attrs, loc):
 def _aggregate(ins, attrs, loc):
     x = ins[0]
     _need(x.assoc == "node", f"aggregate needs a node value, got {x.describe()}", loc)
-    if len(ins) == 2:
+    scaled = attrs.get("norm") == "node_scale"
+    if scaled:
+        _need(len(ins) in (2, 3), "aggregate norm=node_scale needs its node scale as the last input", loc)
+        s = ins[-1]
+        _need(s.assoc == "node" and s.width == 1, f"a node scale must be node [1], got {s.describe()}", loc)
+    if len(ins) == (3 if scaled else 2):
         w = ins[1]
         _need(w.assoc == "edge" and w.width == 1, f"edge weights must be edge [1], got {w.describe()}", loc)
+    _need(len(ins) <= (3 if scaled else 2), "aggregate takes rows, optional edge weights and a node scale", loc)
     _need(attrs.get("reduce") in REDUCTIONS, f"unknown reduction {attrs.get('reduce')!r}", loc)
-    _need(attrs.get("norm", "none") in AGGREGATE_NORMS, "aggregate norm must be none, gcn or gcn_weighted", loc)
+    _need(attrs.get("norm", "none") in AGGREGATE_NORMS,
+          "aggregate norm must be none, gcn, gcn_weighted or node_scale", loc)
     _need(attrs.get("direction", "in") in ("in", "out"), "aggregate direction must be in or out", loc)
     _need(attrs.get("norm", "none") == "none" or attrs.get("reduce") == "sum",
           f"aggregate norm={attrs.get('norm')} needs reduce=sum", loc)

@@ -611,10 +611,13 @@ struct AggSpec {
     const float *node_scale = nullptr;
     bool self_loop = false;
 };
-enum AggNorm : int { kNormNone = 0, kNormGcn = 1, kNormGcnWeighted = 2 };
-inline AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops) {
+enum AggNorm : int { kNormNone = 0, kNormGcn = 1, kNormGcnWeighted = 2, kNormNodeScale = 3 };
+// node_scale: the program's own scale (norm=node_scale), a device array of one float per node.
+inline AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops,
+                        const float *node_scale = nullptr) {
     const float *scale = norm == kNormGcn           ? g.gcn_scale(self_loops)
                          : norm == kNormGcnWeighted ? g.weighted_gcn_scale(self_loops)
+                         : norm == kNormNodeScale   ? node_scale
                                                     : nullptr;
     return AggSpec{r, edge_weight, scale, self_loops};
 }

@@ -30,6 +30,7 @@ from typing import Optional
 
 from morphgen.backends.openmp.emitter import TIMERS, OpenMPEmitter, UnsupportedInput, _float, _Identity
 from morphgen.ir import Value
+from morphgen.ir_ops import aggregate_scale
 
 # Ops whose output row r depends on row r of their node inputs only (and on weights): run on a
 # ghost row whose inputs hold the owner's values, they give the owner's value there too.
@@ -103,7 +104,7 @@ class MPIEmitter(OpenMPEmitter):
 
     # -- halo exchanges around the ops that cross the partition -----------------------------------
     def around(self, op, lines: list) -> list:
-        before, after = self._exchange_source_rows(op), []
+        before, after = self._exchange_source_rows(op) + self._exchange_node_scale(op), []
         if self._is_max_to_sources(op):
             after.append(self._reverse_max(op))
         elif self._writes_sources(op):
@@ -125,6 +126,20 @@ class MPIEmitter(OpenMPEmitter):
         if source_read.id not in self.backward_ids:   # a gradient's ghost rows may be zeroed later
             self.exchanged.add(source_read.id)
         return exchange           # (an overlapped op's own call exchanges: op_aggregate)
+
+    def _exchange_node_scale(self, op) -> list:
+        """An aggregation with the program's own node scale (norm=node_scale) reads the scale at
+        both ends of every edge, so at ghost sources too: the owners' values, exchanged once
+        before the first such aggregation unless the ghost rows already hold them (a scale
+        computed from the in-degree of the global graph does; one summed over a rank's in-edges
+        does not)."""
+        scale = aggregate_scale(op) if op.opcode == "aggregate" else None
+        if scale is None or not self._needs_exchange(scale):
+            return []
+        if scale.id in self.backward_ids:
+            raise self._unsupported(op, "a node scale computed in the backward pass")
+        self.exchanged.add(scale.id)
+        return [self._halo("halo_forward", scale)]
 
     def around_absorbed(self, op) -> list:
         """A gather of source rows that a fused kernel reads in place (weighted scatters, edge dots,

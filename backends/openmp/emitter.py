@@ -23,7 +23,7 @@ import jinja2
 from morphgen import __version__
 from morphgen.errors import InternalError, UserError
 from morphgen.ir import Program, Value
-from morphgen.ir_ops import blocks_of, reads_edge_weights
+from morphgen.ir_ops import aggregate_scale, aggregate_weights, blocks_of, reads_edge_weights
 from morphgen.passes.liveness import lifetimes
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -495,7 +495,7 @@ class OpenMPEmitter:
                 continue
             x = op.inputs[0]
             weights = op.inputs[1:]
-            if op.opcode != "aggregate" or len(op.inputs) > 2 or (
+            if op.opcode != "aggregate" or len(op.inputs) > 2 or aggregate_scale(op) is not None or (
                     x.id != self.features_id and not self.views.get(x.id, "").startswith("m.inv")) or (
                     weights and not self.views.get(weights[0].id, "").startswith("m.inv")):
                 raise InternalError(f"the OpenMP backend cannot compute '{op.opcode}' once at load time")
@@ -1608,12 +1608,15 @@ class OpenMPEmitter:
 
     def _agg_spec(self, op) -> str:
         a = op.attrs
-        w = self.ptr(op.inputs[1]) if len(op.inputs) > 1 else "nullptr"
+        weights, scale = aggregate_weights(op), aggregate_scale(op)
+        w = self.ptr(weights) if weights is not None else "nullptr"
         norm = {"none": "mg::op::kNormNone", "gcn": "mg::op::kNormGcn",
-                "gcn_weighted": "mg::op::kNormGcnWeighted"}[a.get("norm", "none")]
+                "gcn_weighted": "mg::op::kNormGcnWeighted", "node_scale": "mg::op::kNormNodeScale"}[a.get("norm", "none")]
         if a.get("norm") == "gcn_weighted":
             self.require("weighted_gcn_scale")
-        return f"mg::op::agg_spec(m.g, {_REDUCE[a['reduce']]}, {w}, {norm}, {'true' if a.get('self_loops') else 'false'})"
+        tail = f", {self.ptr(scale)}" if scale is not None else ""
+        return (f"mg::op::agg_spec(m.g, {_REDUCE[a['reduce']]}, {w}, {norm}, "
+                f"{'true' if a.get('self_loops') else 'false'}{tail})")
 
     def _agg_cost(self, x: Value) -> tuple:
         F = self.width(x)

@@ -291,12 +291,14 @@ void Graph::build_weighted_gcn_scale(const float *weighted_in_degree) {
     }
 }
 
-AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops) {
+AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops,
+                 const float *node_scale) {
     AggSpec s;
     s.reduce = r;
     s.edge_weight = edge_weight;
     s.node_scale = norm == kNormGcn           ? g.gcn_scale(self_loops)
                    : norm == kNormGcnWeighted ? g.weighted_gcn_scale(self_loops)
+                   : norm == kNormNodeScale   ? node_scale
                                               : nullptr;
     s.self_loop = self_loops;
     s.inv_count = r == Reduce::Mean ? g.inv_count(self_loops) : nullptr;

@@ -282,9 +282,11 @@ void outer(const float *g, const float *a, idx_t T, idx_t K, idx_t M, float *out
 void row_concat(const float *const *parts, const idx_t *rows, int n, idx_t M, float *out);
 
 // ---- aggregation ----------------------------------------------------------------------------------
-// norm: AggNorm (none, GCN's in-degree scale, or the weighted degrees' scale)
-enum AggNorm : int { kNormNone = 0, kNormGcn = 1, kNormGcnWeighted = 2 };
-AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops);
+// norm: AggNorm (none, GCN's in-degree scale, the weighted degrees' scale, or the program's own
+// scale: node_scale, one float per node row, read at both ends of every edge)
+enum AggNorm : int { kNormNone = 0, kNormGcn = 1, kNormGcnWeighted = 2, kNormNodeScale = 3 };
+AggSpec agg_spec(const Graph &g, Reduce r, const float *edge_weight, int norm, bool self_loops,
+                 const float *node_scale = nullptr);
 // The sums of the first `rows` rows' in-edge weights (g.weight must be set).
 void weighted_in_degrees(const GraphView &g, idx_t rows, float *out);
 // TILE: the feature tile of spmm.h, which the code generator widens for rows known to be wider

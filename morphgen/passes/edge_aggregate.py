@@ -17,11 +17,24 @@ same sum with a self loop, which the aggregation kernels add in their epilogue:
 
 one pass over the rows instead of two, and its gradient one transposed aggregation instead of
 an aggregation and an add (``fold_self_terms``).
+
+Messages scaled by the graph's own edge weights (``e.src.z * e.edge_weight``) fold the same way,
+into an aggregate that reads the weights (the kernels' weighted sum, no E x F copy).  A sum
+between two row scales by the same node value ``s`` that needs no gradient -- a normalisation
+the program computes itself, such as GCN's ``rsqrt(deg + 1)`` written out -- is one aggregate
+whose kernel applies ``s`` at both ends of every edge (``fold_node_scales``):
+
+    mul(aggregate(mul(y, s), w, self_loops), s)  ->  aggregate(y, w, s, norm=node_scale, self_loops)
+
+The same numbers up to float rounding (``s_v (sum_u w s_u y_u + s_v y_v)`` either way, NaN where
+``s`` is NaN), and two row passes forward and two backward fewer per layer.
 """
 from __future__ import annotations
 
 from ..ir import Program
-from .rewrite import forward_uses, identity_derived, new_op, producers, remove_dead_forward, require_forward_only
+from ..ir_ops import aggregate_scale, reads_edge_weights
+from .rewrite import (depends_on_params, forward_uses, identity_derived, new_op, producers, remove_dead_forward,
+                      require_forward_only)
 
 
 def fold_edge_aggregations(program: Program) -> int:
@@ -30,8 +43,12 @@ def fold_edge_aggregations(program: Program) -> int:
     uses, prod = forward_uses(program), producers(program)
     count = 0
     for pos, op in enumerate(program.forward):
-        gather = prod.get(op.inputs[0].id) if op.opcode == "scatter" else None
+        if op.opcode != "scatter":
+            continue
+        gather, weights = _weighted_messages(op.inputs[0], prod, uses)
         if gather is None or gather.opcode != "gather" or uses.get(gather.output.id, 0) != 1:
+            continue
+        if weights is not None and op.attrs["reduce"] != "sum":
             continue
         x = gather.inputs[0]
         if x.assoc != "node" or identity_derived(program, x, prod):
@@ -44,16 +61,32 @@ def fold_edge_aggregations(program: Program) -> int:
         else:
             continue
         attrs = {"reduce": reduce, "norm": "none", "direction": direction, "self_loops": False}
-        program.forward[pos] = new_op(program, "aggregate", [x], attrs, op.loc, output=op.output)
+        inputs = [x] if weights is None else [x, weights]
+        program.forward[pos] = new_op(program, "aggregate", inputs, attrs, op.loc, output=op.output)
         count += 1
     remove_dead_forward(program)
     return count
 
 
+def _weighted_messages(messages, prod: dict, uses: dict) -> tuple:
+    """``(gather, weights)`` when the messages are gathered rows times the graph's own edge
+    weights (either order, the product read once), else ``(messages' producer, None)``."""
+    op = prod.get(messages.id)
+    if op is None or op.opcode != "mul" or uses.get(messages.id, 0) != 1:
+        return op, None
+    for rows, weights in (op.inputs, op.inputs[::-1]):
+        gather = prod.get(rows.id)
+        if (gather is not None and gather.opcode == "gather" and reads_edge_weights(prod.get(weights.id))
+                and rows.shape == messages.shape):
+            return gather, weights
+    return op, None
+
+
 def _plain_sum_of(op) -> bool:
-    """An aggregate that sums the in-neighbours' rows, unweighted and without self loops."""
+    """An aggregate that sums the in-neighbours' rows (weighted by the graph's edge weights or
+    not), unnormalised and without self loops."""
     a = op.attrs
-    return (op.opcode == "aggregate" and len(op.inputs) == 1 and a.get("reduce") == "sum"
+    return (op.opcode == "aggregate" and len(op.inputs) <= 2 and a.get("reduce") == "sum"
             and a.get("norm", "none") == "none" and a.get("direction", "in") == "in" and not a.get("self_loops"))
 
 
@@ -74,8 +107,51 @@ def fold_self_terms(program: Program) -> int:
                     or identity_derived(program, x, prod)):    # the featureless identity is never a row array
                 continue
             attrs = dict(agg.attrs, self_loops=True)
-            program.forward[pos] = new_op(program, "aggregate", [x], attrs, op.loc, output=op.output)
+            program.forward[pos] = new_op(program, "aggregate", list(agg.inputs), attrs, op.loc, output=op.output)
             count += 1
             break
     remove_dead_forward(program)
     return count
+
+
+def fold_node_scales(program: Program) -> int:
+    """Rewrite ``mul(aggregate(mul(y, s)), s)`` (either order in both products) into one aggregate
+    with norm=node_scale, in place; returns the number folded.  The sum must be unnormalised over
+    in-edges (weighted or not, self loops or not) and read only by the outer product; ``s`` must be
+    the same node [1] value at both ends and must not depend on a parameter (the aggregate takes
+    no gradient for it).  The inner product may have other readers: it is then still computed
+    for them."""
+    require_forward_only(program, "fold_node_scales")
+    uses, prod = forward_uses(program), producers(program)
+    count = 0
+    for pos, op in enumerate(program.forward):
+        if op.opcode != "mul" or len(op.inputs) != 2:
+            continue
+        for agg_value, scale in (op.inputs, op.inputs[::-1]):
+            agg = prod.get(agg_value.id)
+            if (agg is None or agg.opcode != "aggregate" or agg.attrs.get("reduce") != "sum"
+                    or agg.attrs.get("norm", "none") != "none" or agg.attrs.get("direction", "in") != "in"
+                    or aggregate_scale(agg) is not None or uses.get(agg_value.id, 0) != 1
+                    or scale.assoc != "node" or scale.width != 1 or op.output.shape != agg_value.shape):
+                continue
+            rows = _scaled_rows(agg.inputs[0], scale, prod)
+            if rows is None or depends_on_params(program, scale, prod) or identity_derived(program, rows, prod):
+                continue
+            attrs = dict(agg.attrs, norm="node_scale")
+            program.forward[pos] = new_op(program, "aggregate", [rows] + agg.inputs[1:] + [scale], attrs, op.loc,
+                                          output=op.output)
+            count += 1
+            break
+    remove_dead_forward(program)
+    return count
+
+
+def _scaled_rows(z, scale, prod: dict):
+    """``y`` when ``z = mul(y, scale)`` (either order) with ``y`` node rows of z's shape, else None."""
+    op = prod.get(z.id)
+    if op is None or op.opcode != "mul" or len(op.inputs) != 2:
+        return None
+    for rows, other in (op.inputs, op.inputs[::-1]):
+        if other is scale and rows.assoc == "node" and rows.shape == z.shape:
+            return rows
+    return None

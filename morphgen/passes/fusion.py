@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir import Program
+from ..ir_ops import aggregate_weights
 
 EPILOGUE_ACTIVATIONS = ("relu", "leaky_relu", "elu", "sigmoid", "tanh")
 EPILOGUE_HEADS = {"aggregate": "aggregate_epilogue", "scatter": "aggregate_epilogue", "linear": "linear_epilogue",
@@ -73,7 +74,7 @@ def annotate_fusion(program: Program) -> list:
             if len(chain) > 1:
                 groups.append(_group(EPILOGUE_HEADS[op.opcode], chain, backward_reads))
         message = (op.inputs[0] if op.opcode == "scatter" else
-                   op.inputs[1] if op.opcode == "aggregate" and len(op.inputs) == 2 else None)
+                   aggregate_weights(op) if op.opcode == "aggregate" else None)
         if message is not None:
             members = _edge_producers(message, producer, only_reader, op)
             if members:

@@ -29,7 +29,7 @@ are as constant as the graph: GCN layers weighing their edges are hoisted like G
 from __future__ import annotations
 
 from ..ir import Op, Program
-from ..ir_ops import reads_edge_weights
+from ..ir_ops import aggregate_scale, reads_edge_weights
 from .reorder_aggregate import LINEAR_REDUCTIONS
 from .rewrite import concrete, forward_uses, new_op, producers, remove_dead_forward, require_forward_only
 
@@ -59,9 +59,10 @@ def hoisted_aggregations(program: Program) -> int:
 def _graph_constant(op, prod) -> bool:
     """A forward aggregation over in-edges with no edge weights, or with the graph's own
     (e.edge_weight): a function of its input and the graph only."""
-    graph_weights = (op.opcode == "aggregate" and len(op.inputs) == 2
-                     and reads_edge_weights(prod.get(op.inputs[1].id)))
-    return (op.opcode == "aggregate" and (len(op.inputs) == 1 or graph_weights)
+    if op.opcode != "aggregate" or aggregate_scale(op) is not None:
+        return False
+    graph_weights = len(op.inputs) == 2 and reads_edge_weights(prod.get(op.inputs[1].id))
+    return ((len(op.inputs) == 1 or graph_weights)
             and op.attrs["reduce"] in HOISTABLE_REDUCTIONS and op.attrs.get("direction", "in") == "in")
 
 

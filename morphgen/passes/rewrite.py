@@ -57,6 +57,21 @@ def gathered_identity(program: Program, v: Value, prod: dict) -> bool:
     return v is program.inputs.get("features")
 
 
+def depends_on_params(program: Program, v: Value, prod: dict) -> bool:
+    """Whether ``v`` is computed from a parameter (so autodiff would want its gradient)."""
+    params = {p.value.id for p in program.params}
+    stack, seen = [v], set()
+    while stack:
+        u = stack.pop()
+        if u.id in params:
+            return True
+        if u.id in seen or u.id not in prod:
+            continue
+        seen.add(u.id)
+        stack += prod[u.id].inputs
+    return False
+
+
 def new_op(program: Program, opcode: str, inputs: list, attrs: dict, loc=None,
            output: Value = None, name: str = "") -> Op:
     """An op with inferred result; ``output`` reuses an existing value (so its readers stay)."""

@@ -17,6 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CASES = {
     "gcn": lambda: models.gcn(dropout=0.0),
     "gcn_mean": lambda: models.gcn(dropout=0.0, norm="mean"),
+    "gcn_written_out": lambda: models.gcn_written_out(),
     "sage_mean": lambda: models.sage("mean"),
     "sage_max": lambda: models.sage("max"),
     "gin": lambda: models.gin(),

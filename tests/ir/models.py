@@ -79,6 +79,32 @@ def gcn(hidden=16, layers=2, dropout=0.5, featureless=False, norm="gcn") -> Prog
     return m.finish(h)
 
 
+def gcn_written_out(hidden=16, weighted=False) -> Program:
+    """GCN with its normalisation written out, as the language lowers ``examples/gcn_weighted.mp``:
+    s = rsqrt(d + 1) with d the in-degree (or the in-edges' weights summed), and per layer
+    s * (Sum(e: e.src.z * s [* e.edge_weight]) + z * s) + b.  fold_node_scales makes each layer one
+    aggregate; the interpreter runs the ops as written."""
+    m = ModelBuilder("gcn_written_out")
+    if weighted:
+        weights = m.emit("graph_scalar", kind="edge_weight")
+        degree = m.emit("scatter", weights, reduce="sum", end="dst")
+    else:
+        degree = m.emit("graph_scalar", kind="in_degree")
+    scale = m.emit("rsqrt", m.emit("shift", degree, c=1.0))
+    h = m.x
+    widths = _widths(hidden, 2)
+    for layer in range(2):
+        w = m.param(f"layer{layer}.W", (widths[layer], widths[layer + 1]))
+        b = m.param(f"layer{layer}.b", (widths[layer + 1],), init="zeros")
+        z = m.emit("mul", m.emit("linear", h, w), scale)
+        messages = m.emit("gather", z, end="src")
+        if weighted:
+            messages = m.emit("mul", messages, weights)
+        total = m.emit("add", m.emit("scatter", messages, reduce="sum", end="dst"), z)
+        h = m.activation(m.emit("bias_add", m.emit("mul", total, scale), b), "relu" if layer == 0 else None)
+    return m.finish(h)
+
+
 def sage(reduce="mean", hidden=16, layers=2, dropout=0.0) -> Program:
     """GraphSAGE: linear(aggregate(h), Wn) + linear(h, Ws) + b, act."""
     m = ModelBuilder(f"sage_{reduce}")
@@ -286,4 +312,4 @@ def hgt(hidden=8, blocks=1) -> Program:
 
 
 ALL = {"gcn": gcn, "gcn_featureless": lambda: gcn(featureless=True), "sage_mean": lambda: sage("mean"), "sage_max": lambda: sage("max"),
-       "gin": gin, "gat": gat, "rgcn": rgcn, "rgat": rgat, "hgt": hgt}
+       "gin": gin, "gat": gat, "rgcn": rgcn, "rgat": rgat, "hgt": hgt, "gcn_written_out": gcn_written_out}

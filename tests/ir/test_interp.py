@@ -219,3 +219,32 @@ def test_per_weight_decay_and_undecayed_biases():
     optimizer_step(prog, params, grads, {})
     assert np.all(params["layer0.b"] == 1.0) and np.all(params["layer1.b"] == 1.0)
     assert np.all(params["layer0.W"] == 0.0) and np.all(params["layer1.W"] == 0.75)
+
+
+@pytest.mark.parametrize("direction", ["in", "out"])
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_node_scale_aggregate_by_hand(direction, self_loops):
+    """norm=node_scale: y_v = s_v (sum over v's in-edges u -> v of w_e s_u x_u + s_v x_v), and
+    the transpose over out-edges, as loops over the edge list; NaN scales stay NaN."""
+    g = random_graph(10, 26, seed=5, weighted=True)
+    rng = np.random.default_rng(3)
+    x, s = rng.normal(size=(10, 3)), rng.uniform(0.2, 2.0, size=10)
+    s[4] = np.nan
+    m = models.ModelBuilder("scaled")
+    scale = m.program.new_value("node", (1,), name="s")
+    m.program.inputs["scale"] = scale
+    w = m.emit("graph_scalar", kind="edge_weight")
+    out = m.emit("aggregate", m.x, w, scale, reduce="sum", norm="node_scale", direction=direction,
+                 self_loops=self_loops)
+    prog = m.finish(m.emit("linear", out, m.param("W", ("F", "C"))))
+    prog.bind({"F": 3, "C": 2})
+    interp = Interpreter(prog, g, x, np.zeros(10, np.int64))
+    y = interp._op_aggregate(prog.forward[1], x, g.edge_weight.reshape(-1, 1), s.reshape(-1, 1))
+    expect = np.zeros_like(x)
+    for u, v, we in zip(g.src, g.dst, g.edge_weight):
+        row, col = (v, u) if direction == "in" else (u, v)
+        expect[row] += s[row] * we * s[col] * x[col]
+    if self_loops:
+        expect += (s * s)[:, None] * x
+    np.testing.assert_allclose(y, expect, rtol=1e-12, equal_nan=True)
+    assert np.isnan(y[4]).all()

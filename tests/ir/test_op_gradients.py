@@ -39,6 +39,16 @@ def _agg_weighted(**attrs):
     return build
 
 
+def _agg_scaled(weighted=False, **attrs):
+    """norm=node_scale with a scale that needs no gradient, zero on nodes without in-edges
+    (rsqrt(0) = 0), and constant edge weights (weights needing a gradient are refused)."""
+    def build(m, h, k):
+        scale = m.emit("rsqrt", m.emit("graph_scalar", kind="in_degree"))
+        weights = [m.emit("graph_scalar", kind="gcn_norm", self_loops=False)] if weighted else []
+        return m.emit("aggregate", h, *weights, scale, reduce="sum", norm="node_scale", **attrs)
+    return build
+
+
 def _scatter(reduce, end):
     def build(m, h, k):
         msg = m.emit("tanh", m.emit("gather", h, end="dst" if end == "src" else "src"))
@@ -274,6 +284,10 @@ CASES = {
     "aggregate_weighted_mean": _agg_weighted(reduce="mean", self_loops=True),
     "aggregate_weighted_gcn": _agg_weighted(reduce="sum", norm="gcn", self_loops=True),
     "aggregate_weighted_out": _agg_weighted(reduce="sum", norm="gcn", direction="out"),
+    "aggregate_node_scale": _agg_scaled(),
+    "aggregate_node_scale_loops": _agg_scaled(self_loops=True),
+    "aggregate_node_scale_weighted": _agg_scaled(weighted=True, self_loops=True),
+    "aggregate_node_scale_out": _agg_scaled(weighted=True, direction="out"),
     **{f"{op}_{b}": _binary(op, b) for op in ("add", "sub", "mul", "div")
        for b in ("rows", "width1", "param")},
     "scale": _unary("scale", c=-1.7),

@@ -21,23 +21,23 @@ def _bound(factory, **sizes):
     return prog.bind({s: table[s] for s in prog.symbols()})
 
 
-def _evaluate(prog, params):
-    g = random_graph(10, 26, seed=11, etypes=3, ntypes=2)
+def _evaluate(prog, params, weighted=False):
+    g = random_graph(10, 26, seed=11, etypes=3, ntypes=2, weighted=weighted)
     x, labels, mask = random_data(g, None if prog.featureless else prog.inputs["features"].width, 3)
     if not prog.backward:
         differentiate(prog)
     return Interpreter(prog, g, x, labels, mask, seed=3).run(params)
 
 
-def _assert_same_numerics(factory, transform, sizes=None):
+def _assert_same_numerics(factory, transform, sizes=None, weighted=False):
     """Run the program, transform a fresh copy, run again: same loss and gradients."""
     sizes = sizes or {}
     before = _bound(factory, **sizes)
     params = perturbed_params(before)
-    loss0, grads0, _ = _evaluate(before, params)
+    loss0, grads0, _ = _evaluate(before, params, weighted)
     after = _bound(factory, **sizes)
     result = transform(after)
-    loss1, grads1, _ = _evaluate(after, params)
+    loss1, grads1, _ = _evaluate(after, params, weighted)
     assert loss1 == pytest.approx(loss0, rel=1e-12, abs=1e-12)
     assert grads1.keys() == grads0.keys()
     for k in grads0:
@@ -444,3 +444,73 @@ def test_self_term_folds_only_a_plain_sum_of_the_same_rows_read_once():
         total = m.emit("add", total, p)
     prog = _bound(lambda: m.finish(m.emit("linear", total, w)), F=4)
     assert fold_self_terms(prog) == 0
+
+
+# -- a normalisation written out folded into the aggregation ---------------------------------
+def _fold_all(prog):
+    from morphgen.passes import fold_edge_aggregations, fold_node_scales, fold_self_terms
+    return fold_edge_aggregations(prog), fold_self_terms(prog), fold_node_scales(prog)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_written_out_gcn_becomes_one_scaled_aggregation_per_layer(weighted):
+    """s * (Sum(e: e.src.z * s [* w]) + z * s): the weighted messages fold into an aggregate that
+    reads the weights, the own row into its self loop, the two row scales into norm=node_scale."""
+    prog, counts = _assert_same_numerics(lambda: models.gcn_written_out(weighted=weighted), _fold_all,
+                                         weighted=weighted)
+    assert counts == (2, 2, 2)
+    aggregates = [op for op in prog.forward if op.opcode == "aggregate"]
+    assert len(aggregates) == 2
+    for op in aggregates:
+        assert op.attrs["norm"] == "node_scale" and op.attrs["self_loops"]
+        assert op.inputs[-1].id == aggregates[0].inputs[-1].id            # the one scale s
+        assert len(op.inputs) == (3 if weighted else 2)
+    assert not {"gather", "add"} & set(_opcodes(prog))
+    # what remains of the products: none around the aggregations (the scale's own ops stay)
+    assert _opcodes(prog).count("mul") == 0
+
+
+def test_run_default_folds_the_written_out_weighted_gcn():
+    prog, report = _assert_same_numerics(lambda: models.gcn_written_out(weighted=True),
+                                         lambda p: run_default(p, 10, 26), weighted=True)
+    assert report["fold_node_scales"] == 2
+    prog.validate()
+
+
+def _scaled_sum(m, rows, outer, inner=None, reduce="sum"):
+    inner = outer if inner is None else inner
+    return m.emit("mul", m.emit("aggregate", m.emit("mul", rows, inner), reduce=reduce), outer)
+
+
+def test_node_scales_fold_only_the_same_constant_scale_around_a_plain_sum():
+    """Different scales at the two ends, a scale computed from a weight (it would need a
+    gradient), a mean, or a sum read elsewhere too are left as they are."""
+    from morphgen.passes import fold_node_scales
+    m = models.ModelBuilder("not_scaled")
+    w = m.param("W", ("F", "C"))
+    s = m.emit("rsqrt", m.emit("shift", m.emit("graph_scalar", kind="in_degree"), c=1.0))
+    t = m.emit("rsqrt", m.emit("shift", m.emit("graph_scalar", kind="out_degree"), c=1.0))
+    learned = m.emit("sigmoid", m.emit("linear", m.x, m.param("Ws", ("F", 1))))
+    parts = [_scaled_sum(m, m.x, s, t), _scaled_sum(m, m.x, learned), _scaled_sum(m, m.x, s, reduce="mean")]
+    shared = m.emit("aggregate", m.emit("mul", m.x, s), reduce="sum")
+    parts += [m.emit("mul", shared, s), shared]
+    total = parts[0]
+    for p in parts[1:]:
+        total = m.emit("add", total, p)
+    prog = _bound(lambda: m.finish(m.emit("linear", total, w)), F=4)
+    assert fold_node_scales(prog) == 0
+
+
+def test_a_scale_with_other_readers_still_folds():
+    """z = y * s read by the sum and by something else: the sum reads y and s; z stays for the other."""
+    from morphgen.passes import fold_node_scales
+
+    def build():
+        m = models.ModelBuilder("shared_rows")
+        s = m.emit("rsqrt", m.emit("graph_scalar", kind="in_degree"))     # rsqrt(0) = 0: zero scales too
+        z = m.emit("mul", m.x, s)
+        out = m.emit("add", m.emit("mul", m.emit("aggregate", z, reduce="sum", self_loops=True), s), z)
+        return m.finish(m.emit("linear", out, m.param("W", ("F", "C"))))
+    prog, n = _assert_same_numerics(build, fold_node_scales, {"F": 4})
+    assert n == 1
+    assert [op.attrs["norm"] for op in prog.forward if op.opcode == "aggregate"] == ["node_scale"]

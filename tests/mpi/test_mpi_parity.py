@@ -18,6 +18,41 @@ SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_clas
 RTOL = 1e-5
 
 
+# GCN's normalisation written out with the in-degree (the weighted example sums its weights): each
+# layer folds into one aggregation whose kernel reads the program's own scale at ghost sources too
+# (norm=node_scale; a scale of the global graph's degrees needs no exchange).
+GCN_WRITTEN_OUT = """
+function gcnWrittenOut(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[F][16]> W1 = glorot;
+    weight<float[16]> b1 = zeros;
+    weight<float[16][C]> W2 = glorot;
+    propNode<float[1]> s;
+    propNode<float[16]> z1, h;
+    propNode<float[C]> z2, out;
+    gnn.optimizer("adam", lr = 0.01);
+    for (int epoch = 0; epoch < 200; epoch++) {
+        forall (v in g.nodes()) { v.s = rsqrt(v.in_degree + 1); }
+        forall (v in g.nodes()) { v.z1 = dropout(v.x, 0.5) * W1 * v.s; }
+        forall (v in g.nodes()) { v.h = relu((Sum(u in g.neighbors(v): u.z1) + v.z1) * v.s + b1); }
+        forall (v in g.nodes()) { v.z2 = dropout(v.h, 0.5) * W2 * v.s; }
+        forall (v in g.nodes()) { v.out = (Sum(u in g.neighbors(v): u.z2) + v.z2) * v.s; }
+        gnn.loss(out, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+"""
+
+
+def test_gcn_written_out_matches_one_process(tmp_path):
+    program = tmp_path / "gcn_written_out.mp"
+    program.write_text(GCN_WRITTEN_OUT)
+    reference = train(tmp_path, program, SYNTHETIC)
+    for ranks in RANKS:
+        assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
+                        f"the written-out GCN on {ranks} ranks")
+
+
 @pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcn_weighted",
                                    example("bench/gcn3_weighted")])
 def test_homogeneous_examples_match_one_process(tmp_path, model):
