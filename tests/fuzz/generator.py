@@ -65,6 +65,8 @@ class _Writer:
         # same seed gave before they existed, and one that reads them differs only there.
         self.edge_weights = random.Random(f"edge-weight-{seed}")
         self.weighted = False
+        # Normalisations written out (fold_node_scales) are chosen by a stream of their own too.
+        self.node_scales = random.Random(f"node-scale-{seed}")
         self.counter = 0
 
     # -- names and declarations ------------------------------------------------------------
@@ -295,6 +297,37 @@ class _Writer:
             return f"({inner} * {self.rng.choice((0.5, 2.0, 0.25, 1.5))})"
         return f"({inner} / {self.rng.choice((2, 4, 3))})"
 
+    def normalised_sum(self, scope: _Scope) -> list:
+        """Statements of a sum between two row scales by one node value, as GCN written out:
+        s = rsqrt(d + c) (d the in-degree, or the in-edges' weights summed), z = h * s, then
+        (Sum of z over in-neighbours [weighed by the edges] [+ z]) * s; now and then a scale that
+        differs at the two ends or one that depends on a weight, which must not fold."""
+        r = self.node_scales
+        width = r.choice(WIDTHS)
+        s, z, out = self.prop("Node", 1), self.prop("Node", width), self.prop("Node", width)
+        if r.random() < 0.4:
+            self.weighted = True
+            degree = "Sum(e in v.incoming_edges(): e.edge_weight)"
+        else:
+            degree = f"v.{r.choice(('in_degree', 'in_degree', 'out_degree'))}"
+        scale = f"rsqrt({degree} + {r.choice((1, 1, 2))})"
+        if r.random() < 0.15:                       # learned: needs a gradient, never folded
+            scale = f"sigmoid(v.x * {self.weight('F', 1)})"
+            self.x_direct = True
+        outer = f"v.{s}" if r.random() < 0.85 else "rsqrt(v.out_degree + 1)"
+        message = f"(e.src.{z} * e.edge_weight)" if r.random() < 0.3 else f"e.src.{z}"
+        if "edge_weight" in message:
+            self.weighted = True
+        total = f"Sum(e in v.incoming_edges(): {message})"
+        if r.random() < 0.7:
+            total = f"({total} + v.{z})" if r.random() < 0.5 else f"(v.{z} + {total})"
+        rows = self.node_expr(scope, width, self.rng.randint(1, 2))
+        lines = [f"forall (v in g.nodes()) {{ v.{s} = {scale}; }}",
+                 f"forall (v in g.nodes()) {{ v.{z} = {rows} * v.{s}; }}",
+                 f"forall (v in g.nodes()) {{ v.{out} = {total} * {outer}; }}"]
+        scope.node.update({s: 1, z: width, out: width})
+        return lines
+
     def binary(self, make, width) -> str:
         op = self.pick(("+", "-", "*"))
         if width != 1 and self.rng.random() < 0.2:      # a width-1 operand broadcasts over the row
@@ -309,6 +342,9 @@ def _explicit(w: _Writer) -> str:
     scope = _Scope(node={"x": "F"})
     body = []
     for _ in range(w.rng.randint(1, 4)):
+        if w.node_scales.random() < 0.12:
+            body += w.normalised_sum(scope)
+            continue
         width = w.rng.choice(WIDTHS)
         if w.rng.random() < 0.35:
             name = w.prop("Edge", width)
