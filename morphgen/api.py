@@ -42,8 +42,9 @@ class CompiledModel:
     def __init__(self, path, backend: str = "openmp", threads: Optional[int] = None, seed: int = 0,
                  sparsity_threshold: Optional[float] = None, sanitize: bool = False,
                  hoist_invariants: bool = True, edge_typed_layout: str = "auto", op_timers: bool = False):
-        """``hoist_invariants=False`` keeps aggregations of the input features inside the epoch
-        (passes/hoist_invariant.py), e.g. to measure what hoisting them saves.
+        """``hoist_invariants=False`` keeps aggregations of the input features and what the
+        program computes from the graph alone inside the epoch (passes/hoist_invariant.py), e.g.
+        to measure what hoisting them saves.
         ``edge_typed_layout``: how a typed linear of gathered node rows is computed on backends
         with those kernels: auto (picked per op from the graph), compact (one product per
         distinct (node, edge type) pair), edge (one per edge), gathered (per-edge copies of the
@@ -153,7 +154,8 @@ class CompiledModel:
         fused = self._backend.capabilities.edge_typed_linear and self.edge_typed_layout != "gathered"
         self.program = lower(self.path, sizes_of(dataset), dataset.features is None, hoist,
                              self._backend.capabilities.bases_per_lookup,
-                             self.edge_typed_layout if fused else None, dataset.graph)
+                             self.edge_typed_layout if fused else None, dataset.graph,
+                             graph_constants=self.hoist_invariants and self._backend.capabilities.hoist_invariants)
         self._backend.check_program(self.program)
         self._emitter = self._backend.emitter_class()(self.program, op_timers=self.op_timers)
         return self._emitter.emit()

@@ -13,11 +13,14 @@ from .errors import UserError
 
 
 def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_features: bool = False,
-          bases_per_lookup: bool = False, edge_typed_layout: Optional[str] = None, graph=None):
+          bases_per_lookup: bool = False, edge_typed_layout: Optional[str] = None, graph=None,
+          graph_constants: bool = False):
     """Parse, check and lower a program; bind sizes when given; run the passes (backward included).
 
     ``dense_features``: the backend will hold the input features dense, so aggregations of them
     may be computed once instead of every epoch (passes/hoist_invariant.py).
+    ``graph_constants``: the backend computes what the forward derives from the graph alone once,
+    at load time (passes/hoist_invariant.py, hoist_graph_constants).
     ``bases_per_lookup``: the backend reads featureless lookups of basis-decomposed weights from
     the bases (passes/basis_lookup.py).
     ``edge_typed_layout``: the backend reads gathered node rows of typed linears in place, in this
@@ -36,6 +39,7 @@ def lower(path, sizes: Optional[dict] = None, featureless: bool = False, dense_f
             program.bind(sizes)
         passes.run_default(program, dense_features=dense_features and sizes is not None and not featureless,
                            bases_per_lookup=bases_per_lookup, edge_typed_layout=edge_typed_layout,
+                           graph_constants=graph_constants,
                            edge_pairs=edge_type_pairs(graph) if graph is not None and edge_typed_layout else None)
     except IRError as err:
         # Shapes that only the dataset's sizes reveal: the error still points into the program.

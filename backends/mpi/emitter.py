@@ -91,12 +91,15 @@ class MPIEmitter(OpenMPEmitter):
 
     # -- values computed once at load time ------------------------------------------------------
     def invariant_computed(self, v: Value) -> list:
-        """An invariant aggregation is computed for owned rows (ghosts have no in-edges here).
-        When a later aggregation reads it at edge sources (SGC's S^K x), one exchange at load
-        time gives its ghost rows their owners' values, as the loaded features have."""
-        read_at_sources = any(self.source_read(op) is not None and self.source_read(op).id == v.id
-                              for op in self.p.invariant + self.p.forward)
-        if not read_at_sources:
+        """An invariant value is right on owned rows (ghosts have no in-edges here, so a sum
+        over in-edges is not right there).  When an op reads it at edge sources (SGC's S^K x; a
+        node scale, which aggregations read at both ends), one exchange at load time gives its
+        ghost rows their owners' values, as the loaded features have."""
+        def reads_at_sources(op) -> bool:
+            read = self.source_read(op)
+            scale = aggregate_scale(op) if op.opcode == "aggregate" else None
+            return (read is not None and read.id == v.id) or (scale is not None and scale.id == v.id)
+        if v.assoc != "node" or not any(reads_at_sources(op) for op in self.p.all_ops()):
             return []
         k = self.timers.index("halo")
         return [f"mg::mpi::halo_forward(m.part, const_cast<float *>({self.views[v.id]}), {self.width(v)}, "

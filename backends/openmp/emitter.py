@@ -141,6 +141,7 @@ class OpenMPEmitter:
         self.epilogues: dict = {}        # id(aggregate op) -> (bias value, activation op, final value)
         self.epilogues_run: set = set()  # id() of the heads whose kernel call carries their epilogue
         self.current_op = None           # the op being lowered (for located errors)
+        self.untimed = False             # lowering calls run once at load time (lower_invariant)
         self.readers: dict = {}          # value id -> [(op, input position)] over forward + backward
         self.absorbed: set = set()       # id() of ops run inside a fused epilogue
         self.fused_dropout_grad: dict = {}   # act_grad output id -> the dropout_grad it runs inside
@@ -300,8 +301,11 @@ class OpenMPEmitter:
     # -- emission ----------------------------------------------------------------------------------
     def timed(self, timer: str, call: str, bytes_: str = "0", flops: str = "0", kernel: str = "") -> str:
         """A call inside its kernel family's timer; ``kernel`` names it when the call is not
-        one function call (the plan table and backends' checks read the name)."""
+        one function call (the plan table and backends' checks read the name).  Calls run once
+        at load time (``untimed``) have none: the timers measure epochs."""
         self.note_kernel(kernel or call.split("(", 1)[0])
+        if self.untimed:
+            return call
         op = self.current_op
         if self.op_timers and op is not None:
             timer = f"{timer}: %{op.output.id if op.output is not None else '-'} {op.opcode}"
@@ -480,43 +484,64 @@ class OpenMPEmitter:
         return "-"
 
     def lower_invariant(self) -> None:
-        """Values of the inputs alone (passes/hoist_invariant.py): computed once, in prepare."""
+        """Values of the inputs and the graph alone (passes/hoist_invariant.py): computed once,
+        in prepare, each into a buffer of its own."""
         for op in self.p.invariant:
             self.current_op = op
             self.plan_rows.append({"op": op, "kernels": [], "fused_into": None})
-            if reads_edge_weights(op):
-                # the edge weights a hoisted aggregation reads: a copy of its own, written at prepare
-                name = f"inv{op.output.id}"
-                self.members.append(f"mg::Buffer {name};")
-                self.prepare.append(f"m.{name}.allocate({self.storage_numel(op.output)}, m.allocated_bytes)")
-                self.views[op.output.id] = f"m.{name}.data"
-                self.prepare.append(f"mg::op::edge_weight(m.g, m.{name}.data)")
-                self.note_kernel("mg::op::edge_weight")
-                continue
-            x = op.inputs[0]
-            weights = op.inputs[1:]
-            if op.opcode != "aggregate" or len(op.inputs) > 2 or aggregate_scale(op) is not None or (
-                    x.id != self.features_id and not self.views.get(x.id, "").startswith("m.inv")) or (
-                    weights and not self.views.get(weights[0].id, "").startswith("m.inv")):
-                raise InternalError(f"the OpenMP backend cannot compute '{op.opcode}' once at load time")
-            name = f"inv{op.output.id}"
-            self.note_kernel("mg::op::aggregate" if x.id != self.features_id else "mg::op::aggregate_features_once")
-            if x.id != self.features_id:     # an aggregation of an aggregation (S^K x): its own buffer
-                self.members.append(f"mg::Buffer {name};")
-                self.prepare += [f"m.{name}.allocate({self.storage_numel(op.output)}, m.allocated_bytes)",
-                                 f"mg::op::aggregate(m.g, {self._agg_spec(op)}, {self.views[x.id]}, "
-                                 f"{self.width(x)}, m.{name}.data, nullptr)"]
-                self.views[op.output.id] = f"m.{name}.data"
+            unready = [v for v in op.inputs if v.id != self.features_id and not self._computed_once(v)]
+            if unready:
+                raise InternalError(f"the OpenMP backend cannot compute '{op.opcode}' once at load time: it reads "
+                                    f"{unready[0]!r}, which is not computed before it")
+            if op.opcode == "aggregate":
+                self._aggregate_once(op)
             else:
-                self.needs_dense_features = True
-                # Overwriting the donated features is safe only when this is their one reader.
-                sole_reader = len(self.readers.get(x.id, [])) == 1
-                self.members += [f"mg::Buffer {name};", f"const float *{name}_data = nullptr;"]
-                self.prepare.append(f"m.{name}_data = mg::op::aggregate_features_once(m.g, {self._agg_spec(op)}, "
-                                    f"m.features, {'m.features_donated' if sole_reader else 'false'}, m.{name}, "
-                                    f"m.allocated_bytes)")
-                self.views[op.output.id] = f"m.{name}_data"
+                self._compute_once(op)
             self.prepare += self.invariant_computed(op.output)
+
+    def _computed_once(self, v: Value) -> bool:
+        return self.views.get(v.id, "").startswith("m.inv")
+
+    def _own_invariant_buffer(self, v: Value) -> str:
+        name = f"inv{v.id}"
+        self.members.append(f"mg::Buffer {name};")
+        self.prepare.append(f"m.{name}.allocate({self.storage_numel(v)}, m.allocated_bytes)")
+        self.views[v.id] = f"m.{name}.data"
+        return f"m.{name}.data"
+
+    def _compute_once(self, op) -> None:
+        """An op of graph constants (degrees and what the program computes from them): the op's
+        own lowering, without timers, run once in prepare into a buffer of its own."""
+        self._own_invariant_buffer(op.output)
+        method = getattr(self, "op_" + op.opcode, None)
+        if method is None:
+            raise InternalError(f"the OpenMP backend has no lowering for IR opcode '{op.opcode}'")
+        self.untimed = True
+        try:
+            lines = method(op, *op.inputs)
+        finally:
+            self.untimed = False
+        self.prepare += self.around(op, lines if isinstance(lines, list) else [lines] if lines else [])
+
+    def _aggregate_once(self, op) -> None:
+        """A hoisted aggregation: of the input features (in place of them when they have no
+        other reader) or of an invariant value (S^K x); no argmax for a max (no gradient)."""
+        x = op.inputs[0]
+        self.note_kernel("mg::op::aggregate" if x.id != self.features_id else "mg::op::aggregate_features_once")
+        if x.id != self.features_id:
+            out = self._own_invariant_buffer(op.output)
+            self.prepare.append(f"mg::op::aggregate(m.g, {self._agg_spec(op)}, {self.views[x.id]}, "
+                                f"{self.width(x)}, {out}, nullptr)")
+            return
+        self.needs_dense_features = True
+        # Overwriting the donated features is safe only when this is their one reader.
+        sole_reader = len(self.readers.get(x.id, [])) == 1
+        name = f"inv{op.output.id}"
+        self.members += [f"mg::Buffer {name};", f"const float *{name}_data = nullptr;"]
+        self.prepare.append(f"m.{name}_data = mg::op::aggregate_features_once(m.g, {self._agg_spec(op)}, "
+                            f"m.features, {'m.features_donated' if sole_reader else 'false'}, m.{name}, "
+                            f"m.allocated_bytes)")
+        self.views[op.output.id] = f"m.{name}_data"
 
     def invariant_computed(self, v: Value) -> list:
         """Prepare-time lines that must follow the computation of invariant ``v`` (none here)."""

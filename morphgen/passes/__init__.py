@@ -5,7 +5,7 @@ Forward rewrites (run before autodiff; each keeps numerics up to float rounding)
 ``split_concat_linear``,
 ``reorder_linear_operators``,
 for backends with their kernels ``combine_bases_per_lookup`` and ``fuse_gathered_typed_linear``
-and, for dense input features, ``hoist_invariant_aggregation``.
+``hoist_graph_constants`` and, for dense input features, ``hoist_invariant_aggregation``.
 Analyses (after autodiff): ``annotate_fusion`` and ``analyse_liveness``.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .concat_split import split_concat_linear
 from .edge_aggregate import fold_edge_aggregations, fold_node_scales, fold_self_terms
 from .edge_typed_linear import fuse_gathered_typed_linear
 from .fusion import FusionGroup, annotate_fusion
-from .hoist_invariant import hoist_invariant_aggregation
+from .hoist_invariant import hoist_graph_constants, hoist_invariant_aggregation
 from .linear_reorder import reorder_linear_operators
 from .liveness import Liveness, analyse_liveness, lifetimes
 from .reorder_aggregate import reorder_linear_aggregate
@@ -25,20 +25,21 @@ from .rewrite import remove_dead_forward
 
 __all__ = ["run_default", "fold_edge_aggregations", "fold_self_terms", "fold_node_scales", "reorder_linear_aggregate", "split_concat_linear",
            "reorder_linear_operators", "combine_bases_per_lookup", "fuse_gathered_typed_linear",
-           "hoist_invariant_aggregation", "annotate_fusion",
+           "hoist_graph_constants", "hoist_invariant_aggregation", "annotate_fusion",
            "analyse_liveness", "lifetimes", "FusionGroup", "Liveness", "remove_dead_forward"]
 
 
 def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
                 dense_features: bool = False, bases_per_lookup: bool = False,
-                edge_typed_layout: str = None, edge_pairs: dict = None) -> dict:
+                edge_typed_layout: str = None, edge_pairs: dict = None, graph_constants: bool = False) -> dict:
     """The default pipeline, in place: rewrites, autodiff, fusion annotation, liveness.
 
     An existing backward is discarded and regenerated after the rewrites.  The
     width-dependent passes run only when every size is bound; aggregations of the input
     features are hoisted out of the epoch only when the backend will hold them dense
     (``dense_features``); featureless lookups of basis-decomposed weights read the bases
-    directly when the backend has those kernels (``bases_per_lookup``); typed linears of gathered
+    directly when the backend has those kernels (``bases_per_lookup``); what the forward computes
+    from the graph alone is computed once when the backend can (``graph_constants``); typed linears of gathered
     node rows read the rows in place when ``edge_typed_layout`` is set (auto: picked from the
     graph's ``edge_pairs`` counts, passes/edge_typed_linear.py).
     Liveness runs when ``num_nodes`` and ``num_edges`` are given.
@@ -60,6 +61,8 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
     if edge_typed_layout is not None:
         report["fuse_gathered_typed_linear"] = fuse_gathered_typed_linear(program, edge_typed_layout, edge_pairs)
     report["dead_forward_ops"] = remove_dead_forward(program)
+    if graph_constants:
+        report["hoist_graph_constants"] = hoist_graph_constants(program)
     if dense_features and not program.symbols():
         report["hoist_invariant_aggregation"] = hoist_invariant_aggregation(program)
     differentiate(program)

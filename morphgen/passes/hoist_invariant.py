@@ -1,4 +1,8 @@
-"""Hoist aggregations of the input features out of the training loop (loop-invariant code motion).
+"""Hoist what never changes out of the training loop (loop-invariant code motion).
+
+``hoist_graph_constants`` moves the values the forward computes from the graph alone (degree
+chains, a normalisation written out) into ``program.invariant``; ``hoist_invariant_aggregation``
+moves aggregations of the input features there, as follows.
 
 The input features and the graph never change between epochs, so ``A x`` -- a sum or mean
 aggregation of the raw features -- is the same number every epoch.  This pass moves it into
@@ -29,9 +33,48 @@ are as constant as the graph: GCN layers weighing their edges are hoisted like G
 from __future__ import annotations
 
 from ..ir import Op, Program
-from ..ir_ops import aggregate_scale, reads_edge_weights
+from ..ir_ops import BINARY, MATH_FUNCTIONS, UNARY, aggregate_scale, aggregate_weights, reads_edge_weights
 from .reorder_aggregate import LINEAR_REDUCTIONS
 from .rewrite import concrete, forward_uses, new_op, producers, remove_dead_forward, require_forward_only
+
+
+# Ops that compute the same numbers every epoch from the same inputs: no randomness (dropout),
+# no state (batch statistics), no argmax kept for a gradient (max reductions).
+_DETERMINISTIC = frozenset(("graph_scalar", "gather", "scale") + UNARY + MATH_FUNCTIONS + BINARY)
+
+
+def hoist_graph_constants(program: Program) -> int:
+    """Move what the forward computes from the graph alone into ``program.invariant``, in
+    order; returns the number of ops moved.
+
+    A graph constant is a graph scalar (degrees, edge weights) or what a deterministic op
+    computes from graph constants alone: GCN's ``rsqrt(in_degree + 1)`` written out, the
+    weighted degrees ``Sum(e in v.incoming_edges(): e.edge_weight)``, a mean's ``1 / degree``.
+    Backends already compute graph scalars once at load time; the chains built on them were
+    recomputed every epoch (a scatter over every edge for the weighted degrees).  Graph scalars
+    move only when a moved op reads them; one read by nothing moved stays where it is.
+    """
+    require_forward_only(program, "hoist_graph_constants")
+    constant = {op.output.id for op in program.invariant}
+    chain = []
+    for op in program.forward:
+        if op.output is None or not _deterministic(op):
+            continue
+        if op.opcode == "graph_scalar" or (op.inputs and all(v.id in constant for v in op.inputs)):
+            constant.add(op.output.id)
+            chain.append(op)
+    read = {v.id for op in chain if op.opcode != "graph_scalar" for v in op.inputs}
+    moved = [op for op in chain if op.opcode != "graph_scalar" or op.output.id in read]
+    ids = {id(op) for op in moved}
+    program.invariant += moved
+    program.forward = [op for op in program.forward if id(op) not in ids]
+    return sum(op.opcode != "graph_scalar" for op in moved)
+
+
+def _deterministic(op) -> bool:
+    if op.opcode in ("scatter", "aggregate"):
+        return op.attrs.get("reduce") in LINEAR_REDUCTIONS
+    return op.opcode in _DETERMINISTIC
 
 
 def hoist_invariant_aggregation(program: Program) -> int:
@@ -56,25 +99,29 @@ def hoisted_aggregations(program: Program) -> int:
     return sum(op.opcode == "aggregate" for op in program.invariant)
 
 
-def _graph_constant(op, prod) -> bool:
-    """A forward aggregation over in-edges with no edge weights, or with the graph's own
-    (e.edge_weight): a function of its input and the graph only."""
-    if op.opcode != "aggregate" or aggregate_scale(op) is not None:
+def _graph_constant(op, prod, invariant: set) -> bool:
+    """A forward aggregation over in-edges with no edge weights or the graph's own (e.edge_weight),
+    and a node scale, if any, that is invariant: a function of its input and the graph only."""
+    if op.opcode != "aggregate" or op.attrs["reduce"] not in HOISTABLE_REDUCTIONS:
         return False
-    graph_weights = len(op.inputs) == 2 and reads_edge_weights(prod.get(op.inputs[1].id))
-    return ((len(op.inputs) == 1 or graph_weights)
-            and op.attrs["reduce"] in HOISTABLE_REDUCTIONS and op.attrs.get("direction", "in") == "in")
+    weights, scale = aggregate_weights(op), aggregate_scale(op)
+    graph_weights = weights is None or weights.id in invariant or reads_edge_weights(prod.get(weights.id))
+    return (graph_weights and (scale is None or scale.id in invariant)
+            and op.attrs.get("direction", "in") == "in")
 
 
-def _invariant_inputs(program: Program, op, prod) -> list:
+def _invariant_inputs(program: Program, op, prod, invariant: set) -> list:
     """``op``'s inputs as the invariant section reads them: the graph's edge weights read again
-    there (an op of its own), since the invariant section runs before the forward defines any."""
-    if len(op.inputs) == 1:
-        return list(op.inputs)
-    weights = prod[op.inputs[1].id]
-    again = new_op(program, "graph_scalar", [], weights.attrs, weights.loc, name="edge_weights")
-    program.invariant.append(again)
-    return [op.inputs[0], again.output]
+    there (an op of its own) unless they are invariant already, since the invariant section
+    runs before the forward defines any."""
+    inputs = list(op.inputs)
+    weights = aggregate_weights(op)
+    if weights is not None and weights.id not in invariant:
+        producer = prod[weights.id]
+        again = new_op(program, "graph_scalar", [], producer.attrs, producer.loc, name="edge_weights")
+        program.invariant.append(again)
+        inputs[1] = again.output
+    return inputs
 
 
 def _repaid(program: Program, features, layer_width) -> bool:
@@ -87,12 +134,12 @@ def _hoist_one(program: Program, features) -> bool:
     uses, prod = forward_uses(program), producers(program)
     invariant = {op.output.id for op in program.invariant}
     for pos, op in enumerate(program.forward):
-        if not _graph_constant(op, prod):
+        if not _graph_constant(op, prod, invariant):
             continue
         # A x, or A (A x) and so on: SGC's S^K x is K aggregations computed once.
         if op.inputs[0].id == features.id or op.inputs[0].id in invariant:
             program.forward.pop(pos)
-            program.invariant.append(Op(op.opcode, _invariant_inputs(program, op, prod), op.output,
+            program.invariant.append(Op(op.opcode, _invariant_inputs(program, op, prod, invariant), op.output,
                                         dict(op.attrs), op.loc))
             return True
         lin = prod.get(op.inputs[0].id)
@@ -101,8 +148,8 @@ def _hoist_one(program: Program, features) -> bool:
                 or uses.get(lin.output.id, 0) != 1 or not _repaid(program, features, lin.output.width)):
             continue
         x, w = lin.inputs
-        hoisted = new_op(program, "aggregate", [x] + _invariant_inputs(program, op, prod)[1:], op.attrs, op.loc,
-                         name="aggregated_features")
+        hoisted = new_op(program, "aggregate", [x] + _invariant_inputs(program, op, prod, invariant)[1:], op.attrs,
+                         op.loc, name="aggregated_features")
         linear = new_op(program, "linear", [hoisted.output, w], lin.attrs, lin.loc, output=op.output)
         program.invariant.append(hoisted)
         program.forward[pos] = linear

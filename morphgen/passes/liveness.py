@@ -44,8 +44,9 @@ def lifetimes(program: Program, ops: list, defined_at: dict = None, read_at: lis
     the memory report and of the backends' buffer plans.
 
     A value lives from the step that defines it to the last step that reads it.  Inputs and
-    graph constants (``graph_scalar``: written once when the data is bound) live from before
-    the first step (-1) to the end; parameter gradients, the loss and the logits to the end
+    graph constants (``graph_scalar``: written once when the data is bound) and the invariant
+    section's values (computed once at load time, each in a buffer of its own) live from
+    before the first step (-1) to the end; parameter gradients, the loss and the logits to the end
     (the optimizer and the evaluation read them).  Parameters have no lifetime here.  A backend
     that runs ops fused passes ``defined_at`` (value id -> the step whose kernel writes it) and
     ``read_at`` ((value id, step) pairs its fused kernels read besides the ops' own inputs).
@@ -53,12 +54,14 @@ def lifetimes(program: Program, ops: list, defined_at: dict = None, read_at: lis
     end = len(ops)
     params = {p.value.id for p in program.params}
     live = {v.id: (-1, end) for v in program.inputs.values()}
+    once = {op.output.id for op in program.invariant}
     for step, op in enumerate(ops):
         for v in op.inputs:
             if v.id in live:
                 live[v.id] = (live[v.id][0], max(live[v.id][1], step))
         if op.output is not None and op.output.id not in params and op.output.id not in live:
-            live[op.output.id] = (-1, end) if op.opcode == "graph_scalar" else (step, step)
+            constant = op.opcode == "graph_scalar" or op.output.id in once
+            live[op.output.id] = (-1, end) if constant else (step, step)
     for vid, step in (defined_at or {}).items():
         if vid in live:
             live[vid] = (min(live[vid][0], step), live[vid][1])

@@ -29,7 +29,8 @@ def build(program, graph, x, classes, sanitize=False, backend="openmp", edge_typ
     fused = chosen.capabilities.edge_typed_linear and edge_typed_layout != "gathered"
     run_default(program, bases_per_lookup=chosen.capabilities.bases_per_lookup,
                 edge_typed_layout=edge_typed_layout if fused else None,
-                edge_pairs=edge_type_pairs(graph) if fused else None)
+                edge_pairs=edge_type_pairs(graph) if fused else None,
+                graph_constants=chosen.capabilities.hoist_invariants)
     sources = chosen.emitter_class()(program).emit()
     if backend == "openmp":     # the default build, under a name of its own (cached apart from `train`'s)
         return compile_shared(sources, name=f"test_model_{backend}", include_dirs=include_dirs(), sanitize=sanitize,

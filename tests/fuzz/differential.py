@@ -6,8 +6,8 @@ it a few epochs, and compares every epoch's loss and every weight gradient with 
 interpreter running the same program with no passes at all.  Variants:
 
 * ``plain``: no rewrites and no fusion plan (the emitter lowers op by op), dense features;
-* ``passes``: every pass (reordering, concat split, operator reordering, hoisting of invariant
-  aggregations, fusion) as `morphgen train` runs them for dense features;
+* ``passes``: every pass (reordering, concat split, operator reordering, hoisting of graph
+  constants and invariant aggregations, fusion) as `morphgen train` runs them for dense features;
 * ``sparse``: every pass as for sparse features, the features handed over as CSR (or dense
   when the program reads them outside a product, as `morphgen train` falls back);
 * ``featureless``: every pass, no feature matrix (the identity), for programs that read the
@@ -83,7 +83,8 @@ def check(fp: FuzzProgram, variant: str, classes: int = 3, backend: str = "openm
         caps = require(backend).capabilities
         # as `morphgen train` runs them for this backend, with the edge typed layout alternating by seed
         run_default(program, dense_features=variant == "passes", bases_per_lookup=caps.bases_per_lookup,
-                    edge_typed_layout=("compact", "edge")[fp.seed % 2] if caps.edge_typed_linear else None)
+                    edge_typed_layout=("compact", "edge")[fp.seed % 2] if caps.edge_typed_linear else None,
+                    graph_constants=caps.hoist_invariants)
     chosen = require(backend)
     emitter = chosen.emitter_class()(program)
     sources = emitter.emit()

@@ -1,4 +1,5 @@
-"""hoist_invariant_aggregation: aggregations of the dense input features leave the epoch.
+"""hoist_invariant_aggregation: aggregations of the dense input features leave the epoch;
+hoist_graph_constants: so does what the forward computes from the graph alone.
 
 Numerics are the interpreter's (float64): the hoisted program must give the loss and every
 gradient of the original, and its gradients must pass the finite-difference check."""
@@ -8,7 +9,7 @@ import pytest
 from morphgen.autodiff import differentiate
 from morphgen.interp import Interpreter
 from morphgen.ir import IRBug
-from morphgen.passes import hoist_invariant_aggregation, run_default
+from morphgen.passes import hoist_graph_constants, hoist_invariant_aggregation, run_default
 
 from . import models
 from .helpers import finite_difference_check, perturbed_params, random_data, random_graph
@@ -18,16 +19,16 @@ def _bound(prog, F=12, C=3):
     return prog.bind({"F": F, "C": C})
 
 
-def _run(prog, params, F):
-    g = random_graph(10, 26, seed=11)
+def _run(prog, params, F, weighted=False):
+    g = random_graph(10, 26, seed=11, weighted=weighted)
     x, labels, mask = random_data(g, F, 3)
     return Interpreter(prog, g, x, labels, mask, dtype=np.float64, seed=3).run(params)
 
 
-def _assert_same_loss_and_gradients(before, after, F):
+def _assert_same_loss_and_gradients(before, after, F, weighted=False):
     params = perturbed_params(before)
-    loss0, grads0, _ = _run(before, params, F)
-    loss1, grads1, _ = _run(after, params, F)
+    loss0, grads0, _ = _run(before, params, F, weighted)
+    loss1, grads1, _ = _run(after, params, F, weighted)
     assert loss1 == pytest.approx(loss0, rel=1e-12)
     for name in grads0:
         np.testing.assert_allclose(grads1[name], grads0[name], rtol=1e-9, atol=1e-12, err_msg=name)
@@ -131,3 +132,64 @@ def test_only_sums_and_means_move_past_a_product(reduce, hoisted):
     w = m.param("W", (7, 4))
     prog = _bound(m.finish(m.emit("aggregate", m.emit("linear", m.x, w), reduce=reduce)), 7, C=4)
     assert hoist_invariant_aggregation(prog) == hoisted
+
+
+# -- graph constants -----------------------------------------------------------------------
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_normalisation_written_out_is_computed_once(weighted):
+    """GCN's rsqrt(d + 1) written out (d the in-degree, or the weighted degrees summed by a
+    scatter over every edge) moves out of the epoch; the forward keeps only the layers."""
+    before = _bound(models.gcn_written_out(hidden=4, weighted=weighted))
+    after = _bound(models.gcn_written_out(hidden=4, weighted=weighted))
+    run_default(before)
+    report = run_default(after, graph_constants=True)
+    assert report["hoist_graph_constants"] == (3 if weighted else 2)
+    chain = ["graph_scalar", "scatter", "shift", "rsqrt"] if weighted else ["graph_scalar", "shift", "rsqrt"]
+    assert [op.opcode for op in after.invariant] == chain
+    assert not {"graph_scalar", "scatter", "shift", "rsqrt"} & {op.opcode for op in after.forward}
+    scale = after.invariant[-1].output
+    assert all(op.inputs[-1] is scale for op in _aggregates(after.forward))
+    _assert_same_loss_and_gradients(before, after, 12, weighted)
+    after.validate()
+
+
+def test_only_deterministic_chains_of_the_graph_alone_move():
+    """A dropout of a degree, a degree times a weight or the features, a max over the edges, and a
+    graph scalar that nothing moved reads stay in the epoch; 1/sqrt(degree + 1) moves."""
+    m = models.ModelBuilder("constants")
+    deg = m.emit("graph_scalar", kind="in_degree")
+    moved = m.emit("rsqrt", m.emit("shift", deg, c=1.0))
+    lone = m.emit("graph_scalar", kind="out_degree")
+    weights = m.emit("graph_scalar", kind="gcn_norm", self_loops=False)
+    kept = [m.emit("dropout", moved, p=0.5),
+            m.emit("linear", moved, m.param("Wd", (1, 1))),
+            m.emit("mul", moved, m.emit("linear", m.x, m.param("Wx", ("F", 1)))),
+            m.emit("scatter", weights, reduce="max", end="dst"),
+            m.emit("linear", lone, m.param("Wl", (1, 1)))]
+    total = moved
+    for v in kept:
+        total = m.emit("add", total, v)
+    prog = _bound(m.finish(m.emit("linear", total, m.param("W", (1, "C")))))
+    assert hoist_graph_constants(prog) == 2
+    assert [op.opcode for op in prog.invariant] == ["graph_scalar", "shift", "rsqrt"]
+    forward = [op.opcode for op in prog.forward]
+    assert forward.count("graph_scalar") == 2 and "dropout" in forward and "scatter" in forward
+
+
+def test_a_scaled_aggregation_of_the_features_is_computed_once():
+    """s * (A (s * x) + s * x) * W with s = rsqrt(in_degree + 1): the folded aggregation reads an
+    invariant scale, so it is hoisted with it (the written-out first GCN layer, no dropout)."""
+    def build():
+        m = models.ModelBuilder("scaled_features")
+        s = m.emit("rsqrt", m.emit("shift", m.emit("graph_scalar", kind="in_degree"), c=1.0))
+        z = m.emit("mul", m.x, s)
+        a = m.emit("mul", m.emit("add", m.emit("aggregate", z, reduce="sum"), z), s)
+        return m.finish(m.emit("linear", a, m.param("W", ("F", "C"))))
+    before, after = _bound(build()), _bound(build())
+    run_default(before)
+    report = run_default(after, dense_features=True, graph_constants=True)
+    assert report["fold_node_scales"] == 1 and report["hoist_invariant_aggregation"] == 1
+    (hoisted,) = _aggregates(after.invariant)
+    assert hoisted.attrs["norm"] == "node_scale" and hoisted.inputs[0] is after.inputs["features"]
+    assert not _aggregates(after.forward + after.backward)
+    _assert_same_loss_and_gradients(before, after, 12)

@@ -18,9 +18,11 @@ SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_clas
 RTOL = 1e-5
 
 
-# GCN's normalisation written out with the in-degree (the weighted example sums its weights): each
-# layer folds into one aggregation whose kernel reads the program's own scale at ghost sources too
-# (norm=node_scale; a scale of the global graph's degrees needs no exchange).
+# GCN's normalisation written out: each layer folds into one aggregation whose kernel reads the
+# program's own scale at ghost sources too (norm=node_scale), and the scale is computed once at
+# load time.  With the in-degree (the global graph's: no exchange needed) and an input dropout;
+# with the weighted degrees (each rank sums its own rows' in-edges: the ghosts' scales come from
+# their owners) and none, so that the first aggregation of the features is computed once too.
 GCN_WRITTEN_OUT = """
 function gcnWrittenOut(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
     weight<float[F][16]> W1 = glorot;
@@ -31,8 +33,8 @@ function gcnWrittenOut(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
     propNode<float[C]> z2, out;
     gnn.optimizer("adam", lr = 0.01);
     for (int epoch = 0; epoch < 200; epoch++) {
-        forall (v in g.nodes()) { v.s = rsqrt(v.in_degree + 1); }
-        forall (v in g.nodes()) { v.z1 = dropout(v.x, 0.5) * W1 * v.s; }
+        forall (v in g.nodes()) { v.s = rsqrt(DEGREE + 1); }
+        forall (v in g.nodes()) { v.z1 = INPUT * W1 * v.s; }
         forall (v in g.nodes()) { v.h = relu((Sum(u in g.neighbors(v): u.z1) + v.z1) * v.s + b1); }
         forall (v in g.nodes()) { v.z2 = dropout(v.h, 0.5) * W2 * v.s; }
         forall (v in g.nodes()) { v.out = (Sum(u in g.neighbors(v): u.z2) + v.z2) * v.s; }
@@ -44,13 +46,19 @@ function gcnWrittenOut(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
 """
 
 
-def test_gcn_written_out_matches_one_process(tmp_path):
+@pytest.mark.parametrize("degree, features, hoisted", [
+    ("v.in_degree", "dropout(v.x, 0.5)", 0),
+    ("Sum(e in v.incoming_edges(): e.edge_weight)", "v.x", 1)])
+def test_gcn_written_out_matches_one_process(tmp_path, degree, features, hoisted):
     program = tmp_path / "gcn_written_out.mp"
-    program.write_text(GCN_WRITTEN_OUT)
-    reference = train(tmp_path, program, SYNTHETIC)
+    program.write_text(GCN_WRITTEN_OUT.replace("DEGREE", degree).replace("INPUT", features))
+    data = SYNTHETIC + (",weighted=1" if "edge_weight" in degree else "")
+    reference = train(tmp_path, program, data)
+    assert reference["hoisted_aggregations"] == hoisted
     for ranks in RANKS:
-        assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
-                        f"the written-out GCN on {ranks} ranks")
+        run = train(tmp_path, program, data, backend="mpi", ranks=ranks)
+        assert run["hoisted_aggregations"] == hoisted
+        assert_same_run(reference, run, RTOL, f"the written-out GCN ({degree}) on {ranks} ranks")
 
 
 @pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcn_weighted",
