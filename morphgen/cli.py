@@ -93,8 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="feature sparsity above which the sparse feature path is used "
                         "(default: tau = 1 - rho from this machine's calibration)")
     p.add_argument("--no-hoist", action="store_true",
-                   help="recompute aggregations of the input features every epoch instead of once "
-                        "(they are hoisted out of the training loop by default on the dense feature path)")
+                   help="recompute every epoch what never changes between epochs instead of once: "
+                        "what the program computes from the graph alone (degrees and their chains) and "
+                        "aggregations of the input features (dense feature path); all are hoisted out "
+                        "of the training loop by default")
     _add_edge_typed_layout(p, "auto (the default: compact or edge, whichever the cost model predicts faster "
                               "for the graph)")
     p.add_argument("--json", dest="json_out", default=None, help="write the run's metrics to this JSON file")
