@@ -5,7 +5,11 @@ recognises the stacks PyG and DGL can rebuild with one library convolution per l
 
     GCN   linear, aggregate(sum, gcn norm, self loops); or, weighing the edges (gnn.layer(...,
           edge_weight = true)), linear, [graph_scalar edge_weight, in the first such layer],
-          aggregate(sum, the weights, gcn_weighted norm, self loops)
+          aggregate(sum, the weights, gcn_weighted norm, self loops); or, written out
+          (examples/gcn_weighted.mp), linear, aggregate(sum, [the weights], node_scale norm with the
+          scale rsqrt(d + 1), self loops), d the in-degree or the in-edges' weights summed: the
+          form the compiler's passes give the row scales around a sum (fold_node_scales), the
+          scale computed once (hoist_graph_constants)
     SAGE  aggregate(mean | max), linear (neighbours), linear (the node itself), add
     GAT   linear, dot (source), dot (destination), gather, gather, add, leaky_relu, edge_softmax,
           [dropout (attention)], gather (source), head_mul | mul, scatter(sum)
@@ -31,7 +35,7 @@ from pathlib import Path
 from typing import Optional
 
 from morphgen.errors import UserError
-from morphgen.ir_ops import reads_edge_weights
+from morphgen.ir_ops import aggregate_scale, aggregate_weights, reads_edge_weights
 
 from .attention_shape import match_hgt, match_rgat
 
@@ -118,7 +122,7 @@ def _opcodes(ops, i, n):
     return [op.opcode for op in ops[i:i + n]]
 
 
-def _gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
+def _gcn_layer(ops, i, problems, n, scales: dict) -> Optional[_Layer]:
     j = i + 1
     if j < len(ops) and reads_edge_weights(ops[j]):
         j += 1              # the edge weights, which the later layers weighing their edges read too
@@ -126,6 +130,8 @@ def _gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
         problems.append(f"layer {n}: ops {_opcodes(ops, i, j + 1 - i)} are not a GCN layer (linear, aggregate)")
         return None
     agg = ops[j]
+    if agg.attrs.get("norm") == "node_scale":
+        return _written_out_gcn_layer(ops[i], agg, j + 1, problems, n, scales)
     weighted = agg.attrs.get("norm") == "gcn_weighted"
     weights = _producer(ops, agg.inputs[1]) if len(agg.inputs) == 2 else None
     if weighted and not reads_edge_weights(weights):
@@ -134,6 +140,55 @@ def _gcn_layer(ops, i, problems, n) -> Optional[_Layer]:
             or not agg.attrs.get("self_loops") or (len(agg.inputs) != 1 and not weighted)):
         problems.append(f"layer {n}: aggregation {agg.attrs} is not GCN's normalised sum with self loops")
     return _Layer(j + 1, "gcn", "sum", edge_weight=weighted)
+
+
+def _written_out_gcn_layer(linear, agg, end, problems, n, scales: dict) -> _Layer:
+    """A GCN layer whose normalisation the program writes itself, folded into one aggregation."""
+    kind = scales.get(aggregate_scale(agg).id)
+    weights = aggregate_weights(agg)
+    if kind is None:
+        problems.append(f"layer {n}: the scales around its sum are not GCN's rsqrt(degree + 1)")
+    elif (kind == "gcn_weighted") != (weights is not None and weights.id in scales.get("edge_weights", ())):
+        problems.append(f"layer {n}: its messages and its degrees do not weigh the edges alike")
+    if agg.attrs.get("reduce") != "sum" or not agg.attrs.get("self_loops"):
+        problems.append(f"layer {n}: aggregation {agg.attrs} is not GCN's sum with the node's own row")
+    params = {"W": _param_name(linear.inputs[1], "weight", problems, n)}
+    return _Layer(end, "gcn", "sum", edge_weight=kind == "gcn_weighted", params=params)
+
+
+def _gcn_scales(program) -> dict:
+    """value id -> "gcn" | "gcn_weighted" for GCN's normalisation written out, rsqrt(d + 1) with d
+    the in-degree or the in-edges' weights summed; under "edge_weights" the ids of the values
+    that read the data's edge weights."""
+    ops = program.invariant + program.forward
+    prod = {op.output.id: op for op in ops if op.output is not None}
+    scales = {"edge_weights": {op.output.id for op in ops if reads_edge_weights(op)}}
+    for op in ops:
+        shift = prod.get(op.inputs[0].id) if op.opcode == "rsqrt" else None
+        if shift is None or shift.opcode != "shift" or float(shift.attrs.get("c", 0.0)) != 1.0:
+            continue
+        degree = prod.get(shift.inputs[0].id)
+        if degree is not None and degree.opcode == "graph_scalar" and degree.attrs.get("kind") == "in_degree":
+            scales[op.output.id] = "gcn"
+        elif (degree is not None and degree.opcode == "scatter" and degree.attrs.get("reduce") == "sum"
+              and degree.attrs.get("end", "dst") == "dst" and degree.inputs[0].id in scales["edge_weights"]):
+            scales[op.output.id] = "gcn_weighted"
+    return scales
+
+
+def _with_normalisation_folded(path):
+    """The program with row scales around its sums folded into its aggregations and their
+    scales computed once, as the compiler does (passes: fold_node_scales, hoist_graph_constants),
+    when it has any; None otherwise (the other layers are matched in the front end's form)."""
+    from morphgen.frontend import compile_file
+    from morphgen.passes import fold_edge_aggregations, fold_node_scales, fold_self_terms, hoist_graph_constants
+    program = compile_file(str(path))
+    fold_edge_aggregations(program)
+    fold_self_terms(program)
+    if not fold_node_scales(program):
+        return None
+    hoist_graph_constants(program)
+    return program
 
 
 def _sage_layer(ops, i, problems, n) -> Optional[_Layer]:
@@ -367,7 +422,7 @@ def _program_notes(program, dropouts: list) -> list:
     return notes
 
 
-def _match_layer(ops, i, problems, n) -> Optional[_Layer]:
+def _match_layer(ops, i, problems, n, scales: dict) -> Optional[_Layer]:
     """The layer at ops[i]: its first two ops decide."""
     if i < len(ops) and ops[i].opcode == "gather":
         return _rgcn_layer(ops, i, problems, n)
@@ -377,7 +432,7 @@ def _match_layer(ops, i, problems, n) -> Optional[_Layer]:
         return _sage_layer(ops, i, problems, n)
     if i + 1 < len(ops) and ops[i + 1].opcode == "dot":
         return _gat_layer(ops, i, problems, n)
-    return _gcn_layer(ops, i, problems, n)
+    return _gcn_layer(ops, i, problems, n, scales)
 
 
 _ACTIVATIONS = ("relu", "elu")
@@ -389,7 +444,7 @@ def program_shape(model_path) -> PeerModel:
     path = Path(model_path)
     if not path.is_file():
         raise BenchError(f"model: {path}: no such file")
-    program = compile_file(str(path))
+    program = _with_normalisation_folded(path) or compile_file(str(path))
     if program.task == "link":
         raise BenchError(f"model: {path} predicts links; morphgen bench times node classifiers against "
                          f"the peers (for link prediction: python -m morphgen.bench.link_prediction)")
@@ -401,6 +456,7 @@ def program_shape(model_path) -> PeerModel:
     if features is not None:
         layers.append(_width(features.width))
     attention = _relational_attention(ops)
+    scales = _gcn_scales(program)
     loss = [op for op in ops if op.opcode == "cross_entropy"]
     if attention == "HGT" and features is not None and loss:
         return _hgt_model(program, loss[0])
@@ -419,7 +475,7 @@ def program_shape(model_path) -> PeerModel:
         if ops[i].opcode == "dropout":
             p = float(ops[i].attrs.get("p", 0.0))
             i += 1
-        layer = _match_layer(ops, i, problems, len(dropouts))
+        layer = _match_layer(ops, i, problems, len(dropouts), scales)
         if layer is None:
             break
         i = layer.end
@@ -468,6 +524,10 @@ def program_shape(model_path) -> PeerModel:
     if conv == "rgcn" and len({layer.bases for layer in found}) > 1:
         problems.append(f"the layers differ in their basis decomposition ({[layer.bases for layer in found]}); "
                         "the peers use one")
+    # weights the program declares itself (R-GCN, a GCN written out) go to the peers by their names
+    named = all(layer.params is not None for layer in found)
+    if not named and any(layer.params is not None for layer in found):
+        problems.append("some layers are written out and some are layer directives; the peers stack one kind")
     opt = program.optimizer
     problems += _optimizer_problems(program)
     notes = _program_notes(program, dropouts)
@@ -478,7 +538,7 @@ def program_shape(model_path) -> PeerModel:
         activation=activations[0] if activations else "relu", heads=[layer.heads for layer in found],
         norms=[layer.norm for layer in found] if conv == "gin" else [],
         num_bases=found[0].bases if conv == "rgcn" else None,
-        parameter_names=[dict(layer.params) for layer in found] if conv == "rgcn" else [],
+        parameter_names=[dict(layer.params) for layer in found] if found and named else [],
         attention_dropout=found[0].attention_dropout if found else 0.0,
         negative_slope=found[0].negative_slope if found else 0.2,
         self_loops=conv == "gcn" or (conv == "gat" and program.self_loops),
@@ -490,9 +550,35 @@ def program_shape(model_path) -> PeerModel:
 _DROPOUT_ARG = re.compile(r"((?<![A-Za-z0-9_])(?:attention_)?dropout\s*=\s*)([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
 
 
+# a call `dropout(` (the lookbehind keeps longer names out)
+_DROPOUT_CALL = re.compile(r"(?<![A-Za-z0-9_.])dropout\s*\(")
+_NUMBER = re.compile(r"\s*[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?\s*")
+
+
+def _without_dropout_calls(text: str) -> str:
+    """`dropout(expr, p)` with p = 0.0: the rate is the call's last argument at its own depth."""
+    out, pos = [], 0
+    for m in _DROPOUT_CALL.finditer(text):
+        if m.start() < pos:
+            continue
+        depth, comma, k = 1, None, m.end()
+        while k < len(text) and depth:
+            ch = text[k]
+            depth += (ch == "(") - (ch == ")")
+            if ch == "," and depth == 1:
+                comma = k
+            k += 1
+        if comma is None or depth or not _NUMBER.fullmatch(text[comma + 1:k - 1]):
+            continue
+        out.append(text[pos:comma + 1] + " 0.0)")
+        pos = k
+    return "".join(out) + text[pos:]
+
+
 def without_dropout(model_path, out_dir) -> Path:
-    """A copy of the program with every dropout argument set to 0 (for the parity check only)."""
+    """A copy of the program with every dropout rate set to 0, in layer arguments and in
+    dropout(expr, p) calls (for the parity check only)."""
     text = Path(model_path).read_text()
     out = Path(out_dir) / (Path(model_path).stem + "_nodropout.mp")
-    out.write_text(_DROPOUT_ARG.sub(lambda m: m.group(1) + "0.0", text))
+    out.write_text(_without_dropout_calls(_DROPOUT_ARG.sub(lambda m: m.group(1) + "0.0", text)))
     return out

@@ -269,6 +269,44 @@ def test_program_shape_of_a_gcn_weighing_its_edges(tmp_path):
     assert "some layers weigh their edges and some do not" in harness.program_shape(mixed).unsupported
 
 
+def test_program_shape_of_a_gcn_written_out(tmp_path):
+    """examples/gcn_weighted.mp writes GCN's weighted normalisation out: the peers build the same
+    GCN layers as for the directives, from the program's own weights; an unweighted written-out
+    GCN is GCN too, and row scales other than rsqrt(degree + 1) are not."""
+    s = harness.program_shape(ROOT / "examples" / "gcn_weighted.mp")
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.aggr, s.layers, s.edge_weight, s.self_loops) == ("gcn", "sum", ["F", 16, "C"], True, True)
+    assert s.dropouts == [0.5, 0.5] and s.bias
+    assert s.parameter_names == [{"W": "W1", "b": "b1"}, {"W": "W2", "b": "b2"}]
+    text = (ROOT / "examples" / "gcn_weighted.mp").read_text()
+    plain = tmp_path / "gcn_written_out.mp"
+    plain.write_text(text.replace("Sum(e in v.incoming_edges(): e.edge_weight)", "v.in_degree")
+                     .replace(" * e.edge_weight", ""))
+    s = harness.program_shape(plain)
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.edge_weight) == ("gcn", False)
+    other = tmp_path / "other_scale.mp"
+    other.write_text(text.replace("+ 1); }", "+ 2); }"))
+    assert "not GCN's rsqrt(degree + 1)" in harness.program_shape(other).unsupported
+    mixed = tmp_path / "mixed_weights.mp"
+    mixed.write_text(text.replace("Sum(e in v.incoming_edges(): e.src.z2 * e.edge_weight)",
+                                  "Sum(e in v.incoming_edges(): e.src.z2)"))
+    assert "do not weigh the edges alike" in harness.program_shape(mixed).unsupported
+
+
+def test_parity_of_a_gcn_written_out_with_both_peers(tmp_path):
+    """The written-out GCN (dropout calls set to 0 for the parity run) trains as the peers' GCNs."""
+    out = tmp_path / "w"
+    code = main(["bench", str(ROOT / "examples" / "gcn_weighted.mp"), "--dataset", TINY + ",weighted=1",
+                 "--peers", "pyg,dgl", "--epochs", "3", "--warmup", "1", "--threads", "1", "--out", str(out),
+                 "--quick-machine", "--parity", "--no-profile", *PIN_TAU])
+    data = json.loads((out / "bench.json").read_text())
+    for peer in ("pyg", "dgl"):
+        par = data["parity"]["peers"][peer]
+        assert par["error"] is None and par["passed"] is True, par
+    assert code == 0
+
+
 def test_parity_of_a_gcn_weighing_its_edges_with_both_peers(tmp_path):
     """The peers' weighted GCNs (GCNConv given the weights; GraphConv given PyG's coefficients)
     train as morphgen's for three epochs from the same weights."""
@@ -345,6 +383,15 @@ def test_without_dropout_rewrites_only_dropout(tmp_path):
     text = p.read_text()
     assert "dropout = 0.0" in text and "0.5" not in text and "lr = 0.01" in text
     assert harness.program_shape(p).dropouts == [0.0, 0.0]
+    written = harness.without_dropout(ROOT / "examples" / "gcn_weighted.mp", tmp_path).read_text()
+    assert "dropout(v.x, 0.0)" in written and "dropout(v.h, 0.0)" in written and "0.5" not in written
+
+
+def test_dropout_calls_lose_their_rate_only():
+    from morphgen.bench.program_shape import _without_dropout_calls
+    text = "dropout(relu(f(a, b)), 0.5) + dropout(v.x,0.25) + my_dropout(v.x, 0.5) + dropout(v.x, p) + dropout(v.x, 1e-1)"
+    assert _without_dropout_calls(text) == ("dropout(relu(f(a, b)), 0.0) + dropout(v.x, 0.0) + my_dropout(v.x, 0.5) "
+                                            "+ dropout(v.x, p) + dropout(v.x, 0.0)")
 
 
 def test_bad_input_names_the_option(tmp_path, capsys):
