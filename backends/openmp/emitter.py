@@ -1297,6 +1297,7 @@ class OpenMPEmitter:
         if kind == "rel_degree":
             self.require("etypes")
         self.prepare.append(call)      # a constant of the graph: computed once at load time
+        self.note_kernel(call.split("(", 1)[0])
         return None
 
     def op_linear(self, op, x, w):
