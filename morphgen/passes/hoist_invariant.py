@@ -10,7 +10,8 @@ aggregation of the raw features -- is the same number every epoch.  This pass mo
 
 * ``aggregate(x)`` with ``x`` the features                 ->  invariant ``P = aggregate(x)``
 * ``aggregate(linear(x, W))`` with ``x`` the features      ->  invariant ``P = aggregate(x)``,
-  forward ``linear(P, W)`` (``A (x W) = (A x) W``, as in ``reorder_linear_aggregate``)
+  or already invariant                                        forward ``linear(P, W)`` (``A (x W) = (A x) W``,
+                                                              as in ``reorder_linear_aggregate``)
 * ``aggregate(P)`` with ``P`` already invariant             ->  invariant too (SGC's ``S^K x``)
 
 The first and third forms take a max reduction as well (``max_u x_u`` is as constant as the sum;
@@ -124,9 +125,10 @@ def _invariant_inputs(program: Program, op, prod, invariant: set) -> list:
     return inputs
 
 
-def _repaid(program: Program, features, layer_width) -> bool:
-    """One aggregation at width F, once, against two at width M (forward + backward) per epoch."""
-    f, m = concrete(features.width), concrete(layer_width)
+def _repaid(program: Program, rows, layer_width) -> bool:
+    """One aggregation at the rows' width F, once, against two at width M (forward + backward)
+    per epoch."""
+    f, m = concrete(rows.width), concrete(layer_width)
     return f is not None and m is not None and f <= 2 * m * max(1, program.epochs)
 
 
@@ -142,10 +144,12 @@ def _hoist_one(program: Program, features) -> bool:
             program.invariant.append(Op(op.opcode, _invariant_inputs(program, op, prod, invariant), op.output,
                                         dict(op.attrs), op.loc))
             return True
+        # A (x W) = (A x) W, also for x itself invariant (SGC's second hop, put after its product
+        # by reorder_linear_aggregate when the classes are fewer than the features)
         lin = prod.get(op.inputs[0].id)
         if (op.attrs["reduce"] not in LINEAR_REDUCTIONS or lin is None or lin.opcode != "linear"
-                or lin.inputs[0].id != features.id
-                or uses.get(lin.output.id, 0) != 1 or not _repaid(program, features, lin.output.width)):
+                or (lin.inputs[0].id != features.id and lin.inputs[0].id not in invariant)
+                or uses.get(lin.output.id, 0) != 1 or not _repaid(program, lin.inputs[0], lin.output.width)):
             continue
         x, w = lin.inputs
         hoisted = new_op(program, "aggregate", [x] + _invariant_inputs(program, op, prod, invariant)[1:], op.attrs,

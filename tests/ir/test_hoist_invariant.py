@@ -193,3 +193,20 @@ def test_a_scaled_aggregation_of_the_features_is_computed_once():
     assert hoisted.attrs["norm"] == "node_scale" and hoisted.inputs[0] is after.inputs["features"]
     assert not _aggregates(after.forward + after.backward)
     _assert_same_loss_and_gradients(before, after, 12)
+
+
+def test_both_propagations_of_sgc_are_computed_once_when_the_classes_are_fewer():
+    """SGC's S (S x) W with C < F: reorder_linear_aggregate first puts the second hop after the
+    product (S ((S x) W), narrower); with S x invariant, (S (S x)) W is computed once instead, and
+    each epoch is the product alone."""
+    def sgc():
+        m = models.ModelBuilder("sgc")
+        twice = m.emit("aggregate", m.emit("aggregate", m.x, reduce="mean"), reduce="mean")
+        return m.finish(m.emit("bias_add", m.emit("linear", twice, m.param("W", ("F", "C"))),
+                               m.param("b", ("C",), init="zeros")))
+    before, after = _bound(sgc()), _bound(sgc())
+    run_default(before)
+    report = run_default(after, dense_features=True)
+    assert report["hoist_invariant_aggregation"] == 2
+    assert len(_aggregates(after.invariant)) == 2 and not _aggregates(after.forward + after.backward)
+    _assert_same_loss_and_gradients(before, after, 12)

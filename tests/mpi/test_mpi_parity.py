@@ -240,10 +240,13 @@ def test_real_datasets_match_one_process(tmp_path, model, dataset):
     assert_same_run(reference, run, RTOL, f"{model} on {dataset}, 2 ranks")
 
 
-def test_aggregations_hoisted_out_of_the_epoch_match_one_process(tmp_path):
+@pytest.mark.parametrize("sizes", ["features=3,classes=6", "features=24,classes=4"])
+def test_aggregations_hoisted_out_of_the_epoch_match_one_process(tmp_path, sizes):
     """SGC's two propagations of the features are computed once, at load time, on every backend.
-    The second reads the first at edge sources, so the first's ghost rows are exchanged then."""
-    data = SYNTHETIC.replace("features=24,classes=4", "features=3,classes=6")   # F <= C: nothing reordered
+    The second reads the first at edge sources, so the first's ghost rows are exchanged then.
+    With fewer classes than features the second hop is first put after the product, then
+    hoisted as the aggregation of an invariant value with the product after it."""
+    data = SYNTHETIC.replace("features=24,classes=4", sizes)
     reference = train(tmp_path, "sgc", data)
     assert reference["hoisted_aggregations"] == 2
     for ranks in (2, 4):
