@@ -23,7 +23,7 @@ import jinja2
 from morphgen import __version__
 from morphgen.errors import InternalError, UserError
 from morphgen.ir import Program, Value
-from morphgen.ir_ops import aggregate_scale, aggregate_weights, blocks_of, reads_edge_weights
+from morphgen.ir_ops import aggregate_scale, aggregate_weights, blocks_of
 from morphgen.passes.liveness import lifetimes
 
 _TEMPLATES = Path(__file__).parent / "templates"

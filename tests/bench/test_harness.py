@@ -294,24 +294,13 @@ def test_program_shape_of_a_gcn_written_out(tmp_path):
     assert "do not weigh the edges alike" in harness.program_shape(mixed).unsupported
 
 
-def test_parity_of_a_gcn_written_out_with_both_peers(tmp_path):
-    """The written-out GCN (dropout calls set to 0 for the parity run) trains as the peers' GCNs."""
-    out = tmp_path / "w"
-    code = main(["bench", str(ROOT / "examples" / "gcn_weighted.mp"), "--dataset", TINY + ",weighted=1",
-                 "--peers", "pyg,dgl", "--epochs", "3", "--warmup", "1", "--threads", "1", "--out", str(out),
-                 "--quick-machine", "--parity", "--no-profile", *PIN_TAU])
-    data = json.loads((out / "bench.json").read_text())
-    for peer in ("pyg", "dgl"):
-        par = data["parity"]["peers"][peer]
-        assert par["error"] is None and par["passed"] is True, par
-    assert code == 0
-
-
-def test_parity_of_a_gcn_weighing_its_edges_with_both_peers(tmp_path):
+@pytest.mark.parametrize("program", ["bench/gcn3_weighted.mp", "gcn_weighted.mp"])
+def test_parity_of_a_gcn_weighing_its_edges_with_both_peers(tmp_path, program):
     """The peers' weighted GCNs (GCNConv given the weights; GraphConv given PyG's coefficients)
-    train as morphgen's for three epochs from the same weights."""
+    train as morphgen's for three epochs from the same weights: for the layer directives, and for
+    the GCN written out (its dropout calls set to 0 for the parity run)."""
     out = tmp_path / "w"
-    code = main(["bench", str(ROOT / "examples" / "bench" / "gcn3_weighted.mp"), "--dataset", TINY + ",weighted=1",
+    code = main(["bench", str(ROOT / "examples" / program), "--dataset", TINY + ",weighted=1",
                  "--peers", "pyg,dgl", "--epochs", "3", "--warmup", "1", "--threads", "1", "--out", str(out),
                  "--quick-machine", "--parity", "--no-profile", *PIN_TAU])
     data = json.loads((out / "bench.json").read_text())
