@@ -95,9 +95,16 @@ HOISTABLE_REDUCTIONS = LINEAR_REDUCTIONS + ("max",)
 
 
 def hoisted_aggregations(program: Program) -> int:
-    """How many aggregations run once, at load time (the invariant section also reads the edge
-    weights those weighted by them need)."""
-    return sum(op.opcode == "aggregate" for op in program.invariant)
+    """How many aggregations of the input features (or of such aggregations: SGC's S^K x) run
+    once, at load time; the graph constants among the invariant ops are not counted."""
+    features = program.inputs.get("features")
+    of_features = {features.id} if features is not None else set()
+    count = 0
+    for op in program.invariant:
+        if op.opcode == "aggregate" and op.inputs[0].id in of_features:
+            of_features.add(op.output.id)
+            count += 1
+    return count
 
 
 def _graph_constant(op, prod, invariant: set) -> bool:

@@ -10,6 +10,7 @@ from morphgen.autodiff import differentiate
 from morphgen.interp import Interpreter
 from morphgen.ir import IRBug
 from morphgen.passes import hoist_graph_constants, hoist_invariant_aggregation, run_default
+from morphgen.passes.hoist_invariant import hoisted_aggregations
 
 from . import models
 from .helpers import finite_difference_check, perturbed_params, random_data, random_graph
@@ -147,6 +148,7 @@ def test_a_normalisation_written_out_is_computed_once(weighted):
     chain = ["graph_scalar", "scatter", "shift", "rsqrt"] if weighted else ["graph_scalar", "shift", "rsqrt"]
     assert [op.opcode for op in after.invariant] == chain
     assert not {"graph_scalar", "scatter", "shift", "rsqrt"} & {op.opcode for op in after.forward}
+    assert hoisted_aggregations(after) == 0            # graph constants are not aggregations of the features
     scale = after.invariant[-1].output
     assert all(op.inputs[-1] is scale for op in _aggregates(after.forward))
     _assert_same_loss_and_gradients(before, after, 12, weighted)
@@ -191,6 +193,7 @@ def test_a_scaled_aggregation_of_the_features_is_computed_once():
     assert report["fold_node_scales"] == 1 and report["hoist_invariant_aggregation"] == 1
     (hoisted,) = _aggregates(after.invariant)
     assert hoisted.attrs["norm"] == "node_scale" and hoisted.inputs[0] is after.inputs["features"]
+    assert hoisted_aggregations(after) == 1
     assert not _aggregates(after.forward + after.backward)
     _assert_same_loss_and_gradients(before, after, 12)
 
@@ -209,4 +212,20 @@ def test_both_propagations_of_sgc_are_computed_once_when_the_classes_are_fewer()
     report = run_default(after, dense_features=True)
     assert report["hoist_invariant_aggregation"] == 2
     assert len(_aggregates(after.invariant)) == 2 and not _aggregates(after.forward + after.backward)
+    _assert_same_loss_and_gradients(before, after, 12)
+
+
+def test_an_aggregation_of_a_graph_constant_is_not_counted_as_one_of_the_features():
+    """The mean of the neighbours' degrees is a graph constant computed once; `morphgen train`
+    reports only aggregations of the features (and of those, SGC's S^K x) as hoisted."""
+    def build():
+        m = models.ModelBuilder("degree_mean")
+        deg = m.emit("aggregate", m.emit("graph_scalar", kind="in_degree"), reduce="mean")
+        h = m.emit("mul", m.emit("aggregate", m.x, reduce="mean"), m.emit("rsqrt", m.emit("shift", deg, c=1.0)))
+        return m.finish(m.emit("linear", h, m.param("W", ("F", "C"))))
+    before, after = _bound(build()), _bound(build())
+    run_default(before)
+    run_default(after, dense_features=True, graph_constants=True)
+    assert [op.opcode for op in after.invariant] == ["graph_scalar", "aggregate", "shift", "rsqrt", "aggregate"]
+    assert hoisted_aggregations(after) == 1
     _assert_same_loss_and_gradients(before, after, 12)

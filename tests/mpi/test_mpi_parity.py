@@ -61,6 +61,40 @@ def test_gcn_written_out_matches_one_process(tmp_path, degree, features, hoisted
         assert_same_run(reference, run, RTOL, f"the written-out GCN ({degree}) on {ranks} ranks")
 
 
+# Graph constants of every kind, computed once at load time: a mean of the neighbours' degrees
+# (the degrees read at ghost sources), a scale of it, a sum of the scale over the neighbours (read
+# at ghost sources again), beside a hoisted aggregation of the features.
+GRAPH_CONSTANTS = """
+function degreeMean(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
+    weight<float[F][C]> W = glorot;
+    weight<float[C]> b = zeros;
+    propNode<float> d, s;
+    propNode<float[F]> a;
+    propNode<float[C]> out;
+    gnn.optimizer("adam", lr = 0.05);
+    for (int epoch = 0; epoch < 20; epoch++) {
+        forall (v in g.nodes()) { v.d = Mean(u in g.neighbors(v): u.in_degree); }
+        forall (v in g.nodes()) { v.s = rsqrt(v.d + 1); }
+        forall (v in g.nodes()) { v.a = Mean(u in g.neighbors(v): u.x) * v.s; }
+        forall (v in g.nodes()) { v.out = v.a * W + Sum(u in g.neighbors(v): u.s) * b; }
+        gnn.loss(out, "cross_entropy");
+        gnn.backPropagation();
+        gnn.optimizerStep();
+    }
+}
+"""
+
+
+def test_graph_constants_computed_once_match_one_process(tmp_path):
+    program = tmp_path / "graph_constants.mp"
+    program.write_text(GRAPH_CONSTANTS)
+    reference = train(tmp_path, program, SYNTHETIC)
+    assert reference["hoisted_aggregations"] == 1
+    for ranks in RANKS:
+        assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
+                        f"graph constants on {ranks} ranks")
+
+
 @pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcn_weighted",
                                    example("bench/gcn3_weighted")])
 def test_homogeneous_examples_match_one_process(tmp_path, model):
