@@ -6,10 +6,11 @@ recognises the stacks PyG and DGL can rebuild with one library convolution per l
     GCN   linear, aggregate(sum, gcn norm, self loops); or, weighing the edges (gnn.layer(...,
           edge_weight = true)), linear, [graph_scalar edge_weight, in the first such layer],
           aggregate(sum, the weights, gcn_weighted norm, self loops); or, written out
-          (examples/gcn_weighted.mp), linear, aggregate(sum, [the weights], node_scale norm with the
-          scale rsqrt(d + 1), self loops), d the in-degree or the in-edges' weights summed: the
-          form the compiler's passes give the row scales around a sum (fold_node_scales), the
-          scale computed once (hoist_graph_constants)
+          (examples/gcn_weighted.mp, or as message passing: coefficients n_src * n_dst), linear,
+          aggregate(sum, [the weights], node_scale norm with the scale rsqrt(d + 1), self loops), d
+          the in-degree or the in-edges' weights summed: the form the compiler's passes give the
+          row scales around a sum (fold_node_scales, fold_edge_normalisation), the scale computed
+          once (hoist_graph_constants)
     SAGE  aggregate(mean | max), linear (neighbours), linear (the node itself), add
     GAT   linear, dot (source), dot (destination), gather, gather, add, leaky_relu, edge_softmax,
           [dropout (attention)], gather (source), head_mul | mul, scatter(sum)
@@ -181,11 +182,13 @@ def _with_normalisation_folded(path):
     scales computed once, as the compiler does (passes: fold_node_scales, hoist_graph_constants),
     when it has any; None otherwise (the other layers are matched in the front end's form)."""
     from morphgen.frontend import compile_file
-    from morphgen.passes import fold_edge_aggregations, fold_node_scales, fold_self_terms, hoist_graph_constants
+    from morphgen.passes import (fold_edge_aggregations, fold_edge_normalisation, fold_node_scales, fold_self_terms,
+                                 hoist_graph_constants)
     program = compile_file(str(path))
     fold_edge_aggregations(program)
+    folded = fold_edge_normalisation(program)
     fold_self_terms(program)
-    if not fold_node_scales(program):
+    if not folded + fold_node_scales(program):
         return None
     hoist_graph_constants(program)
     return program

@@ -1,7 +1,8 @@
 """Middle-end passes over the IR, one module per pass.
 
 Forward rewrites (run before autodiff; each keeps numerics up to float rounding):
-``fold_edge_aggregations``, ``reorder_linear_aggregate``, ``fold_self_terms``, ``fold_node_scales``,
+``fold_edge_aggregations``, ``fold_edge_normalisation``, ``reorder_linear_aggregate``, ``fold_self_terms``,
+``fold_node_scales``,
 ``split_concat_linear``,
 ``reorder_linear_operators``,
 for backends with their kernels ``combine_bases_per_lookup`` and ``fuse_gathered_typed_linear``
@@ -14,7 +15,7 @@ from ..autodiff import differentiate
 from ..ir import Program
 from .basis_lookup import combine_bases_per_lookup
 from .concat_split import split_concat_linear
-from .edge_aggregate import fold_edge_aggregations, fold_node_scales, fold_self_terms
+from .edge_aggregate import fold_edge_aggregations, fold_edge_normalisation, fold_node_scales, fold_self_terms
 from .edge_typed_linear import fuse_gathered_typed_linear
 from .fusion import FusionGroup, annotate_fusion
 from .hoist_invariant import hoist_graph_constants, hoist_invariant_aggregation
@@ -23,7 +24,7 @@ from .liveness import Liveness, analyse_liveness, lifetimes
 from .reorder_aggregate import reorder_linear_aggregate
 from .rewrite import remove_dead_forward
 
-__all__ = ["run_default", "fold_edge_aggregations", "fold_self_terms", "fold_node_scales", "reorder_linear_aggregate", "split_concat_linear",
+__all__ = ["run_default", "fold_edge_aggregations", "fold_edge_normalisation", "fold_self_terms", "fold_node_scales", "reorder_linear_aggregate", "split_concat_linear",
            "reorder_linear_operators", "combine_bases_per_lookup", "fuse_gathered_typed_linear",
            "hoist_graph_constants", "hoist_invariant_aggregation", "annotate_fusion",
            "analyse_liveness", "lifetimes", "FusionGroup", "Liveness", "remove_dead_forward"]
@@ -48,6 +49,7 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
     program.backward, program.grads = [], {}
     report = {}
     report["fold_edge_aggregations"] = fold_edge_aggregations(program)
+    report["fold_edge_normalisation"] = fold_edge_normalisation(program)
     if not program.symbols():
         report["reorder_linear_aggregate"] = reorder_linear_aggregate(program)
     report["fold_self_terms"] = fold_self_terms(program)

@@ -32,7 +32,7 @@ The same numbers up to float rounding (``s_v (sum_u w s_u y_u + s_v y_v)`` eithe
 from __future__ import annotations
 
 from ..ir import Program
-from ..ir_ops import aggregate_scale, reads_edge_weights
+from ..ir_ops import aggregate_scale, aggregate_weights, reads_edge_weights
 from .rewrite import (depends_on_params, forward_uses, identity_derived, new_op, producers, remove_dead_forward,
                       require_forward_only)
 
@@ -45,7 +45,7 @@ def fold_edge_aggregations(program: Program) -> int:
     for pos, op in enumerate(program.forward):
         if op.opcode != "scatter":
             continue
-        gather, weights = _weighted_messages(op.inputs[0], prod, uses)
+        gather, weights = _weighted_messages(program, op.inputs[0], prod, uses)
         if gather is None or gather.opcode != "gather" or uses.get(gather.output.id, 0) != 1:
             continue
         if weights is not None and op.attrs["reduce"] != "sum":
@@ -68,18 +68,92 @@ def fold_edge_aggregations(program: Program) -> int:
     return count
 
 
-def _weighted_messages(messages, prod: dict, uses: dict) -> tuple:
-    """``(gather, weights)`` when the messages are gathered rows times the graph's own edge
-    weights (either order, the product read once), else ``(messages' producer, None)``."""
+def _weighted_messages(program: Program, messages, prod: dict, uses: dict) -> tuple:
+    """``(gather, weights)`` when the messages are gathered rows times one number per edge that
+    needs no gradient -- the graph's own weights, or coefficients the program computes from
+    the graph (either order, the product read once) -- else ``(messages' producer, None)``."""
     op = prod.get(messages.id)
     if op is None or op.opcode != "mul" or uses.get(messages.id, 0) != 1:
         return op, None
     for rows, weights in (op.inputs, op.inputs[::-1]):
         gather = prod.get(rows.id)
-        if (gather is not None and gather.opcode == "gather" and reads_edge_weights(prod.get(weights.id))
-                and rows.shape == messages.shape):
+        constant = reads_edge_weights(prod.get(weights.id)) or (
+            weights.assoc == "edge" and weights.width == 1 and not depends_on_params(program, weights, prod))
+        if gather is not None and gather.opcode == "gather" and constant and rows.shape == messages.shape:
             return gather, weights
     return op, None
+
+
+def fold_edge_normalisation(program: Program) -> int:
+    """GCN's normalisation as message passing writes it (PyG's gcn_norm): each message weighed by
+    ``c = n_src * n_dst`` and the node's own row scaled by ``n`` twice, ``n`` a node [1] value
+    that needs no gradient, become one aggregate with norm=node_scale, in place:
+
+        aggregate(z, c), c = mul(gather(n, src), gather(n, dst))  ->  aggregate(z, n, norm=node_scale)
+        add(aggregate(z, n, node_scale), mul(mul(z, n), n))        ->  the same with self_loops
+
+    (either operand order in every product and the add).  Runs after fold_edge_aggregations and
+    before reorder_linear_aggregate, which may then move the layer's product past the whole sum.
+    Returns the number of rewrites."""
+    require_forward_only(program, "fold_edge_normalisation")
+    count = 0
+    uses, prod = forward_uses(program), producers(program)
+    for pos, op in enumerate(program.forward):
+        scale = _symmetric_coefficients(program, op, prod)
+        if scale is not None:
+            attrs = dict(op.attrs, norm="node_scale")
+            program.forward[pos] = new_op(program, "aggregate", [op.inputs[0], scale], attrs, op.loc,
+                                          output=op.output)
+            count += 1
+    uses, prod = forward_uses(program), producers(program)
+    for pos, op in enumerate(program.forward):
+        if op.opcode != "add" or len(op.inputs) != 2:
+            continue
+        for agg_value, own in (op.inputs, op.inputs[::-1]):
+            agg = prod.get(agg_value.id)
+            if (agg is None or agg.opcode != "aggregate" or agg.attrs.get("norm") != "node_scale"
+                    or agg.attrs.get("self_loops") or uses.get(agg_value.id, 0) != 1
+                    or own.shape != agg_value.shape
+                    or not _scaled_twice(own, agg.inputs[0], aggregate_scale(agg), prod)):
+                continue
+            attrs = dict(agg.attrs, self_loops=True)
+            program.forward[pos] = new_op(program, "aggregate", list(agg.inputs), attrs, op.loc, output=op.output)
+            count += 1
+            break
+    remove_dead_forward(program)
+    return count
+
+
+def _symmetric_coefficients(program: Program, op, prod: dict):
+    """``n`` when ``op`` is an unnormalised in-sum weighed by ``gather(n, src) * gather(n, dst)``
+    with ``n`` a node [1] value that depends on no parameter; else None."""
+    weights = aggregate_weights(op) if op.opcode == "aggregate" else None
+    if (weights is None or op.attrs.get("reduce") != "sum" or op.attrs.get("norm", "none") != "none"
+            or op.attrs.get("direction", "in") != "in" or op.attrs.get("self_loops")):
+        return None
+    product = prod.get(weights.id)
+    if product is None or product.opcode != "mul" or len(product.inputs) != 2:
+        return None
+    ends = [prod.get(v.id) for v in product.inputs]
+    if any(g is None or g.opcode != "gather" for g in ends):
+        return None
+    if {g.attrs.get("end") for g in ends} != {"src", "dst"} or ends[0].inputs[0] is not ends[1].inputs[0]:
+        return None
+    scale = ends[0].inputs[0]
+    if scale.assoc != "node" or scale.width != 1 or depends_on_params(program, scale, prod):
+        return None
+    return scale
+
+
+def _scaled_twice(value, rows, scale, prod: dict) -> bool:
+    """Whether ``value`` is ``rows * scale * scale`` (``mul(mul(rows, s), s)``, any operand order)."""
+    outer = prod.get(value.id)
+    if outer is None or outer.opcode != "mul" or len(outer.inputs) != 2:
+        return False
+    for inner_value, other in (outer.inputs, outer.inputs[::-1]):
+        if other is scale and _scaled_rows(inner_value, scale, prod) is rows:
+            return True
+    return False
 
 
 def _plain_sum_of(op) -> bool:

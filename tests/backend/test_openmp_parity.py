@@ -18,6 +18,7 @@ CASES = {
     "gcn": lambda: models.gcn(dropout=0.0),
     "gcn_mean": lambda: models.gcn(dropout=0.0, norm="mean"),
     "gcn_written_out": lambda: models.gcn_written_out(),
+    "gcn_message_passing": lambda: models.gcn_message_passing(),
     "sage_mean": lambda: models.sage("mean"),
     "sage_max": lambda: models.sage("max"),
     "gin": lambda: models.gin(),

@@ -288,6 +288,12 @@ def test_program_shape_of_a_gcn_written_out(tmp_path):
     other = tmp_path / "other_scale.mp"
     other.write_text(text.replace("+ 1); }", "+ 2); }"))
     assert "not GCN's rsqrt(degree + 1)" in harness.program_shape(other).unsupported
+    from tests.backend.written_out_programs import GCN_MESSAGE_PASSING
+    message_passing = tmp_path / "gcn_message_passing.mp"
+    message_passing.write_text(GCN_MESSAGE_PASSING)
+    s = harness.program_shape(message_passing)
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.edge_weight, s.layers) == ("gcn", False, ["F", 16, "C"])
     mixed = tmp_path / "mixed_weights.mp"
     mixed.write_text(text.replace("Sum(e in v.incoming_edges(): e.src.z2 * e.edge_weight)",
                                   "Sum(e in v.incoming_edges(): e.src.z2)"))

@@ -105,6 +105,26 @@ def gcn_written_out(hidden=16, weighted=False) -> Program:
     return m.finish(h)
 
 
+def gcn_message_passing(hidden=16) -> Program:
+    """GCN as message passing writes it (PyG's gcn_norm): n = rsqrt(in_degree + 1), per-edge
+    coefficients c = n_src * n_dst, and per layer Sum(e: e.src.z * e.c) + z * n * n + b.
+    fold_edge_normalisation makes each layer one aggregate; the interpreter runs the ops as written."""
+    m = ModelBuilder("gcn_message_passing")
+    scale = m.emit("rsqrt", m.emit("shift", m.emit("graph_scalar", kind="in_degree"), c=1.0))
+    coefficients = m.emit("mul", m.emit("gather", scale, end="src"), m.emit("gather", scale, end="dst"))
+    h = m.x
+    widths = _widths(hidden, 2)
+    for layer in range(2):
+        w = m.param(f"layer{layer}.W", (widths[layer], widths[layer + 1]))
+        b = m.param(f"layer{layer}.b", (widths[layer + 1],), init="zeros")
+        z = m.emit("linear", h, w)
+        messages = m.emit("mul", m.emit("gather", z, end="src"), coefficients)
+        own = m.emit("mul", m.emit("mul", z, scale), scale)
+        total = m.emit("add", m.emit("scatter", messages, reduce="sum", end="dst"), own)
+        h = m.activation(m.emit("bias_add", total, b), "relu" if layer == 0 else None)
+    return m.finish(h)
+
+
 def sage(reduce="mean", hidden=16, layers=2, dropout=0.0) -> Program:
     """GraphSAGE: linear(aggregate(h), Wn) + linear(h, Ws) + b, act."""
     m = ModelBuilder(f"sage_{reduce}")
@@ -312,4 +332,5 @@ def hgt(hidden=8, blocks=1) -> Program:
 
 
 ALL = {"gcn": gcn, "gcn_featureless": lambda: gcn(featureless=True), "sage_mean": lambda: sage("mean"), "sage_max": lambda: sage("max"),
-       "gin": gin, "gat": gat, "rgcn": rgcn, "rgat": rgat, "hgt": hgt, "gcn_written_out": gcn_written_out}
+       "gin": gin, "gat": gat, "rgcn": rgcn, "rgat": rgat, "hgt": hgt, "gcn_written_out": gcn_written_out,
+       "gcn_message_passing": gcn_message_passing}

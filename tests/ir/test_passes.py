@@ -514,3 +514,45 @@ def test_a_scale_with_other_readers_still_folds():
     prog, n = _assert_same_numerics(build, fold_node_scales, {"F": 4})
     assert n == 1
     assert [op.attrs["norm"] for op in prog.forward if op.opcode == "aggregate"] == ["node_scale"]
+
+
+def test_message_passing_gcn_becomes_one_scaled_aggregation_per_layer():
+    """Messages weighed by n_src * n_dst and the own row scaled by n twice (PyG's gcn_norm as a
+    program writes it): one aggregate with norm=node_scale and self loops per layer."""
+    def fold(prog):
+        from morphgen.passes import fold_edge_aggregations, fold_edge_normalisation
+        return fold_edge_aggregations(prog), fold_edge_normalisation(prog)
+    prog, counts = _assert_same_numerics(models.gcn_message_passing, fold)
+    assert counts == (2, 4)
+    aggregates = [op for op in prog.forward if op.opcode == "aggregate"]
+    assert len(aggregates) == 2
+    assert all(op.attrs["norm"] == "node_scale" and op.attrs["self_loops"] and len(op.inputs) == 2
+               for op in aggregates)
+    assert not {"gather", "add", "mul", "scatter"} & set(_opcodes(prog))
+
+
+def test_edge_normalisation_folds_only_one_scale_at_both_ends():
+    """Coefficients from two scales, a learned scale, or an own row scaled once keep their form
+    (the weighted sums still become aggregates: their weights need no gradient)."""
+    from morphgen.passes import fold_edge_aggregations, fold_edge_normalisation
+
+    def build():
+        m = models.ModelBuilder("not_symmetric")
+        s = m.emit("rsqrt", m.emit("shift", m.emit("graph_scalar", kind="in_degree"), c=1.0))
+        t = m.emit("rsqrt", m.emit("shift", m.emit("graph_scalar", kind="out_degree"), c=1.0))
+        learned = m.emit("sigmoid", m.emit("linear", m.x, m.param("Ws", ("F", 1))))
+        parts = []
+        for a, b in ((s, t), (learned, learned)):
+            c = m.emit("mul", m.emit("gather", a, end="src"), m.emit("gather", b, end="dst"))
+            parts.append(m.emit("scatter", m.emit("mul", m.emit("gather", m.x, end="src"), c), reduce="sum", end="dst"))
+        c = m.emit("mul", m.emit("gather", s, end="src"), m.emit("gather", s, end="dst"))
+        once = m.emit("add", m.emit("scatter", m.emit("mul", m.emit("gather", m.x, end="src"), c), reduce="sum",
+                                    end="dst"), m.emit("mul", m.x, s))
+        total = m.emit("add", m.emit("add", parts[0], parts[1]), once)
+        return m.finish(m.emit("linear", total, m.param("W", ("F", "C"))))
+    prog, (edges, folded) = _assert_same_numerics(build, lambda p: (fold_edge_aggregations(p),
+                                                                   fold_edge_normalisation(p)), {"F": 4})
+    assert edges == 2 and folded == 1          # the learned weights keep their scatter; s at both ends folds
+    aggregates = [op for op in prog.forward if op.opcode == "aggregate"]
+    assert sorted(op.attrs["norm"] for op in aggregates) == ["node_scale", "none"]
+    assert not any(op.attrs["self_loops"] for op in aggregates)

@@ -12,6 +12,7 @@ import pytest
 
 from morphgen.data.npz import save_npz
 from tests.e2e.support import datasets_dir, example, typed_dataset, write_link_npz
+from tests.backend.written_out_programs import GCN_MESSAGE_PASSING
 from tests.mpi.support import RANKS, assert_same_run, train
 
 SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_class=12,val=60,test=100"
@@ -59,6 +60,17 @@ def test_gcn_written_out_matches_one_process(tmp_path, degree, features, hoisted
         run = train(tmp_path, program, data, backend="mpi", ranks=ranks)
         assert run["hoisted_aggregations"] == hoisted
         assert_same_run(reference, run, RTOL, f"the written-out GCN ({degree}) on {ranks} ranks")
+
+
+def test_gcn_as_message_passing_matches_one_process(tmp_path):
+    """Per-edge coefficients n_src * n_dst fold into one aggregation per layer (its scale read at
+    ghost sources, computed once)."""
+    program = tmp_path / "gcn_message_passing.mp"
+    program.write_text(GCN_MESSAGE_PASSING)
+    reference = train(tmp_path, program, SYNTHETIC)
+    for ranks in RANKS:
+        assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
+                        f"GCN as message passing on {ranks} ranks")
 
 
 # Graph constants of every kind, computed once at load time: a mean of the neighbours' degrees
