@@ -65,8 +65,10 @@ class _Writer:
         # same seed gave before they existed, and one that reads them differs only there.
         self.edge_weights = random.Random(f"edge-weight-{seed}")
         self.weighted = False
-        # Normalisations written out (fold_node_scales) are chosen by a stream of their own too.
+        # Normalisations written out (fold_node_scales, fold_edge_normalisation) are chosen by
+        # streams of their own too.
         self.node_scales = random.Random(f"node-scale-{seed}")
+        self.message_passing = random.Random(f"message-passing-{seed}")
         self.counter = 0
 
     # -- names and declarations ------------------------------------------------------------
@@ -328,6 +330,37 @@ class _Writer:
         scope.node.update({s: 1, z: width, out: width})
         return lines
 
+    def message_passing_sum(self, scope: _Scope) -> list:
+        """Statements of GCN's normalisation as message passing writes it: s = rsqrt(d + c),
+        per-edge coefficients e.src.s * e.dst.s, then Sum(e: e.src.z * e.c) [+ v.z * v.s * v.s];
+        now and then coefficients of one end only or a learned scale, which must not fold."""
+        r = self.message_passing
+        width = r.choice(WIDTHS)
+        s, c = self.prop("Node", 1), self.prop("Edge", 1)
+        z, out = self.prop("Node", width), self.prop("Node", width)
+        if r.random() < 0.3:
+            self.weighted = True
+            degree = "Sum(e in v.incoming_edges(): e.edge_weight)"
+        else:
+            degree = f"v.{r.choice(('in_degree', 'in_degree', 'out_degree'))}"
+        scale = f"rsqrt({degree} + {r.choice((1, 1, 2))})"
+        if r.random() < 0.15:                       # learned: needs a gradient, never folded
+            scale = f"sigmoid(v.x * {self.weight('F', 1)})"
+            self.x_direct = True
+        ends = r.choice(((f"e.src.{s}", f"e.dst.{s}"), (f"e.dst.{s}", f"e.src.{s}"), (f"e.src.{s}", f"e.src.{s}")))
+        message = f"e.src.{z} * e.{c}" if r.random() < 0.5 else f"e.{c} * e.src.{z}"
+        total = f"Sum(e in v.incoming_edges(): {message})"
+        if r.random() < 0.7:
+            total += f" + v.{z} * v.{s} * v.{s}" if r.random() < 0.8 else f" + v.{z} * v.{s}"
+        rows = self.node_expr(scope, width, self.rng.randint(1, 2))
+        lines = [f"forall (v in g.nodes()) {{ v.{s} = {scale}; }}",
+                 f"forall (e in g.edges()) {{ e.{c} = {ends[0]} * {ends[1]}; }}",
+                 f"forall (v in g.nodes()) {{ v.{z} = {rows}; }}",
+                 f"forall (v in g.nodes()) {{ v.{out} = {total}; }}"]
+        scope.node.update({s: 1, z: width, out: width})
+        scope.edge[c] = 1
+        return lines
+
     def binary(self, make, width) -> str:
         op = self.pick(("+", "-", "*"))
         if width != 1 and self.rng.random() < 0.2:      # a width-1 operand broadcasts over the row
@@ -344,6 +377,9 @@ def _explicit(w: _Writer) -> str:
     for _ in range(w.rng.randint(1, 4)):
         if w.node_scales.random() < 0.12:
             body += w.normalised_sum(scope)
+            continue
+        if w.message_passing.random() < 0.1:
+            body += w.message_passing_sum(scope)
             continue
         width = w.rng.choice(WIDTHS)
         if w.rng.random() < 0.35:

@@ -44,6 +44,33 @@ def test_generated_block_diagonal_programs_match_interpreter(seed):
         check(fp, variant)
 
 
+def _folding_seeds(fold: str, count: int) -> list:
+    """The first generated programs after those above in which a normalisation written out
+    folds into an aggregation by ``fold`` (fold_node_scales, or fold_edge_normalisation for the
+    message-passing form): the blocks that write one are often dead (nothing reads their
+    result), so few programs fold."""
+    from morphgen import passes
+
+    def folds(seed) -> bool:
+        fp = generate(seed)
+        if "rsqrt(" not in fp.source:
+            return False
+        program = compile_source(fp.source, filename=f"{fp.name}.mp")
+        counts = {"fold_edge_aggregations": passes.fold_edge_aggregations(program),
+                  "fold_edge_normalisation": passes.fold_edge_normalisation(program),
+                  "fold_self_terms": passes.fold_self_terms(program),
+                  "fold_node_scales": passes.fold_node_scales(program)}
+        return counts[fold] > 0
+    return list(itertools.islice((seed for seed in range(PROGRAMS, PROGRAMS + 3000) if folds(seed)), count))
+
+
+@pytest.mark.parametrize("seed", _folding_seeds("fold_node_scales", 2) + _folding_seeds("fold_edge_normalisation", 2))
+def test_generated_programs_whose_normalisation_folds_match_interpreter(seed):
+    fp = generate(seed)
+    for variant in variants_for(fp):
+        check(fp, variant)
+
+
 @pytest.mark.parametrize("variant", ["plain", "passes", "sparse"])
 @pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
 def test_regression_program_matches_interpreter(path, variant):
