@@ -96,8 +96,7 @@ def fold_edge_normalisation(program: Program) -> int:
     before reorder_linear_aggregate, which may then move the layer's product past the whole sum.
     Returns the number of rewrites."""
     require_forward_only(program, "fold_edge_normalisation")
-    count = 0
-    uses, prod = forward_uses(program), producers(program)
+    count, prod = 0, producers(program)
     for pos, op in enumerate(program.forward):
         scale = _symmetric_coefficients(program, op, prod)
         if scale is not None:
@@ -105,23 +104,13 @@ def fold_edge_normalisation(program: Program) -> int:
             program.forward[pos] = new_op(program, "aggregate", [op.inputs[0], scale], attrs, op.loc,
                                           output=op.output)
             count += 1
-    uses, prod = forward_uses(program), producers(program)
-    for pos, op in enumerate(program.forward):
-        if op.opcode != "add" or len(op.inputs) != 2:
-            continue
-        for agg_value, own in (op.inputs, op.inputs[::-1]):
-            agg = prod.get(agg_value.id)
-            if (agg is None or agg.opcode != "aggregate" or agg.attrs.get("norm") != "node_scale"
-                    or agg.attrs.get("self_loops") or uses.get(agg_value.id, 0) != 1
-                    or own.shape != agg_value.shape
-                    or not _scaled_twice(own, agg.inputs[0], aggregate_scale(agg), prod)):
-                continue
-            attrs = dict(agg.attrs, self_loops=True)
-            program.forward[pos] = new_op(program, "aggregate", list(agg.inputs), attrs, op.loc, output=op.output)
-            count += 1
-            break
-    remove_dead_forward(program)
-    return count
+
+    def own_row_scaled_twice(agg, own, prod):
+        if (agg.attrs.get("norm") != "node_scale" or agg.attrs.get("self_loops") or own.shape != agg.output.shape
+                or not _scaled_twice(own, agg.inputs[0], aggregate_scale(agg), prod)):
+            return None
+        return list(agg.inputs), dict(agg.attrs, self_loops=True)
+    return count + _fold_into_aggregate(program, "add", own_row_scaled_twice)
 
 
 def _symmetric_coefficients(program: Program, op, prod: dict):
@@ -169,21 +158,35 @@ def fold_self_terms(program: Program) -> int:
     place; returns the number folded.  The aggregate must have no other reader, and x must not
     be rows of the featureless identity (left to the lookups that read it)."""
     require_forward_only(program, "fold_self_terms")
+
+    def own_row(agg, x, prod):
+        if (not _plain_sum_of(agg) or agg.inputs[0] is not x or x.shape != agg.output.shape
+                or identity_derived(program, x, prod)):    # the featureless identity is never a row array
+            return None
+        return list(agg.inputs), dict(agg.attrs, self_loops=True)
+    return _fold_into_aggregate(program, "add", own_row)
+
+
+def _fold_into_aggregate(program: Program, opcode: str, fold) -> int:
+    """Replace each forward ``opcode`` op of two operands, one of them an aggregate read only
+    there, by the aggregate ``fold(aggregate op, other operand, producers)`` gives as (inputs,
+    attrs), trying both operand orders; ``fold`` returns None to leave the op.  Returns the
+    number replaced."""
     uses, prod = forward_uses(program), producers(program)
     count = 0
     for pos, op in enumerate(program.forward):
-        if op.opcode != "add" or len(op.inputs) != 2:
+        if op.opcode != opcode or len(op.inputs) != 2:
             continue
-        for agg_value, x in (op.inputs, op.inputs[::-1]):
+        for agg_value, other in (op.inputs, op.inputs[::-1]):
             agg = prod.get(agg_value.id)
-            if (agg is None or not _plain_sum_of(agg) or agg.inputs[0] is not x
-                    or uses.get(agg_value.id, 0) != 1 or x.shape != agg_value.shape
-                    or identity_derived(program, x, prod)):    # the featureless identity is never a row array
+            if agg is None or agg.opcode != "aggregate" or uses.get(agg_value.id, 0) != 1:
                 continue
-            attrs = dict(agg.attrs, self_loops=True)
-            program.forward[pos] = new_op(program, "aggregate", list(agg.inputs), attrs, op.loc, output=op.output)
-            count += 1
-            break
+            folded = fold(agg, other, prod)
+            if folded is not None:
+                inputs, attrs = folded
+                program.forward[pos] = new_op(program, "aggregate", inputs, attrs, op.loc, output=op.output)
+                count += 1
+                break
     remove_dead_forward(program)
     return count
 
@@ -196,28 +199,16 @@ def fold_node_scales(program: Program) -> int:
     no gradient for it).  The inner product may have other readers: it is then still computed
     for them."""
     require_forward_only(program, "fold_node_scales")
-    uses, prod = forward_uses(program), producers(program)
-    count = 0
-    for pos, op in enumerate(program.forward):
-        if op.opcode != "mul" or len(op.inputs) != 2:
-            continue
-        for agg_value, scale in (op.inputs, op.inputs[::-1]):
-            agg = prod.get(agg_value.id)
-            if (agg is None or agg.opcode != "aggregate" or agg.attrs.get("reduce") != "sum"
-                    or agg.attrs.get("norm", "none") != "none" or agg.attrs.get("direction", "in") != "in"
-                    or aggregate_scale(agg) is not None or uses.get(agg_value.id, 0) != 1
-                    or scale.assoc != "node" or scale.width != 1 or op.output.shape != agg_value.shape):
-                continue
-            rows = _scaled_rows(agg.inputs[0], scale, prod)
-            if rows is None or depends_on_params(program, scale, prod) or identity_derived(program, rows, prod):
-                continue
-            attrs = dict(agg.attrs, norm="node_scale")
-            program.forward[pos] = new_op(program, "aggregate", [rows] + agg.inputs[1:] + [scale], attrs, op.loc,
-                                          output=op.output)
-            count += 1
-            break
-    remove_dead_forward(program)
-    return count
+
+    def scaled_both_ends(agg, scale, prod):
+        if (agg.attrs.get("reduce") != "sum" or agg.attrs.get("norm", "none") != "none"
+                or agg.attrs.get("direction", "in") != "in" or scale.assoc != "node" or scale.width != 1):
+            return None
+        rows = _scaled_rows(agg.inputs[0], scale, prod)
+        if rows is None or depends_on_params(program, scale, prod) or identity_derived(program, rows, prod):
+            return None
+        return [rows] + agg.inputs[1:] + [scale], dict(agg.attrs, norm="node_scale")
+    return _fold_into_aggregate(program, "mul", scaled_both_ends)
 
 
 def _scaled_rows(z, scale, prod: dict):

@@ -299,15 +299,10 @@ class _Writer:
             return f"({inner} * {self.rng.choice((0.5, 2.0, 0.25, 1.5))})"
         return f"({inner} / {self.rng.choice((2, 4, 3))})"
 
-    def normalised_sum(self, scope: _Scope) -> list:
-        """Statements of a sum between two row scales by one node value, as GCN written out:
-        s = rsqrt(d + c) (d the in-degree, or the in-edges' weights summed), z = h * s, then
-        (Sum of z over in-neighbours [weighed by the edges] [+ z]) * s; now and then a scale that
-        differs at the two ends or one that depends on a weight, which must not fold."""
-        r = self.node_scales
-        width = r.choice(WIDTHS)
-        s, z, out = self.prop("Node", 1), self.prop("Node", width), self.prop("Node", width)
-        if r.random() < 0.4:
+    def degree_scale(self, r: random.Random, weighted_share: float) -> str:
+        """A node scale GCN would use, rsqrt(d + c), d the in-degree, the out-degree or the
+        in-edges' weights summed; now and then a learned one, which needs a gradient."""
+        if r.random() < weighted_share:
             self.weighted = True
             degree = "Sum(e in v.incoming_edges(): e.edge_weight)"
         else:
@@ -316,6 +311,17 @@ class _Writer:
         if r.random() < 0.15:                       # learned: needs a gradient, never folded
             scale = f"sigmoid(v.x * {self.weight('F', 1)})"
             self.x_direct = True
+        return scale
+
+    def normalised_sum(self, scope: _Scope) -> list:
+        """Statements of a sum between two row scales by one node value, as GCN written out:
+        s = rsqrt(d + c) (d the in-degree, or the in-edges' weights summed), z = h * s, then
+        (Sum of z over in-neighbours [weighed by the edges] [+ z]) * s; now and then a scale that
+        differs at the two ends or one that depends on a weight, which must not fold."""
+        r = self.node_scales
+        width = r.choice(WIDTHS)
+        s, z, out = self.prop("Node", 1), self.prop("Node", width), self.prop("Node", width)
+        scale = self.degree_scale(r, weighted_share=0.4)
         outer = f"v.{s}" if r.random() < 0.85 else "rsqrt(v.out_degree + 1)"
         message = f"(e.src.{z} * e.edge_weight)" if r.random() < 0.3 else f"e.src.{z}"
         if "edge_weight" in message:
@@ -338,15 +344,7 @@ class _Writer:
         width = r.choice(WIDTHS)
         s, c = self.prop("Node", 1), self.prop("Edge", 1)
         z, out = self.prop("Node", width), self.prop("Node", width)
-        if r.random() < 0.3:
-            self.weighted = True
-            degree = "Sum(e in v.incoming_edges(): e.edge_weight)"
-        else:
-            degree = f"v.{r.choice(('in_degree', 'in_degree', 'out_degree'))}"
-        scale = f"rsqrt({degree} + {r.choice((1, 1, 2))})"
-        if r.random() < 0.15:                       # learned: needs a gradient, never folded
-            scale = f"sigmoid(v.x * {self.weight('F', 1)})"
-            self.x_direct = True
+        scale = self.degree_scale(r, weighted_share=0.3)
         ends = r.choice(((f"e.src.{s}", f"e.dst.{s}"), (f"e.dst.{s}", f"e.src.{s}"), (f"e.src.{s}", f"e.src.{s}")))
         message = f"e.src.{z} * e.{c}" if r.random() < 0.5 else f"e.{c} * e.src.{z}"
         total = f"Sum(e in v.incoming_edges(): {message})"

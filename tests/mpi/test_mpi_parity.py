@@ -51,26 +51,28 @@ function gcnWrittenOut(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
     ("v.in_degree", "dropout(v.x, 0.5)", 0),
     ("Sum(e in v.incoming_edges(): e.edge_weight)", "v.x", 1)])
 def test_gcn_written_out_matches_one_process(tmp_path, degree, features, hoisted):
-    program = tmp_path / "gcn_written_out.mp"
-    program.write_text(GCN_WRITTEN_OUT.replace("DEGREE", degree).replace("INPUT", features))
+    source = GCN_WRITTEN_OUT.replace("DEGREE", degree).replace("INPUT", features)
     data = SYNTHETIC + (",weighted=1" if "edge_weight" in degree else "")
+    _assert_program_matches_one_process(tmp_path, source, data, hoisted, f"the written-out GCN ({degree})")
+
+
+def _assert_program_matches_one_process(tmp_path, source: str, data: str, hoisted: int, what: str) -> None:
+    """The program trains alike on one OpenMP process and on every rank count, hoisting as many
+    aggregations of the features."""
+    program = tmp_path / "program.mp"
+    program.write_text(source)
     reference = train(tmp_path, program, data)
     assert reference["hoisted_aggregations"] == hoisted
     for ranks in RANKS:
         run = train(tmp_path, program, data, backend="mpi", ranks=ranks)
         assert run["hoisted_aggregations"] == hoisted
-        assert_same_run(reference, run, RTOL, f"the written-out GCN ({degree}) on {ranks} ranks")
+        assert_same_run(reference, run, RTOL, f"{what} on {ranks} ranks")
 
 
 def test_gcn_as_message_passing_matches_one_process(tmp_path):
     """Per-edge coefficients n_src * n_dst fold into one aggregation per layer (its scale read at
     ghost sources, computed once)."""
-    program = tmp_path / "gcn_message_passing.mp"
-    program.write_text(GCN_MESSAGE_PASSING)
-    reference = train(tmp_path, program, SYNTHETIC)
-    for ranks in RANKS:
-        assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
-                        f"GCN as message passing on {ranks} ranks")
+    _assert_program_matches_one_process(tmp_path, GCN_MESSAGE_PASSING, SYNTHETIC, 0, "GCN as message passing")
 
 
 # Graph constants of every kind, computed once at load time: a mean of the neighbours' degrees
@@ -98,13 +100,7 @@ function degreeMean(Graph g, propNode<float[F]> x, propNode<int[C]> y) {
 
 
 def test_graph_constants_computed_once_match_one_process(tmp_path):
-    program = tmp_path / "graph_constants.mp"
-    program.write_text(GRAPH_CONSTANTS)
-    reference = train(tmp_path, program, SYNTHETIC)
-    assert reference["hoisted_aggregations"] == 1
-    for ranks in RANKS:
-        assert_same_run(reference, train(tmp_path, program, SYNTHETIC, backend="mpi", ranks=ranks), RTOL,
-                        f"graph constants on {ranks} ranks")
+    _assert_program_matches_one_process(tmp_path, GRAPH_CONSTANTS, SYNTHETIC, 1, "graph constants")
 
 
 @pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcn_weighted",
