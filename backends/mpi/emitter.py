@@ -95,11 +95,7 @@ class MPIEmitter(OpenMPEmitter):
         over in-edges is not right there).  When an op reads it at edge sources (SGC's S^K x; a
         node scale, which aggregations read at both ends), one exchange at load time gives its
         ghost rows their owners' values, as the loaded features have."""
-        def reads_at_sources(op) -> bool:
-            read = self.source_read(op)
-            scale = aggregate_scale(op) if op.opcode == "aggregate" else None
-            return (read is not None and read.id == v.id) or (scale is not None and scale.id == v.id)
-        if v.assoc != "node" or not any(reads_at_sources(op) for op in self.p.all_ops()):
+        if v.assoc != "node" or not any(v in self.source_reads(op) for op in self.p.all_ops()):
             return []
         k = self.timers.index("halo")
         return [f"mg::mpi::halo_forward(m.part, const_cast<float *>({self.views[v.id]}), {self.width(v)}, "
@@ -107,7 +103,7 @@ class MPIEmitter(OpenMPEmitter):
 
     # -- halo exchanges around the ops that cross the partition -----------------------------------
     def around(self, op, lines: list) -> list:
-        before, after = self._exchange_source_rows(op) + self._exchange_node_scale(op), []
+        before, after = self._exchange_source_rows(op), []
         if self._is_max_to_sources(op):
             after.append(self._reverse_max(op))
         elif self._writes_sources(op):
@@ -121,28 +117,18 @@ class MPIEmitter(OpenMPEmitter):
         return before + lines + after
 
     def _exchange_source_rows(self, op) -> list:
-        """The forward halo exchange of the node value ``op`` reads at edge sources, if it needs one."""
-        source_read = self.source_read(op)
-        if source_read is None or not self._needs_exchange(source_read):
-            return []
-        exchange = [] if id(op) in self.overlapped else [self._halo("halo_forward", source_read)]
-        if source_read.id not in self.backward_ids:   # a gradient's ghost rows may be zeroed later
-            self.exchanged.add(source_read.id)
-        return exchange           # (an overlapped op's own call exchanges: op_aggregate)
-
-    def _exchange_node_scale(self, op) -> list:
-        """An aggregation with the program's own node scale (norm=node_scale) reads the scale at
-        both ends of every edge, so at ghost sources too: the owners' values, exchanged once
-        before the first such aggregation unless the ghost rows already hold them (a scale
-        computed from the in-degree of the global graph does; one summed over a rank's in-edges
-        does not)."""
-        scale = aggregate_scale(op) if op.opcode == "aggregate" else None
-        if scale is None or not self._needs_exchange(scale):
-            return []
-        if scale.id in self.backward_ids:
-            raise self._unsupported(op, "a node scale computed in the backward pass")
-        self.exchanged.add(scale.id)
-        return [self._halo("halo_forward", scale)]
+        """The forward halo exchanges of the node values ``op`` reads at edge sources, where they
+        need one (an overlapped aggregation's own call exchanges its rows: op_aggregate)."""
+        exchanges = []
+        rows = self.source_read(op)
+        for read in self.source_reads(op):
+            if not self._needs_exchange(read):
+                continue
+            if not (read is rows and id(op) in self.overlapped):
+                exchanges.append(self._halo("halo_forward", read))
+            if read.id not in self.backward_ids:   # a gradient's ghost rows may be zeroed later
+                self.exchanged.add(read.id)
+        return exchanges
 
     def around_absorbed(self, op) -> list:
         """A gather of source rows that a fused kernel reads in place (weighted scatters, edge dots,
@@ -163,8 +149,7 @@ class MPIEmitter(OpenMPEmitter):
         complete_now = {self.features_id} if self.features_id is not None else set()
         at_definition = set(complete_now)
         for op in self.p.forward:
-            read = self.source_read(op)
-            if read is not None and read.assoc == "node":
+            for read in self.source_reads(op):
                 complete_now.add(read.id)           # exchanged here unless complete already
             out = op.output
             if out is None or out.assoc != "node":
@@ -185,6 +170,15 @@ class MPIEmitter(OpenMPEmitter):
         if op.opcode == "scatter_max_grad" and op.attrs.get("end", "dst") == "src":
             return op.inputs[0]       # each out-edge's source row: the gradient of the max there
         return None
+
+    @classmethod
+    def source_reads(cls, op) -> list:
+        """The node values this op reads at edge sources: its rows (source_read) and an
+        aggregation's node scale (norm=node_scale), which it reads at both ends of every edge."""
+        rows = cls.source_read(op)
+        reads = [rows] if rows is not None and rows.assoc == "node" else []
+        scale = aggregate_scale(op) if op.opcode == "aggregate" else None
+        return reads + ([scale] if scale is not None else [])
 
     def op_aggregate(self, op, x, *weights):
         """An aggregation over in-edges whose input needs an exchange first aggregates the rows

@@ -30,6 +30,7 @@ R-GAT in RGATConv's form a stack of PyG's RGATConv.
 """
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,14 +178,14 @@ def _gcn_scales(program) -> dict:
     return scales
 
 
-def _with_normalisation_folded(path):
-    """The program with row scales around its sums folded into its aggregations and their
-    scales computed once, as the compiler does (passes: fold_node_scales, hoist_graph_constants),
-    when it has any; None otherwise (the other layers are matched in the front end's form)."""
-    from morphgen.frontend import compile_file
+def _with_normalisation_folded(program):
+    """A copy of the program with row scales around its sums folded into its aggregations and
+    their scales computed once, as the compiler does (passes: fold_node_scales,
+    fold_edge_normalisation, hoist_graph_constants), when it has any; None otherwise (the other
+    layers are matched in the front end's form)."""
     from morphgen.passes import (fold_edge_aggregations, fold_edge_normalisation, fold_node_scales, fold_self_terms,
                                  hoist_graph_constants)
-    program = compile_file(str(path))
+    program = copy.deepcopy(program)
     fold_edge_aggregations(program)
     folded = fold_edge_normalisation(program)
     fold_self_terms(program)
@@ -447,7 +448,8 @@ def program_shape(model_path) -> PeerModel:
     path = Path(model_path)
     if not path.is_file():
         raise BenchError(f"model: {path}: no such file")
-    program = _with_normalisation_folded(path) or compile_file(str(path))
+    program = compile_file(str(path))
+    program = _with_normalisation_folded(program) or program
     if program.task == "link":
         raise BenchError(f"model: {path} predicts links; morphgen bench times node classifiers against "
                          f"the peers (for link prediction: python -m morphgen.bench.link_prediction)")

@@ -33,7 +33,7 @@ are as constant as the graph: GCN layers weighing their edges are hoisted like G
 """
 from __future__ import annotations
 
-from ..ir import Op, Program
+from ..ir import Program
 from ..ir_ops import BINARY, MATH_FUNCTIONS, UNARY, aggregate_scale, aggregate_weights, reads_edge_weights
 from .reorder_aggregate import LINEAR_REDUCTIONS
 from .rewrite import concrete, forward_uses, new_op, producers, remove_dead_forward, require_forward_only
@@ -118,18 +118,16 @@ def _graph_constant(op, prod, invariant: set) -> bool:
             and op.attrs.get("direction", "in") == "in")
 
 
-def _invariant_inputs(program: Program, op, prod, invariant: set) -> list:
-    """``op``'s inputs as the invariant section reads them: the graph's edge weights read again
-    there (an op of its own) unless they are invariant already, since the invariant section
-    runs before the forward defines any."""
-    inputs = list(op.inputs)
+def _move_weights_to_invariant(program: Program, op, prod, invariant: set) -> None:
+    """The graph's edge weights ``op`` reads, moved to the invariant section when they are not
+    there yet (that section runs before the forward defines anything; the forward and the
+    backward still read them there, as every invariant value)."""
     weights = aggregate_weights(op)
     if weights is not None and weights.id not in invariant:
         producer = prod[weights.id]
-        again = new_op(program, "graph_scalar", [], producer.attrs, producer.loc, name="edge_weights")
-        program.invariant.append(again)
-        inputs[1] = again.output
-    return inputs
+        program.forward.remove(producer)
+        program.invariant.append(producer)
+        invariant.add(weights.id)
 
 
 def _repaid(program: Program, rows, layer_width) -> bool:
@@ -142,14 +140,14 @@ def _repaid(program: Program, rows, layer_width) -> bool:
 def _hoist_one(program: Program, features) -> bool:
     uses, prod = forward_uses(program), producers(program)
     invariant = {op.output.id for op in program.invariant}
-    for pos, op in enumerate(program.forward):
+    for op in list(program.forward):
         if not _graph_constant(op, prod, invariant):
             continue
         # A x, or A (A x) and so on: SGC's S^K x is K aggregations computed once.
         if op.inputs[0].id == features.id or op.inputs[0].id in invariant:
-            program.forward.pop(pos)
-            program.invariant.append(Op(op.opcode, _invariant_inputs(program, op, prod, invariant), op.output,
-                                        dict(op.attrs), op.loc))
+            _move_weights_to_invariant(program, op, prod, invariant)
+            program.forward.remove(op)
+            program.invariant.append(op)
             return True
         # A (x W) = (A x) W, also for x itself invariant (SGC's second hop, put after its product
         # by reorder_linear_aggregate when the classes are fewer than the features)
@@ -159,11 +157,11 @@ def _hoist_one(program: Program, features) -> bool:
                 or uses.get(lin.output.id, 0) != 1 or not _repaid(program, lin.inputs[0], lin.output.width)):
             continue
         x, w = lin.inputs
-        hoisted = new_op(program, "aggregate", [x] + _invariant_inputs(program, op, prod, invariant)[1:], op.attrs,
-                         op.loc, name="aggregated_features")
+        _move_weights_to_invariant(program, op, prod, invariant)
+        hoisted = new_op(program, "aggregate", [x] + op.inputs[1:], op.attrs, op.loc, name="aggregated_features")
         linear = new_op(program, "linear", [hoisted.output, w], lin.attrs, lin.loc, output=op.output)
         program.invariant.append(hoisted)
-        program.forward[pos] = linear
+        program.forward[program.forward.index(op)] = linear     # (the weights' move shifted positions)
         program.forward.remove(lin)
         return True
     return False
