@@ -234,6 +234,23 @@ def test_unary_forward_backward(lib, kind, n):
         directional_fd(fwd, [x], [gx], gy, rng, h=1e-3)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 5])
+@pytest.mark.parametrize("n", [32769, 70001])
+def test_unary_kernels_cover_every_element_once_on_any_thread_count(lib, threads, n):
+    """Each thread of the team takes one contiguous range of the elements: every element is
+    written once, by the same arithmetic, for thread counts that do and do not divide n."""
+    rng = np.random.default_rng(n + threads)
+    x = away_from_zero(rng, n) * 3
+    lib.mgb_set_threads(threads)
+    try:
+        for kind, (ref, _) in sorted(UNARY.items()):
+            y = np.full_like(x, np.nan)
+            assert lib.mgb_unary_fwd(kind, F(x), F(y), n, ALPHA) == 0
+            np.testing.assert_allclose(y, ref(x.astype(np.float64)), rtol=2e-6, atol=1e-7)
+    finally:
+        lib.mgb_set_threads(os.cpu_count() or 1)
+
+
 def test_sigmoid_extreme_inputs_stay_finite(lib):
     x = np.array([-1e4, -100, -20, 0, 20, 100, 1e4], np.float32)
     y = np.empty_like(x)
