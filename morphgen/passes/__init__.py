@@ -5,7 +5,8 @@ Forward rewrites (run before autodiff; each keeps numerics up to float rounding)
 ``fold_node_scales``,
 ``split_concat_linear``,
 ``reorder_linear_operators``,
-for backends with their kernels ``combine_bases_per_lookup`` and ``fuse_gathered_typed_linear``
+for backends with their kernels ``combine_bases_per_lookup`` and ``fuse_gathered_typed_linear``,
+``eliminate_common_subexpressions``,
 ``hoist_graph_constants`` and, for dense input features, ``hoist_invariant_aggregation``.
 Analyses (after autodiff): ``annotate_fusion`` and ``analyse_liveness``.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from ..autodiff import differentiate
 from ..ir import Program
 from .basis_lookup import combine_bases_per_lookup
+from .common_subexpressions import eliminate_common_subexpressions
 from .concat_split import split_concat_linear
 from .edge_aggregate import fold_edge_aggregations, fold_edge_normalisation, fold_node_scales, fold_self_terms
 from .edge_typed_linear import fuse_gathered_typed_linear
@@ -62,6 +64,7 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
         report["combine_bases_per_lookup"] = combine_bases_per_lookup(program)
     if edge_typed_layout is not None:
         report["fuse_gathered_typed_linear"] = fuse_gathered_typed_linear(program, edge_typed_layout, edge_pairs)
+    report["common_subexpressions"] = eliminate_common_subexpressions(program)
     report["dead_forward_ops"] = remove_dead_forward(program)
     if graph_constants:
         report["hoist_graph_constants"] = hoist_graph_constants(program)
