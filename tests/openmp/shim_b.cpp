@@ -8,6 +8,7 @@
 #include "edge_softmax.h"
 #include "elementwise.h"
 #include "loss.h"
+#include "math.h"
 #include "optim.h"
 #include "typed_linear.h"
 
@@ -47,6 +48,14 @@ int mgb_unary_bwd(int kind, const float* x, const float* y, const float* gy, flo
         case 7: mg::scale(gy, gx, n, alpha); return 0;
     }
     return 1;
+}
+
+// fn: the order of mg::MathFn (0 sqrt, 1 rsqrt, 2 log, 3 abs, 4 pow, 5 gelu, 6 softplus, 7 shift).
+void mgb_math_fwd(int fn, float c, const float* x, float* y, int64_t n) {
+    mg::math_fwd(static_cast<mg::MathFn>(fn), c, x, y, n);
+}
+void mgb_math_bwd(int fn, float c, const float* gy, const float* x, float* gx, int64_t n) {
+    mg::math_bwd(static_cast<mg::MathFn>(fn), c, gy, x, gx, n);
 }
 
 void mgb_binary_fwd(int op, const float* a, int sa, const float* b, int sb, float* out, int64_t rows,

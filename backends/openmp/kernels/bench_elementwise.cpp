@@ -3,11 +3,12 @@
 #include <vector>
 
 #include "elementwise.h"
+#include "math.h"
 
 extern "C" {
 
 // The best of three timings of `reps` calls; kind 0 scale, 1 relu, 2 relu backward, 3 elu,
-// 4 sigmoid, 5 accumulate, 6 copy.  -1 for an unknown kind.
+// 4 sigmoid, 5 accumulate, 6 copy, 7 tanh, 8 softplus, 9 log.  -1 for an unknown kind.
 double mg_elementwise_seconds(int kind, std::int64_t n, int reps) {
     std::vector<float> a(n, 0.5f), b(n, -0.25f), c(n, 1.0f);
     const float *x = a.data(), *y = b.data();
@@ -21,6 +22,9 @@ double mg_elementwise_seconds(int kind, std::int64_t n, int reps) {
             case 4: mg::sigmoid_fwd(y, out, n); return true;
             case 5: mg::accumulate(x, out, n); return true;
             case 6: mg::copy_values(x, out, n); return true;
+            case 7: mg::tanh_fwd(y, out, n); return true;
+            case 8: mg::math_fwd(mg::MathFn::Softplus, 0.0f, y, out, n); return true;
+            case 9: mg::math_fwd(mg::MathFn::Log, 0.0f, x, out, n); return true;
             default: return false;
         }
     };

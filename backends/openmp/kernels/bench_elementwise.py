@@ -19,7 +19,7 @@ void mg_set_threads(int n);
 """
 # kind -> (name, arrays streamed: read + written)
 KERNELS = {0: ("scale", 2), 1: ("relu", 2), 2: ("relu backward", 3), 3: ("elu", 2), 4: ("sigmoid", 2),
-           5: ("accumulate", 3), 6: ("copy", 2)}
+           5: ("accumulate", 3), 6: ("copy", 2), 7: ("tanh", 2), 8: ("softplus", 2), 9: ("log", 2)}
 SIZES = (("cora hidden, 2,708 x 64", 2708 * 64, 2000), ("arxiv, 169,343 x 128", 169343 * 128, 20))
 
 

@@ -40,6 +40,27 @@ enum Status : int {
     kErrNoMemory = 4,     // a scratch allocation failed
 };
 
+// Runs f(i) for i in [0, n), vectorised, split over the thread team when n > parallel_min.
+// Each thread runs its own copy of f over one contiguous range.  Under `parallel for simd` the
+// loop read f's captures through the shared closure, and since a float store may alias a
+// captured float GCC 12 compiled it to gathers and scatters or left it scalar: scale on 169,343
+// x 128 floats took 13.8 ms (3.6 ms this way), elu 22 ms, softplus' derivative 22 ms on 2 threads.
+template <class F>
+inline void parallel_each(std::int64_t n, std::int64_t parallel_min, F f) {
+    auto range = [](std::int64_t b, std::int64_t e, F& body) {
+#pragma omp simd
+        for (std::int64_t i = b; i < e; ++i) body(i);
+    };
+    if (n <= parallel_min) return range(0, n, f);
+#pragma omp parallel firstprivate(f)
+    {
+        const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+        const std::int64_t chunk = (n + threads - 1) / threads;
+        const std::int64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
+        range(b, e, f);
+    }
+}
+
 // Scalar activation used by fused epilogues. `alpha` is the leaky_relu slope or the elu scale.
 MG_INLINE float activate(Act act, float x, float alpha) {
     switch (act) {

@@ -26,14 +26,21 @@ namespace math_detail {
 inline constexpr int64_t kParallelMin = 1 << 15;
 inline constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
+// out[i] = f(a[i]) or, with b, f(a[i], b[i]).
 template <class F>
 inline void map(const float* a, const float* b, float* out, int64_t n, F f) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b ? b[i] : 0.f);
+    if (b == nullptr) return parallel_each(n, kParallelMin, [=](int64_t i) { out[i] = f(a[i], 0.f); });
+    parallel_each(n, kParallelMin, [=](int64_t i) { out[i] = f(a[i], b[i]); });
 }
 
-// log(1 + e^x) without overflow: x + log1p(e^-x) for x > 0.
-inline float softplus(float x) { return x > 0.f ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+// log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
+inline float softplus(float x) { return std::max(x, 0.f) + vlog1p(vexp(-std::fabs(x))); }
+
+// 1 / (1 + e^-x), softplus' derivative; exp only ever of a non-positive number.
+inline float sigmoid(float x) {
+    const float z = vexp(-std::fabs(x));
+    return select_bits(x >= 0.f, 1.f / (1.f + z), z / (1.f + z));
+}
 
 // Calls run(f) with f(x) the function; one loop per function (a switch inside would not vectorise).
 template <class Run>
@@ -41,7 +48,7 @@ inline void with_function(MathFn fn, float c, Run run) {
     switch (fn) {
         case MathFn::Sqrt: run([](float x) { return std::sqrt(x); }); break;
         case MathFn::Rsqrt: run([](float x) { return x == 0.f ? 0.f : 1.f / std::sqrt(x); }); break;
-        case MathFn::Log: run([](float x) { return std::log(x); }); break;
+        case MathFn::Log: run([](float x) { return vlog(x); }); break;
         case MathFn::Abs: run([](float x) { return std::fabs(x); }); break;
         case MathFn::Pow: run([c](float x) { return std::pow(x, c); }); break;
         case MathFn::Gelu: run([](float x) { return x * vnormal_cdf(x); }); break;
@@ -66,7 +73,7 @@ inline void with_derivative(MathFn fn, float c, Run run) {
                 return g * (vnormal_cdf(x) + x * kInvSqrt2Pi * vexp(-0.5f * x * x));
             });
             break;
-        case MathFn::Softplus: run([](float g, float x) { return g / (1.f + std::exp(-x)); }); break;
+        case MathFn::Softplus: run([](float g, float x) { return g * sigmoid(x); }); break;
         case MathFn::Shift: run([](float g, float) { return g; }); break;
     }
 }
@@ -84,22 +91,27 @@ inline void math_bwd(MathFn fn, float c, const float* gy, const float* x, float*
     math_detail::with_derivative(fn, c, [&](auto d) { math_detail::map(gy, x, gx, n, d); });
 }
 
-// y[r] = softmax(x[r]) or log_softmax(x[r]) over the cols features of row r (max-shifted).
+// y[r] = softmax(x[r]) or log_softmax(x[r]) over the cols features of row r (max-shifted; the
+// sum of the exponentials in double).  vexp, not libm's exp: that was a scalar call per element.
 inline void row_softmax_fwd(const float* x, float* y, int64_t rows, int64_t cols, bool log) {
 #pragma omp parallel for schedule(static) if (rows * cols > math_detail::kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = x + r * cols;
         float* yr = y + r * cols;
         float top = xr[0];
+#pragma omp simd reduction(max : top)
         for (int64_t j = 1; j < cols; ++j) top = std::max(top, xr[j]);
         double sum = 0.0;
-        for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(xr[j] - top));
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < cols; ++j) sum += double(vexp(xr[j] - top));
         if (log) {
             const float lse = top + float(std::log(sum));
+#pragma omp simd
             for (int64_t j = 0; j < cols; ++j) yr[j] = xr[j] - lse;
         } else {
             const float inv = float(1.0 / sum);
-            for (int64_t j = 0; j < cols; ++j) yr[j] = std::exp(xr[j] - top) * inv;
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) yr[j] = vexp(xr[j] - top) * inv;
         }
     }
 }
@@ -112,9 +124,19 @@ inline void row_softmax_bwd(const float* y, const float* g, float* gx, int64_t r
         const float* gr = g + r * cols;
         float* out = gx + r * cols;
         double acc = 0.0;
-        for (int64_t j = 0; j < cols; ++j) acc += log ? double(gr[j]) : double(gr[j]) * yr[j];
-        const float s = float(acc);
-        for (int64_t j = 0; j < cols; ++j) out[j] = log ? gr[j] - std::exp(yr[j]) * s : yr[j] * (gr[j] - s);
+        if (log) {
+#pragma omp simd reduction(+ : acc)
+            for (int64_t j = 0; j < cols; ++j) acc += double(gr[j]);
+            const float s = float(acc);
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) out[j] = gr[j] - vexp(yr[j]) * s;
+        } else {
+#pragma omp simd reduction(+ : acc)
+            for (int64_t j = 0; j < cols; ++j) acc += double(gr[j]) * yr[j];
+            const float s = float(acc);
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) out[j] = yr[j] * (gr[j] - s);
+        }
     }
 }
 
