@@ -1,12 +1,12 @@
 """Middle-end passes over the IR, one module per pass.
 
 Forward rewrites (run before autodiff; each keeps numerics up to float rounding):
+``sink_gathers``, ``eliminate_common_subexpressions`` (and again after the others),
 ``fold_edge_aggregations``, ``fold_edge_normalisation``, ``reorder_linear_aggregate``, ``fold_self_terms``,
 ``fold_node_scales``,
 ``split_concat_linear``,
 ``reorder_linear_operators``,
 for backends with their kernels ``combine_bases_per_lookup`` and ``fuse_gathered_typed_linear``,
-``eliminate_common_subexpressions``,
 ``hoist_graph_constants`` and, for dense input features, ``hoist_invariant_aggregation``.
 Analyses (after autodiff): ``annotate_fusion`` and ``analyse_liveness``.
 """
@@ -25,6 +25,7 @@ from .linear_reorder import reorder_linear_operators
 from .liveness import Liveness, analyse_liveness, lifetimes
 from .reorder_aggregate import reorder_linear_aggregate
 from .rewrite import remove_dead_forward
+from .sink_gathers import sink_gathers
 
 __all__ = ["run_default", "fold_edge_aggregations", "fold_edge_normalisation", "fold_self_terms", "fold_node_scales", "reorder_linear_aggregate", "split_concat_linear",
            "reorder_linear_operators", "combine_bases_per_lookup", "fuse_gathered_typed_linear",
@@ -50,6 +51,8 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
     """
     program.backward, program.grads = [], {}
     report = {}
+    report["sink_gathers"] = sink_gathers(program, num_nodes, num_edges)
+    report["common_subexpressions"] = eliminate_common_subexpressions(program)   # a sunk product may be the self term
     report["fold_edge_aggregations"] = fold_edge_aggregations(program)
     report["fold_edge_normalisation"] = fold_edge_normalisation(program)
     if not program.symbols():
@@ -64,7 +67,7 @@ def run_default(program: Program, num_nodes: int = None, num_edges: int = None,
         report["combine_bases_per_lookup"] = combine_bases_per_lookup(program)
     if edge_typed_layout is not None:
         report["fuse_gathered_typed_linear"] = fuse_gathered_typed_linear(program, edge_typed_layout, edge_pairs)
-    report["common_subexpressions"] = eliminate_common_subexpressions(program)
+    report["common_subexpressions"] += eliminate_common_subexpressions(program)
     report["dead_forward_ops"] = remove_dead_forward(program)
     if graph_constants:
         report["hoist_graph_constants"] = hoist_graph_constants(program)
