@@ -112,3 +112,53 @@ def test_gcnii_s_normalisation_written_in_the_message_folds_into_each_aggregatio
     assert len(aggregates) == 4
     assert all(op.attrs["norm"] == "node_scale" and op.attrs["self_loops"] for op in aggregates)
     assert not {"gather", "scatter"} & set(_opcodes(prog))
+
+
+def _edge_mlp(right_end="dst", right_rows="x", width=4, read_difference_again=False):
+    """Max over in-edges of relu((x[src] - r[end]) Wd + x[dst] Wi + b) (EdgeConv's message)."""
+    m = models.ModelBuilder("edge_mlp")
+    rows = {"x": m.x, "other": m.emit("tanh", m.x)}[right_rows]
+    diff = m.emit("sub", m.emit("gather", m.x, end="src"), m.emit("gather", rows, end=right_end))
+    msg = m.emit("add", m.emit("linear", diff, m.param("Wd", ("F", width))),
+                 m.emit("linear", m.emit("gather", m.x, end="dst"), m.param("Wi", ("F", width))))
+    msg = m.emit("relu", m.emit("bias_add", msg, m.param("b", (width,), init="normal")))
+    if read_difference_again:
+        msg = m.emit("add", msg, m.emit("linear", diff, m.param("Wa", ("F", width))))
+    total = m.emit("scatter", msg, reduce="max", end="dst")
+    return m.finish(m.emit("linear", total, m.param("Wo", (width, "C")))).bind({"F": F, "C": 3})
+
+
+def test_edgeconv_s_product_of_a_difference_runs_once_per_node():
+    """(x_src - x_dst) Wd = (x Wd)_src - (x Wd)_dst and x_dst Wi = (x Wi)_dst: no product of edge rows
+    remains, one product of the node rows per weight (the two sides share theirs)."""
+    after = _edge_mlp()
+    report = run_default(after)
+    linears = [op for op in after.forward if op.opcode == "linear"]
+    assert report["sink_gathers"] == 3
+    assert all(op.output.assoc == "node" for op in linears) and len(linears) == 3    # x Wd, x Wi, the output
+    plain = _edge_mlp()
+    differentiate(plain)
+    _assert_same_loss_and_gradients(plain, after)
+
+
+def test_a_difference_is_distributed_only_when_no_product_is_added_per_node():
+    """Different rows at the two ends are two node products: taken when the product narrows the
+    rows (K >= M), not when it widens them; never when the difference has another reader."""
+    assert sink_gathers(_edge_mlp(right_rows="other", width=4)) == 3          # 6 -> 4: narrows
+    assert sink_gathers(_edge_mlp(right_rows="other", width=8)) == 1          # 6 -> 8: only x_dst Wi
+    assert sink_gathers(_edge_mlp(read_difference_again=True)) == 1
+    wide = _edge_mlp(right_rows="other", width=4)
+    sink_gathers(wide)
+    wide.validate()
+
+
+def test_typed_products_and_dropouts_of_gathered_rows_stay_on_the_edges():
+    """A typed product's weight and a dropout's mask depend on the edge, not only on the node each
+    row came from."""
+    m = models.ModelBuilder("edge_only")
+    g = m.emit("gather", m.x, end="src")
+    typed = m.emit("typed_linear", g, m.param("Wt", ("etypes", "F", 4), domain="etype"))
+    dropped = m.emit("linear", m.emit("dropout", g, p=0.5), m.param("Wd", ("F", 4)))
+    total = m.emit("scatter", m.emit("add", typed, dropped), reduce="sum", end="dst")
+    prog = m.finish(m.emit("linear", total, m.param("Wo", (4, "C")))).bind({"F": F, "C": 3, "etypes": 2})
+    assert sink_gathers(prog) == 0
