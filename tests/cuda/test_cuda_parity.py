@@ -34,7 +34,7 @@ CASES = {
     "normed_relu": lambda: models.normed_relu(),
 }
 SYNTHETIC = "synthetic:nodes=300,edges=2400,features=24,classes=4,train_per_class=12,val=60,test=100"
-HOMOGENEOUS_EXAMPLES = ["gcn", "gcn3", "sage", "gin", "gat", "appnp"]
+HOMOGENEOUS_EXAMPLES = ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcnii", "edgeconv"]
 WEIGHTED = weighted_programs()
 
 

@@ -103,11 +103,13 @@ def test_graph_constants_computed_once_match_one_process(tmp_path):
     _assert_program_matches_one_process(tmp_path, GRAPH_CONSTANTS, SYNTHETIC, 1, "graph constants")
 
 
-@pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcn_weighted",
+@pytest.mark.parametrize("model", ["gcn", "gcn3", "sage", "gin", "gat", "appnp", "gcn_weighted", "gcnii", "edgeconv",
                                    example("bench/gcn3_weighted")])
 def test_homogeneous_examples_match_one_process(tmp_path, model):
     """gcn_weighted (sums written out) and bench/gcn3_weighted (GCN layers weighing their edges:
-    weighted aggregations): each rank's part files carry its edges' weights, in its own order."""
+    weighted aggregations): each rank's part files carry its edges' weights, in its own order.
+    gcnii's messages (u.h * u.norm) and edgeconv's ((x_u - x_v) Wd) are products of the node rows,
+    gathered to ghost sources by the exchange."""
     data = SYNTHETIC + (",weighted=1" if "weighted" in str(model) else "")
     reference = train(tmp_path, model, data)
     for ranks in RANKS:
