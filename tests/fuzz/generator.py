@@ -69,6 +69,8 @@ class _Writer:
         # streams of their own too.
         self.node_scales = random.Random(f"node-scale-{seed}")
         self.message_passing = random.Random(f"message-passing-{seed}")
+        # Messages computed from the rows of the edges' ends (sink_gathers), a stream of their own.
+        self.edge_messages = random.Random(f"edge-message-{seed}")
         self.counter = 0
 
     # -- names and declarations ------------------------------------------------------------
@@ -359,6 +361,43 @@ class _Writer:
         scope.edge[c] = 1
         return lines
 
+    def edge_message_sum(self, scope: _Scope) -> list:
+        """Statements whose messages are computed from the rows of the edges' ends: a source row
+        scaled by a node value inside the sum (GCNII's (Sum(u: u.z * u.s) + v.z * v.s) * v.s), or
+        EdgeConv's reduce(act((e.src.a -/+ e.dst.b) * W [+ e.dst.a * W2] [+ b])) with a and b the
+        same rows or two (whose product distributes only when it narrows them)."""
+        r = self.edge_messages
+        if r.random() < 0.4:
+            width = r.choice(WIDTHS)
+            s, z, out = self.prop("Node", 1), self.prop("Node", width), self.prop("Node", width)
+            scale = self.degree_scale(r, weighted_share=0.2)
+            total = f"Sum(u in g.neighbors(v): u.{z} * u.{s})"
+            if r.random() < 0.7:
+                total = f"({total} + v.{z} * v.{s})"
+            lines = [f"forall (v in g.nodes()) {{ v.{s} = {scale}; }}",
+                     f"forall (v in g.nodes()) {{ v.{z} = {self.node_expr(scope, width, self.rng.randint(1, 2))}; }}",
+                     f"forall (v in g.nodes()) {{ v.{out} = {total} * v.{s}; }}"]
+            scope.node.update({s: 1, z: width, out: width})
+            return lines
+        k, m = r.choice(WIDTHS), r.choice(WIDTHS)
+        a = self.prop("Node", k)
+        lines = [f"forall (v in g.nodes()) {{ v.{a} = {self.node_expr(scope, k, self.rng.randint(1, 2))}; }}"]
+        b = a
+        if r.random() < 0.5:
+            b = self.prop("Node", k)
+            lines.append(f"forall (v in g.nodes()) {{ v.{b} = {self.node_expr(scope, k, self.rng.randint(1, 2))}; }}")
+        message = f"(e.src.{a} {r.choice('-+')} e.dst.{b}) * {self.weight(k, m)}"
+        if r.random() < 0.6:
+            message += f" + e.dst.{a} * {self.weight(k, m)}"
+        if r.random() < 0.5:
+            message += f" + {self.weight(m, init='glorot')}"
+        message = r.choice(("relu({})", "tanh({})", "leaky_relu({}, 0.2)", "({})")).format(message)
+        out = self.prop("Node", m)
+        lines.append(f"forall (v in g.nodes()) {{ v.{out} = {r.choice(('Sum', 'Mean', 'Max'))}"
+                     f"(e in v.incoming_edges(): {message}); }}")
+        scope.node.update({a: k, b: k, out: m})
+        return lines
+
     def binary(self, make, width) -> str:
         op = self.pick(("+", "-", "*"))
         if width != 1 and self.rng.random() < 0.2:      # a width-1 operand broadcasts over the row
@@ -378,6 +417,9 @@ def _explicit(w: _Writer) -> str:
             continue
         if w.message_passing.random() < 0.1:
             body += w.message_passing_sum(scope)
+            continue
+        if w.edge_messages.random() < 0.1:
+            body += w.edge_message_sum(scope)
             continue
         width = w.rng.choice(WIDTHS)
         if w.rng.random() < 0.35:
