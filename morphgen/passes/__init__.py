@@ -27,7 +27,7 @@ from .reorder_aggregate import reorder_linear_aggregate
 from .rewrite import remove_dead_forward
 from .sink_gathers import sink_gathers
 
-__all__ = ["run_default", "fold_edge_aggregations", "fold_edge_normalisation", "fold_self_terms", "fold_node_scales", "reorder_linear_aggregate", "split_concat_linear",
+__all__ = ["run_default", "sink_gathers", "eliminate_common_subexpressions", "fold_edge_aggregations", "fold_edge_normalisation", "fold_self_terms", "fold_node_scales", "reorder_linear_aggregate", "split_concat_linear",
            "reorder_linear_operators", "combine_bases_per_lookup", "fuse_gathered_typed_linear",
            "hoist_graph_constants", "hoist_invariant_aggregation", "annotate_fusion",
            "analyse_liveness", "lifetimes", "FusionGroup", "Liveness", "remove_dead_forward"]

@@ -1,5 +1,6 @@
-// exp, expm1, tanh, log, log1p and erf for float in plain arithmetic, so that loops calling them vectorise (given
-// -fno-trapping-math, morphgen/toolchain.py: g++ 12 keeps std::floor scalar without it).
+// exp, expm1, tanh, log, log1p and erf for float in plain arithmetic, so that loops calling them
+// vectorise (given -fno-trapping-math, morphgen/toolchain.py: g++ 12 keeps std::floor scalar
+// without it).
 //
 // std::exp / std::expm1 are libm calls: GCC vectorises them only under -ffast-math (glibc
 // declares its vector variants for __FAST_MATH__ alone), so every ELU and softmax loop ran one
@@ -103,7 +104,7 @@ inline float vlog(float x) {
     const float fe = static_cast<float>(e);
     const float y = p * f * z + fe * -2.12194440e-4f - 0.5f * z;
     const float r = f + y + fe * 0.693359375f;
-    // x < 0 and NaN: NaN (x - x is NaN for NaN and +-inf alike, so add x's own NaN-ness below)
+    // the special cases, computed alongside so that the loop stays one vector path
     const float nan_or_r = select_bits(x < 0.0f, NAN, r);
     return select_bits(x == 0.0f, -INFINITY, select_bits(x == INFINITY, INFINITY, select_bits(x != x, x, nan_or_r)));
 }
