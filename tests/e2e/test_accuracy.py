@@ -1,8 +1,7 @@
 """Accuracy on real data, close to the published figures (full epochs as in the examples, 2 threads).
 
 Published: GCN 81.5 (Cora) / 70.3 (CiteSeer) [Kipf & Welling 2017]; R-GCN 95.8 (AIFB) / 73.2 (MUTAG)
-[Schlichtkrull et al. 2018]; APPNP 83.3 / 71.8 [Gasteiger et al. 2019] (examples/appnp.mp uses mean
-propagation, not the symmetric normalisation); GAT 83.0 / 72.5 [Velickovic et al. 2018, with early
+[Schlichtkrull et al. 2018]; APPNP 83.3 / 71.8 [Gasteiger et al. 2019]; GAT 83.0 / 72.5 [Velickovic et al. 2018, with early
 stopping, as examples/gat.mp does (gnn.earlyStopping)];
 HGT on acm_heco with its per-type features: 82.4 after its 100 epochs, PyG's HGT 79.5 trained the
 same way (docs/accuracy.md); here 30 epochs, to keep the suite short.  The datasets live in ../shared/datasets beside the repository; a missing
