@@ -10,8 +10,8 @@ reported apart.
 Sizes in bytes: node values ``N * width``, edge values ``E * width`` elements of 4 bytes
 (f32) or 8 bytes (i64); the featureless identity costs nothing and values derived from it
 by gather/dropout store one index and one scale per row (12 bytes).  A max reduction whose
-gradient is generated keeps a 4-byte argmax per output element from the forward op to its
-gradient op.  Dropout masks are regenerated from the counter-based RNG and cost nothing.
+gradient is generated keeps an 8-byte argmax (int64, the backends' index buffers) per output
+element from the forward op to its gradient op.  Dropout masks are regenerated from the counter-based RNG and cost nothing.
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def analyse_liveness(program: Program, num_nodes: int, num_edges: int, unstored=
             fwd = op.inputs[2]
             key = f"argmax:{fwd.id}"
             result.intervals[key] = (result.intervals[fwd.id][0], step)
-            result.sizes[key] = size(fwd)     # 4-byte index per float element
+            result.sizes[key] = 2 * size(fwd)     # an 8-byte index per 4-byte float element
     for step in range(-1, end + 1):
         live = sum(result.sizes[k] for k, (a, b) in result.intervals.items() if a <= step <= b)
         if live > result.peak_bytes:
