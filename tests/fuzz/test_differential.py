@@ -44,6 +44,12 @@ def test_generated_block_diagonal_programs_match_interpreter(seed):
         check(fp, variant)
 
 
+def _first_seeds(wanted, count: int) -> list:
+    """The first `count` generated programs after those above for which `wanted(fp)` holds."""
+    return list(itertools.islice((seed for seed in range(PROGRAMS, PROGRAMS + 3000) if wanted(generate(seed))),
+                                 count))
+
+
 def _folding_seeds(fold: str, count: int) -> list:
     """The first generated programs after those above in which a normalisation written out
     folds into an aggregation by ``fold`` (fold_node_scales, or fold_edge_normalisation for the
@@ -51,8 +57,7 @@ def _folding_seeds(fold: str, count: int) -> list:
     result), so few programs fold."""
     from morphgen import passes
 
-    def folds(seed) -> bool:
-        fp = generate(seed)
+    def folds(fp) -> bool:
         if "rsqrt(" not in fp.source:
             return False
         program = compile_source(fp.source, filename=f"{fp.name}.mp")
@@ -61,7 +66,7 @@ def _folding_seeds(fold: str, count: int) -> list:
                   "fold_self_terms": passes.fold_self_terms(program),
                   "fold_node_scales": passes.fold_node_scales(program)}
         return counts[fold] > 0
-    return list(itertools.islice((seed for seed in range(PROGRAMS, PROGRAMS + 3000) if folds(seed)), count))
+    return _first_seeds(folds, count)
 
 
 @pytest.mark.parametrize("seed", _folding_seeds("fold_node_scales", 2) + _folding_seeds("fold_edge_normalisation", 2))
@@ -79,16 +84,17 @@ def _sinking_seeds(count: int) -> list:
     of gathered rows distributes (sink_gathers: EdgeConv's (e.src.a - e.dst.b) * W)."""
     from morphgen import passes
 
-    def distributes(seed) -> bool:
-        fp = generate(seed)
-        if "e.dst." not in fp.source or "e.src." not in fp.source:
+    def edge_products(program) -> int:
+        return sum(op.opcode == "linear" and op.output.assoc == "edge" for op in program.forward)
+
+    def distributes(fp) -> bool:
+        if DIFFERENCE_PRODUCT.search(fp.source) is None:
             return False
         program = compile_source(fp.source, filename=f"{fp.name}.mp").bind({"F": 6, "C": 3, "etypes": 3, "ntypes": 2})
-        before = sum(op.opcode == "linear" and op.output.assoc == "edge" for op in program.forward)
+        before = edge_products(program)
         passes.sink_gathers(program)
-        after = sum(op.opcode == "linear" and op.output.assoc == "edge" for op in program.forward)
-        return before > 0 and after == 0 and DIFFERENCE_PRODUCT.search(fp.source) is not None
-    return list(itertools.islice((seed for seed in range(PROGRAMS, PROGRAMS + 3000) if distributes(seed)), count))
+        return before > 0 and edge_products(program) == 0
+    return _first_seeds(distributes, count)
 
 
 @pytest.mark.parametrize("seed", _sinking_seeds(3))

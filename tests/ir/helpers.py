@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from morphgen.autodiff import differentiate
 from morphgen.graph import Graph
@@ -44,6 +45,16 @@ def perturbed_params(program, seed=3):
     params = init_params(program, seed=seed)
     rng = np.random.default_rng(seed + 100)
     return {k: v + 0.3 * rng.normal(size=v.shape) for k, v in params.items()}
+
+
+def assert_same_loss_and_gradients(before, after, graph, x, labels, mask, params, seed=3):
+    """Two forms of one program (before and after a rewrite) give the same loss and every
+    gradient on the same data, in float64."""
+    loss0, grads0, _ = Interpreter(before, graph, x, labels, mask, dtype=np.float64, seed=seed).run(params)
+    loss1, grads1, _ = Interpreter(after, graph, x, labels, mask, dtype=np.float64, seed=seed).run(params)
+    assert loss1 == pytest.approx(loss0, rel=1e-12)
+    for name in grads0:
+        np.testing.assert_allclose(grads1[name], grads0[name], rtol=1e-9, atol=1e-12, err_msg=name)
 
 
 def finite_difference_check(program, graph, x, labels, mask, params, eps=1e-6, rtol=1e-5,

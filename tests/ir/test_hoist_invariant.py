@@ -3,36 +3,25 @@ hoist_graph_constants: so does what the forward computes from the graph alone.
 
 Numerics are the interpreter's (float64): the hoisted program must give the loss and every
 gradient of the original, and its gradients must pass the finite-difference check."""
-import numpy as np
 import pytest
 
 from morphgen.autodiff import differentiate
-from morphgen.interp import Interpreter
 from morphgen.ir import IRBug
 from morphgen.passes import hoist_graph_constants, hoist_invariant_aggregation, run_default
 from morphgen.passes.hoist_invariant import hoisted_aggregations
 
 from . import models
-from .helpers import finite_difference_check, perturbed_params, random_data, random_graph
+from .helpers import (assert_same_loss_and_gradients, finite_difference_check, perturbed_params, random_data,
+                      random_graph)
 
 
 def _bound(prog, F=12, C=3):
     return prog.bind({"F": F, "C": C})
 
 
-def _run(prog, params, F, weighted=False):
-    g = random_graph(10, 26, seed=11, weighted=weighted)
-    x, labels, mask = random_data(g, F, 3)
-    return Interpreter(prog, g, x, labels, mask, dtype=np.float64, seed=3).run(params)
-
-
 def _assert_same_loss_and_gradients(before, after, F, weighted=False):
-    params = perturbed_params(before)
-    loss0, grads0, _ = _run(before, params, F, weighted)
-    loss1, grads1, _ = _run(after, params, F, weighted)
-    assert loss1 == pytest.approx(loss0, rel=1e-12)
-    for name in grads0:
-        np.testing.assert_allclose(grads1[name], grads0[name], rtol=1e-9, atol=1e-12, err_msg=name)
+    g = random_graph(10, 26, seed=11, weighted=weighted)
+    assert_same_loss_and_gradients(before, after, g, *random_data(g, F, 3), perturbed_params(before))
 
 
 def _aggregates(ops):

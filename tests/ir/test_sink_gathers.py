@@ -2,17 +2,16 @@
 the loss and every gradient of the program as written (the interpreter, float64)."""
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from morphgen.autodiff import differentiate
 from morphgen.frontend import compile_file
-from morphgen.interp import Interpreter
 from morphgen.ir import IRBug
 from morphgen.passes import run_default, sink_gathers
 
 from . import models
-from .helpers import finite_difference_check, perturbed_params, random_data, random_graph
+from .helpers import (assert_same_loss_and_gradients, finite_difference_check, perturbed_params, random_data,
+                      random_graph)
 
 F = 6
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -26,11 +25,7 @@ def _data():
 def _assert_same_loss_and_gradients(before, after):
     g, x, labels, mask = _data()
     params = perturbed_params(before)
-    loss0, grads0, _ = Interpreter(before, g, x, labels, mask, dtype=np.float64, seed=3).run(params)
-    loss1, grads1, _ = Interpreter(after, g, x, labels, mask, dtype=np.float64, seed=3).run(params)
-    assert loss1 == pytest.approx(loss0, rel=1e-12)
-    for name in grads0:
-        np.testing.assert_allclose(grads1[name], grads0[name], rtol=1e-9, atol=1e-12, err_msg=name)
+    assert_same_loss_and_gradients(before, after, g, x, labels, mask, params)
     finite_difference_check(after, g, x, labels, mask, params)
 
 

@@ -62,12 +62,8 @@ inline void exp_bwd(const float* y, const float* gy, float* gx, int64_t n) {
     ew_detail::each(n, [=](int64_t i) { gx[i] = gy[i] * y[i]; });
 }
 
-// Stable for large |x|: exp is only ever taken of a non-positive number.
 inline void sigmoid_fwd(const float* x, float* y, int64_t n) {
-    ew_detail::each(n, [=](int64_t i) {
-        const float z = vexp(-std::fabs(x[i]));
-        y[i] = x[i] >= 0.0f ? 1.0f / (1.0f + z) : z / (1.0f + z);
-    });
+    ew_detail::each(n, [=](int64_t i) { y[i] = vsigmoid(x[i]); });
 }
 inline void sigmoid_bwd(const float* y, const float* gy, float* gx, int64_t n) {
     ew_detail::each(n, [=](int64_t i) { gx[i] = gy[i] * y[i] * (1.0f - y[i]); });

@@ -36,12 +36,6 @@ inline void map(const float* a, const float* b, float* out, int64_t n, F f) {
 // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
 inline float softplus(float x) { return std::max(x, 0.f) + vlog1p(vexp(-std::fabs(x))); }
 
-// 1 / (1 + e^-x), softplus' derivative; exp only ever of a non-positive number.
-inline float sigmoid(float x) {
-    const float z = vexp(-std::fabs(x));
-    return select_bits(x >= 0.f, 1.f / (1.f + z), z / (1.f + z));
-}
-
 // Calls run(f) with f(x) the function; one loop per function (a switch inside would not vectorise).
 template <class Run>
 inline void with_function(MathFn fn, float c, Run run) {
@@ -73,7 +67,7 @@ inline void with_derivative(MathFn fn, float c, Run run) {
                 return g * (vnormal_cdf(x) + x * kInvSqrt2Pi * vexp(-0.5f * x * x));
             });
             break;
-        case MathFn::Softplus: run([](float g, float x) { return g * sigmoid(x); }); break;
+        case MathFn::Softplus: run([](float g, float x) { return g * vsigmoid(x); }); break;
         case MathFn::Shift: run([](float g, float) { return g; }); break;
     }
 }

@@ -76,6 +76,12 @@ inline float vtanh(float x) {
     return std::copysign(t / (t + 2.0f), x);
 }
 
+// 1 / (1 + e^-x), stable for large |x|: exp is only ever taken of a non-positive number.
+inline float vsigmoid(float x) {
+    const float z = vexp(-std::fabs(x));
+    return x >= 0.0f ? 1.0f / (1.0f + z) : z / (1.0f + z);
+}
+
 // log(x) for float in plain arithmetic (Cephes' logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
 // a degree-8 polynomial in m - 1, about 1 ulp).  log(0) = -inf, log(x < 0) = NaN, log(inf) = inf,
 // NaN stays NaN; subnormal x are scaled into the normal range first.
