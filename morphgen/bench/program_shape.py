@@ -26,7 +26,8 @@ last layer has no activation and feeds cross_entropy. Anything else is not appro
 
 Relational attention (typed weights and an edge softmax) reads its values several times, so it
 is matched as a dataflow pattern instead (attention_shape.py): an HGT gets PyG's HGTConv, an
-R-GAT in RGATConv's form a stack of PyG's RGATConv.
+R-GAT in RGATConv's form a stack of PyG's RGATConv. So are the models that propagate outside
+their layers (propagation_shape.py): APPNP and SGC.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from morphgen.errors import UserError
 from morphgen.ir_ops import aggregate_scale, aggregate_weights, reads_edge_weights
 
 from .attention_shape import match_hgt, match_rgat
+from .propagation_shape import looks_propagating, match_propagation
 
 
 class BenchError(UserError):
@@ -64,6 +66,8 @@ class PeerModel:
     negative_slope: float = 0.2     # leaky_relu of the attention scores (gat)
     norms: list = field(default_factory=list)   # batch norm in each layer's MLP (gin)
     num_bases: Optional[int] = None # basis decomposition of the relation weights (rgcn)
+    hops: int = 0                   # propagation steps (appnp, sgc)
+    teleport: float = 0.0           # the share of the MLP's output mixed into every step (appnp)
     # Per layer, the peers' parameter name -> the program's (rgcn, whose weights the program
     # declares and names itself); empty: morphgen names them layer{i}.<name>.
     parameter_names: list = field(default_factory=list)
@@ -183,14 +187,19 @@ def _with_normalisation_folded(program):
     their scales computed once, as the compiler does (passes: fold_node_scales,
     fold_edge_normalisation, hoist_graph_constants), when it has any; None otherwise (the other
     layers are matched in the front end's form)."""
-    from morphgen.passes import (fold_edge_aggregations, fold_edge_normalisation, fold_node_scales, fold_self_terms,
-                                 hoist_graph_constants)
+    from morphgen.passes import (eliminate_common_subexpressions, fold_edge_aggregations, fold_edge_normalisation,
+                                 fold_node_scales, fold_self_terms, hoist_graph_constants, remove_dead_forward,
+                                 sink_gathers)
     program = copy.deepcopy(program)
+    sink_gathers(program)                 # a message u.h * u.norm: a row scale the folds below take
+    eliminate_common_subexpressions(program)
     fold_edge_aggregations(program)
     folded = fold_edge_normalisation(program)
     fold_self_terms(program)
     if not folded + fold_node_scales(program):
         return None
+    eliminate_common_subexpressions(program)      # APPNP's teleport term, once for every step
+    remove_dead_forward(program)
     hoist_graph_constants(program)
     return program
 
@@ -405,6 +414,30 @@ def _rgat_model(program, problems: list) -> PeerModel:
                                  "weight for every edge type)"})
 
 
+def _propagation_model(program, kind: str, problems: list) -> PeerModel:
+    """The peers' APPNP or SGC for a program that computes it; `problems`: what already keeps
+    the peers from rebuilding it."""
+    shape, why = match_propagation(program, kind)
+    problems = problems + ([why] if shape is None else [])
+    if shape is not None and _gcn_scales(program).get(shape.norm.id) != "gcn":
+        problems.append("the scales around its sums are not GCN's rsqrt(in_degree + 1)")
+    if program.self_loops:
+        problems.append(f"an {kind.upper()} with gnn.addSelfLoops (its A_hat already has the node's own row)")
+    problems += _optimizer_problems(program)
+    shapes = {p.name: p.value.shape for p in program.params}
+    weights = shape.weights if shape else []
+    layers = [_width(program.inputs["features"].width)] + [_width(shapes[w["W"]][-1]) for w in weights]
+    dropouts = shape.dropouts if shape else [0.0]
+    return PeerModel(
+        conv=kind, aggr="sum", layers=layers, dropouts=dropouts, bias=bool(shape and shape.bias),
+        optimizer=program.optimizer.kind, lr=float(program.optimizer.lr),
+        weight_decay=float(program.optimizer.weight_decay), epochs=int(program.epochs),
+        activation=shape.activation if shape else "relu", parameter_names=list(weights),
+        hops=shape.hops if shape else 0, teleport=shape.teleport if shape else 0.0, self_loops=True,
+        feature_normalization=program.feature_normalization, unsupported="; ".join(problems) or None,
+        notes=_program_notes(program, dropouts))
+
+
 def _optimizer_problems(program) -> list:
     if program.optimizer.kind != "adam":
         return [f"optimizer '{program.optimizer.kind}' (the peers run torch Adam with L2 weight decay)"]
@@ -471,6 +504,9 @@ def program_shape(model_path) -> PeerModel:
                         f"by full matrices")
     if attention == "RGAT" and features is not None:
         return _rgat_model(program, problems)
+    propagating = looks_propagating(program) if features is not None and not attention else None
+    if propagating:
+        return _propagation_model(program, propagating, problems)
     if attention:
         problems.append(f"relational attention ({attention}: typed weights and an edge softmax) in a program "
                         f"without node features x, which its peers read")

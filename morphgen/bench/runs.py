@@ -148,6 +148,8 @@ def bench_one(args, data: harness.PreparedData, shape: harness.PeerModel, work: 
     morphgen_sparse = (systems[0].get("config") or {}).get("feature_path") == "sparse"
     relational = shape.conv == "rgcn" and not shape.unsupported
     # GCN-shaped models count one self loop per node; R-GCN has its self-loop weight instead.
+    # APPNP and SGC are held to the GCN of their linear layers' widths: their propagation steps are
+    # linear, so backward keeps nothing of them, and a lower bound needs no more.
     # The relational attention models' minimum (typed projections at both edge ends, per-edge
     # scores and messages) is not modelled.
     analytic = None

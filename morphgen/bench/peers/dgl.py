@@ -1,4 +1,5 @@
-"""DGL peer: full-batch GCN (GraphConv(norm='both')), GraphSAGE (SAGEConv), GAT, GIN, R-GCN (RelGraphConv).
+"""DGL peer: full-batch GCN (GraphConv(norm='both')), GraphSAGE (SAGEConv), GAT, GIN, APPNP (APPNPConv),
+SGC (SGConv), R-GCN (RelGraphConv).
 
     python -m morphgen.bench.peers.dgl --data D.npz --spec SPEC.json --out OUT.json
 
@@ -14,6 +15,11 @@ Configuration and DGL conventions (see DEVELOPERS.md, "Benchmark peers"):
 - GAT: GATConv(out / heads, heads) on the graph with one loop per node, its [N, heads, out]
   output flattened (concatenated heads); attention dropout and slope from the spec.
 - GIN: GINConv(gin_mlp, 'sum', init_eps 0, learn_eps False), no self loops.
+- APPNP: its MLP of torch Linear layers, then APPNPConv(k = spec.hops, alpha = spec.teleport) on
+  the graph with one loop per node; APPNPConv normalises as GraphConv's 'both' (out-degree at the
+  source, in-degree at the destination; the same on a symmetric graph).
+- SGC: SGConv(k = spec.hops, cached=True) on the graph with one loop per node: the propagated
+  features computed in the first epoch (inside warm-up) and reused; in-degree on both sides.
 - R-GCN: RelGraphConv(num_rels, regularizer None or 'basis' with num_bases, self_loop=True, bias),
   the edge norm 1/c_{i,r} (c_{i,r}: in-edges of node i of relation r) passed as `norm`; the edges
   are sorted by type once before training (a stable sort) and the layers called with
@@ -163,8 +169,12 @@ def weighted_gcn_graph(dgl, torch, data: NodeClassificationData, device=None):
 
 
 def _convs(torch, spec: BenchSpec) -> list:
-    from dgl.nn.pytorch import GATConv, GINConv, GraphConv, SAGEConv
+    from dgl.nn.pytorch import GATConv, GINConv, GraphConv, SAGEConv, SGConv
     dims = list(zip(spec.layers[:-1], spec.layers[1:]))
+    if spec.model == "appnp":
+        return [torch.nn.Linear(i, o, bias=spec.bias) for i, o in dims]
+    if spec.model == "sgc":
+        return [SGConv(i, o, k=spec.hops, cached=True, bias=spec.bias) for i, o in dims]
     if spec.model == "gin":
         return [GINConv(gin_mlp(torch, i, o, norm), "sum", init_eps=0.0, learn_eps=False)
                 for (i, o), norm in zip(dims, spec.norms)]
@@ -187,6 +197,8 @@ def _convs(torch, spec: BenchSpec) -> list:
 # aggregator); GATConv's attn_l is the source side, attn_r the destination.
 _TARGETS = {
     "gcn": (("weight", "W", False), ("bias", "b", False)),
+    "appnp": (("weight", "W", True), ("bias", "b", False)),
+    "sgc": (("fc.weight", "W", True), ("fc.bias", "b", False)),
     "sage": (("fc_neigh.weight", "W_neigh", True), ("fc_self.weight", "W_self", True), ("fc_self.bias", "b", False)),
     "gat": (("fc.weight", "W", True), ("attn_l", "a_src", False), ("attn_r", "a_dst", False), ("bias", "b", False)),
     # TypedLinear: W [R, in, out] per relation, or the bases [B, in, out] with coeff [R, B]
@@ -206,6 +218,9 @@ _NORMALISATION = {
     "sage": "none (SAGEConv: fc_self(h) + fc_neigh(mean over in-edges))",
     "gat": "edge softmax of leaky_relu(attn_l . Wh[src] + attn_r . Wh[dst]) over in-edges",
     "gin": "none (GINConv: apply_func(x + sum over in-edges))",
+    "appnp": "APPNPConv: outdeg(src)^-1/2 * indeg(dst)^-1/2 with one loop per node, "
+             "h <- (1 - alpha) A_hat h + alpha h0",
+    "sgc": "SGConv: indeg^-1/2 on both sides with one loop per node, A_hat^k x cached",
     "rgcn": "edge norm 1/c_{i,r} (in-edges of node i of relation r) passed as RelGraphConv's norm",
 }
 
@@ -229,17 +244,23 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
                 load_weights(torch, conv, weights, _targets(conv, spec.model))
-    if spec.model == "gat":
+    propagate = None
+    if spec.model == "appnp":             # the MLP's layers take no graph; the propagation follows them
+        from dgl.nn.pytorch import APPNPConv
+        propagation = APPNPConv(spec.hops, spec.teleport)
+        call, propagate = (lambda conv, h: conv(h)), (lambda h: propagation(g, h))   # noqa: E731
+    elif spec.model == "gat":
         call = lambda conv, h: conv(g, h).flatten(1)          # noqa: E731
     elif coefficients is not None:
         call = lambda conv, h: conv(g, h, edge_weight=coefficients)      # noqa: E731
     else:
         call = lambda conv, h: conv(g, h)                     # noqa: E731
     model = build_stack(torch, convs, spec.dropout, call, spec.activation,
-                        input_dropout=spec.input_dropout)
+                        input_dropout=spec.input_dropout, propagate=propagate)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
-    conv_name = {"gcn": "GraphConv", "sage": "SAGEConv", "gat": "GATConv", "gin": "GINConv"}[spec.model]
+    conv_name = {"gcn": "GraphConv", "sage": "SAGEConv", "gat": "GATConv", "gin": "GINConv", "appnp": "Linear",
+                 "sgc": "SGConv"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": "DGLGraph (formats coo/csr/csc created before training)",
@@ -249,7 +270,9 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
                           "GraphConv norm='none' given edge_weight = w / sqrt(deg(src) deg(dst)), deg the "
                           "weighted in-degree with a loop of weight 1 (PyG's gcn_norm), computed once"),
         "self_loops": "existing removed, one per node added" if spec.self_loops else "none added",
-        "init": "given init_weights" if spec.init_weights else f"{conv_name} default (xavier), seed 0",
+        "init": "given init_weights" if spec.init_weights else (
+            "torch Linear default (kaiming uniform), seed 0" if spec.model == "appnp" else
+            f"{conv_name} default (xavier), seed 0"),
         "threads": spec.threads,
         "versions": {"torch": torch.__version__, "dgl": dgl.__version__},
         **device_config(torch, device),

@@ -1,5 +1,5 @@
-"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, R-GCN (RGCNConv),
-R-GAT (RGATConv), HGT (HGTConv, in pyg_hgt.py).
+"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, APPNP, SGC (SGConv),
+R-GCN (RGCNConv), R-GAT (RGATConv), HGT (HGTConv, in pyg_hgt.py).
 
     python -m morphgen.bench.peers.pyg --data D.npz --spec SPEC.json --out OUT.json
 
@@ -22,6 +22,11 @@ Configuration (the fastest PyG offers on this machine without its optional compi
   (GCNConv's linear layer multiplies it with sparse @ dense), otherwise dense float32. SAGEConv
   and GINConv aggregate their raw input first, which torch cannot do with sparse features: dense
   for them.
+- APPNP: its MLP of torch_geometric.nn.Linear layers (which multiply sparse CSR features too),
+  then APPNP(K = spec.hops, alpha = spec.teleport, cached) on adj_t: gcn_norm as GCNConv's,
+  computed once.
+- SGC: SGConv(K = spec.hops, cached) on adj_t: the K propagations of the features computed in the
+  first epoch (inside warm-up) and reused; dense features (torch cannot propagate sparse ones).
 - R-GCN: RGCNConv or FastRGCNConv (spec.pyg_conv) with aggr "mean" (the mean over each relation's
   in-edges is R-GCN's 1/c_{i,r}), root_weight (the self-loop weight), bias, num_bases for the
   basis decomposition; edge_index [2, E] and edge_type [E] as stored (no loops added or removed).
@@ -83,6 +88,12 @@ def _convs(torch, spec: BenchSpec) -> list:
                 for (i, o), h in zip(dims, spec.heads)]
     if spec.model == "sage":
         return [SAGEConv(i, o, aggr=spec.aggr, bias=spec.bias) for i, o in dims]
+    if spec.model == "appnp":
+        from torch_geometric.nn import Linear
+        return [Linear(i, o, bias=spec.bias) for i, o in dims]
+    if spec.model == "sgc":
+        from torch_geometric.nn import SGConv
+        return [SGConv(i, o, K=spec.hops, cached=True, add_self_loops=True, bias=spec.bias) for i, o in dims]
     return [GCNConv(i, o, cached=True, normalize=True, add_self_loops=spec.self_loops, bias=spec.bias)
             for i, o in dims]
 
@@ -90,6 +101,8 @@ def _convs(torch, spec: BenchSpec) -> list:
 # Where morphgen's parameters go in each convolution: load_weights targets (attribute, name, transpose).
 _TARGETS = {
     "gcn": (("lin.weight", "W", True), ("bias", "b", False)),
+    "appnp": (("weight", "W", True), ("bias", "b", False)),
+    "sgc": (("lin.weight", "W", True), ("lin.bias", "b", False)),
     "sage": (("lin_l.weight", "W_neigh", True), ("lin_r.weight", "W_self", True), ("lin_l.bias", "b", False)),
     "gat": (("lin.weight", "W", True), ("att_src", "a_src", False), ("att_dst", "a_dst", False),
             ("bias", "b", False)),
@@ -111,6 +124,8 @@ _NORMALISATION = {
     "sage": "none (SAGEConv: lin_l(aggr over in-edges) + lin_r(x))",
     "gat": "softmax of leaky_relu(a_src . Wh[src] + a_dst . Wh[dst]) over each node's in-edges",
     "gin": "none (GINConv: mlp(x + sum over in-edges))",
+    "appnp": "APPNP gcn_norm cached: D_in^-1/2 (A+I) D_in^-1/2, h <- (1 - alpha) A_hat h + alpha h0",
+    "sgc": "SGConv gcn_norm: D_in^-1/2 (A+I) D_in^-1/2, A_hat^K x cached",
     "rgcn": "aggr mean per relation: 1/c_{i,r}, c_{i,r} = in-edges of node i of relation r",
     "rgat": "softmax of leaky_relu(W_r x_i . q + W_r x_j . k) over each node's in-edges (across relations), per head",
 }
@@ -155,7 +170,7 @@ def _adjacency(torch, data: NodeClassificationData, self_loops: bool, weighted: 
 
 
 def _features(torch, spec: BenchSpec, data: NodeClassificationData):
-    if spec.sparse_features and spec.model in ("sage", "gin"):
+    if spec.sparse_features and spec.model in ("sage", "gin", "sgc"):
         return torch.from_numpy(data.dense_features()), "dense float32 (the convolution aggregates its raw input, which torch cannot do sparse)"
     if spec.sparse_features:
         indptr, indices, values = data.csr_features()
@@ -196,12 +211,20 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
                 load_weights(torch, conv, weights, weight_targets(conv, spec.model))
-    model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t), spec.activation,
-                        input_dropout=spec.input_dropout)
+    if spec.model == "appnp":             # the MLP's layers take no graph; the propagation follows them
+        from torch_geometric.nn import APPNP
+        propagation = APPNP(spec.hops, spec.teleport, cached=True)
+        model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h), spec.activation,
+                            input_dropout=spec.input_dropout, propagate=lambda h: propagation(h, adj_t))
+    else:
+        model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t), spec.activation,
+                            input_dropout=spec.input_dropout)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     default_init = {"gcn": "GCNConv default (glorot)", "sage": "SAGEConv default (kaiming uniform)",
-                    "gat": "GATConv default (glorot)", "gin": "torch Linear default (kaiming uniform)"}[spec.model]
+                    "gat": "GATConv default (glorot)", "gin": "torch Linear default (kaiming uniform)",
+                    "appnp": "torch_geometric Linear default (kaiming uniform)",
+                    "sgc": "SGConv's Linear default (kaiming uniform)"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": adj_desc,

@@ -19,11 +19,15 @@ class SpecError(UserError, ValueError):
     """A malformed benchmark spec; the message names the field."""
 
 
-SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn", "hgt", "rgat")
+SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn", "hgt", "rgat", "appnp", "sgc")
+# Models that propagate with GCN's normalisation, D^-1/2 (A + I) D^-1/2, a fixed number of `hops`
+# outside their layers: APPNP after its MLP (with the `teleport` alpha to the MLP's output), SGC
+# before its one linear layer.
+PROPAGATING_MODELS = ("appnp", "sgc")
 # The neighbourhood reductions each model can be given (rgcn: the mean over each relation's
 # in-edges, R-GCN's 1/c_{i,r}).
 _AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",), "gin": ("sum",), "rgcn": ("mean",),
-                 "hgt": ("sum",), "rgat": ("sum",)}
+                 "hgt": ("sum",), "rgat": ("sum",), "appnp": ("sum",), "sgc": ("sum",)}
 ACTIVATIONS = ("relu", "elu")
 # PyG's two R-GCN convolutions: RGCNConv loops over the relations, FastRGCNConv gathers one
 # weight matrix per edge. Same model and parameters; the benchmark times both.
@@ -45,6 +49,8 @@ def layer_parameters(model: str, fan_in: int, fan_out: int, bias: bool = True,
         typed = ({"V": (bases, fan_in, fan_out), "A": (relations, bases)} if bases
                  else {"W": (relations, fan_in, fan_out)})
         return {**typed, "S": (fan_in, fan_out), **({"b": (fan_out,)} if bias else {})}
+    if model in PROPAGATING_MODELS:       # APPNP's MLP layers, SGC's classifier: plain linear layers
+        return {"W": (fan_in, fan_out), **({"b": (fan_out,)} if bias else {})}
     if model == "gin":
         mlp = {"W1": (fan_in, fan_out), "W2": (fan_out, fan_out)}
         if norm:
@@ -104,6 +110,8 @@ class BenchSpec:
     num_bases: Optional[int] = None  # rgcn: basis decomposition with this many bases, or none
     pyg_conv: str = "RGCNConv"       # rgcn, PyG only: PYG_RGCN_CONVS
     edge_weight: bool = False        # gcn: the messages weighed by the data's edge weights
+    hops: int = 0                    # appnp, sgc: propagation steps K
+    teleport: float = 0.0            # appnp: the share alpha of the MLP's output mixed into every step
 
     def parameters(self, i: int) -> dict[str, tuple[int, ...]]:
         """layer_parameters of layer i (hgt_layer_parameters for an hgt)."""
@@ -129,7 +137,7 @@ _DEFAULTS = {
     "sparse_features": False, "device": "cpu", "activation": "relu", "heads": None,
     "attention_dropout": 0.0, "input_dropout": 0.0, "negative_slope": 0.2, "norms": None,
     "num_relations": None, "num_bases": None, "pyg_conv": None, "num_node_types": None,
-    "edge_weight": False,
+    "edge_weight": False, "hops": None, "teleport": None,
 }
 # "cuda" alone is accepted and means GPU 0; the index is always written out after parsing, so a
 # result names the GPU it ran on.
@@ -236,7 +244,7 @@ def parse_spec(raw: object) -> BenchSpec:
         attention_dropout=_number(d, "attention_dropout", 0.0, 0.999),
         input_dropout=_number(d, "input_dropout", 0.0, 0.999),
         negative_slope=_number(d, "negative_slope", 0.0, 10.0), norms=_norms(d, layers),
-        edge_weight=_flag(d, "edge_weight"), **_relational(d),
+        edge_weight=_flag(d, "edge_weight"), **_relational(d), **_propagation(d),
     )
     if spec.edge_weight and spec.model != "gcn":
         raise SpecError(f"spec field 'edge_weight': only a gcn model weighs its edges, not {spec.model}")
@@ -250,8 +258,10 @@ def parse_spec(raw: object) -> BenchSpec:
         raise SpecError(f"spec field 'num_relations': missing (an {spec.model} model needs the number of edge types)")
     if spec.model == "hgt":
         _check_hgt(spec, d)
+    if spec.model in PROPAGATING_MODELS:
+        _check_propagation(spec, d)
     owners = {"num_relations": ("rgcn", "hgt", "rgat"), "num_bases": ("rgcn",), "pyg_conv": ("rgcn",),
-              "num_node_types": ("hgt",)}
+              "num_node_types": ("hgt",), "hops": PROPAGATING_MODELS, "teleport": ("appnp",)}
     for key, models in owners.items():
         if spec.model not in models and d[key] is not None:
             raise SpecError(f"spec field '{key}': only {' and '.join(models)} models have it, not {spec.model}")
@@ -270,6 +280,26 @@ def _check_hgt(spec: BenchSpec, d: dict) -> None:
     if spec.heads[0] != 1 or spec.heads[2] != 1:
         raise SpecError(f"spec field 'heads': an hgt has heads only in its HGTConv layer ([1, h, 1]), "
                         f"got {list(spec.heads)}")
+
+
+def _propagation(d: dict) -> dict:
+    """appnp's and sgc's propagation steps, appnp's teleport share (checked against the model by the caller)."""
+    out = {}
+    if d["hops"] is not None:
+        out["hops"] = _integer(d, "hops", 1)
+    if d["teleport"] is not None:
+        out["teleport"] = _number(d, "teleport", 0.0, 1.0)
+    return out
+
+
+def _check_propagation(spec: BenchSpec, d: dict) -> None:
+    """appnp and sgc name their steps; appnp its teleport share; sgc is one linear layer."""
+    if d["hops"] is None:
+        raise SpecError(f"spec field 'hops': missing (an {spec.model} model needs the number of propagation steps)")
+    if spec.model == "appnp" and d["teleport"] is None:
+        raise SpecError("spec field 'teleport': missing (an appnp model needs its teleport share alpha)")
+    if spec.model == "sgc" and len(spec.layers) != 2:
+        raise SpecError(f"spec field 'layers': an sgc has one linear layer [F, C], got {list(spec.layers)}")
 
 
 def load_spec(path: str | Path) -> BenchSpec:

@@ -142,13 +142,14 @@ def decay_groups(torch, model, weight_decay: float) -> list:
 
 
 def build_stack(torch, convs: list, dropout: float, call: Callable, activation: str = "relu",
-                input_dropout: float = 0.0):
+                input_dropout: float = 0.0, propagate=None):
     """A stack of convolutions: conv, ReLU, dropout between layers, and `input_dropout` on the
     input features first when the program has it (on a sparse CSR input, on its stored values,
     as morphgen's sparse feature path drops them).
 
     `call(conv, h)` applies one convolution; the peers differ only in what that needs.
-    `activation` (spec.ACTIVATIONS) runs between layers.
+    `activation` (spec.ACTIVATIONS) runs between layers. `propagate(h)`, if given, maps the
+    last layer's output (APPNP's propagation after its MLP; it has no parameters to train).
     """
     import torch.nn.functional as F
     act = {"relu": F.relu, "elu": F.elu}[activation]
@@ -176,7 +177,7 @@ def build_stack(torch, convs: list, dropout: float, call: Callable, activation: 
                 h = call(conv, h)
                 if i < len(self.convs) - 1:
                     h = act(h)
-            return h
+            return h if propagate is None else propagate(h)
 
     return GCNStack()
 
@@ -220,7 +221,8 @@ def gin_targets(mlp) -> tuple:
     return tuple(targets)
 
 
-_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN", "hgt": "HGT", "rgat": "R-GAT"}
+_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN", "hgt": "HGT", "rgat": "R-GAT",
+                "appnp": "APPNP", "sgc": "SGC"}
 
 
 def model_config(spec: BenchSpec) -> dict:
@@ -237,6 +239,12 @@ def model_config(spec: BenchSpec) -> dict:
     if spec.model == "rgcn":
         name += (f" ({spec.num_relations} relations, mean over each relation's in-edges, self-loop weight"
                  + (f", {spec.num_bases} bases" if spec.num_bases else "") + ")")
+    if spec.model == "appnp":
+        return {**MODEL_CONFIG, "model": (f"APPNP: MLP (linear -> {spec.activation} -> dropout between layers, "
+                                          f"dropout {spec.input_dropout} on the input features) -> {spec.hops} "
+                                          f"propagation steps, teleport alpha {spec.teleport}")}
+    if spec.model == "sgc":
+        return {**MODEL_CONFIG, "model": f"SGC: {spec.hops} propagation steps of the input features (cached) -> linear"}
     if spec.model == "hgt":
         return {**MODEL_CONFIG, "model": (f"HGT: typed input projection -> ReLU -> HGTConv ({spec.heads[1]} heads, "
                                           f"{spec.num_relations} edge types, {spec.num_node_types} node types) "

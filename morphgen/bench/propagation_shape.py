@@ -1,0 +1,134 @@
+"""Recognise the propagating programs the peers can rebuild (dataflow_pattern.py).
+
+Both propagate with GCN's normalisation written out, A_hat = D^-1/2 (A + I) D^-1/2, which the
+compiler's passes fold into one aggregation per step (aggregate with norm node_scale, the scale
+rsqrt(in_degree + 1), and the node's own row):
+
+APPNP (PyG's APPNP, DGL's APPNPConv), as examples/appnp.mp writes it: an MLP, then K steps
+
+    h0    = MLP(x)          linear layers, [dropout] before each, [bias], relu | elu between
+    h     = h0
+    K x:  h = A_hat h * (1 - alpha) + h0 * alpha
+
+SGC (SGConv in both), as examples/sgc.mp writes it: K propagations of the features, one linear
+
+    out   = (A_hat^K x) * W [+ b]
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from .dataflow_pattern import Input, OneOf, Ref, Weight, match, op
+
+MAX_MLP_LAYERS = 3
+MLP_ACTIVATIONS = ("relu", "elu")
+
+
+def _propagate(h, k: int):
+    """One aggregation of `h` with A_hat: the scale (bound as "norm") at both ends, a self loop."""
+    return op("aggregate", h, Ref("norm"), direction="in", norm="node_scale", reduce="sum", self_loops=True,
+              name=f"agg{k}")
+
+
+def _mlp(layers: int, bias: bool):
+    """The MLP's output, named "h0": linear layers with an optional dropout before each."""
+    h = Input("features")
+    for n in range(layers):
+        last = n == layers - 1
+        inp = OneOf((op("dropout", h, name=f"drop{n}"), h))
+        out = op("linear", inp, Weight(f"W{n}"), name="h0" if last and not bias else None)
+        if bias:
+            out = op("bias_add", out, Weight(f"b{n}"), name="h0" if last else None)
+        if not last:
+            h = OneOf(tuple(op(act, out, name=f"act{n}") for act in MLP_ACTIVATIONS))
+    return out
+
+
+def _appnp(layers: int, bias: bool, hops: int):
+    h = _mlp(layers, bias)
+    for k in range(hops):
+        h = op("add", op("scale", _propagate(h, k), name=f"keep{k}"), op("scale", Ref("h0"), name=f"teleport{k}"))
+    return op("cross_entropy", h, Input("labels"))
+
+
+def _sgc(bias: bool, hops: int):
+    h = Input("features")
+    for k in range(hops):
+        h = _propagate(h, k)
+    out = op("linear", h, Weight("W0"))
+    return op("cross_entropy", op("bias_add", out, Weight("b0")) if bias else out, Input("labels"))
+
+
+@dataclass
+class PropagationShape:
+    kind: str              # "appnp" | "sgc"
+    hops: int
+    weights: list          # per linear layer: {"W", ["b"]} -> the program's parameter name
+    dropouts: list         # the dropout before each linear layer
+    bias: bool
+    activation: str = "relu"
+    teleport: float = 0.0  # appnp: alpha
+    norm: object = None    # the value scaling both ends of every step (GCN's rsqrt(d + 1) if an APPNP/SGC)
+
+
+def looks_propagating(program) -> Optional[str]:
+    """"appnp" or "sgc" when the program is shaped like one (then a failed match is the reason to
+    report), None otherwise. APPNP ends in a sum with a scaled term; SGC aggregates its raw input."""
+    ops = program.forward
+    producer = {id(o.output): o for o in ops}
+    loss = [o for o in ops if o.opcode == "cross_entropy"]
+    last = producer.get(id(loss[0].inputs[0])) if len(loss) == 1 else None
+    if last is not None and last.opcode == "add" and any(
+            getattr(producer.get(id(v)), "opcode", None) == "scale" for v in last.inputs):
+        return "appnp"
+    features = program.inputs.get("features")
+    if features is not None and any(o.opcode == "aggregate" and o.inputs[0] is features for o in ops) and (
+            sum(o.opcode == "linear" for o in ops) == 1):
+        return "sgc"
+    return None
+
+
+def match_propagation(program, kind: str) -> tuple[Optional[PropagationShape], str]:
+    """(the APPNP or SGC the program computes, "") or (None, why it is not the peers' form)."""
+    hops = sum(o.opcode == "aggregate" for o in program.forward)        # one aggregation per step
+    if hops == 0:
+        return None, f"no propagation steps (an {kind.upper()} aggregates with D^-1/2 (A + I) D^-1/2)"
+    shapes = [(n, bias) for n in range(1, MAX_MLP_LAYERS + 1) for bias in (True, False)] if kind == "appnp" \
+        else [(1, True), (1, False)]
+    why = ""
+    for layers, bias in shapes:
+        pattern = _appnp(layers, bias, hops) if kind == "appnp" else _sgc(bias, hops)
+        m, why_here = match(pattern, program)
+        if m is not None:
+            return _shape(kind, m, layers, bias, hops)
+        why = why or why_here
+    form = "APPNP's (as examples/appnp.mp writes it)" if kind == "appnp" else "SGC's (as examples/sgc.mp writes it)"
+    return None, f"not {form} form: {why}"
+
+
+def _shape(kind: str, m, layers: int, bias: bool, hops: int) -> tuple[Optional[PropagationShape], str]:
+    weights = [{k: m.weights[f"{k}{n}"] for k in ("W", "b") if f"{k}{n}" in m.weights} for n in range(layers)]
+    dropouts = [float(m.ops[f"drop{n}"].attrs.get("p", 0.0)) if f"drop{n}" in m.ops else 0.0 for n in range(layers)]
+    acts = {m.ops[f"act{n}"].opcode for n in range(layers - 1)}
+    if len(acts) > 1:
+        return None, f"the MLP's activations differ between layers ({sorted(acts)}); the peers use one"
+    if any(m.ops[f"act{n}"].opcode == "elu" and float(m.ops[f"act{n}"].attrs.get("alpha", 1.0)) != 1.0
+           for n in range(layers - 1)):
+        return None, "elu with an alpha other than 1 (the peers use 1)"
+    if len(set(dropouts[1:])) > 1:
+        return None, f"dropout differs between the MLP's hidden layers ({dropouts[1:]}); the peers use one rate"
+    if kind == "sgc" and dropouts[0] > 0:
+        return None, "an SGC with dropout on its propagated features (SGConv has none)"
+    teleport = 0.0
+    if kind == "appnp":
+        keep = {float(m.ops[f"keep{k}"].attrs["c"]) for k in range(hops)}
+        tele = {float(m.ops[f"teleport{k}"].attrs["c"]) for k in range(hops)}
+        if len(keep) > 1 or len(tele) > 1:
+            return None, f"the steps mix in different shares (propagated {sorted(keep)}, teleport {sorted(tele)})"
+        teleport = tele.pop()
+        if not 0.0 < teleport < 1.0 or not math.isclose(keep.pop(), 1.0 - teleport, rel_tol=1e-6, abs_tol=1e-7):
+            return None, f"the propagated share is not 1 - alpha for the teleport alpha {teleport}"
+    return PropagationShape(kind, hops, weights, dropouts, bias, acts.pop() if acts else "relu",
+                            teleport, m.values["norm"]), ""
