@@ -37,7 +37,7 @@ def _mlp(layers: int, bias: bool):
     h = Input("features")
     for n in range(layers):
         last = n == layers - 1
-        inp = OneOf((op("dropout", h, name=f"drop{n}"), h))
+        inp = OneOf((h, op("dropout", h, name=f"drop{n}")))   # without first: its failure is the one to report
         out = op("linear", inp, Weight(f"W{n}"), name="h0" if last and not bias else None)
         if bias:
             out = op("bias_add", out, Weight(f"b{n}"), name="h0" if last else None)
@@ -57,7 +57,7 @@ def _sgc(bias: bool, hops: int):
     h = Input("features")
     for k in range(hops):
         h = _propagate(h, k)
-    out = op("linear", h, Weight("W0"))
+    out = op("linear", OneOf((h, op("dropout", h, name="drop0"))), Weight("W0"))   # a dropout is refused later
     return op("cross_entropy", op("bias_add", out, Weight("b0")) if bias else out, Input("labels"))
 
 

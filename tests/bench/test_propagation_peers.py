@@ -1,0 +1,95 @@
+"""The peers of the models that propagate outside their layers: APPNP and SGC, written out.
+
+program_shape recognises them from the compiler's folded form (propagation_shape.py); PyG's
+APPNP / SGConv and DGL's APPNPConv / SGConv then train them from morphgen's initial weights and
+must give morphgen's losses, epoch after epoch (the parity check of `morphgen bench --parity`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from morphgen.bench import harness
+from morphgen.bench.peers.spec import SpecError, parse_spec
+from morphgen.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+APPNP = ROOT / "examples" / "appnp.mp"
+SGC = ROOT / "examples" / "sgc.mp"
+TINY = "synthetic:nodes=240,edges=1600,features=12,classes=3,val=40,test=80,seed=1"
+
+
+def test_program_shape_of_appnp():
+    s = harness.program_shape(APPNP)
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.layers, s.hops, s.teleport, s.dropouts, s.bias) == ("appnp", ["F", 64, "C"], 10, 0.1,
+                                                                          [0.5, 0.5], True)
+    assert s.parameter_names == [{"W": "W1", "b": "b1"}, {"W": "W2", "b": "b2"}]
+    assert s.feature_normalization == "row"
+
+
+def test_program_shape_of_sgc():
+    s = harness.program_shape(SGC)
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.layers, s.hops, s.dropouts, s.lr) == ("sgc", ["F", "C"], 2, [0.0], 0.2)
+    assert s.parameter_names == [{"W": "W", "b": "b"}]
+
+
+def test_the_peers_spec_carries_the_steps_and_the_teleport(tmp_path):
+    data = harness.prepare_dataset(TINY, None, tmp_path)
+    appnp = harness.peer_spec(harness.program_shape(APPNP), data, epochs=3, warmup=1, threads=1,
+                              sparse_features=False)
+    assert (appnp["model"], appnp["hops"], appnp["teleport"], appnp["layers"]) == ("appnp", 10, 0.1, [12, 64, 3])
+    sgc = harness.peer_spec(harness.program_shape(SGC), data, epochs=3, warmup=1, threads=1, sparse_features=False)
+    assert (sgc["model"], sgc["hops"], "teleport" in sgc) == ("sgc", 2, False)
+    assert parse_spec(appnp).teleport == 0.1 and parse_spec(sgc).hops == 2
+
+
+@pytest.mark.parametrize("program,edit,new,reason", [
+    (APPNP, "* v.norm * 0.9 + v.h0 * 0.1", "* v.norm * 0.8 + v.h0 * 0.1", "not 1 - alpha"),
+    (APPNP, "rsqrt(v.in_degree + 1)", "rsqrt(v.in_degree + 2)", "not GCN's rsqrt(in_degree + 1)"),
+    (APPNP, " + v.h * v.norm) * v.norm * 0.9", ") * v.norm * 0.9", "self_loops"),
+    (APPNP, "v.h = v.h0;", "v.h = v.hidden * W2;", "not APPNP's"),
+    (SGC, "v.out = v.twice * W + b", "v.out = dropout(v.twice, 0.5) * W + b", "SGConv has none"),
+    (SGC, "(Sum(u in g.neighbors(v): u.once * u.norm) + v.once * v.norm) * v.norm",
+     "Sum(u in g.neighbors(v): u.once * u.norm) * v.norm", "self_loops"),
+])
+def test_a_propagation_the_peers_cannot_build_is_named(tmp_path, program, edit, new, reason):
+    """Another teleport share, another degree scale, no self loop, a teleport from elsewhere,
+    dropout SGConv does not have: refused with the reason, never approximated."""
+    text = program.read_text()
+    assert edit in text
+    edited = tmp_path / program.name
+    edited.write_text(text.replace(edit, new, 1))
+    s = harness.program_shape(edited)
+    assert s.unsupported and reason in s.unsupported, s.unsupported
+
+
+@pytest.mark.parametrize("over,field", [({"model": "appnp"}, "hops"), ({"model": "appnp", "hops": 2}, "teleport"),
+                                        ({"model": "appnp", "hops": 0, "teleport": 0.1}, "hops"),
+                                        ({"model": "appnp", "hops": 2, "teleport": 1.5}, "teleport"),
+                                        ({"model": "sgc", "hops": 2, "teleport": 0.1, "layers": [4, 3]}, "teleport"),
+                                        ({"model": "sgc", "hops": 2}, "layers"),
+                                        ({"model": "gcn", "hops": 2}, "hops")])
+def test_bad_propagation_spec_names_the_field(over, field):
+    spec = {"layers": [4, 8, 3], "epochs": 4, **over}
+    with pytest.raises(SpecError, match=f"'{field}'"):
+        parse_spec(spec)
+
+
+@pytest.mark.parametrize("program", [APPNP, SGC])
+def test_parity_of_the_propagating_models_with_both_peers(tmp_path, program):
+    """PyG's and DGL's APPNP and SGC train as morphgen's for three epochs from the same weights
+    (the programs' dropout calls set to 0 for the parity run)."""
+    out = tmp_path / "b"
+    code = main(["bench", str(program), "--dataset", TINY, "--peers", "pyg,dgl", "--epochs", "3",
+                 "--warmup", "1", "--threads", "1", "--out", str(out), "--quick-machine", "--parity",
+                 "--no-profile", "--sparsity-threshold", "0.5"])
+    data = json.loads((out / "bench.json").read_text())
+    for peer in ("pyg", "dgl"):
+        par = data["parity"]["peers"][peer]
+        assert par["error"] is None and par["passed"] is True, par
+        assert data["systems"][[s["system"] for s in data["systems"]].index(peer)]["error"] is None
+    assert code == 0
