@@ -348,8 +348,10 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
         spec["norms"] = list(shape.norms)
     if shape.conv in PROPAGATING_MODELS:
         spec["hops"] = shape.hops
-        if shape.conv == "appnp":
-            spec["teleport"] = shape.teleport
+    if shape.conv in ("appnp", "gcnii"):
+        spec["teleport"] = shape.teleport
+    if shape.conv == "gcnii":
+        spec["theta"] = shape.theta
     if shape.conv in ("gat", "rgat"):
         spec.update(heads=list(shape.heads), negative_slope=shape.negative_slope,
                     attention_dropout=shape.attention_dropout if dropout is None else dropout)

@@ -26,8 +26,8 @@ last layer has no activation and feeds cross_entropy. Anything else is not appro
 
 Relational attention (typed weights and an edge softmax) reads its values several times, so it
 is matched as a dataflow pattern instead (attention_shape.py): an HGT gets PyG's HGTConv, an
-R-GAT in RGATConv's form a stack of PyG's RGATConv. So are the models that propagate outside
-their layers (propagation_shape.py): APPNP and SGC.
+R-GAT in RGATConv's form a stack of PyG's RGATConv. So are the models that propagate with GCN's
+normalisation written out (propagation_shape.py): APPNP, SGC and GCNII.
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ class PeerModel:
     norms: list = field(default_factory=list)   # batch norm in each layer's MLP (gin)
     num_bases: Optional[int] = None # basis decomposition of the relation weights (rgcn)
     hops: int = 0                   # propagation steps (appnp, sgc)
-    teleport: float = 0.0           # the share of the MLP's output mixed into every step (appnp)
+    teleport: float = 0.0           # the share of the first output mixed into every step (appnp, gcnii)
+    theta: float = 0.0              # the identity mapping's beta_l = log(theta / l + 1) (gcnii)
     # Per layer, the peers' parameter name -> the program's (rgcn, whose weights the program
     # declares and names itself); empty: morphgen names them layer{i}.<name>.
     parameter_names: list = field(default_factory=list)
@@ -415,8 +416,8 @@ def _rgat_model(program, problems: list) -> PeerModel:
 
 
 def _propagation_model(program, kind: str, problems: list) -> PeerModel:
-    """The peers' APPNP or SGC for a program that computes it; `problems`: what already keeps
-    the peers from rebuilding it."""
+    """The peers' APPNP, SGC or GCNII for a program that computes it; `problems`: what already
+    keeps the peers from rebuilding it."""
     shape, why = match_propagation(program, kind)
     problems = problems + ([why] if shape is None else [])
     if shape is not None and _gcn_scales(program).get(shape.norm.id) != "gcn":
@@ -433,7 +434,8 @@ def _propagation_model(program, kind: str, problems: list) -> PeerModel:
         optimizer=program.optimizer.kind, lr=float(program.optimizer.lr),
         weight_decay=float(program.optimizer.weight_decay), epochs=int(program.epochs),
         activation=shape.activation if shape else "relu", parameter_names=list(weights),
-        hops=shape.hops if shape else 0, teleport=shape.teleport if shape else 0.0, self_loops=True,
+        hops=shape.hops if shape else 0, teleport=shape.teleport if shape else 0.0,
+        theta=shape.theta if shape else 0.0, self_loops=True,
         feature_normalization=program.feature_normalization, unsupported="; ".join(problems) or None,
         notes=_program_notes(program, dropouts))
 

@@ -13,6 +13,14 @@ APPNP (PyG's APPNP, DGL's APPNPConv), as examples/appnp.mp writes it: an MLP, th
 SGC (SGConv in both), as examples/sgc.mp writes it: K propagations of the features, one linear
 
     out   = (A_hat^K x) * W [+ b]
+
+GCNII (GCN2Conv in both, PyG's GCNII example), as examples/gcnii.mp writes it: L layers between
+a linear layer and a linear classifier, layer l with beta_l = log(theta / l + 1)
+
+    h0    = act([dropout] x * W0 [+ b0]);  h = h0
+    L x:  p = A_hat [dropout] h * (1 - alpha) + h0 * alpha
+          h = act(p * (1 - beta_l) + p * W_l * beta_l)
+    out   = [dropout] h * W [+ b]
 """
 from __future__ import annotations
 
@@ -24,6 +32,8 @@ from .dataflow_pattern import Input, OneOf, Ref, Weight, match, op
 
 MAX_MLP_LAYERS = 3
 MLP_ACTIVATIONS = ("relu", "elu")
+# The patterns nest one level per op; more steps than this would run into Python's recursion limit.
+MAX_STEPS = 64
 
 
 def _propagate(h, k: int):
@@ -53,6 +63,26 @@ def _appnp(layers: int, bias: bool, hops: int):
     return op("cross_entropy", h, Input("labels"))
 
 
+def _acts(x, name: str):
+    return OneOf(tuple(op(act, x, name=name) for act in MLP_ACTIVATIONS))
+
+
+def _gcnii(bias: bool, layers: int):
+    """The linear layers are W0/b0 and W{layers + 1}/b{layers + 1}, the GCN2Conv layers W1..W{layers}."""
+    def affine(x, n):
+        out = op("linear", OneOf((x, op("dropout", x, name=f"drop{n}"))), Weight(f"W{n}"))
+        return op("bias_add", out, Weight(f"b{n}")) if bias else out
+    h = _acts(affine(Input("features"), 0), "h0")
+    for n in range(1, layers + 1):
+        inp = OneOf((h, op("dropout", h, name=f"drop{n}")))
+        p = op("add", op("scale", _propagate(inp, n - 1), name=f"keep{n - 1}"),
+               op("scale", Ref("h0"), name=f"teleport{n - 1}"), name=f"p{n}")
+        mix = op("add", op("scale", p, name=f"identity{n}"),
+                 op("scale", op("linear", Ref(f"p{n}"), Weight(f"W{n}")), name=f"beta{n}"))
+        h = _acts(mix, f"act{n}")
+    return op("cross_entropy", affine(h, layers + 1), Input("labels"))
+
+
 def _sgc(bias: bool, hops: int):
     h = Input("features")
     for k in range(hops):
@@ -63,26 +93,33 @@ def _sgc(bias: bool, hops: int):
 
 @dataclass
 class PropagationShape:
-    kind: str              # "appnp" | "sgc"
+    kind: str              # "appnp" | "sgc" | "gcnii"
     hops: int
     weights: list          # per linear layer: {"W", ["b"]} -> the program's parameter name
     dropouts: list         # the dropout before each linear layer
     bias: bool
     activation: str = "relu"
-    teleport: float = 0.0  # appnp: alpha
+    teleport: float = 0.0  # appnp, gcnii: alpha
+    theta: float = 0.0     # gcnii: beta_l = log(theta / l + 1)
     norm: object = None    # the value scaling both ends of every step (GCN's rsqrt(d + 1) if an APPNP/SGC)
 
 
 def looks_propagating(program) -> Optional[str]:
-    """"appnp" or "sgc" when the program is shaped like one (then a failed match is the reason to
-    report), None otherwise. APPNP ends in a sum with a scaled term; SGC aggregates its raw input."""
+    """"appnp", "gcnii" or "sgc" when the program is shaped like one (then a failed match is the
+    reason to report), None otherwise. APPNP ends in a sum with a scaled term, GCNII multiplies
+    such sums by its layers' weights, SGC aggregates its raw input."""
     ops = program.forward
     producer = {id(o.output): o for o in ops}
+
+    def scaled_sum(value) -> bool:
+        made = producer.get(id(value))
+        return made is not None and made.opcode == "add" and any(
+            getattr(producer.get(id(v)), "opcode", None) == "scale" for v in made.inputs)
     loss = [o for o in ops if o.opcode == "cross_entropy"]
-    last = producer.get(id(loss[0].inputs[0])) if len(loss) == 1 else None
-    if last is not None and last.opcode == "add" and any(
-            getattr(producer.get(id(v)), "opcode", None) == "scale" for v in last.inputs):
+    if len(loss) == 1 and scaled_sum(loss[0].inputs[0]):
         return "appnp"
+    if any(o.opcode == "aggregate" for o in ops) and any(o.opcode == "linear" and scaled_sum(o.inputs[0]) for o in ops):
+        return "gcnii"
     features = program.inputs.get("features")
     if features is not None and any(o.opcode == "aggregate" and o.inputs[0] is features for o in ops) and (
             sum(o.opcode == "linear" for o in ops) == 1):
@@ -95,17 +132,21 @@ def match_propagation(program, kind: str) -> tuple[Optional[PropagationShape], s
     hops = sum(o.opcode == "aggregate" for o in program.forward)        # one aggregation per step
     if hops == 0:
         return None, f"no propagation steps (an {kind.upper()} aggregates with D^-1/2 (A + I) D^-1/2)"
-    shapes = [(n, bias) for n in range(1, MAX_MLP_LAYERS + 1) for bias in (True, False)] if kind == "appnp" \
-        else [(1, True), (1, False)]
+    if hops > MAX_STEPS:
+        return None, f"{hops} propagation steps (the peers' forms are matched up to {MAX_STEPS})"
+    if kind == "appnp":
+        patterns = [(_appnp(n, bias, hops), n, bias) for n in range(1, MAX_MLP_LAYERS + 1) for bias in (True, False)]
+    elif kind == "gcnii":
+        patterns = [(_gcnii(bias, hops), hops + 2, bias) for bias in (True, False)]
+    else:
+        patterns = [(_sgc(bias, hops), 1, bias) for bias in (True, False)]
     why = ""
-    for layers, bias in shapes:
-        pattern = _appnp(layers, bias, hops) if kind == "appnp" else _sgc(bias, hops)
+    for pattern, layers, bias in patterns:
         m, why_here = match(pattern, program)
         if m is not None:
-            return _shape(kind, m, layers, bias, hops)
+            return _gcnii_shape(m, bias, hops) if kind == "gcnii" else _shape(kind, m, layers, bias, hops)
         why = why or why_here
-    form = "APPNP's (as examples/appnp.mp writes it)" if kind == "appnp" else "SGC's (as examples/sgc.mp writes it)"
-    return None, f"not {form} form: {why}"
+    return None, f"not {kind.upper()}'s form (as examples/{kind}.mp writes it): {why}"
 
 
 def _shape(kind: str, m, layers: int, bias: bool, hops: int) -> tuple[Optional[PropagationShape], str]:
@@ -123,12 +164,49 @@ def _shape(kind: str, m, layers: int, bias: bool, hops: int) -> tuple[Optional[P
         return None, "an SGC with dropout on its propagated features (SGConv has none)"
     teleport = 0.0
     if kind == "appnp":
-        keep = {float(m.ops[f"keep{k}"].attrs["c"]) for k in range(hops)}
-        tele = {float(m.ops[f"teleport{k}"].attrs["c"]) for k in range(hops)}
-        if len(keep) > 1 or len(tele) > 1:
-            return None, f"the steps mix in different shares (propagated {sorted(keep)}, teleport {sorted(tele)})"
-        teleport = tele.pop()
-        if not 0.0 < teleport < 1.0 or not math.isclose(keep.pop(), 1.0 - teleport, rel_tol=1e-6, abs_tol=1e-7):
-            return None, f"the propagated share is not 1 - alpha for the teleport alpha {teleport}"
+        teleport, why = _teleport(m, hops)
+        if why:
+            return None, why
     return PropagationShape(kind, hops, weights, dropouts, bias, acts.pop() if acts else "relu",
-                            teleport, m.values["norm"]), ""
+                            teleport, norm=m.values["norm"]), ""
+
+
+def _teleport(m, hops: int) -> tuple[float, str]:
+    """(alpha, "") when every step keeps 1 - alpha of the propagated rows and mixes in alpha of
+    h0, or (0, why not)."""
+    keep = {float(m.ops[f"keep{k}"].attrs["c"]) for k in range(hops)}
+    tele = {float(m.ops[f"teleport{k}"].attrs["c"]) for k in range(hops)}
+    if len(keep) > 1 or len(tele) > 1:
+        return 0.0, f"the steps mix in different shares (propagated {sorted(keep)}, teleport {sorted(tele)})"
+    teleport = tele.pop()
+    if not 0.0 < teleport < 1.0 or not math.isclose(keep.pop(), 1.0 - teleport, rel_tol=1e-6, abs_tol=1e-7):
+        return 0.0, f"the propagated share is not 1 - alpha for the teleport alpha {teleport}"
+    return teleport, ""
+
+
+def _gcnii_shape(m, bias: bool, layers: int) -> tuple[Optional[PropagationShape], str]:
+    last = layers + 1
+    weights = [{k: m.weights[f"{k}{n}"] for k in ("W", "b") if f"{k}{n}" in m.weights} for n in range(last + 1)]
+    dropouts = [float(m.ops[f"drop{n}"].attrs.get("p", 0.0)) if f"drop{n}" in m.ops else 0.0 for n in range(last + 1)]
+    acts = {m.ops[name].opcode for name in ["h0"] + [f"act{n}" for n in range(1, layers + 1)]}
+    if len(acts) > 1:
+        return None, f"the activations differ between layers ({sorted(acts)}); the peers use one"
+    if "elu" in acts and any(float(m.ops[name].attrs.get("alpha", 1.0)) != 1.0
+                             for name in ["h0"] + [f"act{n}" for n in range(1, layers + 1)]):
+        return None, "elu with an alpha other than 1 (the peers use 1)"
+    if len(set(dropouts[1:])) > 1:
+        return None, (f"the dropouts before the GCN2Conv layers and the classifier differ ({dropouts[1:]}); "
+                      "the peers use one rate")
+    teleport, why = _teleport(m, layers)
+    if why:
+        return None, why
+    betas = [float(m.ops[f"beta{n}"].attrs["c"]) for n in range(1, layers + 1)]
+    for n, beta in enumerate(betas, start=1):
+        if not math.isclose(float(m.ops[f"identity{n}"].attrs["c"]), 1.0 - beta, rel_tol=1e-6, abs_tol=1e-7):
+            return None, f"layer {n}: the identity's share is not 1 - beta for beta {beta}"
+    thetas = [n * math.expm1(beta) for n, beta in enumerate(betas, start=1)]
+    if not all(math.isclose(t, thetas[0], rel_tol=1e-4) for t in thetas):
+        return None, (f"the betas {betas} are not log(theta / l + 1) for one theta (GCN2Conv's): "
+                      f"theta per layer {[round(t, 6) for t in thetas]}")
+    return PropagationShape("gcnii", layers, weights, dropouts, bias, acts.pop(), teleport,
+                            theta=round(thetas[0], 6), norm=m.values["norm"]), ""

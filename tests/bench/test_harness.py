@@ -317,7 +317,7 @@ def test_parity_of_a_gcn_weighing_its_edges_with_both_peers(tmp_path, program):
 
 
 def test_a_program_the_peers_cannot_build_is_named():
-    s = harness.program_shape(ROOT / "examples" / "gcnii.mp")
+    s = harness.program_shape(ROOT / "examples" / "edgeconv.mp")
     assert s.unsupported and "layer 0" in s.unsupported
 
 

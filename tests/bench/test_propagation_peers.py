@@ -1,8 +1,9 @@
-"""The peers of the models that propagate outside their layers: APPNP and SGC, written out.
+"""The peers of the models that propagate with GCN's normalisation written out: APPNP, SGC, GCNII.
 
 program_shape recognises them from the compiler's folded form (propagation_shape.py); PyG's
-APPNP / SGConv and DGL's APPNPConv / SGConv then train them from morphgen's initial weights and
-must give morphgen's losses, epoch after epoch (the parity check of `morphgen bench --parity`).
+APPNP / SGConv / GCN2Conv and DGL's APPNPConv / SGConv / GCN2Conv then train them from morphgen's
+initial weights and must give morphgen's losses, epoch after epoch (the parity check of
+`morphgen bench --parity`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from morphgen.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 APPNP = ROOT / "examples" / "appnp.mp"
 SGC = ROOT / "examples" / "sgc.mp"
+GCNII = ROOT / "examples" / "gcnii.mp"
 TINY = "synthetic:nodes=240,edges=1600,features=12,classes=3,val=40,test=80,seed=1"
 
 
@@ -37,6 +39,15 @@ def test_program_shape_of_sgc():
     assert s.parameter_names == [{"W": "W", "b": "b"}]
 
 
+def test_program_shape_of_gcnii():
+    s = harness.program_shape(GCNII)
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.layers, s.teleport, s.theta, s.dropouts) == ("gcnii", ["F"] + [64] * 5 + ["C"], 0.1, 0.5,
+                                                                   [0.6] * 6)
+    assert s.parameter_names == [{"W": "Win", "b": "bin"}, {"W": "W1"}, {"W": "W2"}, {"W": "W3"}, {"W": "W4"},
+                                 {"W": "Wout", "b": "bout"}]
+
+
 def test_the_peers_spec_carries_the_steps_and_the_teleport(tmp_path):
     data = harness.prepare_dataset(TINY, None, tmp_path)
     appnp = harness.peer_spec(harness.program_shape(APPNP), data, epochs=3, warmup=1, threads=1,
@@ -45,6 +56,10 @@ def test_the_peers_spec_carries_the_steps_and_the_teleport(tmp_path):
     sgc = harness.peer_spec(harness.program_shape(SGC), data, epochs=3, warmup=1, threads=1, sparse_features=False)
     assert (sgc["model"], sgc["hops"], "teleport" in sgc) == ("sgc", 2, False)
     assert parse_spec(appnp).teleport == 0.1 and parse_spec(sgc).hops == 2
+    gcnii = parse_spec(harness.peer_spec(harness.program_shape(GCNII), data, epochs=3, warmup=1, threads=1,
+                                         sparse_features=False))
+    assert (gcnii.teleport, gcnii.theta, gcnii.parameters(0), gcnii.parameters(1), gcnii.parameters(5)) == (
+        0.1, 0.5, {"W": (12, 64), "b": (64,)}, {"W": (64, 64)}, {"W": (64, 3), "b": (3,)})
 
 
 @pytest.mark.parametrize("program,edit,new,reason", [
@@ -52,13 +67,18 @@ def test_the_peers_spec_carries_the_steps_and_the_teleport(tmp_path):
     (APPNP, "rsqrt(v.in_degree + 1)", "rsqrt(v.in_degree + 2)", "not GCN's rsqrt(in_degree + 1)"),
     (APPNP, " + v.h * v.norm) * v.norm * 0.9", ") * v.norm * 0.9", "self_loops"),
     (APPNP, "v.h = v.h0;", "v.h = v.hidden * W2;", "not APPNP's"),
+    (GCNII, "gcniiLayer(g, h, h0, norm, W3, 0.1541507)", "gcniiLayer(g, h, h0, norm, W3, 0.154)",
+     "not log(theta / l + 1) for one theta"),
+    (GCNII, "v.p * (1 - beta) + v.p * W * beta", "v.h0 * (1 - beta) + v.p * W * beta", "not GCNII's form"),
+    (GCNII, "v.out = dropout(v.h, 0.6) * Wout", "v.out = dropout(v.h, 0.5) * Wout", "the peers use one rate"),
     (SGC, "v.out = v.twice * W + b", "v.out = dropout(v.twice, 0.5) * W + b", "SGConv has none"),
     (SGC, "(Sum(u in g.neighbors(v): u.once * u.norm) + v.once * v.norm) * v.norm",
      "Sum(u in g.neighbors(v): u.once * u.norm) * v.norm", "self_loops"),
 ])
 def test_a_propagation_the_peers_cannot_build_is_named(tmp_path, program, edit, new, reason):
     """Another teleport share, another degree scale, no self loop, a teleport from elsewhere,
-    dropout SGConv does not have: refused with the reason, never approximated."""
+    betas of no one theta, a product of the wrong rows, dropout rates or dropout the peers do
+    not have: refused with the reason, never approximated."""
     text = program.read_text()
     assert edit in text
     edited = tmp_path / program.name
@@ -72,16 +92,21 @@ def test_a_propagation_the_peers_cannot_build_is_named(tmp_path, program, edit, 
                                         ({"model": "appnp", "hops": 2, "teleport": 1.5}, "teleport"),
                                         ({"model": "sgc", "hops": 2, "teleport": 0.1, "layers": [4, 3]}, "teleport"),
                                         ({"model": "sgc", "hops": 2}, "layers"),
-                                        ({"model": "gcn", "hops": 2}, "hops")])
+                                        ({"model": "gcn", "hops": 2}, "hops"),
+                                        ({"model": "gcnii", "teleport": 0.1, "layers": [4, 8, 8, 3]}, "theta"),
+                                        ({"model": "gcnii", "teleport": 0.1, "theta": 0.5}, "layers"),
+                                        ({"model": "gcnii", "teleport": 0.1, "theta": 0.5,
+                                          "layers": [4, 8, 6, 3]}, "layers"),
+                                        ({"model": "appnp", "hops": 2, "teleport": 0.1, "theta": 0.5}, "theta")])
 def test_bad_propagation_spec_names_the_field(over, field):
     spec = {"layers": [4, 8, 3], "epochs": 4, **over}
     with pytest.raises(SpecError, match=f"'{field}'"):
         parse_spec(spec)
 
 
-@pytest.mark.parametrize("program", [APPNP, SGC])
+@pytest.mark.parametrize("program", [APPNP, SGC, GCNII])
 def test_parity_of_the_propagating_models_with_both_peers(tmp_path, program):
-    """PyG's and DGL's APPNP and SGC train as morphgen's for three epochs from the same weights
+    """PyG's and DGL's APPNP, SGC and GCNII train as morphgen's for three epochs from the same weights
     (the programs' dropout calls set to 0 for the parity run)."""
     out = tmp_path / "b"
     code = main(["bench", str(program), "--dataset", TINY, "--peers", "pyg,dgl", "--epochs", "3",

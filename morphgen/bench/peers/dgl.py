@@ -1,5 +1,5 @@
 """DGL peer: full-batch GCN (GraphConv(norm='both')), GraphSAGE (SAGEConv), GAT, GIN, APPNP (APPNPConv),
-SGC (SGConv), R-GCN (RelGraphConv).
+SGC (SGConv), GCNII (GCN2Conv), R-GCN (RelGraphConv).
 
     python -m morphgen.bench.peers.dgl --data D.npz --spec SPEC.json --out OUT.json
 
@@ -20,6 +20,9 @@ Configuration and DGL conventions (see DEVELOPERS.md, "Benchmark peers"):
   source, in-degree at the destination; the same on a symmetric graph).
 - SGC: SGConv(k = spec.hops, cached=True) on the graph with one loop per node: the propagated
   features computed in the first epoch (inside warm-up) and reused; in-degree on both sides.
+- GCNII: torch Linear, GCN2Conv(layer l, alpha = spec.teleport, lambda_ = spec.theta,
+  project_initial_features, no bias) per hidden layer on the graph with one loop per node (in-degree
+  on both sides), Linear; dropout before every GCN2Conv and the classifier, as PyG's example.
 - R-GCN: RelGraphConv(num_rels, regularizer None or 'basis' with num_bases, self_loop=True, bias),
   the edge norm 1/c_{i,r} (c_{i,r}: in-edges of node i of relation r) passed as `norm`; the edges
   are sorted by type once before training (a stable sort) and the layers called with
@@ -48,7 +51,7 @@ from morphgen.errors import UserError
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
 from .spec import BenchSpec
-from .torch_loop import (build_stack, device_config, gin_mlp, gin_targets, load_weights, model_config, setup_torch,
+from .torch_loop import (build_gcnii, build_stack, device_config, gin_mlp, gin_targets, load_weights, model_config, setup_torch,
                          torch_device, train_full_batch)
 
 _GRAPHBOLT = "dgl.graphbolt"
@@ -175,6 +178,12 @@ def _convs(torch, spec: BenchSpec) -> list:
         return [torch.nn.Linear(i, o, bias=spec.bias) for i, o in dims]
     if spec.model == "sgc":
         return [SGConv(i, o, k=spec.hops, cached=True, bias=spec.bias) for i, o in dims]
+    if spec.model == "gcnii":
+        from dgl.nn.pytorch import GCN2Conv
+        return ([torch.nn.Linear(*dims[0], bias=spec.bias)]
+                + [GCN2Conv(o, layer, alpha=spec.teleport, lambda_=spec.theta, project_initial_features=True,
+                            bias=False) for layer, (_, o) in enumerate(dims[1:-1], start=1)]
+                + [torch.nn.Linear(*dims[-1], bias=spec.bias)])
     if spec.model == "gin":
         return [GINConv(gin_mlp(torch, i, o, norm), "sum", init_eps=0.0, learn_eps=False)
                 for (i, o), norm in zip(dims, spec.norms)]
@@ -210,6 +219,8 @@ _TARGETS = {
 def _targets(conv, model: str) -> tuple:
     if model == "gin":
         return tuple((f"apply_func.{path}", name, t) for path, name, t in gin_targets(conv.apply_func))
+    if model == "gcnii":                  # GCN2Conv's one [in, out] matrix, or a Linear's
+        return (("weight1", "W", False),) if hasattr(conv, "weight1") else _TARGETS["appnp"]
     return _TARGETS[model]
 
 
@@ -221,6 +232,7 @@ _NORMALISATION = {
     "appnp": "APPNPConv: outdeg(src)^-1/2 * indeg(dst)^-1/2 with one loop per node, "
              "h <- (1 - alpha) A_hat h + alpha h0",
     "sgc": "SGConv: indeg^-1/2 on both sides with one loop per node, A_hat^k x cached",
+    "gcnii": "GCN2Conv: indeg^-1/2 on both sides with one loop per node, (1 - alpha) A_hat h + alpha h0",
     "rgcn": "edge norm 1/c_{i,r} (in-edges of node i of relation r) passed as RelGraphConv's norm",
 }
 
@@ -255,12 +267,16 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         call = lambda conv, h: conv(g, h, edge_weight=coefficients)      # noqa: E731
     else:
         call = lambda conv, h: conv(g, h)                     # noqa: E731
-    model = build_stack(torch, convs, spec.dropout, call, spec.activation,
-                        input_dropout=spec.input_dropout, propagate=propagate)
+    if spec.model == "gcnii":
+        model = build_gcnii(torch, convs[0], convs[1:-1], convs[-1], spec.dropout,
+                            lambda conv, h, h0: conv(g, h, h0), spec.activation, spec.input_dropout)
+    else:
+        model = build_stack(torch, convs, spec.dropout, call, spec.activation,
+                            input_dropout=spec.input_dropout, propagate=propagate)
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     conv_name = {"gcn": "GraphConv", "sage": "SAGEConv", "gat": "GATConv", "gin": "GINConv", "appnp": "Linear",
-                 "sgc": "SGConv"}[spec.model]
+                 "sgc": "SGConv", "gcnii": "GCN2Conv"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": "DGLGraph (formats coo/csr/csc created before training)",
@@ -272,6 +288,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         "self_loops": "existing removed, one per node added" if spec.self_loops else "none added",
         "init": "given init_weights" if spec.init_weights else (
             "torch Linear default (kaiming uniform), seed 0" if spec.model == "appnp" else
+            "torch Linear default (kaiming uniform), GCN2Conv default (normal), seed 0" if spec.model == "gcnii" else
             f"{conv_name} default (xavier), seed 0"),
         "threads": spec.threads,
         "versions": {"torch": torch.__version__, "dgl": dgl.__version__},

@@ -1,4 +1,4 @@
-"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, APPNP, SGC (SGConv),
+"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, APPNP, SGC (SGConv), GCNII,
 R-GCN (RGCNConv), R-GAT (RGATConv), HGT (HGTConv, in pyg_hgt.py).
 
     python -m morphgen.bench.peers.pyg --data D.npz --spec SPEC.json --out OUT.json
@@ -27,6 +27,9 @@ Configuration (the fastest PyG offers on this machine without its optional compi
   computed once.
 - SGC: SGConv(K = spec.hops, cached) on adj_t: the K propagations of the features computed in the
   first epoch (inside warm-up) and reused; dense features (torch cannot propagate sparse ones).
+- GCNII: torch_geometric.nn.Linear, GCN2Conv(alpha = spec.teleport, theta = spec.theta, layer
+  l, shared_weights, cached) per hidden layer on adj_t (gcn_norm as GCNConv's), Linear; dropout
+  before every GCN2Conv and the classifier, as PyG's GCNII example.
 - R-GCN: RGCNConv or FastRGCNConv (spec.pyg_conv) with aggr "mean" (the mean over each relation's
   in-edges is R-GCN's 1/c_{i,r}), root_weight (the self-loop weight), bias, num_bases for the
   basis decomposition; edge_index [2, E] and edge_type [E] as stored (no loops added or removed).
@@ -53,7 +56,7 @@ from .dataset import NodeClassificationData, load_init_weights
 from .pyg_hgt import train_hgt
 from .runner import PeerUnavailable, run_main
 from .spec import BenchSpec
-from .torch_loop import (build_stack, device_config, gin_mlp, gin_targets, load_weights, model_config, setup_torch,
+from .torch_loop import (build_gcnii, build_stack, device_config, gin_mlp, gin_targets, load_weights, model_config, setup_torch,
                          torch_device, train_full_batch)
 
 
@@ -91,6 +94,12 @@ def _convs(torch, spec: BenchSpec) -> list:
     if spec.model == "appnp":
         from torch_geometric.nn import Linear
         return [Linear(i, o, bias=spec.bias) for i, o in dims]
+    if spec.model == "gcnii":
+        from torch_geometric.nn import GCN2Conv, Linear
+        return ([Linear(*dims[0], bias=spec.bias)]
+                + [GCN2Conv(o, spec.teleport, spec.theta, layer=layer, shared_weights=True, cached=True)
+                   for layer, (_, o) in enumerate(dims[1:-1], start=1)]
+                + [Linear(*dims[-1], bias=spec.bias)])
     if spec.model == "sgc":
         from torch_geometric.nn import SGConv
         return [SGConv(i, o, K=spec.hops, cached=True, add_self_loops=True, bias=spec.bias) for i, o in dims]
@@ -116,7 +125,11 @@ _TARGETS = {
 
 def weight_targets(conv, model: str) -> tuple:
     """load_weights targets of a PyG convolution of `model`: where each of morphgen's arrays goes."""
-    return tuple((f"nn.{path}", name, t) for path, name, t in gin_targets(conv.nn)) if model == "gin" else _TARGETS[model]
+    if model == "gin":
+        return tuple((f"nn.{path}", name, t) for path, name, t in gin_targets(conv.nn))
+    if model == "gcnii":                  # GCN2Conv's one shared [in, out] matrix, or a Linear's
+        return (("weight1", "W", False),) if hasattr(conv, "weight1") else _TARGETS["appnp"]
+    return _TARGETS[model]
 
 
 _NORMALISATION = {
@@ -126,6 +139,7 @@ _NORMALISATION = {
     "gin": "none (GINConv: mlp(x + sum over in-edges))",
     "appnp": "APPNP gcn_norm cached: D_in^-1/2 (A+I) D_in^-1/2, h <- (1 - alpha) A_hat h + alpha h0",
     "sgc": "SGConv gcn_norm: D_in^-1/2 (A+I) D_in^-1/2, A_hat^K x cached",
+    "gcnii": "GCN2Conv gcn_norm cached: D_in^-1/2 (A+I) D_in^-1/2, (1 - alpha) A_hat h + alpha h0",
     "rgcn": "aggr mean per relation: 1/c_{i,r}, c_{i,r} = in-edges of node i of relation r",
     "rgat": "softmax of leaky_relu(W_r x_i . q + W_r x_j . k) over each node's in-edges (across relations), per head",
 }
@@ -211,7 +225,10 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
                 load_weights(torch, conv, weights, weight_targets(conv, spec.model))
-    if spec.model == "appnp":             # the MLP's layers take no graph; the propagation follows them
+    if spec.model == "gcnii":
+        model = build_gcnii(torch, convs[0], convs[1:-1], convs[-1], spec.dropout,
+                            lambda conv, h, h0: conv(h, h0, adj_t), spec.activation, spec.input_dropout)
+    elif spec.model == "appnp":           # the MLP's layers take no graph; the propagation follows them
         from torch_geometric.nn import APPNP
         propagation = APPNP(spec.hops, spec.teleport, cached=True)
         model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h), spec.activation,
@@ -224,7 +241,8 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     default_init = {"gcn": "GCNConv default (glorot)", "sage": "SAGEConv default (kaiming uniform)",
                     "gat": "GATConv default (glorot)", "gin": "torch Linear default (kaiming uniform)",
                     "appnp": "torch_geometric Linear default (kaiming uniform)",
-                    "sgc": "SGConv's Linear default (kaiming uniform)"}[spec.model]
+                    "sgc": "SGConv's Linear default (kaiming uniform)",
+                    "gcnii": "Linear default (kaiming uniform), GCN2Conv default (glorot)"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": adj_desc,

@@ -19,7 +19,7 @@ class SpecError(UserError, ValueError):
     """A malformed benchmark spec; the message names the field."""
 
 
-SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn", "hgt", "rgat", "appnp", "sgc")
+SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn", "hgt", "rgat", "appnp", "sgc", "gcnii")
 # Models that propagate with GCN's normalisation, D^-1/2 (A + I) D^-1/2, a fixed number of `hops`
 # outside their layers: APPNP after its MLP (with the `teleport` alpha to the MLP's output), SGC
 # before its one linear layer.
@@ -27,7 +27,7 @@ PROPAGATING_MODELS = ("appnp", "sgc")
 # The neighbourhood reductions each model can be given (rgcn: the mean over each relation's
 # in-edges, R-GCN's 1/c_{i,r}).
 _AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",), "gin": ("sum",), "rgcn": ("mean",),
-                 "hgt": ("sum",), "rgat": ("sum",), "appnp": ("sum",), "sgc": ("sum",)}
+                 "hgt": ("sum",), "rgat": ("sum",), "appnp": ("sum",), "sgc": ("sum",), "gcnii": ("sum",)}
 ACTIVATIONS = ("relu", "elu")
 # PyG's two R-GCN convolutions: RGCNConv loops over the relations, FastRGCNConv gathers one
 # weight matrix per edge. Same model and parameters; the benchmark times both.
@@ -111,10 +111,17 @@ class BenchSpec:
     pyg_conv: str = "RGCNConv"       # rgcn, PyG only: PYG_RGCN_CONVS
     edge_weight: bool = False        # gcn: the messages weighed by the data's edge weights
     hops: int = 0                    # appnp, sgc: propagation steps K
-    teleport: float = 0.0            # appnp: the share alpha of the MLP's output mixed into every step
+    teleport: float = 0.0            # appnp, gcnii: the share alpha of the first output mixed into every step
+    theta: float = 0.0               # gcnii: the identity mapping's beta_l = log(theta / l + 1)
 
     def parameters(self, i: int) -> dict[str, tuple[int, ...]]:
-        """layer_parameters of layer i (hgt_layer_parameters for an hgt)."""
+        """layer_parameters of layer i (hgt_layer_parameters for an hgt; a gcnii's first and last
+        layers are linear with a bias, the GCN2Conv layers between them one square W each)."""
+        if self.model == "gcnii":
+            width = self.layers[i + 1]
+            if 0 < i < self.num_layers - 1:
+                return {"W": (width, width)}
+            return {"W": (self.layers[i], width), **({"b": (width,)} if self.bias else {})}
         if self.model == "hgt":
             return hgt_layer_parameters(i, self.layers[i], self.layers[i + 1], self.num_relations,
                                         self.num_node_types, self.heads[i])
@@ -137,7 +144,7 @@ _DEFAULTS = {
     "sparse_features": False, "device": "cpu", "activation": "relu", "heads": None,
     "attention_dropout": 0.0, "input_dropout": 0.0, "negative_slope": 0.2, "norms": None,
     "num_relations": None, "num_bases": None, "pyg_conv": None, "num_node_types": None,
-    "edge_weight": False, "hops": None, "teleport": None,
+    "edge_weight": False, "hops": None, "teleport": None, "theta": None,
 }
 # "cuda" alone is accepted and means GPU 0; the index is always written out after parsing, so a
 # result names the GPU it ran on.
@@ -260,8 +267,10 @@ def parse_spec(raw: object) -> BenchSpec:
         _check_hgt(spec, d)
     if spec.model in PROPAGATING_MODELS:
         _check_propagation(spec, d)
+    if spec.model == "gcnii":
+        _check_gcnii(spec, d)
     owners = {"num_relations": ("rgcn", "hgt", "rgat"), "num_bases": ("rgcn",), "pyg_conv": ("rgcn",),
-              "num_node_types": ("hgt",), "hops": PROPAGATING_MODELS, "teleport": ("appnp",)}
+              "num_node_types": ("hgt",), "hops": PROPAGATING_MODELS, "teleport": ("appnp", "gcnii"), "theta": ("gcnii",)}
     for key, models in owners.items():
         if spec.model not in models and d[key] is not None:
             raise SpecError(f"spec field '{key}': only {' and '.join(models)} models have it, not {spec.model}")
@@ -289,6 +298,8 @@ def _propagation(d: dict) -> dict:
         out["hops"] = _integer(d, "hops", 1)
     if d["teleport"] is not None:
         out["teleport"] = _number(d, "teleport", 0.0, 1.0)
+    if d["theta"] is not None:
+        out["theta"] = _number(d, "theta", 1e-6, 1e6)
     return out
 
 
@@ -300,6 +311,18 @@ def _check_propagation(spec: BenchSpec, d: dict) -> None:
         raise SpecError("spec field 'teleport': missing (an appnp model needs its teleport share alpha)")
     if spec.model == "sgc" and len(spec.layers) != 2:
         raise SpecError(f"spec field 'layers': an sgc has one linear layer [F, C], got {list(spec.layers)}")
+
+
+def _check_gcnii(spec: BenchSpec, d: dict) -> None:
+    """A gcnii is [F, H, H, ..., H, C]: a linear layer, GCN2Conv layers of width H, a linear
+    classifier; it names its teleport share and its theta."""
+    for key in ("teleport", "theta"):
+        if d[key] is None:
+            raise SpecError(f"spec field '{key}': missing (a gcnii model needs its {key})")
+    hidden = spec.layers[1:-1]
+    if len(hidden) < 2 or len(set(hidden)) != 1:
+        raise SpecError(f"spec field 'layers': a gcnii has [F, H, H, ..., H, C] (a linear layer, GCN2Conv "
+                        f"layers of width H, a classifier), got {list(spec.layers)}")
 
 
 def load_spec(path: str | Path) -> BenchSpec:

@@ -154,23 +154,13 @@ def build_stack(torch, convs: list, dropout: float, call: Callable, activation: 
     import torch.nn.functional as F
     act = {"relu": F.relu, "elu": F.elu}[activation]
 
-    def drop_input(x, training):
-        if input_dropout <= 0:
-            return x
-        if x is None or not x.is_floating_point():
-            raise ValueError("input_dropout on a featureless input (node ids): there are no features to drop")
-        if x.layout == torch.sparse_csr:
-            return torch.sparse_csr_tensor(x.crow_indices(), x.col_indices(),
-                                           F.dropout(x.values(), p=input_dropout, training=training), x.shape)
-        return F.dropout(x, p=input_dropout, training=training)
-
     class GCNStack(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.convs = torch.nn.ModuleList(convs)
 
         def forward(self, x):
-            h = drop_input(x, self.training)
+            h = _drop_input(torch, x, input_dropout, self.training)
             for i, conv in enumerate(self.convs):
                 if i > 0:
                     h = F.dropout(h, p=dropout, training=self.training)
@@ -180,6 +170,40 @@ def build_stack(torch, convs: list, dropout: float, call: Callable, activation: 
             return h if propagate is None else propagate(h)
 
     return GCNStack()
+
+
+def _drop_input(torch, x, p: float, training: bool):
+    """Dropout on the input features; on a sparse CSR input, on its stored values."""
+    import torch.nn.functional as F
+    if p <= 0:
+        return x
+    if x is None or not x.is_floating_point():
+        raise ValueError("input_dropout on a featureless input (node ids): there are no features to drop")
+    if x.layout == torch.sparse_csr:
+        return torch.sparse_csr_tensor(x.crow_indices(), x.col_indices(),
+                                       F.dropout(x.values(), p=p, training=training), x.shape)
+    return F.dropout(x, p=p, training=training)
+
+
+def build_gcnii(torch, first, convs: list, last, dropout: float, call: Callable, activation: str = "relu",
+                input_dropout: float = 0.0):
+    """GCNII as PyG's example builds it: h0 = act(first(x)), then per GCN2Conv h = act(call(conv,
+    dropout(h), h0)), and last(dropout(h)); `input_dropout` on the features first."""
+    import torch.nn.functional as F
+    act = {"relu": F.relu, "elu": F.elu}[activation]
+
+    class GCNII(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.convs, self.last = first, torch.nn.ModuleList(convs), last
+
+        def forward(self, x):
+            h = h0 = act(self.first(_drop_input(torch, x, input_dropout, self.training)))
+            for conv in self.convs:
+                h = act(call(conv, F.dropout(h, p=dropout, training=self.training), h0))
+            return self.last(F.dropout(h, p=dropout, training=self.training))
+
+    return GCNII()
 
 
 def gin_mlp(torch, fan_in: int, fan_out: int, norm: bool):
@@ -222,7 +246,7 @@ def gin_targets(mlp) -> tuple:
 
 
 _MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN", "hgt": "HGT", "rgat": "R-GAT",
-                "appnp": "APPNP", "sgc": "SGC"}
+                "appnp": "APPNP", "sgc": "SGC", "gcnii": "GCNII"}
 
 
 def model_config(spec: BenchSpec) -> dict:
@@ -245,6 +269,11 @@ def model_config(spec: BenchSpec) -> dict:
                                           f"propagation steps, teleport alpha {spec.teleport}")}
     if spec.model == "sgc":
         return {**MODEL_CONFIG, "model": f"SGC: {spec.hops} propagation steps of the input features (cached) -> linear"}
+    if spec.model == "gcnii":
+        return {**MODEL_CONFIG, "model": (f"GCNII: linear -> {spec.activation} (h0) -> {spec.num_layers - 2} x "
+                                          f"(dropout -> GCN2Conv(alpha {spec.teleport}, theta {spec.theta}) -> "
+                                          f"{spec.activation}) -> dropout -> linear; dropout {spec.input_dropout} "
+                                          f"on the input features")}
     if spec.model == "hgt":
         return {**MODEL_CONFIG, "model": (f"HGT: typed input projection -> ReLU -> HGTConv ({spec.heads[1]} heads, "
                                           f"{spec.num_relations} edge types, {spec.num_node_types} node types) "
