@@ -493,7 +493,8 @@ def write_init_weights(params: dict, spec: BenchSpec, names: Sequence[dict] = ()
     """morphgen's flat initial parameters, reshaped, as the peers' layer{i}.<name> arrays at
     spec.init_weights (spec.parameters names them and gives their shapes). `names`: per layer,
     the program's name of each (PeerModel.parameter_names, for programs that declare their own
-    weights); without it morphgen's are layer{i}.<name>. morphgen stores every array row-major
+    weights; a tuple of names: those arrays stacked, row-major); without it morphgen's are
+    layer{i}.<name>. morphgen stores every array row-major
     in the shape the program declares, which is the peers' shape: W[etypes][in][out] is [R, in, out],
     and W[etypes][heads][d][d] is [R, heads * d, d]. `block_diagonal` (program name -> heads):
     full [R, H, H] matrices of which the peer keeps the heads' diagonal blocks, so given as
@@ -503,7 +504,12 @@ def write_init_weights(params: dict, spec: BenchSpec, names: Sequence[dict] = ()
         for name, want in spec.parameters(i).items():
             key = f"layer{i}.{name}"
             source = names[i].get(name) if i < len(names) else key
-            a = params.get(source) if source else None
+            if isinstance(source, tuple):  # matrices the peer stacks into one (EdgeConv's Wi over Wd)
+                missing = [part for part in source if part not in params]
+                a = None if missing else np.concatenate([params[part] for part in source])
+                source = " + ".join(missing or source)
+            else:
+                a = params.get(source) if source else None
             if a is None:
                 raise BenchError(f"parity: morphgen has no parameter '{source or key}' (has {sorted(params)})")
             if block_diagonal and source in block_diagonal:

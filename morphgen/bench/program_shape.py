@@ -27,7 +27,8 @@ last layer has no activation and feeds cross_entropy. Anything else is not appro
 Relational attention (typed weights and an edge softmax) reads its values several times, so it
 is matched as a dataflow pattern instead (attention_shape.py): an HGT gets PyG's HGTConv, an
 R-GAT in RGATConv's form a stack of PyG's RGATConv. So are the models that propagate with GCN's
-normalisation written out (propagation_shape.py): APPNP, SGC and GCNII.
+normalisation written out (propagation_shape.py): APPNP, SGC and GCNII; and EdgeConv
+(edgeconv_shape.py).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from morphgen.errors import UserError
 from morphgen.ir_ops import aggregate_scale, aggregate_weights, reads_edge_weights
 
 from .attention_shape import match_hgt, match_rgat
+from .edgeconv_shape import looks_like_edgeconv, match_edgeconv
 from .propagation_shape import looks_propagating, match_propagation
 
 
@@ -440,6 +442,26 @@ def _propagation_model(program, kind: str, problems: list) -> PeerModel:
         notes=_program_notes(program, dropouts))
 
 
+def _edgeconv_model(program, problems: list) -> PeerModel:
+    """The peers' EdgeConv and linear classifier for a program that computes them; `problems`:
+    what already keeps the peers from rebuilding it."""
+    shape, why = match_edgeconv(program)
+    problems = problems + ([why] if shape is None else [])
+    if program.self_loops:
+        problems.append("an EdgeConv with gnn.addSelfLoops (the peers' graphs have no loop edges)")
+    problems += _optimizer_problems(program)
+    dropouts = shape.dropouts if shape else [0.0, 0.0]
+    shapes = {p.name: p.value.shape for p in program.params}
+    widths = [shape.width, shapes[shape.weights[1]["W"]][-1]] if shape else []
+    return PeerModel(
+        conv="edgeconv", aggr="max", layers=[_width(program.inputs["features"].width)] + [_width(w) for w in widths],
+        dropouts=dropouts, bias=bool(shape and shape.bias), optimizer=program.optimizer.kind,
+        lr=float(program.optimizer.lr), weight_decay=float(program.optimizer.weight_decay),
+        epochs=int(program.epochs), parameter_names=shape.weights if shape else [], self_loops=False,
+        feature_normalization=program.feature_normalization, unsupported="; ".join(problems) or None,
+        notes=_program_notes(program, dropouts))
+
+
 def _optimizer_problems(program) -> list:
     if program.optimizer.kind != "adam":
         return [f"optimizer '{program.optimizer.kind}' (the peers run torch Adam with L2 weight decay)"]
@@ -509,6 +531,8 @@ def program_shape(model_path) -> PeerModel:
     propagating = looks_propagating(program) if features is not None and not attention else None
     if propagating:
         return _propagation_model(program, propagating, problems)
+    if features is not None and not attention and looks_like_edgeconv(program):
+        return _edgeconv_model(program, problems)
     if attention:
         problems.append(f"relational attention ({attention}: typed weights and an edge softmax) in a program "
                         f"without node features x, which its peers read")

@@ -1,5 +1,5 @@
 """DGL peer: full-batch GCN (GraphConv(norm='both')), GraphSAGE (SAGEConv), GAT, GIN, APPNP (APPNPConv),
-SGC (SGConv), GCNII (GCN2Conv), R-GCN (RelGraphConv).
+SGC (SGConv), GCNII (GCN2Conv), EdgeConv, R-GCN (RelGraphConv).
 
     python -m morphgen.bench.peers.dgl --data D.npz --spec SPEC.json --out OUT.json
 
@@ -23,6 +23,11 @@ Configuration and DGL conventions (see DEVELOPERS.md, "Benchmark peers"):
 - GCNII: torch Linear, GCN2Conv(layer l, alpha = spec.teleport, lambda_ = spec.theta,
   project_initial_features, no bias) per hidden layer on the graph with one loop per node (in-degree
   on both sides), Linear; dropout before every GCN2Conv and the classifier, as PyG's example.
+- EdgeConv: EdgeConv(batch_norm=False) on the graph as stored, then a torch Linear classifier.
+  DGL's computes theta(x_v - x_u) + phi(x_v), max over in-edges: theta's weight is the program's
+  -Wd (Adam's steps keep the sign: the gradient and both moments flip with it), phi's is Wi with
+  the bias; theta's bias is held at 0 (two biases summed would train twice as fast under Adam).
+  The ReLU of the program's message follows the max (the same, ReLU being monotone).
 - R-GCN: RelGraphConv(num_rels, regularizer None or 'basis' with num_bases, self_loop=True, bias),
   the edge norm 1/c_{i,r} (c_{i,r}: in-edges of node i of relation r) passed as `norm`; the edges
   are sorted by type once before training (a stable sort) and the layers called with
@@ -178,6 +183,17 @@ def _convs(torch, spec: BenchSpec) -> list:
         return [torch.nn.Linear(i, o, bias=spec.bias) for i, o in dims]
     if spec.model == "sgc":
         return [SGConv(i, o, k=spec.hops, cached=True, bias=spec.bias) for i, o in dims]
+    if spec.model == "edgeconv":
+        from dgl.nn.pytorch import EdgeConv
+        (i, o), (_, c) = dims
+        conv = EdgeConv(i, o, batch_norm=False, allow_zero_in_degree=True)
+        conv.theta.bias.requires_grad_(False)          # phi's bias is the message's one bias
+        with torch.no_grad():
+            conv.theta.bias.zero_()
+            if not spec.bias:
+                conv.phi.bias.zero_()
+        conv.phi.bias.requires_grad_(spec.bias)
+        return [conv, torch.nn.Linear(o, c, bias=spec.bias)]
     if spec.model == "gcnii":
         from dgl.nn.pytorch import GCN2Conv
         return ([torch.nn.Linear(*dims[0], bias=spec.bias)]
@@ -216,11 +232,23 @@ _TARGETS = {
 }
 
 
+def _load_edgeconv(torch, conv, weights: dict) -> None:
+    """morphgen's W (Wi stacked on Wd, [2 * in, out]) and b into EdgeConv's phi and theta."""
+    w = weights["W"]
+    fan_in = w.shape[0] // 2
+    conv.phi.weight.copy_(torch.from_numpy(np.ascontiguousarray(w[:fan_in].T)))
+    conv.theta.weight.copy_(torch.from_numpy(np.ascontiguousarray(-w[fan_in:].T)))
+    if "b" in weights:
+        conv.phi.bias.copy_(torch.from_numpy(weights["b"]))
+
+
 def _targets(conv, model: str) -> tuple:
     if model == "gin":
         return tuple((f"apply_func.{path}", name, t) for path, name, t in gin_targets(conv.apply_func))
     if model == "gcnii":                  # GCN2Conv's one [in, out] matrix, or a Linear's
         return (("weight1", "W", False),) if hasattr(conv, "weight1") else _TARGETS["appnp"]
+    if model == "edgeconv":               # the classifier (_load_edgeconv fills the EdgeConv)
+        return _TARGETS["appnp"]
     return _TARGETS[model]
 
 
@@ -233,6 +261,7 @@ _NORMALISATION = {
              "h <- (1 - alpha) A_hat h + alpha h0",
     "sgc": "SGConv: indeg^-1/2 on both sides with one loop per node, A_hat^k x cached",
     "gcnii": "GCN2Conv: indeg^-1/2 on both sides with one loop per node, (1 - alpha) A_hat h + alpha h0",
+    "edgeconv": "none (EdgeConv: max over in-edges of theta(x_v - x_u) + phi(x_v))",
     "rgcn": "edge norm 1/c_{i,r} (in-edges of node i of relation r) passed as RelGraphConv's norm",
 }
 
@@ -255,7 +284,10 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     if spec.init_weights is not None:
         with torch.no_grad():
             for conv, weights in zip(convs, load_init_weights(spec)):
-                load_weights(torch, conv, weights, _targets(conv, spec.model))
+                if spec.model == "edgeconv" and hasattr(conv, "theta"):
+                    _load_edgeconv(torch, conv, weights)
+                else:
+                    load_weights(torch, conv, weights, _targets(conv, spec.model))
     propagate = None
     if spec.model == "appnp":             # the MLP's layers take no graph; the propagation follows them
         from dgl.nn.pytorch import APPNPConv
@@ -263,6 +295,8 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         call, propagate = (lambda conv, h: conv(h)), (lambda h: propagation(g, h))   # noqa: E731
     elif spec.model == "gat":
         call = lambda conv, h: conv(g, h).flatten(1)          # noqa: E731
+    elif spec.model == "edgeconv":        # the classifier takes no graph
+        call = lambda conv, h: conv(g, h) if hasattr(conv, "theta") else conv(h)     # noqa: E731
     elif coefficients is not None:
         call = lambda conv, h: conv(g, h, edge_weight=coefficients)      # noqa: E731
     else:
@@ -276,7 +310,8 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     result = train_full_batch(torch, model, lambda: model(x), spec, data, device)
     result["baseline_rss_bytes"] = baseline
     conv_name = {"gcn": "GraphConv", "sage": "SAGEConv", "gat": "GATConv", "gin": "GINConv", "appnp": "Linear",
-                 "sgc": "SGConv", "gcnii": "GCN2Conv"}[spec.model]
+                 "sgc": "SGConv", "gcnii": "GCN2Conv",
+                 "edgeconv": "EdgeConv"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": "DGLGraph (formats coo/csr/csc created before training)",
@@ -287,7 +322,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
                           "weighted in-degree with a loop of weight 1 (PyG's gcn_norm), computed once"),
         "self_loops": "existing removed, one per node added" if spec.self_loops else "none added",
         "init": "given init_weights" if spec.init_weights else (
-            "torch Linear default (kaiming uniform), seed 0" if spec.model == "appnp" else
+            "torch Linear default (kaiming uniform), seed 0" if spec.model in ("appnp", "edgeconv") else
             "torch Linear default (kaiming uniform), GCN2Conv default (normal), seed 0" if spec.model == "gcnii" else
             f"{conv_name} default (xavier), seed 0"),
         "threads": spec.threads,

@@ -1,4 +1,4 @@
-"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, APPNP, SGC (SGConv), GCNII,
+"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, APPNP, SGC (SGConv), GCNII, EdgeConv,
 R-GCN (RGCNConv), R-GAT (RGATConv), HGT (HGTConv, in pyg_hgt.py).
 
     python -m morphgen.bench.peers.pyg --data D.npz --spec SPEC.json --out OUT.json
@@ -30,6 +30,9 @@ Configuration (the fastest PyG offers on this machine without its optional compi
 - GCNII: torch_geometric.nn.Linear, GCN2Conv(alpha = spec.teleport, theta = spec.theta, layer
   l, shared_weights, cached) per hidden layer on adj_t (gcn_norm as GCNConv's), Linear; dropout
   before every GCN2Conv and the classifier, as PyG's GCNII example.
+- EdgeConv: EdgeConv(Sequential(Linear(2 * in, out), ReLU()), aggr "max") on edge_index as
+  stored (no loops added), then a Linear classifier; the Linear's weight is the program's Wi
+  stacked on Wd (it reads [x_v, x_u - x_v]); dense features.
 - R-GCN: RGCNConv or FastRGCNConv (spec.pyg_conv) with aggr "mean" (the mean over each relation's
   in-edges is R-GCN's 1/c_{i,r}), root_weight (the self-loop weight), bias, num_bases for the
   basis decomposition; edge_index [2, E] and edge_type [E] as stored (no loops added or removed).
@@ -94,6 +97,11 @@ def _convs(torch, spec: BenchSpec) -> list:
     if spec.model == "appnp":
         from torch_geometric.nn import Linear
         return [Linear(i, o, bias=spec.bias) for i, o in dims]
+    if spec.model == "edgeconv":
+        from torch_geometric.nn import EdgeConv, Linear
+        (i, o), (_, c) = dims
+        mlp = torch.nn.Sequential(Linear(2 * i, o, bias=spec.bias), torch.nn.ReLU())
+        return [EdgeConv(mlp, aggr="max"), Linear(o, c, bias=spec.bias)]
     if spec.model == "gcnii":
         from torch_geometric.nn import GCN2Conv, Linear
         return ([Linear(*dims[0], bias=spec.bias)]
@@ -129,6 +137,8 @@ def weight_targets(conv, model: str) -> tuple:
         return tuple((f"nn.{path}", name, t) for path, name, t in gin_targets(conv.nn))
     if model == "gcnii":                  # GCN2Conv's one shared [in, out] matrix, or a Linear's
         return (("weight1", "W", False),) if hasattr(conv, "weight1") else _TARGETS["appnp"]
+    if model == "edgeconv":               # the message MLP's Linear, or the classifier
+        return (("nn.0.weight", "W", True), ("nn.0.bias", "b", False)) if hasattr(conv, "nn") else _TARGETS["appnp"]
     return _TARGETS[model]
 
 
@@ -140,6 +150,7 @@ _NORMALISATION = {
     "appnp": "APPNP gcn_norm cached: D_in^-1/2 (A+I) D_in^-1/2, h <- (1 - alpha) A_hat h + alpha h0",
     "sgc": "SGConv gcn_norm: D_in^-1/2 (A+I) D_in^-1/2, A_hat^K x cached",
     "gcnii": "GCN2Conv gcn_norm cached: D_in^-1/2 (A+I) D_in^-1/2, (1 - alpha) A_hat h + alpha h0",
+    "edgeconv": "none (EdgeConv: max over in-edges of nn([x_v, x_u - x_v]))",
     "rgcn": "aggr mean per relation: 1/c_{i,r}, c_{i,r} = in-edges of node i of relation r",
     "rgat": "softmax of leaky_relu(W_r x_i . q + W_r x_j . k) over each node's in-edges (across relations), per head",
 }
@@ -152,7 +163,7 @@ def _edge_index(torch, data: NodeClassificationData, self_loops: bool):
         keep = src != dst
         loops = np.arange(data.num_nodes, dtype=np.int64)
         src, dst = np.concatenate([src[keep], loops]), np.concatenate([dst[keep], loops])
-    return torch.from_numpy(np.stack([src, dst])), "edge_index [2, E] (GATConv's message passing)"
+    return torch.from_numpy(np.stack([src, dst])), "edge_index [2, E] (message passing: GATConv, EdgeConv)"
 
 
 def _adjacency(torch, data: NodeClassificationData, self_loops: bool, weighted: bool = False):
@@ -184,7 +195,7 @@ def _adjacency(torch, data: NodeClassificationData, self_loops: bool, weighted: 
 
 
 def _features(torch, spec: BenchSpec, data: NodeClassificationData):
-    if spec.sparse_features and spec.model in ("sage", "gin", "sgc"):
+    if spec.sparse_features and spec.model in ("sage", "gin", "sgc", "edgeconv"):
         return torch.from_numpy(data.dense_features()), "dense float32 (the convolution aggregates its raw input, which torch cannot do sparse)"
     if spec.sparse_features:
         indptr, indices, values = data.csr_features()
@@ -213,7 +224,7 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
         return _train_rgcn(torch, torch_geometric, spec, data, device)
     if spec.model == "hgt":
         return train_hgt(torch, torch_geometric, spec, data, device)
-    if spec.model == "gat":
+    if spec.model in ("gat", "edgeconv"):
         adj_t, adj_desc = _edge_index(torch, data, spec.self_loops)
     else:
         adj_t, adj_desc = _adjacency(torch, data, spec.self_loops, spec.edge_weight)
@@ -228,6 +239,9 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     if spec.model == "gcnii":
         model = build_gcnii(torch, convs[0], convs[1:-1], convs[-1], spec.dropout,
                             lambda conv, h, h0: conv(h, h0, adj_t), spec.activation, spec.input_dropout)
+    elif spec.model == "edgeconv":        # the classifier takes no graph
+        model = build_stack(torch, convs, spec.dropout, lambda conv, h: conv(h, adj_t) if hasattr(conv, "nn")
+                            else conv(h), spec.activation, input_dropout=spec.input_dropout)
     elif spec.model == "appnp":           # the MLP's layers take no graph; the propagation follows them
         from torch_geometric.nn import APPNP
         propagation = APPNP(spec.hops, spec.teleport, cached=True)
@@ -242,7 +256,8 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
                     "gat": "GATConv default (glorot)", "gin": "torch Linear default (kaiming uniform)",
                     "appnp": "torch_geometric Linear default (kaiming uniform)",
                     "sgc": "SGConv's Linear default (kaiming uniform)",
-                    "gcnii": "Linear default (kaiming uniform), GCN2Conv default (glorot)"}[spec.model]
+                    "gcnii": "Linear default (kaiming uniform), GCN2Conv default (glorot)",
+                    "edgeconv": "Linear default (kaiming uniform)"}[spec.model]
     result["config"] = {
         **model_config(spec),
         "adjacency": adj_desc,

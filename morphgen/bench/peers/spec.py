@@ -19,7 +19,7 @@ class SpecError(UserError, ValueError):
     """A malformed benchmark spec; the message names the field."""
 
 
-SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn", "hgt", "rgat", "appnp", "sgc", "gcnii")
+SUPPORTED_MODELS = ("gcn", "sage", "gat", "gin", "rgcn", "hgt", "rgat", "appnp", "sgc", "gcnii", "edgeconv")
 # Models that propagate with GCN's normalisation, D^-1/2 (A + I) D^-1/2, a fixed number of `hops`
 # outside their layers: APPNP after its MLP (with the `teleport` alpha to the MLP's output), SGC
 # before its one linear layer.
@@ -27,7 +27,8 @@ PROPAGATING_MODELS = ("appnp", "sgc")
 # The neighbourhood reductions each model can be given (rgcn: the mean over each relation's
 # in-edges, R-GCN's 1/c_{i,r}).
 _AGGREGATIONS = {"gcn": ("sum",), "sage": ("mean", "max"), "gat": ("sum",), "gin": ("sum",), "rgcn": ("mean",),
-                 "hgt": ("sum",), "rgat": ("sum",), "appnp": ("sum",), "sgc": ("sum",), "gcnii": ("sum",)}
+                 "hgt": ("sum",), "rgat": ("sum",), "appnp": ("sum",), "sgc": ("sum",), "gcnii": ("sum",),
+                 "edgeconv": ("max",)}
 ACTIVATIONS = ("relu", "elu")
 # PyG's two R-GCN convolutions: RGCNConv loops over the relations, FastRGCNConv gathers one
 # weight matrix per edge. Same model and parameters; the benchmark times both.
@@ -116,7 +117,11 @@ class BenchSpec:
 
     def parameters(self, i: int) -> dict[str, tuple[int, ...]]:
         """layer_parameters of layer i (hgt_layer_parameters for an hgt; a gcnii's first and last
-        layers are linear with a bias, the GCN2Conv layers between them one square W each)."""
+        layers are linear with a bias, the GCN2Conv layers between them one square W each; an
+        edgeconv's message MLP has W [2 * in, out], Wi over Wd, and its classifier W and b)."""
+        if self.model == "edgeconv":       # the message MLP reads [x_v, x_u - x_v]: W is [2 * in, out]
+            rows = 2 * self.layers[i] if i == 0 else self.layers[i]
+            return {"W": (rows, self.layers[i + 1]), **({"b": (self.layers[i + 1],)} if self.bias else {})}
         if self.model == "gcnii":
             width = self.layers[i + 1]
             if 0 < i < self.num_layers - 1:
@@ -269,6 +274,9 @@ def parse_spec(raw: object) -> BenchSpec:
         _check_propagation(spec, d)
     if spec.model == "gcnii":
         _check_gcnii(spec, d)
+    if spec.model == "edgeconv" and len(spec.layers) != 3:
+        raise SpecError(f"spec field 'layers': an edgeconv has [F, H, C] (EdgeConv, a linear classifier), "
+                        f"got {list(spec.layers)}")
     owners = {"num_relations": ("rgcn", "hgt", "rgat"), "num_bases": ("rgcn",), "pyg_conv": ("rgcn",),
               "num_node_types": ("hgt",), "hops": PROPAGATING_MODELS, "teleport": ("appnp", "gcnii"), "theta": ("gcnii",)}
     for key, models in owners.items():
@@ -292,7 +300,8 @@ def _check_hgt(spec: BenchSpec, d: dict) -> None:
 
 
 def _propagation(d: dict) -> dict:
-    """appnp's and sgc's propagation steps, appnp's teleport share (checked against the model by the caller)."""
+    """The propagation steps (appnp, sgc), the teleport share (appnp, gcnii) and gcnii's theta
+    (checked against the model by the caller)."""
     out = {}
     if d["hops"] is not None:
         out["hops"] = _integer(d, "hops", 1)

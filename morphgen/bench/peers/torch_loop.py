@@ -246,7 +246,7 @@ def gin_targets(mlp) -> tuple:
 
 
 _MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN", "hgt": "HGT", "rgat": "R-GAT",
-                "appnp": "APPNP", "sgc": "SGC", "gcnii": "GCNII"}
+                "appnp": "APPNP", "sgc": "SGC", "gcnii": "GCNII", "edgeconv": "EdgeConv (max over the in-edges)"}
 
 
 def model_config(spec: BenchSpec) -> dict:

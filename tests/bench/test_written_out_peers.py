@@ -1,15 +1,17 @@
-"""The peers of the models that propagate with GCN's normalisation written out: APPNP, SGC, GCNII.
+"""The peers of the models the examples write out: APPNP, SGC, GCNII and EdgeConv.
 
-program_shape recognises them from the compiler's folded form (propagation_shape.py); PyG's
-APPNP / SGConv / GCN2Conv and DGL's APPNPConv / SGConv / GCN2Conv then train them from morphgen's
-initial weights and must give morphgen's losses, epoch after epoch (the parity check of
-`morphgen bench --parity`).
+program_shape recognises the first three from the compiler's folded form of GCN's normalisation
+(propagation_shape.py), EdgeConv from its messages (edgeconv_shape.py); PyG's APPNP / SGConv /
+GCN2Conv / EdgeConv and DGL's APPNPConv / SGConv / GCN2Conv / EdgeConv then train them from
+morphgen's initial weights and must give morphgen's losses, epoch after epoch (the parity check
+of `morphgen bench --parity`).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from morphgen.bench import harness
@@ -20,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 APPNP = ROOT / "examples" / "appnp.mp"
 SGC = ROOT / "examples" / "sgc.mp"
 GCNII = ROOT / "examples" / "gcnii.mp"
+EDGECONV = ROOT / "examples" / "edgeconv.mp"
 TINY = "synthetic:nodes=240,edges=1600,features=12,classes=3,val=40,test=80,seed=1"
 
 
@@ -48,6 +51,28 @@ def test_program_shape_of_gcnii():
                                  {"W": "Wout", "b": "bout"}]
 
 
+def test_program_shape_of_edgeconv():
+    s = harness.program_shape(EDGECONV)
+    assert s.unsupported is None, s.unsupported
+    assert (s.conv, s.aggr, s.layers, s.dropouts, s.self_loops) == ("edgeconv", "max", ["F", 64, "C"], [0.5, 0.5],
+                                                                    False)
+    assert s.parameter_names == [{"W": ("Wi", "Wd"), "b": "b"}, {"W": "Wout", "b": "bout"}]
+
+
+def test_edgeconv_s_two_matrices_reach_the_peers_stacked(tmp_path):
+    """PyG's EdgeConv multiplies [x_v, x_u - x_v] by one matrix: Wi's rows, then Wd's."""
+    spec = parse_spec({"model": "edgeconv", "layers": [2, 3, 2], "epochs": 2, "warmup": 0,
+                       "init_weights": str(tmp_path / "w.npz")})
+    params = {"Wi": np.arange(6, dtype=np.float32), "Wd": -np.arange(6, dtype=np.float32),
+              "b": np.ones(3, np.float32), "Wout": np.zeros(6, np.float32), "bout": np.zeros(2, np.float32)}
+    harness.write_init_weights(params, spec, [{"W": ("Wi", "Wd"), "b": "b"}, {"W": "Wout", "b": "bout"}])
+    w = np.load(tmp_path / "w.npz")["layer0.W"]
+    assert w.shape == (4, 3) and np.array_equal(w[:2].ravel(), params["Wi"]) and np.array_equal(w[2:].ravel(), params["Wd"])
+    with pytest.raises(harness.BenchError, match="no parameter 'Wd'"):
+        harness.write_init_weights({k: v for k, v in params.items() if k != "Wd"}, spec,
+                                   [{"W": ("Wi", "Wd"), "b": "b"}, {"W": "Wout", "b": "bout"}])
+
+
 def test_the_peers_spec_carries_the_steps_and_the_teleport(tmp_path):
     data = harness.prepare_dataset(TINY, None, tmp_path)
     appnp = harness.peer_spec(harness.program_shape(APPNP), data, epochs=3, warmup=1, threads=1,
@@ -71,14 +96,17 @@ def test_the_peers_spec_carries_the_steps_and_the_teleport(tmp_path):
      "not log(theta / l + 1) for one theta"),
     (GCNII, "v.p * (1 - beta) + v.p * W * beta", "v.h0 * (1 - beta) + v.p * W * beta", "not GCNII's form"),
     (GCNII, "v.out = dropout(v.h, 0.6) * Wout", "v.out = dropout(v.h, 0.5) * Wout", "the peers use one rate"),
+    (EDGECONV, "(e.src.xd - e.dst.xd) * Wd", "(e.dst.xd - e.src.xd) * Wd", "not EdgeConv's form"),
+    (EDGECONV, "e.dst.xd * Wi", "e.src.xd * Wi", "not EdgeConv's form"),
     (SGC, "v.out = v.twice * W + b", "v.out = dropout(v.twice, 0.5) * W + b", "SGConv has none"),
     (SGC, "(Sum(u in g.neighbors(v): u.once * u.norm) + v.once * v.norm) * v.norm",
      "Sum(u in g.neighbors(v): u.once * u.norm) * v.norm", "self_loops"),
 ])
-def test_a_propagation_the_peers_cannot_build_is_named(tmp_path, program, edit, new, reason):
+def test_a_written_out_model_the_peers_cannot_build_is_named(tmp_path, program, edit, new, reason):
     """Another teleport share, another degree scale, no self loop, a teleport from elsewhere,
     betas of no one theta, a product of the wrong rows, dropout rates or dropout the peers do
-    not have: refused with the reason, never approximated."""
+    not have, EdgeConv's difference the other way round or its node term from the source: refused
+    with the reason, never approximated."""
     text = program.read_text()
     assert edit in text
     edited = tmp_path / program.name
@@ -97,16 +125,18 @@ def test_a_propagation_the_peers_cannot_build_is_named(tmp_path, program, edit, 
                                         ({"model": "gcnii", "teleport": 0.1, "theta": 0.5}, "layers"),
                                         ({"model": "gcnii", "teleport": 0.1, "theta": 0.5,
                                           "layers": [4, 8, 6, 3]}, "layers"),
-                                        ({"model": "appnp", "hops": 2, "teleport": 0.1, "theta": 0.5}, "theta")])
-def test_bad_propagation_spec_names_the_field(over, field):
+                                        ({"model": "appnp", "hops": 2, "teleport": 0.1, "theta": 0.5}, "theta"),
+                                        ({"model": "edgeconv", "layers": [4, 8, 8, 3]}, "layers"),
+                                        ({"model": "edgeconv", "aggr": "sum"}, "aggr")])
+def test_bad_written_out_model_spec_names_the_field(over, field):
     spec = {"layers": [4, 8, 3], "epochs": 4, **over}
     with pytest.raises(SpecError, match=f"'{field}'"):
         parse_spec(spec)
 
 
-@pytest.mark.parametrize("program", [APPNP, SGC, GCNII])
-def test_parity_of_the_propagating_models_with_both_peers(tmp_path, program):
-    """PyG's and DGL's APPNP, SGC and GCNII train as morphgen's for three epochs from the same weights
+@pytest.mark.parametrize("program", [APPNP, SGC, GCNII, EDGECONV])
+def test_parity_of_the_written_out_models_with_both_peers(tmp_path, program):
+    """PyG's and DGL's APPNP, SGC, GCNII and EdgeConv train as morphgen's for three epochs from the same weights
     (the programs' dropout calls set to 0 for the parity run)."""
     out = tmp_path / "b"
     code = main(["bench", str(program), "--dataset", TINY, "--peers", "pyg,dgl", "--epochs", "3",
