@@ -20,7 +20,7 @@ SUPPORTED = frozenset({
     "mg::op::adam", "mg::op::adam_rows", "mg::op::sgd", "mg::op::gather", "mg::op::scatter", "mg::op::scatter_max_grad",
     "mg::op::weighted_gather_scatter", "mg::op::edge_dot",
     "mg::relu_fwd", "mg::leaky_relu_fwd", "mg::elu_fwd", "mg::exp_fwd", "mg::sigmoid_fwd", "mg::tanh_fwd",
-    "mg::neg_fwd", "mg::scale", "mg::binary_fwd", "mg::bias_add", "mg::row_sum", "mg::rowwise_dot_fwd",
+    "mg::neg_fwd", "mg::scale", "mg::binary_fwd", "mg::scaled_add", "mg::bias_add", "mg::row_sum", "mg::rowwise_dot_fwd",
     "mg::edge_softmax_fwd", "mg::edge_softmax_bwd", "mg::edge_attention_fwd", "mg::edge_softmax_act_bwd",
     "mg::op::typed_linear", "mg::op::typed_matmul_nt", "mg::op::typed_matmul_tn", "mg::op::typed_row_sum",
     "mg::op::embedding_rows", "mg::op::embedding_rows_grad", "mg::op::embedding_rows_grad_rows",

@@ -1359,6 +1359,12 @@ inline void binary_fwd(BinOp op, const float *a, Bcast sa, const float *b, Bcast
     cuda::map("binary op", rows * cols, cuda::BinaryOp{op, a, b, sa, sb, out, cols});
     op::apply_epilogue("binary op epilogue", out, rows, cols, epi);
 }
+// epi(ca * a + cb * b): an add or sub with its constant scales (the emitter's plan_scaled_operands).
+inline void scaled_add(float ca, const float *a, float cb, const float *b, float *out, int64_t rows, int64_t cols,
+                       const Epilogue &epi = Epilogue{}) {
+    cuda::map("scaled add (ScaledAddOp)", rows * cols, cuda::ScaledAddOp{ca, a, cb, b, out});
+    op::apply_epilogue("scaled add epilogue", out, rows, cols, epi);
+}
 inline void bias_add(const float *x, const float *bias, float *y, int64_t rows, int64_t cols) {
     binary_fwd(BinOp::Add, x, Bcast::Full, bias, Bcast::Row, y, rows, cols);
 }

@@ -159,6 +159,7 @@ class OpenMPEmitter:
         self.edge_attention: dict = {}   # id(edge_softmax) -> (a read at sources, b at destinations, act)
         self.softmax_grads: dict = {}    # id(edge_softmax_grad) -> (dropout_grad, act_grad, dst scatter)
         self.head_products: dict = {}    # id(row_sum | add) -> the head_mul it runs (plan_head_products)
+        self.scaled_operands: dict = {}  # id(add | sub) -> its operands' constant factors (plan_scaled_operands)
         self.extra_reads: list = []      # (value id, op): values a fused kernel reads at that op
         self.extra_writes: list = []     # (value id, op): values a fused kernel writes at that op
         self.batch_norm_grads: dict = {}  # id(batch_standardize_grad) -> (a, gamma, dgamma, dbeta, relu beta or None)
@@ -383,6 +384,7 @@ class OpenMPEmitter:
         self.plan_kept_batch_statistics()
         self.plan_typed_biases()
         self.plan_residual_adds()
+        self.plan_scaled_operands()
         self.lower_invariant()
         forward = self.lower(p.forward)
         backward = self.lower(p.backward)
@@ -1155,6 +1157,40 @@ class OpenMPEmitter:
             self._run_inside(add, product)
             self.extra_reads.append((residual.id, product))
 
+    def plan_scaled_operands(self) -> None:
+        """A constant ``scale`` whose one reader is an add or sub of two full arrays runs inside
+        it (``scaled_add``, kernels/elementwise.h): the scaled array is never stored, and
+        ``a * ca + b * cb`` takes one pass instead of two or three.  APPNP's ``0.9 * A_hat h +
+        0.1 * h0`` in each step and its gradient's share of h0, GCNII's ``(1 - beta) p + beta
+        p W`` in each layer.  Planned after the kernels that claim adds for themselves."""
+        for op in self.p.forward + self.p.backward:
+            if (op.opcode not in ("add", "sub") or id(op) in self.absorbed or id(op) in self.head_products
+                    or id(op) in self.weighted_gathers or op.inputs[0] is op.inputs[1]):
+                continue
+            out = op.output
+            if out.assoc not in ("node", "edge") or any(v.assoc != out.assoc or v.shape != out.shape
+                                                        or not self._stored_plainly(v) for v in op.inputs):
+                continue
+            factors, reads = [], []
+            for v in op.inputs:
+                scale = self.producer.get(v.id)
+                if (scale is not None and scale.opcode == "scale" and self._sole_reader(v) is op
+                        and id(scale) not in self.absorbed and id(scale) not in self.epilogues
+                        and scale.inputs[0].shape == out.shape and self._stored_plainly(scale.inputs[0])):
+                    factors.append((float(scale.attrs["c"]), scale.inputs[0]))
+                    reads.append(scale)
+                else:
+                    factors.append((1.0, v))
+            if not reads:
+                continue
+            if op.opcode == "sub":
+                factors[1] = (-factors[1][0], factors[1][1])
+            self.scaled_operands[id(op)] = factors
+            for scale in reads:
+                self.absorbed.add(id(scale))
+                self.fused_into[id(scale)] = op
+                self.extra_reads.append((scale.inputs[0].id, op))
+
     def _takes_residual(self, op) -> bool:
         """Whether ``op``'s kernel runs an epilogue with a residual: a dense or typed product
         (_takes_epilogue) or a forward sum/mean aggregation without edge weights, not already
@@ -1700,6 +1736,8 @@ class OpenMPEmitter:
     def _binary(self, op, a, b, binop: str = ""):
         if id(op) in self.head_products:
             return self._head_mul_add(op)
+        if id(op) in self.scaled_operands:
+            return self._scaled_add(op)
         if id(op) in self.weighted_gathers:
             return self._weighted_gather(op)
         out = op.output
@@ -1709,6 +1747,15 @@ class OpenMPEmitter:
                           f"{self.width(out)}{epilogue})", f"12.0 * {self.numel(out)}", f"1.0 * {self.numel(out)}")
 
     op_add = op_sub = op_mul = op_div = _binary
+
+    def _scaled_add(self, op):
+        """add | sub(scale(x, c), ...) in one pass (plan_scaled_operands)."""
+        (ca, a), (cb, b) = self.scaled_operands[id(op)]
+        out = op.output
+        epilogue, final = self._epilogue(op)
+        return self.timed("elementwise", f"mg::scaled_add({_float(ca)}f, {self.ptr(a)}, {_float(cb)}f, {self.ptr(b)}, "
+                          f"{self.ptr(final)}, {self.rows(out)}, {self.width(out)}{epilogue})",
+                          f"12.0 * {self.numel(out)}", f"3.0 * {self.numel(out)}")
 
     def _head_mul_add(self, op):
         """add(base, head_mul(x, s)) in one pass (plan_head_products)."""

@@ -472,3 +472,29 @@ def test_an_add_inside_an_aggregation_matches_interpreter():
     graph = random_graph(n=40, e=120, seed=3)
     x, labels, mask = random_data(graph, 6, classes=3)
     _check(_skip_sum(), graph, x, labels, mask, classes=3)
+
+
+@pytest.mark.parametrize("name", ["appnp", "gcnii"])
+def test_written_out_propagations_match_interpreter(name):
+    """APPNP's steps and GCNII's layers, whose constant scales run inside their adds (below)."""
+    graph = random_graph(n=12, e=30, seed=4)
+    x, labels, mask = random_data(graph, 6, classes=3)
+    _check(compile_file(EXAMPLES / f"{name}.mp"), graph, x, labels, mask, classes=3)
+
+
+def test_constant_scales_run_inside_the_add_they_feed():
+    """APPNP's 0.9 * A_hat h + 0.1 * h0: each step's scale of its aggregation is never stored, its
+    add computes both products (scaled_add); the teleport term, read by every step, stays."""
+    program = compile_file(EXAMPLES / "appnp.mp")
+    ran, emitter = _openmp_plan(program, {"F": 6})
+    steps = [op for op in program.forward if op.opcode == "add" and emitter.producer[op.inputs[0].id].opcode == "scale"]
+    assert len(steps) == 10
+    for add in steps:
+        assert ran[id(add)] == ["mg::scaled_add"]
+        fused = [emitter.producer[v.id] for v in add.inputs if id(emitter.producer[v.id]) in emitter.absorbed]
+        assert len(fused) == 1 and fused[0].opcode == "scale" and float(fused[0].attrs["c"]) == pytest.approx(0.9)
+        assert ran[id(fused[0])] == [] and fused[0].output.id in emitter.unstored_values()
+    teleport = {v.id for add in steps for v in add.inputs if id(emitter.producer[v.id]) not in emitter.absorbed}
+    assert len(teleport) == 1                      # one 0.1 * h0, computed once and read by all ten
+    backward = [op for op in program.backward if ran[id(op)] == ["mg::scaled_add"]]
+    assert backward, "the gradient's scaled shares run inside their adds too"

@@ -68,6 +68,10 @@ void mgb_binary_bwd(int op, const float* a, int sa, const float* b, int sb, cons
     mg::binary_bwd(static_cast<mg::BinOp>(op), a, static_cast<mg::Bcast>(sa), b, static_cast<mg::Bcast>(sb), g,
                    ga, gb, rows, cols);
 }
+void mgb_scaled_add(float ca, const float* a, float cb, const float* b, float* out, int64_t rows, int64_t cols,
+                    const float* bias, int act, float alpha) {
+    mg::scaled_add(ca, a, cb, b, out, rows, cols, mg::Epilogue{bias, static_cast<mg::Act>(act), alpha});
+}
 void mgb_bias_add(const float* x, const float* b, float* y, int64_t rows, int64_t cols) {
     mg::bias_add(x, b, y, rows, cols);
 }

@@ -34,6 +34,8 @@ void mgb_math_bwd(int fn, float c, const float* gy, const float* x, float* gx, i
 void mgb_binary_fwd(int op, const float* a, int sa, const float* b, int sb, float* out, int64_t rows, int64_t cols);
 void mgb_binary_bwd(int op, const float* a, int sa, const float* b, int sb, const float* g, float* ga, float* gb,
                     int64_t rows, int64_t cols);
+void mgb_scaled_add(float ca, const float* a, float cb, const float* b, float* out, int64_t rows, int64_t cols,
+                    const float* bias, int act, float alpha);
 void mgb_bias_add(const float* x, const float* b, float* y, int64_t rows, int64_t cols);
 void mgb_row_sum(const float* x, float* out, int64_t rows, int64_t cols);
 void mgb_accumulate(const float* x, float* y, int64_t n);
@@ -362,6 +364,22 @@ def test_binary_broadcast(lib, op, sa, sb, cols):
         lib.mgb_binary_fwd(op, F(a_), sa, F(b_), sb, F(o), rows, cols)
         return o
     directional_fd(fwd, [a, b], [ga, gb], g, rng, h=1e-3)
+
+
+@pytest.mark.parametrize("rows,cols", [(29, 7), (9000, 33)])      # below and above the parallel threshold
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_scaled_add_is_two_scales_and_an_add(lib, rows, cols, epilogue):
+    """scaled_add(ca, a, cb, b) = ca * a + cb * b, then the fused bias and ReLU when given
+    (an add or sub whose operands constant scales fed, the emitter's plan_scaled_operands)."""
+    rng = np.random.default_rng(rows + cols + epilogue)
+    a, b, bias = rand(rng, rows, cols), rand(rng, rows, cols), rand(rng, 1, cols)
+    out = np.empty((rows, cols), np.float32)
+    lib.mgb_scaled_add(0.9, F(a), -0.1, F(b), F(out), rows, cols, F(bias) if epilogue else ffi.NULL,
+                       1 if epilogue else 0, 0.0)
+    want = 0.9 * a.astype(np.float64) - 0.1 * b.astype(np.float64)
+    if epilogue:
+        want = np.maximum(want + bias, 0.0)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
 
 
 def test_binary_backward_skips_null_gradient(lib):

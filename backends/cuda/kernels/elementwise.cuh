@@ -172,6 +172,15 @@ struct BinaryOp {
     }
 };
 
+struct ScaledAddOp {      // out[k] = ca * a[k] + cb * b[k] (OpenMP: kernels/elementwise.h, scaled_add)
+    float ca;
+    const float *a;
+    float cb;
+    const float *b;
+    float *out;
+    __device__ void operator()(int64_t k) const { out[k] = ca * a[k] + cb * b[k]; }
+};
+
 struct EpilogueOp {       // y[r, f] = act(y[r, f] + bias[f])
     float *y;
     const float *bias;
