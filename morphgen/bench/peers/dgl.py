@@ -315,8 +315,10 @@ def train(spec: BenchSpec, data: NodeClassificationData) -> dict:
     result["config"] = {
         **model_config(spec),
         "adjacency": "DGLGraph (formats coo/csr/csc created before training)",
-        "features": "dense float32" + (f" (sparse_features requested: {conv_name} rejects sparse input)"
-                                       if spec.sparse_features else ""),
+        "features": "dense float32" + ((f" (sparse_features requested: {conv_name} rejects sparse input)"
+                                        if spec.model not in ("appnp", "gcnii") else
+                                        " (sparse_features requested: its first layer, a Linear, is given dense "
+                                        "features as every DGL model here)") if spec.sparse_features else ""),
         "normalisation": (_NORMALISATION[spec.model] if not spec.edge_weight else
                           "GraphConv norm='none' given edge_weight = w / sqrt(deg(src) deg(dst)), deg the "
                           "weighted in-degree with a loop of weight 1 (PyG's gcn_norm), computed once"),
