@@ -134,12 +134,11 @@ def test_bad_written_out_model_spec_names_the_field(over, field):
         parse_spec(spec)
 
 
-@pytest.mark.parametrize("program", [APPNP, SGC, GCNII, EDGECONV])
-def test_parity_of_the_written_out_models_with_both_peers(tmp_path, program):
-    """PyG's and DGL's APPNP, SGC, GCNII and EdgeConv train as morphgen's for three epochs from the same weights
-    (the programs' dropout calls set to 0 for the parity run)."""
+def test_bench_of_appnp_checks_parity_with_both_peers(tmp_path):
+    """`morphgen bench --parity` end to end: PyG's APPNP and DGL's APPNPConv train as morphgen's
+    APPNP for three epochs from the same weights (the program's dropout calls set to 0)."""
     out = tmp_path / "b"
-    code = main(["bench", str(program), "--dataset", TINY, "--peers", "pyg,dgl", "--epochs", "3",
+    code = main(["bench", str(APPNP), "--dataset", TINY, "--peers", "pyg,dgl", "--epochs", "3",
                  "--warmup", "1", "--threads", "1", "--out", str(out), "--quick-machine", "--parity",
                  "--no-profile", "--sparsity-threshold", "0.5"])
     data = json.loads((out / "bench.json").read_text())
@@ -148,3 +147,16 @@ def test_parity_of_the_written_out_models_with_both_peers(tmp_path, program):
         assert par["error"] is None and par["passed"] is True, par
         assert data["systems"][[s["system"] for s in data["systems"]].index(peer)]["error"] is None
     assert code == 0
+
+
+@pytest.mark.parametrize("program", [SGC, GCNII, EDGECONV])
+def test_parity_of_the_written_out_models_with_both_peers(tmp_path, program):
+    """PyG's and DGL's SGC, GCNII and EdgeConv train as morphgen's for three epochs from the same
+    weights (the parity check alone; the bench's timed runs are the test above's)."""
+    shape = harness.program_shape(program)
+    data = harness.prepare_dataset(TINY, None, tmp_path, keep=True, feature_normalization=shape.feature_normalization)
+    report = harness.parity_check(program, shape, data, ["pyg", "dgl"], tmp_path, threads=1, seed=0,
+                                  sparse_features=False, cap_gib=None, timeout_s=600, sparsity_threshold=0.5)
+    for peer in ("pyg", "dgl"):
+        par = report["peers"][peer]
+        assert par["error"] is None and par["passed"] is True, par
