@@ -400,19 +400,14 @@ def _rgat_model(program, problems: list) -> PeerModel:
     problems = problems + ([why] if shape is None else [])
     if program.self_loops:
         problems.append("an R-GAT with gnn.addSelfLoops (the peers' graphs have no loop edges)")
-    problems += _optimizer_problems(program)
     if shape and len(set(shape.negative_slopes)) > 1:
         problems.append(f"the attention slopes differ between layers ({shape.negative_slopes}); the peers use one")
     layers = [_width(program.inputs["features"].width)] + [_width(w) for w in (shape.widths if shape else [])]
-    n = len(layers) - 1
-    return PeerModel(
-        conv="rgat", aggr="sum", layers=layers, dropouts=[0.0] * n, bias=True, optimizer=program.optimizer.kind,
-        lr=float(program.optimizer.lr), weight_decay=float(program.optimizer.weight_decay), epochs=int(program.epochs),
+    return _from_program(
+        program, problems, conv="rgat", aggr="sum", layers=layers, dropouts=[0.0] * (len(layers) - 1), bias=True,
         activation=shape.activation if shape else "elu", heads=list(shape.heads) if shape else [],
         negative_slope=shape.negative_slopes[0] if shape else 0.2,
-        parameter_names=list(shape.weights) if shape else [], self_loops=False,
-        feature_normalization=program.feature_normalization, unsupported="; ".join(problems) or None,
-        notes=_program_notes(program, [0.0]),
+        parameter_names=list(shape.weights) if shape else [], self_loops=False, notes=_program_notes(program, [0.0]),
         peer_unsupported={"dgl": "DGL has no relational graph attention convolution (its GATConv has one "
                                  "weight for every edge type)"})
 
@@ -426,20 +421,15 @@ def _propagation_model(program, kind: str, problems: list) -> PeerModel:
         problems.append("the scales around its sums are not GCN's rsqrt(in_degree + 1)")
     if program.self_loops:
         problems.append(f"an {kind.upper()} with gnn.addSelfLoops (its A_hat already has the node's own row)")
-    problems += _optimizer_problems(program)
     shapes = {p.name: p.value.shape for p in program.params}
     weights = shape.weights if shape else []
-    layers = [_width(program.inputs["features"].width)] + [_width(shapes[w["W"]][-1]) for w in weights]
     dropouts = shape.dropouts if shape else [0.0]
-    return PeerModel(
-        conv=kind, aggr="sum", layers=layers, dropouts=dropouts, bias=bool(shape and shape.bias),
-        optimizer=program.optimizer.kind, lr=float(program.optimizer.lr),
-        weight_decay=float(program.optimizer.weight_decay), epochs=int(program.epochs),
-        activation=shape.activation if shape else "relu", parameter_names=list(weights),
-        hops=shape.hops if shape else 0, teleport=shape.teleport if shape else 0.0,
-        theta=shape.theta if shape else 0.0, self_loops=True,
-        feature_normalization=program.feature_normalization, unsupported="; ".join(problems) or None,
-        notes=_program_notes(program, dropouts))
+    return _from_program(
+        program, problems, conv=kind, aggr="sum",
+        layers=[_width(program.inputs["features"].width)] + [_width(shapes[w["W"]][-1]) for w in weights],
+        dropouts=dropouts, bias=bool(shape and shape.bias), activation=shape.activation if shape else "relu",
+        parameter_names=list(weights), hops=shape.hops if shape else 0, teleport=shape.teleport if shape else 0.0,
+        theta=shape.theta if shape else 0.0, self_loops=True, notes=_program_notes(program, dropouts))
 
 
 def _edgeconv_model(program, problems: list) -> PeerModel:
@@ -449,17 +439,23 @@ def _edgeconv_model(program, problems: list) -> PeerModel:
     problems = problems + ([why] if shape is None else [])
     if program.self_loops:
         problems.append("an EdgeConv with gnn.addSelfLoops (the peers' graphs have no loop edges)")
-    problems += _optimizer_problems(program)
-    dropouts = shape.dropouts if shape else [0.0, 0.0]
     shapes = {p.name: p.value.shape for p in program.params}
     widths = [shape.width, shapes[shape.weights[1]["W"]][-1]] if shape else []
-    return PeerModel(
-        conv="edgeconv", aggr="max", layers=[_width(program.inputs["features"].width)] + [_width(w) for w in widths],
-        dropouts=dropouts, bias=bool(shape and shape.bias), optimizer=program.optimizer.kind,
-        lr=float(program.optimizer.lr), weight_decay=float(program.optimizer.weight_decay),
-        epochs=int(program.epochs), parameter_names=shape.weights if shape else [], self_loops=False,
-        feature_normalization=program.feature_normalization, unsupported="; ".join(problems) or None,
+    dropouts = shape.dropouts if shape else [0.0, 0.0]
+    return _from_program(
+        program, problems, conv="edgeconv", aggr="max",
+        layers=[_width(program.inputs["features"].width)] + [_width(w) for w in widths], dropouts=dropouts,
+        bias=bool(shape and shape.bias), parameter_names=shape.weights if shape else [], self_loops=False,
         notes=_program_notes(program, dropouts))
+
+
+def _from_program(program, problems: list, **fields) -> PeerModel:
+    """A PeerModel with the program's optimizer, epochs and feature normalisation, unsupported
+    for `problems` and the optimizer's own, if any; `fields` give the model."""
+    opt = program.optimizer
+    return PeerModel(optimizer=opt.kind, lr=float(opt.lr), weight_decay=float(opt.weight_decay),
+                     epochs=int(program.epochs), feature_normalization=program.feature_normalization,
+                     unsupported="; ".join(problems + _optimizer_problems(program)) or None, **fields)
 
 
 def _optimizer_problems(program) -> list:
