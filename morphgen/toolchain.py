@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from .build_cache import discard as _discard, mark_used, trim_after_build
 from .errors import InternalError, UserError
 
 __all__ = [
@@ -303,6 +304,7 @@ def compile_shared(
     so_name = f"lib{name}.so"
     final_so = root / digest / so_name
     if _verified(final_so):
+        mark_used(root / digest)
         return final_so
     _discard(root / digest)          # missing, partial or tampered: rebuild it
 
@@ -333,6 +335,8 @@ def compile_shared(
             shutil.rmtree(work, ignore_errors=True)
         else:
             return work / so_name   # the slot holds something we cannot replace: use our own build
+    if root == cache_root() / "build":  # a new entry in the cache: what is least used beyond its limit goes
+        trim_after_build(cache_root())
     return final_so
 
 
@@ -390,6 +394,7 @@ def _precompiled_header_flags(header: str, cxx: str, flags: list, inc_dirs: list
     entry = root / h.hexdigest()[:24]
     use = [f"-I{entry}", "-include", header, "-Winvalid-pch"]
     if (entry / f"{header}.gch").is_file():
+        mark_used(entry)
         return use
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -444,6 +449,7 @@ def _prebuilt_objects(entries: list, cxx: str, flags: list, inc_dirs: list, blas
     try:
         for i, (source, obj) in enumerate(entries):
             if _verified(obj):
+                mark_used(obj.parent)
                 continue
             _discard(obj.parent)
             root = obj.parent.parent                # the objects' folder, one subfolder per digest
@@ -494,21 +500,6 @@ def _verified(so: Path) -> bool:
         return so.is_file() and not so.is_symlink() and stamp == _file_digest(so)
     except (OSError, UnicodeDecodeError):
         return False
-
-
-def _discard(entry: Path) -> None:
-    """Remove a cache entry that did not verify; a loader still holding it keeps its inode."""
-    if not entry.exists() and not entry.is_symlink():
-        return
-    trash = entry.with_name(f".discard-{entry.name}-{os.getpid()}")
-    try:
-        os.rename(entry, trash)
-    except OSError:
-        return          # not ours to remove (read-only cache): the caller builds elsewhere
-    if trash.is_symlink() or trash.is_file():
-        trash.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(trash, ignore_errors=True)
 
 
 _noted_private: set = set()
