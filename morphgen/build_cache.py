@@ -161,7 +161,7 @@ def clean(root: Path, everything: bool = False) -> tuple[int, int]:
     return removed, freed
 
 
-def _human(n: int) -> str:
+def human_bytes(n: int) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{n / size:.1f} {unit}"
@@ -189,10 +189,10 @@ def run(args) -> int:
         raise UserError("--all goes with `morphgen cache clean`")
     if args.action == "trim":
         removed, freed = trim(root, now=time.time())
-        print(f"morphgen cache: removed {removed} entries, {_human(freed)}")
+        print(f"morphgen cache: removed {removed} entries, {human_bytes(freed)}")
     elif args.action == "clean":
         removed, freed = clean(root, everything=args.all)
-        print(f"morphgen cache: removed {removed} entries, {_human(freed)}")
+        print(f"morphgen cache: removed {removed} entries, {human_bytes(freed)}")
     limit = max_bytes()
     print(f"cache {root}" + (" ($MORPHGEN_CACHE)" if os.environ.get("MORPHGEN_CACHE") else ""))
     total = 0
@@ -200,7 +200,7 @@ def run(args) -> int:
         found = entries(root, section)
         size = sum(e.bytes for e in found)
         total += size if section in TRIMMED else 0
-        print(f"  {_NAMES[section]:<20} {len(found):>7} entries  {_human(size):>10}")
-    print(f"  limit {_human(limit) if limit is not None else 'none'} (${MAX_ENV}) on the first three, "
-          f"{_human(total)} now; the least recently used go first, after each new library")
+        print(f"  {_NAMES[section]:<20} {len(found):>7} entries  {human_bytes(size):>10}")
+    print(f"  limit {human_bytes(limit) if limit is not None else 'none'} (${MAX_ENV}) on the first three, "
+          f"{human_bytes(total)} now; the least recently used go first, after each new library")
     return 0

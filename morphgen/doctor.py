@@ -145,4 +145,19 @@ def run(args=None) -> int:
     print(f"gpu:      {gpu_text}" + ("" if gpu else f"; {EMULATION_ENV}=1 runs the CUDA kernels on the CPU"))
     print(f"cublas:   {_probe(_cublas)}")
     print(f"mpiexec:  {_probe(_mpiexec)}")
+    print(f"cache:    {_probe(_cache)}")
     return 0
+
+
+def _cache() -> str:
+    """Where the build cache is, what it holds and its limit (`morphgen cache` has the details)."""
+    from .build_cache import TRIMMED, entries, human_bytes, max_bytes
+    from .errors import UserError
+    from .toolchain import cache_root
+    root = cache_root()
+    held = sum(e.bytes for section in TRIMMED for e in entries(root, section))
+    try:
+        limit = max_bytes()
+    except UserError as err:            # a bad $MORPHGEN_CACHE_MAX_GB: doctor says so, still exits 0
+        return f"{root}, {human_bytes(held)}; {err}"
+    return f"{root}, {human_bytes(held)} of {human_bytes(limit) if limit is not None else 'no limit'}"

@@ -106,8 +106,13 @@ def test_the_cache_command_shows_trims_and_cleans(tmp_path, monkeypatch, capsys)
     assert "--all goes with `morphgen cache clean`" in capsys.readouterr().err
 
 
-def test_a_bad_limit_is_an_error_of_the_cache_command(monkeypatch, tmp_path, capsys):
+def test_a_bad_limit_is_an_error_of_the_cache_command_and_a_line_of_doctor(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("MORPHGEN_CACHE", str(tmp_path))
     monkeypatch.setenv(build_cache.MAX_ENV, "lots")
     assert main(["cache"]) != 0
     assert "MORPHGEN_CACHE_MAX_GB" in capsys.readouterr().err
+    from morphgen import doctor
+    monkeypatch.setattr(doctor, "_gpu", lambda: (False, "none"))
+    assert doctor.run() == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("cache:"))
+    assert str(tmp_path) in line and "MORPHGEN_CACHE_MAX_GB" in line
