@@ -1,6 +1,6 @@
 """Recognise the propagating programs the peers can rebuild (dataflow_pattern.py).
 
-Both propagate with GCN's normalisation written out, A_hat = D^-1/2 (A + I) D^-1/2, which the
+All three propagate with GCN's normalisation written out, A_hat = D^-1/2 (A + I) D^-1/2, which the
 compiler's passes fold into one aggregation per step (aggregate with norm node_scale, the scale
 rsqrt(in_degree + 1), and the node's own row):
 
@@ -52,8 +52,13 @@ def _mlp(layers: int, bias: bool):
         if bias:
             out = op("bias_add", out, Weight(f"b{n}"), name="h0" if last else None)
         if not last:
-            h = OneOf(tuple(op(act, out, name=f"act{n}") for act in MLP_ACTIVATIONS))
+            h = _acts(out, f"act{n}")
     return out
+
+
+def _acts(x, name: str):
+    """`x` through one of MLP_ACTIVATIONS, the op bound as `name`."""
+    return OneOf(tuple(op(act, x, name=name) for act in MLP_ACTIVATIONS))
 
 
 def _appnp(layers: int, bias: bool, hops: int):
@@ -61,10 +66,6 @@ def _appnp(layers: int, bias: bool, hops: int):
     for k in range(hops):
         h = op("add", op("scale", _propagate(h, k), name=f"keep{k}"), op("scale", Ref("h0"), name=f"teleport{k}"))
     return op("cross_entropy", h, Input("labels"))
-
-
-def _acts(x, name: str):
-    return OneOf(tuple(op(act, x, name=name) for act in MLP_ACTIVATIONS))
 
 
 def _gcnii(bias: bool, layers: int):
@@ -128,7 +129,7 @@ def looks_propagating(program) -> Optional[str]:
 
 
 def match_propagation(program, kind: str) -> tuple[Optional[PropagationShape], str]:
-    """(the APPNP or SGC the program computes, "") or (None, why it is not the peers' form)."""
+    """(the APPNP, SGC or GCNII the program computes, "") or (None, why it is not the peers' form)."""
     hops = sum(o.opcode == "aggregate" for o in program.forward)        # one aggregation per step
     if hops == 0:
         return None, f"no propagation steps (an {kind.upper()} aggregates with D^-1/2 (A + I) D^-1/2)"

@@ -67,7 +67,8 @@ def test_edgeconv_s_two_matrices_reach_the_peers_stacked(tmp_path):
               "b": np.ones(3, np.float32), "Wout": np.zeros(6, np.float32), "bout": np.zeros(2, np.float32)}
     harness.write_init_weights(params, spec, [{"W": ("Wi", "Wd"), "b": "b"}, {"W": "Wout", "b": "bout"}])
     w = np.load(tmp_path / "w.npz")["layer0.W"]
-    assert w.shape == (4, 3) and np.array_equal(w[:2].ravel(), params["Wi"]) and np.array_equal(w[2:].ravel(), params["Wd"])
+    assert w.shape == (4, 3)
+    assert np.array_equal(w[:2].ravel(), params["Wi"]) and np.array_equal(w[2:].ravel(), params["Wd"])
     with pytest.raises(harness.BenchError, match="no parameter 'Wd'"):
         harness.write_init_weights({k: v for k, v in params.items() if k != "Wd"}, spec,
                                    [{"W": ("Wi", "Wd"), "b": "b"}, {"W": "Wout", "b": "bout"}])

@@ -56,8 +56,8 @@ from morphgen.errors import UserError
 from .dataset import NodeClassificationData, load_init_weights
 from .runner import PeerUnavailable, run_main
 from .spec import BenchSpec
-from .torch_loop import (build_gcnii, build_stack, device_config, gin_mlp, gin_targets, load_weights, model_config, setup_torch,
-                         torch_device, train_full_batch)
+from .torch_loop import (build_gcnii, build_stack, device_config, gin_mlp, gin_targets, load_weights,
+                         model_config, setup_torch, torch_device, train_full_batch)
 
 _GRAPHBOLT = "dgl.graphbolt"
 

@@ -1,5 +1,5 @@
-"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, APPNP, SGC (SGConv), GCNII, EdgeConv,
-R-GCN (RGCNConv), R-GAT (RGATConv), HGT (HGTConv, in pyg_hgt.py).
+"""PyTorch Geometric peer: full-batch GCN (GCNConv), GraphSAGE (SAGEConv), GAT, GIN, APPNP, SGC (SGConv),
+GCNII, EdgeConv, R-GCN (RGCNConv), R-GAT (RGATConv), HGT (HGTConv, in pyg_hgt.py).
 
     python -m morphgen.bench.peers.pyg --data D.npz --spec SPEC.json --out OUT.json
 
@@ -59,8 +59,8 @@ from .dataset import NodeClassificationData, load_init_weights
 from .pyg_hgt import train_hgt
 from .runner import PeerUnavailable, run_main
 from .spec import BenchSpec
-from .torch_loop import (build_gcnii, build_stack, device_config, gin_mlp, gin_targets, load_weights, model_config, setup_torch,
-                         torch_device, train_full_batch)
+from .torch_loop import (build_gcnii, build_stack, device_config, gin_mlp, gin_targets, load_weights,
+                         model_config, setup_torch, torch_device, train_full_batch)
 
 
 def _import_pyg():

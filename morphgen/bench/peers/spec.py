@@ -278,7 +278,8 @@ def parse_spec(raw: object) -> BenchSpec:
         raise SpecError(f"spec field 'layers': an edgeconv has [F, H, C] (EdgeConv, a linear classifier), "
                         f"got {list(spec.layers)}")
     owners = {"num_relations": ("rgcn", "hgt", "rgat"), "num_bases": ("rgcn",), "pyg_conv": ("rgcn",),
-              "num_node_types": ("hgt",), "hops": PROPAGATING_MODELS, "teleport": ("appnp", "gcnii"), "theta": ("gcnii",)}
+              "num_node_types": ("hgt",), "hops": PROPAGATING_MODELS, "teleport": ("appnp", "gcnii"),
+              "theta": ("gcnii",)}
     for key, models in owners.items():
         if spec.model not in models and d[key] is not None:
             raise SpecError(f"spec field '{key}': only {' and '.join(models)} models have it, not {spec.model}")

@@ -245,8 +245,9 @@ def gin_targets(mlp) -> tuple:
     return tuple(targets)
 
 
-_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN", "hgt": "HGT", "rgat": "R-GAT",
-                "appnp": "APPNP", "sgc": "SGC", "gcnii": "GCNII", "edgeconv": "EdgeConv (max over the in-edges)"}
+_MODEL_NAMES = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN-0", "rgcn": "R-GCN", "hgt": "HGT",
+                "rgat": "R-GAT", "appnp": "APPNP", "sgc": "SGC", "gcnii": "GCNII",
+                "edgeconv": "EdgeConv (max over the in-edges)"}
 
 
 def model_config(spec: BenchSpec) -> dict:
