@@ -5,7 +5,7 @@ Every program, backend, ISA and flag set builds a library of its own (build/<dig
 about 50 MB). Nothing removed them, so a cache grew with every program ever compiled. Now:
 
 - a cache hit marks its entry used (the entry folder's modification time);
-- after each new library, if build/, objects/ and pch/ together exceed the limit
+- after a new library (at most once a minute), if build/, objects/ and pch/ together exceed the limit
   ($MORPHGEN_CACHE_MAX_GB, default 5; 0: no limit), the least recently used entries are removed
   until they fit, except those used in the last RECENT_S seconds (a concurrent build may be
   linking them) and folders in the making (.tmp-*);
@@ -35,6 +35,7 @@ TRIMMED = ("build", "objects", "pch")
 KEPT = ("parts",)
 MEASUREMENTS = ("calibration.json", "halo_bandwidth.json")
 RECENT_S = 600.0
+TRIM_EVERY_S = 60.0
 _NAMES = {"build": "libraries", "objects": "op-layer objects", "pch": "precompiled headers",
           "parts": "MPI partitions"}
 
@@ -135,10 +136,21 @@ def trim(root: Path, limit: int | None = None, now: float | None = None) -> tupl
     return removed, freed
 
 
-def trim_after_build(root: Path) -> None:
-    """trim(root) after a new entry, never failing the build that triggered it."""
+def trim_after_build(root: Path, now: float | None = None) -> None:
+    """trim(root) after a new entry, at most once every TRIM_EVERY_S seconds (a stamp file's
+    time: walking a large cache after each of a test suite's builds would cost more than the
+    builds), never failing the build that triggered it."""
+    now = time.time() if now is None else now
+    stamp = root / ".trimmed"
     try:
-        trim(root)
+        if now - stamp.stat().st_mtime < TRIM_EVERY_S:
+            return
+    except OSError:
+        pass            # never trimmed yet
+    try:
+        stamp.touch()
+        os.utime(stamp, (now, now))
+        trim(root, now=now)
     except (OSError, UserError):
         pass            # a bad limit is reported by `morphgen cache`; the build itself succeeded
 
@@ -172,7 +184,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("cache", help="show the build cache's size, trim it to its limit, or clean it",
                        description="morphgen keeps every library it builds (and the op layer's objects and "
                                    "precompiled headers) in its cache, $MORPHGEN_CACHE or ~/.cache/morphgen. "
-                                   f"After each new library the least recently used entries beyond "
+                                   f"After a new library (at most once a minute) the least recently used entries beyond "
                                    f"${MAX_ENV} GiB (default {DEFAULT_MAX_GB:g}; 0: no limit) are removed.")
     p.add_argument("action", nargs="?", choices=("info", "trim", "clean"), default="info",
                    help="info (default): sizes and the limit; trim: apply the limit now; clean: remove every "
@@ -202,5 +214,5 @@ def run(args) -> int:
         total += size if section in TRIMMED else 0
         print(f"  {_NAMES[section]:<20} {len(found):>7} entries  {human_bytes(size):>10}")
     print(f"  limit {human_bytes(limit) if limit is not None else 'none'} (${MAX_ENV}) on the first three, "
-          f"{human_bytes(total)} now; the least recently used go first, after each new library")
+          f"{human_bytes(total)} now; the least recently used go first, after a new library")
     return 0

@@ -67,6 +67,7 @@ def test_a_bad_limit_names_the_variable(monkeypatch, raw):
 def test_a_new_library_trims_the_cache_and_a_hit_counts_as_a_use(tmp_path, monkeypatch):
     monkeypatch.setenv("MORPHGEN_CACHE", str(tmp_path))
     monkeypatch.setattr(build_cache, "RECENT_S", 0.0)
+    monkeypatch.setattr(build_cache, "TRIM_EVERY_S", 0.0)
     first = compile_shared({"unit.cpp": SOURCE["unit.cpp"] % 1}, name="unit")
     second = compile_shared({"unit.cpp": SOURCE["unit.cpp"] % 2}, name="unit")
     past = time.time() - 100
@@ -83,9 +84,21 @@ def test_a_build_outside_the_cache_is_never_trimmed(tmp_path, monkeypatch):
     monkeypatch.setenv("MORPHGEN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv(build_cache.MAX_ENV, "1e-9")
     monkeypatch.setattr(build_cache, "RECENT_S", 0.0)
+    monkeypatch.setattr(build_cache, "TRIM_EVERY_S", 0.0)
     libs = [compile_shared({"unit.cpp": SOURCE["unit.cpp"] % k}, name="unit", cache_dir=tmp_path / "mine")
             for k in (1, 2)]
     assert all(lib.exists() for lib in libs)
+
+
+def test_builds_trim_at_most_once_a_minute(tmp_path, monkeypatch):
+    monkeypatch.setattr(build_cache, "RECENT_S", 0.0)
+    _entry(tmp_path, "build", "a", 100, NOW - 5000)
+    build_cache.trim_after_build(tmp_path, now=NOW - build_cache.TRIM_EVERY_S / 2)     # trims nothing: fits
+    monkeypatch.setenv(build_cache.MAX_ENV, "1e-9")
+    build_cache.trim_after_build(tmp_path, now=NOW)                                  # within the minute
+    assert (tmp_path / "build" / "a").exists()
+    build_cache.trim_after_build(tmp_path, now=NOW + build_cache.TRIM_EVERY_S)       # a minute later
+    assert not (tmp_path / "build" / "a").exists()
 
 
 def test_the_cache_command_shows_trims_and_cleans(tmp_path, monkeypatch, capsys):
