@@ -1163,6 +1163,7 @@ class OpenMPEmitter:
         ``a * ca + b * cb`` takes one pass instead of two or three.  APPNP's ``0.9 * A_hat h +
         0.1 * h0`` in each step and its gradient's share of h0, GCNII's ``(1 - beta) p + beta
         p W`` in each layer.  Planned after the kernels that claim adds for themselves."""
+        epoch = {id(op) for op in self.p.forward + self.p.backward}    # a scale computed once stays stored
         for op in self.p.forward + self.p.backward:
             if (op.opcode not in ("add", "sub") or id(op) in self.absorbed or id(op) in self.head_products
                     or id(op) in self.weighted_gathers or op.inputs[0] is op.inputs[1]):
@@ -1174,7 +1175,7 @@ class OpenMPEmitter:
             factors, reads = [], []
             for v in op.inputs:
                 scale = self.producer.get(v.id)
-                if (scale is not None and scale.opcode == "scale" and self._sole_reader(v) is op
+                if (scale is not None and scale.opcode == "scale" and id(scale) in epoch and self._sole_reader(v) is op
                         and id(scale) not in self.absorbed and id(scale) not in self.epilogues
                         and scale.inputs[0].shape == out.shape and self._stored_plainly(scale.inputs[0])):
                     factors.append((float(scale.attrs["c"]), scale.inputs[0]))
