@@ -114,6 +114,11 @@ def entries(root: Path, section: str) -> list[Entry]:
     return out
 
 
+def held_bytes(root: Path) -> int:
+    """What the sections the limit applies to hold."""
+    return sum(e.bytes for section in TRIMMED for e in entries(root, section))
+
+
 def trim(root: Path, limit: int | None = None, now: float | None = None) -> tuple[int, int]:
     """Remove the least recently used entries of TRIMMED until they hold at most `limit` bytes
     (default max_bytes()), keeping those used in the last RECENT_S seconds. Returns (entries
@@ -207,12 +212,11 @@ def run(args) -> int:
         print(f"morphgen cache: removed {removed} entries, {human_bytes(freed)}")
     limit = max_bytes()
     print(f"cache {root}" + (" ($MORPHGEN_CACHE)" if os.environ.get("MORPHGEN_CACHE") else ""))
-    total = 0
+    sizes = {}
     for section in TRIMMED + KEPT:
         found = entries(root, section)
-        size = sum(e.bytes for e in found)
-        total += size if section in TRIMMED else 0
-        print(f"  {_NAMES[section]:<20} {len(found):>7} entries  {human_bytes(size):>10}")
+        sizes[section] = sum(e.bytes for e in found)
+        print(f"  {_NAMES[section]:<20} {len(found):>7} entries  {human_bytes(sizes[section]):>10}")
     print(f"  limit {human_bytes(limit) if limit is not None else 'none'} (${MAX_ENV}) on the first three, "
-          f"{human_bytes(total)} now; the least recently used go first, after a new library")
+          f"{human_bytes(sum(sizes[s] for s in TRIMMED))} now; the least recently used go first, after a new library")
     return 0

@@ -166,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # subcommands whose implementation lives in their own package register themselves
     import importlib
-    for module in ("morphgen.build_cache", "morphgen.partition.cli", "morphgen.bench.cli", "morphgen.bench.sparsity_cli",
-                   "morphgen.bench.suite_cli", "morphgen.bench.layouts_cli"):
+    for module in ("morphgen.build_cache", "morphgen.partition.cli", "morphgen.bench.cli",
+                   "morphgen.bench.sparsity_cli", "morphgen.bench.suite_cli", "morphgen.bench.layouts_cli"):
         importlib.import_module(module).add_parser(sub)
     return parser
 

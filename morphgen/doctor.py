@@ -151,11 +151,11 @@ def run(args=None) -> int:
 
 def _cache() -> str:
     """Where the build cache is, what it holds and its limit (`morphgen cache` has the details)."""
-    from .build_cache import TRIMMED, entries, human_bytes, max_bytes
+    from .build_cache import held_bytes, human_bytes, max_bytes
     from .errors import UserError
     from .toolchain import cache_root
     root = cache_root()
-    held = sum(e.bytes for section in TRIMMED for e in entries(root, section))
+    held = held_bytes(root)
     try:
         limit = max_bytes()
     except UserError as err:            # a bad $MORPHGEN_CACHE_MAX_GB: doctor says so, still exits 0

@@ -41,7 +41,7 @@ import numpy as np
 
 from morphgen.backends.cuda.toolchain import DEVICE_ENV
 
-from .peers.spec import PROPAGATING_MODELS, PYG_RGCN_CONVS, BenchSpec, parse_spec
+from .peers.spec import MODEL_FIELDS, PYG_RGCN_CONVS, BenchSpec, parse_spec
 from .program_shape import BenchError, PeerModel, program_shape, without_dropout  # noqa: F401 (also harness API)
 
 PARITY_TOLERANCE = 1e-4                 # on each epoch's loss, relative above a loss of 1
@@ -346,12 +346,9 @@ def peer_spec(shape: PeerModel, data: PreparedData, *, epochs: int, warmup: int,
         spec["edge_weight"] = True
     if shape.conv == "gin":
         spec["norms"] = list(shape.norms)
-    if shape.conv in PROPAGATING_MODELS:
-        spec["hops"] = shape.hops
-    if shape.conv in ("appnp", "gcnii"):
-        spec["teleport"] = shape.teleport
-    if shape.conv == "gcnii":
-        spec["theta"] = shape.theta
+    for key in ("hops", "teleport", "theta"):       # the propagating models' constants
+        if shape.conv in MODEL_FIELDS[key][1]:
+            spec[key] = getattr(shape, key)
     if shape.conv in ("gat", "rgat"):
         spec.update(heads=list(shape.heads), negative_slope=shape.negative_slope,
                     attention_dropout=shape.attention_dropout if dropout is None else dropout)

@@ -397,9 +397,8 @@ def _rgat_model(program, problems: list) -> PeerModel:
     """The peers' R-GAT (a stack of PyG's RGATConv) for a program that computes it; `problems`:
     what already keeps the peers from rebuilding it."""
     shape, why = match_rgat(program)
-    problems = problems + ([why] if shape is None else [])
-    if program.self_loops:
-        problems.append("an R-GAT with gnn.addSelfLoops (the peers' graphs have no loop edges)")
+    problems = _pattern_problems(problems, why, program, "an R-GAT with gnn.addSelfLoops (the peers' graphs have no "
+                                                         "loop edges)")
     if shape and len(set(shape.negative_slopes)) > 1:
         problems.append(f"the attention slopes differ between layers ({shape.negative_slopes}); the peers use one")
     layers = [_width(program.inputs["features"].width)] + [_width(w) for w in (shape.widths if shape else [])]
@@ -416,11 +415,10 @@ def _propagation_model(program, kind: str, problems: list) -> PeerModel:
     """The peers' APPNP, SGC or GCNII for a program that computes it; `problems`: what already
     keeps the peers from rebuilding it."""
     shape, why = match_propagation(program, kind)
-    problems = problems + ([why] if shape is None else [])
+    problems = _pattern_problems(problems, why, program, f"an {kind.upper()} with gnn.addSelfLoops (its A_hat "
+                                                         f"already has the node's own row)")
     if shape is not None and _gcn_scales(program).get(shape.norm.id) != "gcn":
         problems.append("the scales around its sums are not GCN's rsqrt(in_degree + 1)")
-    if program.self_loops:
-        problems.append(f"an {kind.upper()} with gnn.addSelfLoops (its A_hat already has the node's own row)")
     shapes = {p.name: p.value.shape for p in program.params}
     weights = shape.weights if shape else []
     dropouts = shape.dropouts if shape else [0.0]
@@ -436,9 +434,8 @@ def _edgeconv_model(program, problems: list) -> PeerModel:
     """The peers' EdgeConv and linear classifier for a program that computes them; `problems`:
     what already keeps the peers from rebuilding it."""
     shape, why = match_edgeconv(program)
-    problems = problems + ([why] if shape is None else [])
-    if program.self_loops:
-        problems.append("an EdgeConv with gnn.addSelfLoops (the peers' graphs have no loop edges)")
+    problems = _pattern_problems(problems, why, program, "an EdgeConv with gnn.addSelfLoops (the peers' graphs have "
+                                                         "no loop edges)")
     shapes = {p.name: p.value.shape for p in program.params}
     widths = [shape.width, shapes[shape.weights[1]["W"]][-1]] if shape else []
     dropouts = shape.dropouts if shape else [0.0, 0.0]
@@ -447,6 +444,12 @@ def _edgeconv_model(program, problems: list) -> PeerModel:
         layers=[_width(program.inputs["features"].width)] + [_width(w) for w in widths], dropouts=dropouts,
         bias=bool(shape and shape.bias), parameter_names=shape.weights if shape else [], self_loops=False,
         notes=_program_notes(program, dropouts))
+
+
+def _pattern_problems(problems: list, why: str, program, with_loops: str) -> list:
+    """`problems`, then why the pattern did not match (if it did not), then `with_loops` when
+    the program adds self loops, which the peers' form has no room for."""
+    return problems + ([why] if why else []) + ([with_loops] if program.self_loops else [])
 
 
 def _from_program(program, problems: list, **fields) -> PeerModel:

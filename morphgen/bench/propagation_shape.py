@@ -150,15 +150,29 @@ def match_propagation(program, kind: str) -> tuple[Optional[PropagationShape], s
     return None, f"not {kind.upper()}'s form (as examples/{kind}.mp writes it): {why}"
 
 
-def _shape(kind: str, m, layers: int, bias: bool, hops: int) -> tuple[Optional[PropagationShape], str]:
-    weights = [{k: m.weights[f"{k}{n}"] for k in ("W", "b") if f"{k}{n}" in m.weights} for n in range(layers)]
-    dropouts = [float(m.ops[f"drop{n}"].attrs.get("p", 0.0)) if f"drop{n}" in m.ops else 0.0 for n in range(layers)]
-    acts = {m.ops[f"act{n}"].opcode for n in range(layers - 1)}
-    if len(acts) > 1:
-        return None, f"the MLP's activations differ between layers ({sorted(acts)}); the peers use one"
-    if any(m.ops[f"act{n}"].opcode == "elu" and float(m.ops[f"act{n}"].attrs.get("alpha", 1.0)) != 1.0
-           for n in range(layers - 1)):
+def _layers(m, count: int) -> tuple[list, list]:
+    """Per linear layer n < count: its weights {"W", ["b"]} by program name, and the dropout
+    rate before it (0 without)."""
+    weights = [{k: m.weights[f"{k}{n}"] for k in ("W", "b") if f"{k}{n}" in m.weights} for n in range(count)]
+    dropouts = [float(m.ops[f"drop{n}"].attrs.get("p", 0.0)) if f"drop{n}" in m.ops else 0.0 for n in range(count)]
+    return weights, dropouts
+
+
+def _activation(m, names: list) -> tuple[Optional[str], str]:
+    """(the one activation the ops bound as `names` apply, "") or (None, why the peers cannot)."""
+    acts = [m.ops[name] for name in names]
+    if len({a.opcode for a in acts}) > 1:
+        return None, f"the activations differ between layers ({sorted({a.opcode for a in acts})}); the peers use one"
+    if any(a.opcode == "elu" and float(a.attrs.get("alpha", 1.0)) != 1.0 for a in acts):
         return None, "elu with an alpha other than 1 (the peers use 1)"
+    return (acts[0].opcode if acts else "relu"), ""
+
+
+def _shape(kind: str, m, layers: int, bias: bool, hops: int) -> tuple[Optional[PropagationShape], str]:
+    weights, dropouts = _layers(m, layers)
+    activation, why = _activation(m, [f"act{n}" for n in range(layers - 1)])
+    if why:
+        return None, why
     if len(set(dropouts[1:])) > 1:
         return None, f"dropout differs between the MLP's hidden layers ({dropouts[1:]}); the peers use one rate"
     if kind == "sgc" and dropouts[0] > 0:
@@ -168,8 +182,7 @@ def _shape(kind: str, m, layers: int, bias: bool, hops: int) -> tuple[Optional[P
         teleport, why = _teleport(m, hops)
         if why:
             return None, why
-    return PropagationShape(kind, hops, weights, dropouts, bias, acts.pop() if acts else "relu",
-                            teleport, norm=m.values["norm"]), ""
+    return PropagationShape(kind, hops, weights, dropouts, bias, activation, teleport, norm=m.values["norm"]), ""
 
 
 def _teleport(m, hops: int) -> tuple[float, str]:
@@ -186,15 +199,10 @@ def _teleport(m, hops: int) -> tuple[float, str]:
 
 
 def _gcnii_shape(m, bias: bool, layers: int) -> tuple[Optional[PropagationShape], str]:
-    last = layers + 1
-    weights = [{k: m.weights[f"{k}{n}"] for k in ("W", "b") if f"{k}{n}" in m.weights} for n in range(last + 1)]
-    dropouts = [float(m.ops[f"drop{n}"].attrs.get("p", 0.0)) if f"drop{n}" in m.ops else 0.0 for n in range(last + 1)]
-    acts = {m.ops[name].opcode for name in ["h0"] + [f"act{n}" for n in range(1, layers + 1)]}
-    if len(acts) > 1:
-        return None, f"the activations differ between layers ({sorted(acts)}); the peers use one"
-    if "elu" in acts and any(float(m.ops[name].attrs.get("alpha", 1.0)) != 1.0
-                             for name in ["h0"] + [f"act{n}" for n in range(1, layers + 1)]):
-        return None, "elu with an alpha other than 1 (the peers use 1)"
+    weights, dropouts = _layers(m, layers + 2)
+    activation, why = _activation(m, ["h0"] + [f"act{n}" for n in range(1, layers + 1)])
+    if why:
+        return None, why
     if len(set(dropouts[1:])) > 1:
         return None, (f"the dropouts before the GCN2Conv layers and the classifier differ ({dropouts[1:]}); "
                       "the peers use one rate")
@@ -209,5 +217,5 @@ def _gcnii_shape(m, bias: bool, layers: int) -> tuple[Optional[PropagationShape]
     if not all(math.isclose(t, thetas[0], rel_tol=1e-4) for t in thetas):
         return None, (f"the betas {betas} are not log(theta / l + 1) for one theta (GCN2Conv's): "
                       f"theta per layer {[round(t, 6) for t in thetas]}")
-    return PropagationShape("gcnii", layers, weights, dropouts, bias, acts.pop(), teleport,
+    return PropagationShape("gcnii", layers, weights, dropouts, bias, activation, teleport,
                             theta=round(thetas[0], 6), norm=m.values["norm"]), ""

@@ -11,7 +11,8 @@ Sizes in bytes: node values ``N * width``, edge values ``E * width`` elements of
 (f32) or 8 bytes (i64); the featureless identity costs nothing and values derived from it
 by gather/dropout store one index and one scale per row (12 bytes).  A max reduction whose
 gradient is generated keeps an 8-byte argmax (int64, the backends' index buffers) per output
-element from the forward op to its gradient op.  Dropout masks are regenerated from the counter-based RNG and cost nothing.
+element from the forward op to its gradient op.  Dropout masks are regenerated from the
+counter-based RNG and cost nothing.
 """
 from __future__ import annotations
 

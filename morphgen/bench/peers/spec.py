@@ -205,21 +205,27 @@ def _norms(d: dict, layers: list) -> tuple[bool, ...]:
     return tuple(norms)
 
 
-def _relational(d: dict) -> dict:
-    """rgcn's and hgt's relation count, rgcn's bases and PyG convolution, hgt's node type count
-    (checked against the model by the caller)."""
-    out = {}
-    if d["num_relations"] is not None:
-        out["num_relations"] = _integer(d, "num_relations", 1)
-    if d["num_node_types"] is not None:
-        out["num_node_types"] = _integer(d, "num_node_types", 1)
-    if d["num_bases"] is not None:
-        out["num_bases"] = _integer(d, "num_bases", 1)
-    if d["pyg_conv"] is not None:
-        if d["pyg_conv"] not in PYG_RGCN_CONVS:
-            raise SpecError(f"spec field 'pyg_conv': expected one of {', '.join(PYG_RGCN_CONVS)}, got {d['pyg_conv']!r}")
-        out["pyg_conv"] = d["pyg_conv"]
-    return out
+def _pyg_conv(d: dict, key: str) -> str:
+    if d[key] not in PYG_RGCN_CONVS:
+        raise SpecError(f"spec field '{key}': expected one of {', '.join(PYG_RGCN_CONVS)}, got {d[key]!r}")
+    return d[key]
+
+
+# The fields only some models have: their parser and those models (checked by parse_spec).
+MODEL_FIELDS = {
+    "num_relations": (lambda d, k: _integer(d, k, 1), ("rgcn", "hgt", "rgat")),
+    "num_node_types": (lambda d, k: _integer(d, k, 1), ("hgt",)),
+    "num_bases": (lambda d, k: _integer(d, k, 1), ("rgcn",)),
+    "pyg_conv": (_pyg_conv, ("rgcn",)),
+    "hops": (lambda d, k: _integer(d, k, 1), PROPAGATING_MODELS),          # propagation steps
+    "teleport": (lambda d, k: _number(d, k, 0.0, 1.0), ("appnp", "gcnii")),
+    "theta": (lambda d, k: _number(d, k, 1e-6, 1e6), ("gcnii",)),
+}
+
+
+def _model_fields(d: dict) -> dict:
+    """The MODEL_FIELDS the spec gives, parsed (checked against the model by parse_spec)."""
+    return {key: parse(d, key) for key, (parse, _) in MODEL_FIELDS.items() if d[key] is not None}
 
 
 def parse_spec(raw: object) -> BenchSpec:
@@ -256,7 +262,7 @@ def parse_spec(raw: object) -> BenchSpec:
         attention_dropout=_number(d, "attention_dropout", 0.0, 0.999),
         input_dropout=_number(d, "input_dropout", 0.0, 0.999),
         negative_slope=_number(d, "negative_slope", 0.0, 10.0), norms=_norms(d, layers),
-        edge_weight=_flag(d, "edge_weight"), **_relational(d), **_propagation(d),
+        edge_weight=_flag(d, "edge_weight"), **_model_fields(d),
     )
     if spec.edge_weight and spec.model != "gcn":
         raise SpecError(f"spec field 'edge_weight': only a gcn model weighs its edges, not {spec.model}")
@@ -277,10 +283,7 @@ def parse_spec(raw: object) -> BenchSpec:
     if spec.model == "edgeconv" and len(spec.layers) != 3:
         raise SpecError(f"spec field 'layers': an edgeconv has [F, H, C] (EdgeConv, a linear classifier), "
                         f"got {list(spec.layers)}")
-    owners = {"num_relations": ("rgcn", "hgt", "rgat"), "num_bases": ("rgcn",), "pyg_conv": ("rgcn",),
-              "num_node_types": ("hgt",), "hops": PROPAGATING_MODELS, "teleport": ("appnp", "gcnii"),
-              "theta": ("gcnii",)}
-    for key, models in owners.items():
+    for key, (_, models) in MODEL_FIELDS.items():
         if spec.model not in models and d[key] is not None:
             raise SpecError(f"spec field '{key}': only {' and '.join(models)} models have it, not {spec.model}")
     if spec.warmup >= spec.epochs:
@@ -298,19 +301,6 @@ def _check_hgt(spec: BenchSpec, d: dict) -> None:
     if spec.heads[0] != 1 or spec.heads[2] != 1:
         raise SpecError(f"spec field 'heads': an hgt has heads only in its HGTConv layer ([1, h, 1]), "
                         f"got {list(spec.heads)}")
-
-
-def _propagation(d: dict) -> dict:
-    """The propagation steps (appnp, sgc), the teleport share (appnp, gcnii) and gcnii's theta
-    (checked against the model by the caller)."""
-    out = {}
-    if d["hops"] is not None:
-        out["hops"] = _integer(d, "hops", 1)
-    if d["teleport"] is not None:
-        out["teleport"] = _number(d, "teleport", 0.0, 1.0)
-    if d["theta"] is not None:
-        out["theta"] = _number(d, "theta", 1e-6, 1e6)
-    return out
 
 
 def _check_propagation(spec: BenchSpec, d: dict) -> None:
