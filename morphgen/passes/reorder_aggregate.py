@@ -6,13 +6,14 @@ its width, the linear ``N K M`` either way, so the pass picks the order in which
 aggregation sees ``min(K, M)`` columns:
 
 * ``aggregate(linear(x, W))`` with ``K < M``  ->  ``linear(aggregate(x), W)``
-* ``linear(aggregate(x), W)`` with ``M < K``  ->  ``aggregate(linear(x, W))``
+* ``linear(aggregate(x), W)`` with ``M < K``  ->  ``aggregate(linear(x, W))``; when several
+  linears read the aggregation (and nothing else does), all move if their widths sum below ``K``
 * ``linear(x + aggregate(x), W)`` with ``M < K``  ->  ``u + aggregate(u)``, ``u = linear(x, W)``
   (GIN's first layer: one product either way, and the features are then read only through
   it, so sparse features keep their sparse path)
 
-Only when the intermediate has no other reader (otherwise both would be computed), only
-with bound widths, and never so that an aggregation would run on the featureless identity.
+Only when the intermediate has no other reader (above: no reader but such linears), since
+otherwise both orders would be computed; only with bound widths, and never so that an aggregation would run on the featureless identity.
 """
 from __future__ import annotations
 
@@ -61,23 +62,36 @@ def _rewrite_one(program: Program) -> bool:
             return True
         if op.opcode == "linear" and op.inputs[0].assoc == "node" and _self_plus_aggregate(program, op, uses, prod):
             return True
-        if op.opcode == "linear" and op.inputs[0].assoc == "node":
-            agg = prod.get(op.inputs[0].id)
-            if agg is None or agg.opcode != "aggregate" or agg.attrs["reduce"] not in LINEAR_REDUCTIONS:
-                continue
-            if uses.get(agg.output.id, 0) != 1:
-                continue
-            x, w = agg.inputs[0], op.inputs[1]
-            k, m = _widths(x, op.output)
-            if not m < k:
-                continue
-            linear = new_op(program, "linear", [x, w], op.attrs, op.loc)
-            moved = new_op(program, "aggregate", [linear.output] + agg.inputs[1:], agg.attrs,
-                           agg.loc, output=op.output)
-            program.forward[pos:pos + 1] = [linear, moved]
-            program.forward.remove(agg)
+        if op.opcode == "linear" and op.inputs[0].assoc == "node" and _linears_before_aggregate(program, op, uses, prod):
             return True
     return False
+
+
+def _linears_before_aggregate(program: Program, op, uses, prod) -> bool:
+    """``linear(aggregate(x), W_i)`` for every reader i  ->  ``aggregate(linear(x, W_i))``, when the
+    products together are narrower than x (TAGConv's hop read by its own weight and by the next
+    hop's: one aggregation of width sum(M_i) instead of one of width K)."""
+    agg = prod.get(op.inputs[0].id)
+    if agg is None or agg.opcode != "aggregate" or agg.attrs["reduce"] not in LINEAR_REDUCTIONS:
+        return False
+    readers = [r for r in program.forward if agg.output.id in (v.id for v in r.inputs)]
+    if len(readers) != uses.get(agg.output.id, 0):       # the loss or the logits read it too
+        return False
+    if any(r.opcode != "linear" or r.inputs[0].id != agg.output.id or r.inputs[1].id == agg.output.id
+           for r in readers):
+        return False
+    x = agg.inputs[0]
+    k = _widths(x, op.output)[0]
+    if not sum(_widths(x, r.output)[1] for r in readers) < k:
+        return False
+    for reader in readers:
+        linear = new_op(program, "linear", [x, reader.inputs[1]], reader.attrs, reader.loc)
+        moved = new_op(program, "aggregate", [linear.output] + agg.inputs[1:], agg.attrs,
+                       agg.loc, output=reader.output)
+        pos = program.forward.index(reader)
+        program.forward[pos:pos + 1] = [linear, moved]
+    program.forward.remove(agg)
+    return True
 
 
 def _self_plus_aggregate(program: Program, op, uses, prod) -> bool:

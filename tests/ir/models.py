@@ -142,6 +142,22 @@ def sage(reduce="mean", hidden=16, layers=2, dropout=0.0) -> Program:
     return m.finish(h)
 
 
+def tag(hidden=16, extra_reader=False) -> Program:
+    """TAGConv with K = 2 hops, one layer: h0 W0 + h1 W1 + h2 W2, h_k the mean over in-neighbours of
+    h_(k-1).  The first hop has two readers: its own product and the second hop.  ``extra_reader``:
+    the first hop also feeds the output directly (a reader that is not a product)."""
+    m = ModelBuilder("tag")
+    ws = [m.param(f"W{k}", ("F", hidden)) for k in range(3)]
+    h1 = m.emit("aggregate", m.x, reduce="mean")
+    h2 = m.emit("aggregate", h1, reduce="mean")
+    out = m.emit("add", m.emit("add", m.emit("linear", m.x, ws[0]), m.emit("linear", h1, ws[1])),
+                 m.emit("linear", h2, ws[2]))
+    if extra_reader:
+        out = m.emit("add", out, m.emit("linear", m.emit("relu", h1), ws[1]))
+    wo = m.param("Wo", (hidden, "C"))
+    return m.finish(m.emit("linear", m.emit("relu", out), wo))
+
+
 def gin(hidden=16, layers=2) -> Program:
     """GIN-0: MLP(h + sum of in-neighbours), MLP = linear -> bias -> relu -> linear -> bias."""
     m = ModelBuilder("gin")

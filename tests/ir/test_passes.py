@@ -87,6 +87,28 @@ def test_gin_narrow_input_keeps_its_sum_first():
     assert prog.forward[0].opcode == "aggregate" and prog.forward[0].inputs[0] is prog.inputs["features"]
 
 
+def test_a_hop_read_by_several_products_moves_them_all_when_they_are_narrower():
+    # TAGConv: hop 1 feeds W1 and hop 2; 8 + 8 < 40 columns, so both products run first and
+    # every aggregation is 8 wide; the features are read by products alone
+    prog, n = _assert_same_numerics(lambda: models.tag(hidden=8), reorder_linear_aggregate, {"F": 40})
+    assert n == 2
+    assert [op.inputs[0].width for op in prog.forward if op.opcode == "aggregate"] == [8, 8, 8]
+    assert {op.opcode for op in prog.forward if prog.inputs["features"] in op.inputs} == {"linear"}
+
+
+def test_a_hop_stays_first_when_its_products_together_are_wider():
+    # 24 + 24 columns > 40: one aggregation of 40 costs less than two of 24
+    prog, n = _assert_same_numerics(lambda: models.tag(hidden=24), reorder_linear_aggregate, {"F": 40})
+    assert n == 1                                   # the second hop (one reader, 24 < 40) moves
+    assert sorted(op.inputs[0].width for op in prog.forward if op.opcode == "aggregate") == [24, 40]
+
+
+def test_a_hop_with_a_reader_other_than_a_product_stays():
+    prog, _ = _assert_same_numerics(lambda: models.tag(hidden=8, extra_reader=True),
+                                    reorder_linear_aggregate, {"F": 40})
+    assert 40 in [op.inputs[0].width for op in prog.forward if op.opcode == "aggregate"]
+
+
 def test_sage_max_is_never_reordered():
     _, n = _assert_same_numerics(lambda: models.sage("max"), reorder_linear_aggregate, {"F": 40})
     assert n == 0
