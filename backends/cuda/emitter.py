@@ -53,6 +53,7 @@ class CUDAEmitter(OpenMPEmitter):
                                      # a pass of its own to add the residual, as the add does
     typed_bias_epilogues = False     # ops.cuh's products take a bias per column only
     traverses_edge_rows = False      # ops.cuh's traversals read node rows at an edge end only
+    reads_train_rows_only = False    # ops.cuh reduces gradients over every row (the training rows are not grouped)
     shares_basis_lookup_sums = True  # the basis lookups' gradients sum G per pair first (segment_sum): once
 
     def softmax_edges_arg(self) -> str:

@@ -25,6 +25,7 @@ from morphgen.errors import InternalError, UserError
 from morphgen.ir import Program, Value
 from morphgen.ir_ops import aggregate_scale, aggregate_weights, blocks_of
 from morphgen.passes.liveness import lifetimes
+from morphgen.passes.train_rows import train_row_values
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
@@ -109,6 +110,7 @@ class OpenMPEmitter:
     residual_epilogues = True        # a product or aggregation adds the other operand of its one add
     typed_bias_epilogues = True      # a dense or typed product adds a per-type bias row (typed_param)
     traverses_edge_rows = True       # edge traversals read stored edge rows in place and write scaled gathers
+    reads_train_rows_only = True     # gradients zero outside the training rows are reduced over those alone
 
     def __init__(self, program: Program, buffer_plan: Optional[tuple] = None, op_timers: bool = False):
         """``buffer_plan``: (value id -> shared buffer name, the shared buffers) from a first
@@ -169,6 +171,7 @@ class OpenMPEmitter:
         self.plan_rows: list = []        # per lowered op: what the backend chose (--emit plan)
         self.residuals: dict = {}        # id(op) -> the value its kernel adds before its epilogue
         self.bias_types: dict = {}       # id(op) -> C++ row-type array: its epilogue's bias is per type
+        self.train_rows: frozenset = frozenset()   # ids of gradients zero outside the training rows
 
     # -- shapes ------------------------------------------------------------------------------
     def dim(self, d) -> str:
@@ -369,6 +372,8 @@ class OpenMPEmitter:
             self.identity[self.features_id] = self.feature_identity()
         elif self.features_id is not None:
             self.feature_like[self.features_id] = "m.features"
+        if self.reads_train_rows_only and p.task != "link":
+            self.train_rows = train_row_values(p)
         self.plan_feature_views()
         self.plan_epilogues()
         self.plan_dropout_act_grads()
@@ -1382,8 +1387,25 @@ class OpenMPEmitter:
             fv = self.feature_like[x.id]
             return self.timed("input_features_grad", f"mg::op::matmul_tn_features({fv}, "
                               f"{self.feature_blocks()}, {self.ptr(g)}, {M}, {self.ptr(out)})", *self._feature_cost(fv, M))
+        if g.id in self.train_rows:
+            rows = self.train_row_count(self.rows(x))
+            return self.timed("gemm", f"mg::op::matmul_tn_train_rows{self.narrow_tn_width(g)}({self.train_rows_plan()}, "
+                              f"{self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, {self.ptr(out)})",
+                              f"4.0 * ({rows} * ({K} + {M}) + {K} * {M})", f"2.0 * {rows} * {K} * {M}")
         return self.timed("gemm", f"mg::op::matmul_tn{self.narrow_tn_width(g)}({self.ptr(x)}, {self.rows(x)}, "
                           f"{K}, {self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
+
+    def train_rows_plan(self) -> str:
+        """The training rows as one group (ops.h TrainRows), built once at load time from the mask."""
+        if "mg::op::TrainRows train_rows;" not in self.members:
+            self.members.append("mg::op::TrainRows train_rows;")
+            self.extra_bytes.append("m.train_rows.bytes()")
+            self.prepare.append("mg::op::build_train_rows(m.train_rows, m.masks[0], m.graph.num_nodes)")
+        return "m.train_rows"
+
+    def train_row_count(self, rows: str) -> str:
+        """The rows a train-rows kernel reads (all of them when the training rows are not few)."""
+        return f"(m.train_rows.few ? m.train_rows.count() : {rows})"
 
     def narrow_tn_width(self, g: Value) -> str:
         """The template argument that sends a dense weight gradient X^T G whose G is at most
@@ -1837,6 +1859,10 @@ class OpenMPEmitter:
             return self.timed("elementwise", f"mg::head_mul_row_sum({self.ptr(x)}, {self.ptr(s)}, {self.ptr(op.output)}, "
                               f"{self.rows(g)}, {heads}, {self.head_dim(x, heads)})",
                               f"4.0 * ({self.numel(g)} + {self.numel(s)})")
+        if g.id in self.train_rows:
+            return self.timed("elementwise", f"mg::op::row_sum_train_rows({self.train_rows_plan()}, {self.ptr(g)}, "
+                              f"{self.rows(g)}, {self.width(g)}, {self.ptr(op.output)})",
+                              f"4.0 * {self.train_row_count(self.rows(g))} * {self.width(g)}")
         return self.timed("elementwise", f"mg::row_sum({self.ptr(g)}, {self.ptr(op.output)}, {self.rows(g)}, "
                           f"{self.width(g)})", f"4.0 * {self.numel(g)}")
 

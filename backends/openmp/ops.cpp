@@ -186,6 +186,29 @@ void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {
     segment_row_sums(tg.ptr.data(), tg.perm.data(), tg.types, G, K, out);
 }
 
+void build_train_rows(TrainRows &train, const uint8_t *mask, idx_t rows) {
+    std::vector<idx_t> rows_of;
+    for (idx_t r = 0; r < rows; ++r)
+        if (mask[r]) rows_of.push_back(r);
+    TypeGroups &g = train.groups;
+    g.types = 1;
+    g.perm = std::move(rows_of);
+    g.ptr = {0, idx_t(g.perm.size())};
+    train.few = 4 * train.count() <= rows;
+}
+
+template <int WIDTH>
+void matmul_tn_train_rows(const TrainRows &train, const float *X, idx_t rows, idx_t K, const float *G, idx_t M,
+                          float *dW) {
+    if (!train.few) return matmul_tn<WIDTH>(X, rows, K, G, M, dW);
+    typed_matmul_tn(train.groups, X, K, G, M, dW);
+}
+
+void row_sum_train_rows(const TrainRows &train, const float *G, idx_t rows, idx_t M, float *out) {
+    if (!train.few) return mg::row_sum(G, out, rows, M);
+    typed_row_sum(train.groups, G, M, out);
+}
+
 void build_blocked_groups(TypeGroups &groups, const idx_t *type, idx_t rows, idx_t num_types, idx_t blocks) {
     std::vector<idx_t> type_b;
     expand_block_types(type, rows, blocks, type_b);
@@ -520,7 +543,9 @@ void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double moment
 #define MG_WIDTH_INSTANCES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 #define MG_MATMUL_TN(W)                                                                              \
     template void gemm_tn_rows<W>(idx_t, idx_t, idx_t, const float *, const float *, float *);     \
-    template void matmul_tn<W>(const float *, idx_t, idx_t, const float *, idx_t, float *);
+    template void matmul_tn<W>(const float *, idx_t, idx_t, const float *, idx_t, float *);          \
+    template void matmul_tn_train_rows<W>(const TrainRows &, const float *, idx_t, idx_t, const float *, idx_t, \
+                                          float *);
 MG_WIDTH_INSTANCES(MG_MATMUL_TN)
 
 }  // namespace op

@@ -238,6 +238,23 @@ void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const float 
 // out[t] = sum of the rows of type t (typed_param's gradient).
 void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out);
 
+// The training rows, as one group: a weight or bias gradient whose G is zero on every other row
+// (the cross entropy's gradient and what row-wise ops make of it: passes/train_rows.py) reads
+// them alone.  `few`: at most a quarter of the rows; otherwise the plain kernels run, which are
+// faster per row than the gathering ones.  Built once at load time from the training mask.
+struct TrainRows {
+    TypeGroups groups;
+    bool few = false;
+    idx_t count() const { return groups.ptr.empty() ? 0 : groups.ptr[1]; }
+    int64_t bytes() const { return groups.bytes(); }
+};
+void build_train_rows(TrainRows &train, const uint8_t *mask, idx_t rows);
+// dW = X^T G and out = the sum of G's rows over the training rows (G zero elsewhere).
+template <int WIDTH = 0>
+void matmul_tn_train_rows(const TrainRows &train, const float *X, idx_t rows, idx_t K, const float *G, idx_t M,
+                          float *dW);
+void row_sum_train_rows(const TrainRows &train, const float *G, idx_t rows, idx_t M, float *out);
+
 // ---- typed linear of node rows read at edge ends (kernels/edge_typed_linear.h) -------------------
 using mg::EdgeTypedRows;
 // The rows of a typed product of B diagonal blocks per type, grouped by type: block b of row r

@@ -283,6 +283,30 @@ def test_gat_reads_gathered_rows_in_place():
     assert {"mg::op::weighted_gather_scatter", "mg::op::edge_dot"} <= kernels
 
 
+FEW_TRAINING_ROWS = {"sage_mean": lambda: models.sage("mean"), "gin": models.gin,
+                     "gcnii": lambda: compile_file(EXAMPLES / "gcnii.mp")}
+
+
+@pytest.mark.parametrize("name", sorted(FEW_TRAINING_ROWS))
+def test_gradients_over_few_training_rows_read_those_rows_alone(name):
+    """4 training rows of 40: the gradients that are zero elsewhere (passes/train_rows.py) are
+    reduced over those rows alone (the other tests train on most rows: the plain kernels)."""
+    ran, _ = _openmp_plan(FEW_TRAINING_ROWS[name](), {"F": 33, "C": 4})
+    assert any(k.startswith("mg::op::matmul_tn_train_rows") for ks in ran.values() for k in ks)
+    graph = random_graph(40, 130, seed=21)
+    x, labels, _ = random_data(graph, 33, classes=4)
+    mask = np.zeros(graph.num_nodes, bool)
+    mask[[2, 5, 9, 20]] = True
+    _check(FEW_TRAINING_ROWS[name](), graph, x, labels, mask, classes=4)
+
+
+def test_a_gradient_that_went_through_an_aggregation_reads_every_row():
+    program = models.gcn(dropout=0.0)
+    ran, _ = _openmp_plan(program)
+    products = [op for op in program.backward if op.opcode == "matmul_tn"]
+    assert products and not any(k.startswith("mg::op::matmul_tn_train_rows") for op in products for k in ran[id(op)])
+
+
 def _openmp_plan(program, sizes=None):
     """(kernels per op id, the emitter) of the OpenMP lowering of ``program``."""
     from morphgen.backends.openmp.emitter import OpenMPEmitter

@@ -158,7 +158,31 @@ def _gcn_weighted(data, params):
     return _two_layers(data, by_layer, convs, "gcn", torch.nn.functional.relu, 0.5, lr=0.01)
 
 
-PEERS = {"gat": _gat, "gcn": _gcn, "gcn_weighted": _gcn_weighted, "gin": _gin, "sage": _sage}
+class OneConv(torch.nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edges):
+        return self.conv(x, edges)
+
+
+def _sgc(data, params):
+    """examples/sgc.mp: SGConv with K = 2 (GCN's normalisation with self loops), no dropout.
+    morphgen computes the propagation once and, the training rows being few, reduces the
+    weight's and the bias's gradients over those rows alone (passes/train_rows.py)."""
+    conv = pyg_nn.SGConv(data.features.shape[1], data.num_classes, K=2)
+    with torch.no_grad():
+        conv.lin.weight.copy_(torch.from_numpy(params["W"].T.copy()))
+        conv.lin.bias.copy_(torch.from_numpy(params["b"]))
+    inputs = (torch.from_numpy(np.asarray(data.features, np.float32)),
+              torch.from_numpy(np.stack([data.graph.src, data.graph.dst])))
+    model = OneConv(conv)
+    return model, torch.optim.Adam(model.parameters(), lr=0.2, weight_decay=5e-5), inputs
+
+
+PEERS = {"gat": _gat, "gcn": _gcn, "gcn_weighted": _gcn_weighted, "gin": _gin, "sage": _sage, "sgc": _sgc}
+DROPOUT_SITES = {"gat": 4, "sgc": 0}
 
 
 def _train_torch(name, data, params, dropout, monkeypatch):
@@ -183,7 +207,7 @@ def _train_torch(name, data, params, dropout, monkeypatch):
 def test_training_with_dropout_follows_torch(name, data, sparse_data, weighted_data, monkeypatch):
     data = {"gcn": sparse_data, "gcn_weighted": weighted_data}.get(name, data)
     model, params, sites = _morphgen(name, data, monkeypatch)
-    assert len(sites) == (4 if name == "gat" else 2)
+    assert len(sites) == DROPOUT_SITES.get(name, 2)
     ours = [float(model.session.train_epoch()) for _ in range(EPOCHS)]
     # the program's preprocessing (gin.mp and gat.mp normalise rows, gat.mp adds self loops)
     peer_data = preprocess(data, model.program)
