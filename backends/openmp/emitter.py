@@ -428,6 +428,7 @@ class OpenMPEmitter:
             logits_buffer=logits_buffer, num_classes=self.width(p.logits), link_task=p.task == "link",
             link_relations=self._link_relations(),
             needs_dense_features=self.needs_dense_features, extra_bytes=self.extra_bytes,
+            masked_logits="const mg::op::MaskedRows *logit_rows = nullptr;" in self.members,
             fingerprint=int((p.fingerprint or p.source_fingerprint())[:16], 16))
         return {self.source_name: text}
 
@@ -1360,8 +1361,20 @@ class OpenMPEmitter:
             fv = self.feature_like[x.id]
             return self.timed("input_features", f"mg::op::linear_features({fv}, {self.feature_blocks()}, {self.ptr(w)}, "
                               f"{M}, {self.ptr(out)}{epilogue})", *self._feature_cost(fv, M))
+        if self.only_the_loss_reads(out):
+            rows = f"(m.logit_rows && m.logit_rows->few ? m.logit_rows->count() : {self.rows(x)})"
+            return self.timed("gemm", f"mg::op::linear_masked_rows({self.logit_rows()}, {self.ptr(x)}, {self.rows(x)}, "
+                              f"{K}, {self.ptr(w)}, {M}, {self.ptr(out)}{epilogue})",
+                              f"4.0 * ({rows} * ({K} + {M}) + {K} * {M})", f"2.0 * {rows} * {K} * {M}")
         return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
                           f"{self.ptr(out)}{epilogue})", bytes_, flops)
+
+    def only_the_loss_reads(self, out: Value) -> bool:
+        """Whether ``out`` is the logits and nothing but the cross entropy and its gradient reads
+        it: a training epoch then needs its training rows alone (both skip the others), an
+        evaluation the labelled rows (the accuracies count those), a prediction every row."""
+        return (bool(self.train_rows) and out.id == self.p.logits.id
+                and all(r.opcode in ("cross_entropy", "cross_entropy_grad") for r, _ in self.readers.get(out.id, [])))
 
     def op_matmul_nt(self, op, g, w):
         K, M = self.width(op.output), self.width(g)
@@ -1396,12 +1409,24 @@ class OpenMPEmitter:
                           f"{K}, {self.ptr(g)}, {M}, {self.ptr(out)})", bytes_, flops)
 
     def train_rows_plan(self) -> str:
-        """The training rows as one group (ops.h TrainRows), built once at load time from the mask."""
-        if "mg::op::TrainRows train_rows;" not in self.members:
-            self.members.append("mg::op::TrainRows train_rows;")
-            self.extra_bytes.append("m.train_rows.bytes()")
-            self.prepare.append("mg::op::build_train_rows(m.train_rows, m.masks[0], m.graph.num_nodes)")
-        return "m.train_rows"
+        """The training rows as one group (ops.h MaskedRows), built once at load time from the mask."""
+        return self._masked_rows("train_rows", "m.masks[0]")
+
+    def logit_rows(self) -> str:
+        """The rows the logits are needed on, set by the ABI before each forward: the training
+        rows, the labelled rows, or none (every row)."""
+        self.train_rows_plan()
+        self._masked_rows("labelled_rows", "m.masks[0], m.masks[1], m.masks[2]")
+        if "const mg::op::MaskedRows *logit_rows = nullptr;" not in self.members:
+            self.members.append("const mg::op::MaskedRows *logit_rows = nullptr;")
+        return "m.logit_rows"
+
+    def _masked_rows(self, name: str, masks: str) -> str:
+        if f"mg::op::MaskedRows {name};" not in self.members:
+            self.members.append(f"mg::op::MaskedRows {name};")
+            self.extra_bytes.append(f"m.{name}.bytes()")
+            self.prepare.append(f"mg::op::build_masked_rows(m.{name}, m.graph.num_nodes, {masks})")
+        return f"m.{name}"
 
     def train_row_count(self, rows: str) -> str:
         """The rows a train-rows kernel reads (all of them when the training rows are not few)."""
@@ -2112,13 +2137,30 @@ class OpenMPEmitter:
                           f"{_float(op.attrs['p'])}f, m.seed, uint64_t(m.epoch), {int(op.attrs['site'])}u)", f"8.0 * {n}")
 
     def op_cross_entropy(self, op, logits, labels):
+        if self.train_rows:         # the training mask's rows: visit those alone
+            return self.timed("loss", f"mg::op::cross_entropy_train_rows({self.train_rows_plan()}, {self.ptr(logits)}, "
+                              f"m.labels, m.masks[0], m.graph.num_nodes, {self.width(logits)}, {self.ptr(op.output)})",
+                              f"4.0 * {self.train_row_count(self.rows(logits))} * {self.width(logits)}")
         return self.timed("loss", f"mg::op::cross_entropy({self.ptr(logits)}, m.labels, m.masks[0], m.graph.num_nodes, "
                           f"{self.width(logits)}, {self.ptr(op.output)})", f"4.0 * {self.numel(logits)}")
 
     def op_cross_entropy_grad(self, op, logits, labels):
+        if all(self.reduces_over_train_rows(r) for r, _ in self.readers.get(op.output.id, [])):
+            return self.timed("loss", f"mg::op::cross_entropy_grad_train_rows({self.train_rows_plan()}, "
+                              f"{self.ptr(logits)}, m.labels, m.masks[0], m.graph.num_nodes, {self.width(logits)}, "
+                              f"{self.ptr(op.output)})", f"8.0 * {self.train_row_count(self.rows(logits))} * "
+                              f"{self.width(logits)}")
         return self.timed("loss", f"mg::op::cross_entropy_grad({self.ptr(logits)}, m.labels, m.masks[0], "
                           f"m.graph.num_nodes, {self.width(logits)}, {self.ptr(op.output)})",
                           f"8.0 * {self.numel(logits)}")
+
+    def reduces_over_train_rows(self, op) -> bool:
+        """Whether ``op`` reads its gradient on the training rows alone when they are few (the
+        train-rows kernels of op_matmul_tn and op_row_sum)."""
+        if op.opcode == "matmul_tn":
+            x, g = op.inputs
+            return g.id in self.train_rows and x.id not in self.feature_like and self._identity_rows(x) is None
+        return op.opcode == "row_sum" and op.inputs[0].id in self.train_rows and id(op) not in self.head_products
 
     def _link_args(self, op, z, rel) -> tuple:
         return (f"{self.ptr(z)}", f"{self.ptr(rel)}", f"{self.dim(rel.shape[0])}", self.width(z),

@@ -186,27 +186,33 @@ void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out) {
     segment_row_sums(tg.ptr.data(), tg.perm.data(), tg.types, G, K, out);
 }
 
-void build_train_rows(TrainRows &train, const uint8_t *mask, idx_t rows) {
-    std::vector<idx_t> rows_of;
+void build_masked_rows(MaskedRows &out, idx_t rows, const uint8_t *a, const uint8_t *b, const uint8_t *c) {
+    std::vector<idx_t> selected;
     for (idx_t r = 0; r < rows; ++r)
-        if (mask[r]) rows_of.push_back(r);
-    TypeGroups &g = train.groups;
+        if ((a && a[r]) || (b && b[r]) || (c && c[r])) selected.push_back(r);
+    TypeGroups &g = out.groups;
     g.types = 1;
-    g.perm = std::move(rows_of);
+    g.perm = std::move(selected);
     g.ptr = {0, idx_t(g.perm.size())};
-    train.few = 4 * train.count() <= rows;
+    out.few = 4 * out.count() <= rows;
 }
 
 template <int WIDTH>
-void matmul_tn_train_rows(const TrainRows &train, const float *X, idx_t rows, idx_t K, const float *G, idx_t M,
+void matmul_tn_train_rows(const MaskedRows &train, const float *X, idx_t rows, idx_t K, const float *G, idx_t M,
                           float *dW) {
     if (!train.few) return matmul_tn<WIDTH>(X, rows, K, G, M, dW);
     typed_matmul_tn(train.groups, X, K, G, M, dW);
 }
 
-void row_sum_train_rows(const TrainRows &train, const float *G, idx_t rows, idx_t M, float *out) {
+void row_sum_train_rows(const MaskedRows &train, const float *G, idx_t rows, idx_t M, float *out) {
     if (!train.few) return mg::row_sum(G, out, rows, M);
     typed_row_sum(train.groups, G, M, out);
+}
+
+void linear_masked_rows(const MaskedRows *only, const float *X, idx_t rows, idx_t K, const float *W, idx_t M,
+                        float *Y, const Epilogue &epi) {
+    if (!only || !only->few) return linear(X, rows, K, W, M, Y, epi);
+    typed_linear(only->groups, X, K, W, M, Y, epi);
 }
 
 void build_blocked_groups(TypeGroups &groups, const idx_t *type, idx_t rows, idx_t num_types, idx_t blocks) {
@@ -492,6 +498,20 @@ void cross_entropy_grad(const float *logits, const int64_t *labels, const uint8_
     softmax_cross_entropy(logits, labels, mask, rows, C, dlogits);
 }
 
+void cross_entropy_train_rows(const MaskedRows &train, const float *logits, const int64_t *labels, const uint8_t *mask,
+                              idx_t rows, idx_t C, float *loss) {
+    if (!train.few) return cross_entropy(logits, labels, mask, rows, C, loss);
+    loss[0] = softmax_cross_entropy(logits, labels, mask, rows, C, nullptr, train.count(), train.groups.perm.data(),
+                                    train.count());
+}
+
+void cross_entropy_grad_train_rows(const MaskedRows &train, const float *logits, const int64_t *labels,
+                                   const uint8_t *mask, idx_t rows, idx_t C, float *dlogits) {
+    if (!train.few) return cross_entropy_grad(logits, labels, mask, rows, C, dlogits);
+    softmax_cross_entropy(logits, labels, mask, rows, C, dlogits, train.count(), train.groups.perm.data(),
+                          train.count());
+}
+
 void link_loss(const float *z, idx_t rows, const float *R, idx_t rel_rows, idx_t H, const int64_t *triples,
                idx_t count, float reg, float *loss) {
     require_triples(triples, count);
@@ -544,7 +564,7 @@ void sgd(float *p, const float *g, float *buf, idx_t n, double lr, double moment
 #define MG_MATMUL_TN(W)                                                                              \
     template void gemm_tn_rows<W>(idx_t, idx_t, idx_t, const float *, const float *, float *);     \
     template void matmul_tn<W>(const float *, idx_t, idx_t, const float *, idx_t, float *);          \
-    template void matmul_tn_train_rows<W>(const TrainRows &, const float *, idx_t, idx_t, const float *, idx_t, \
+    template void matmul_tn_train_rows<W>(const MaskedRows &, const float *, idx_t, idx_t, const float *, idx_t, \
                                           float *);
 MG_WIDTH_INSTANCES(MG_MATMUL_TN)
 

@@ -238,22 +238,38 @@ void typed_matmul_tn(const TypeGroups &tg, const float *X, idx_t K, const float 
 // out[t] = sum of the rows of type t (typed_param's gradient).
 void typed_row_sum(const TypeGroups &tg, const float *G, idx_t K, float *out);
 
-// The training rows, as one group: a weight or bias gradient whose G is zero on every other row
-// (the cross entropy's gradient and what row-wise ops make of it: passes/train_rows.py) reads
-// them alone.  `few`: at most a quarter of the rows; otherwise the plain kernels run, which are
-// faster per row than the gathering ones.  Built once at load time from the training mask.
-struct TrainRows {
+// The rows some masks select, as one group (a TypeGroups of one type).  The training rows: a weight
+// or bias gradient whose G is zero on every other row (the cross entropy's gradient and what
+// row-wise ops make of it: passes/train_rows.py) reads them alone.  The labelled rows (training,
+// validation or test): an evaluation's logits.  `few`: at most a quarter of the rows; otherwise
+// the plain kernels run, which are faster per row than the gathering ones.  Built once at load
+// time from the masks.
+struct MaskedRows {
     TypeGroups groups;
     bool few = false;
     idx_t count() const { return groups.ptr.empty() ? 0 : groups.ptr[1]; }
     int64_t bytes() const { return groups.bytes(); }
 };
-void build_train_rows(TrainRows &train, const uint8_t *mask, idx_t rows);
+// The rows where any of the masks given (null: none) is set.
+void build_masked_rows(MaskedRows &out, idx_t rows, const uint8_t *a, const uint8_t *b = nullptr,
+                       const uint8_t *c = nullptr);
 // dW = X^T G and out = the sum of G's rows over the training rows (G zero elsewhere).
 template <int WIDTH = 0>
-void matmul_tn_train_rows(const TrainRows &train, const float *X, idx_t rows, idx_t K, const float *G, idx_t M,
+void matmul_tn_train_rows(const MaskedRows &train, const float *X, idx_t rows, idx_t K, const float *G, idx_t M,
                           float *dW);
-void row_sum_train_rows(const TrainRows &train, const float *G, idx_t rows, idx_t M, float *out);
+void row_sum_train_rows(const MaskedRows &train, const float *G, idx_t rows, idx_t M, float *out);
+// Y = X W, then the epilogue, on the given rows alone when there are few (the other rows left as
+// they are); on every row when `only` is null: the logits, which only the loss reads in a training
+// epoch (its training rows) and the accuracies in an evaluation (the labelled rows).
+void linear_masked_rows(const MaskedRows *only, const float *X, idx_t rows, idx_t K, const float *W, idx_t M,
+                       float *Y, const Epilogue &epi = Epilogue{});
+// The cross entropy over the training mask visiting the training rows alone when they are few; its
+// gradient written on those rows alone (the others left as they are: for a gradient whose
+// readers all reduce over the training rows).
+void cross_entropy_train_rows(const MaskedRows &train, const float *logits, const int64_t *labels, const uint8_t *mask,
+                              idx_t rows, idx_t C, float *loss);
+void cross_entropy_grad_train_rows(const MaskedRows &train, const float *logits, const int64_t *labels,
+                                   const uint8_t *mask, idx_t rows, idx_t C, float *dlogits);
 
 // ---- typed linear of node rows read at edge ends (kernels/edge_typed_linear.h) -------------------
 using mg::EdgeTypedRows;

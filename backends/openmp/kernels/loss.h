@@ -35,20 +35,26 @@ inline int64_t mask_count(const uint8_t* mask, int64_t rows) {
 // (softmax - onehot) / num_counted on counted rows and 0 elsewhere.  With no counted row the
 // loss is 0 and dlogits is all zero.  `count` >= 0 replaces the number of counted rows as the
 // divisor: a rank of a distributed run holds some of the rows and divides by the global count.
+// `only` (with `only_count` entries): the rows to visit, a superset of the counted ones (the
+// training rows, ops.h TrainRows); dlogits is then written on those rows alone, the others are
+// left as they are (no reader of such a gradient reads them).
 inline float softmax_cross_entropy(const float* logits, const int64_t* labels, const uint8_t* mask,
-                                   int64_t rows, int64_t classes, float* dlogits, int64_t count = -1) {
+                                   int64_t rows, int64_t classes, float* dlogits, int64_t count = -1,
+                                   const idx_t* only = nullptr, int64_t only_count = 0) {
     using loss_detail::counted;
     const int64_t n = count >= 0 ? count : mask_count(mask, rows);
     const float inv_n = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
     // Per-thread partials over a static partition, added in thread order: an OpenMP reduction
     // combines them in arrival order, which changes the loss's last bits from run to run.
-    const int team = rows * classes > loss_detail::kParallelMin ? omp_get_max_threads() : 1;
+    const int64_t visited = only ? only_count : rows;
+    const int team = visited * classes > loss_detail::kParallelMin ? omp_get_max_threads() : 1;
     std::vector<double> partial(static_cast<size_t>(team) * 8, 0.0);   // a cache line apart
 #pragma omp parallel num_threads(team)
     {
         double mine = 0.0;
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t k = 0; k < visited; ++k) {
+            const int64_t i = only ? only[k] : k;
             const float* z = logits + i * classes;
             float* d = dlogits ? dlogits + i * classes : nullptr;
             if (!counted(mask, i)) {
