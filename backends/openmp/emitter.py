@@ -172,6 +172,7 @@ class OpenMPEmitter:
         self.residuals: dict = {}        # id(op) -> the value its kernel adds before its epilogue
         self.bias_types: dict = {}       # id(op) -> C++ row-type array: its epilogue's bias is per type
         self.train_rows: frozenset = frozenset()   # ids of gradients zero outside the training rows
+        self.logit_row_values: dict = {}  # value id -> whether only the logit rows of it are read (on_logit_rows)
 
     # -- shapes ------------------------------------------------------------------------------
     def dim(self, d) -> str:
@@ -1361,7 +1362,7 @@ class OpenMPEmitter:
             fv = self.feature_like[x.id]
             return self.timed("input_features", f"mg::op::linear_features({fv}, {self.feature_blocks()}, {self.ptr(w)}, "
                               f"{M}, {self.ptr(out)}{epilogue})", *self._feature_cost(fv, M))
-        if self.only_the_loss_reads(out):
+        if self._head_on_logit_rows(op):
             rows = f"(m.logit_rows && m.logit_rows->few ? m.logit_rows->count() : {self.rows(x)})"
             return self.timed("gemm", f"mg::op::linear_masked_rows({self.logit_rows()}, {self.ptr(x)}, {self.rows(x)}, "
                               f"{K}, {self.ptr(w)}, {M}, {self.ptr(out)}{epilogue})",
@@ -1369,12 +1370,42 @@ class OpenMPEmitter:
         return self.timed("gemm", f"mg::op::linear({self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(w)}, {M}, "
                           f"{self.ptr(out)}{epilogue})", bytes_, flops)
 
-    def only_the_loss_reads(self, out: Value) -> bool:
-        """Whether ``out`` is the logits and nothing but the cross entropy and its gradient reads
-        it: a training epoch then needs its training rows alone (both skip the others), an
-        evaluation the labelled rows (the accuracies count those), a prediction every row."""
-        return (bool(self.train_rows) and out.id == self.p.logits.id
-                and all(r.opcode in ("cross_entropy", "cross_entropy_grad") for r, _ in self.readers.get(out.id, [])))
+    def on_logit_rows(self, v: Value) -> bool:
+        """Whether every reader of ``v`` reads the rows the logits are needed on alone
+        (`m.logit_rows`: a training epoch's training rows, an evaluation's labelled rows, every row
+        for a prediction), so that its producer may compute just those: the logits when only the
+        cross entropy and its gradient read them, and a value read only row by row by products or
+        fused tails that compute such rows, or by weight gradients reduced over the training rows."""
+        if not self.train_rows:
+            return False
+        if v.id not in self.logit_row_values:
+            self.logit_row_values[v.id] = False          # a cycle cannot make itself true
+            readers = self.readers.get(v.id, [])
+            self.logit_row_values[v.id] = bool(readers) and all(self._reads_logit_rows(r, k) for r, k in readers)
+        return self.logit_row_values[v.id]
+
+    def _reads_logit_rows(self, reader, k: int) -> bool:
+        if reader.opcode in ("cross_entropy", "cross_entropy_grad"):
+            return k == 0
+        if reader.opcode == "matmul_tn":
+            return k == 0 and self.reduces_over_train_rows(reader)
+        head = self.fused_into.get(id(reader))
+        if head is not None:            # a bias, activation or residual inside its head's kernel: on its rows
+            return (reader.opcode in ("bias_add", "add", "sub") or reader.opcode in _EPILOGUE_ACT) and \
+                head.opcode in ("linear", "aggregate") and self._head_on_logit_rows(head)
+        return reader.opcode == "linear" and k == 0 and self._head_on_logit_rows(reader)
+
+    def _head_on_logit_rows(self, op) -> bool:
+        """Whether ``op``'s kernel computes the logit rows alone: a dense product or a sum/mean
+        aggregation over in-edges whose result (its fused tail's last value) is on the logit rows."""
+        final = self.epilogues[id(op)][2] if id(op) in self.epilogues else op.output
+        if op.opcode == "linear":
+            x = op.inputs[0]
+            if x.id in self.feature_like or self._identity_rows(x) is not None:
+                return False
+        elif op.opcode != "aggregate" or op.attrs["reduce"] == "max" or op.attrs.get("direction", "in") != "in":
+            return False
+        return self.on_logit_rows(final)
 
     def op_matmul_nt(self, op, g, w):
         K, M = self.width(op.output), self.width(g)
@@ -1747,6 +1778,11 @@ class OpenMPEmitter:
         bytes_, flops = self._agg_cost(x)
         tile = self.spmm_tile(x)
         if op.attrs.get("direction", "in") == "in":
+            if self._head_on_logit_rows(op):
+                share = f"(m.logit_rows && m.logit_rows->few ? double(m.logit_rows->count()) / {self.rows(out)} : 1.0)"
+                return self.timed("aggregate", f"mg::op::aggregate_masked_rows{tile}({self.logit_rows()}, "
+                                  f"{self.aggregate_args(op, x)})", f"{share} * {bytes_}", f"{share} * {flops}",
+                                  kernel="mg::op::aggregate_masked_rows")
             return self.timed("aggregate", f"mg::op::aggregate{tile}({self.aggregate_args(op, x)})", bytes_, flops,
                               kernel="mg::op::aggregate")
         return self.timed("aggregate_backward", f"mg::op::aggregate_transpose{tile}(m.g, {self._agg_spec(op)}, "

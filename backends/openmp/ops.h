@@ -331,6 +331,11 @@ void aggregate(const Graph &g, const AggSpec &s, const float *X, idx_t F, float 
 template <int TILE = MG_SPMM_TILE>
 void aggregate_rows(const Graph &g, const AggSpec &s, const float *X, idx_t F, float *Y, idx_t *argmax,
                     const idx_t *rows, idx_t count, const Epilogue &epi = Epilogue{});
+// The aggregation of the rows `only` lists when they are few (MaskedRows: the logits of a
+// training epoch or an evaluation), else of every row.
+template <int TILE = MG_SPMM_TILE>
+void aggregate_masked_rows(const MaskedRows *only, const Graph &g, const AggSpec &s, const float *X, idx_t F,
+                           float *Y, idx_t *argmax, const Epilogue &epi = Epilogue{});
 template <int TILE = MG_SPMM_TILE>
 void aggregate_transpose(const Graph &g, const AggSpec &s, const float *G, idx_t F, float *dX);
 void aggregate_max_grad(const Graph &g, const AggSpec &s, const idx_t *argmax, const float *G, idx_t F,

@@ -21,6 +21,13 @@ void aggregate_rows(const Graph &g, const AggSpec &s, const float *X, idx_t F, f
 }
 
 template <int TILE>
+void aggregate_masked_rows(const MaskedRows *only, const Graph &g, const AggSpec &s, const float *X, idx_t F,
+                           float *Y, idx_t *argmax, const Epilogue &epi) {
+    if (!only || !only->few) return aggregate<TILE>(g, s, X, F, Y, argmax, epi);
+    aggregate_rows<TILE>(g, s, X, F, Y, argmax, only->groups.perm.data(), only->count(), epi);
+}
+
+template <int TILE>
 void aggregate_transpose(const Graph &g, const AggSpec &s, const float *G, idx_t F, float *dX) {
     const GraphView &v = *g.view;
     check(spmm_transpose<TILE>(v.num_nodes, v.indptr, v.t_indptr, v.t_col, v.t_eid, G, F, F, dX, F, s),
@@ -74,6 +81,8 @@ const float *aggregate_features_once(const Graph &g, const AggSpec &s, const Fea
                                const Epilogue &);                                                   \
     template void aggregate_rows<T>(const Graph &, const AggSpec &, const float *, idx_t, float *,     \
                                     idx_t *, const idx_t *, idx_t, const Epilogue &);               \
+    template void aggregate_masked_rows<T>(const MaskedRows *, const Graph &, const AggSpec &, const float *,  \
+                                           idx_t, float *, idx_t *, const Epilogue &);              \
     template void aggregate_transpose<T>(const Graph &, const AggSpec &, const float *, idx_t, float *);
 MG_TILE_INSTANCES(MG_AGGREGATE)
 

@@ -76,6 +76,16 @@ def test_prepare_runs_once_per_context():
     assert "already" in session.ffi.string(session.lib.mg_error(session.ctx)).decode()
 
 
+def test_labels_are_refused_after_prepare():
+    """The masks' counts and row lists are built at prepare: new masks after it would go unseen."""
+    model, _ = _train(_data(), hoist=True, epochs=1)
+    session, n = model.session, model.dataset.graph.num_nodes
+    labels, mask = np.zeros(n, np.int64), np.ones(n, np.uint8)
+    ptr = [session.ffi.cast(t, a.ctypes.data) for t, a in (("int64_t *", labels), ("uint8_t *", mask))]
+    assert session.lib.mg_set_labels(session.ctx, ptr[0], ptr[1], ptr[1], ptr[1]) != 0
+    assert "before it" in session.ffi.string(session.lib.mg_error(session.ctx)).decode()
+
+
 def test_normalised_features_the_model_keeps_are_not_overwritten():
     """GIN normalises its input, and its first sum of the raw rows is hoisted out of the epoch:
     the normalised copy the model keeps as model.dataset.features must still hold the normalised
