@@ -36,7 +36,7 @@ inline int64_t mask_count(const uint8_t* mask, int64_t rows) {
 // loss is 0 and dlogits is all zero.  `count` >= 0 replaces the number of counted rows as the
 // divisor: a rank of a distributed run holds some of the rows and divides by the global count.
 // `only` (with `only_count` entries): the rows to visit, a superset of the counted ones (the
-// training rows, ops.h TrainRows); dlogits is then written on those rows alone, the others are
+// training rows, ops.h MaskedRows); dlogits is then written on those rows alone, the others are
 // left as they are (no reader of such a gradient reads them).
 inline float softmax_cross_entropy(const float* logits, const int64_t* labels, const uint8_t* mask,
                                    int64_t rows, int64_t classes, float* dlogits, int64_t count = -1,
