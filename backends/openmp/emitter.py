@@ -502,9 +502,9 @@ class OpenMPEmitter:
             if unready:
                 raise InternalError(f"the OpenMP backend cannot compute '{op.opcode}' once at load time: it reads "
                                     f"{unready[0]!r}, which is not computed before it")
-            if op.opcode == "aggregate":
+            if op.opcode == "aggregate" and op.attrs.get("direction", "in") == "in":
                 self._aggregate_once(op)
-            else:
+            else:       # a sum over out-edges too: the op's own lowering, the transposed walk
                 self._compute_once(op)
             self.prepare += self.invariant_computed(op.output)
 
