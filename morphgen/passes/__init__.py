@@ -8,7 +8,8 @@ Forward rewrites (run before autodiff; each keeps numerics up to float rounding)
 ``reorder_linear_operators``,
 for backends with their kernels ``combine_bases_per_lookup`` and ``fuse_gathered_typed_linear``,
 ``hoist_graph_constants`` and, for dense input features, ``hoist_invariant_aggregation``.
-Analyses (after autodiff): ``annotate_fusion`` and ``analyse_liveness``.
+Analyses (after autodiff): ``annotate_fusion`` and ``analyse_liveness``; the backends ask
+``train_rows.train_row_values`` which gradients are zero outside the training rows.
 """
 from __future__ import annotations
 
