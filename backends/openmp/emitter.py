@@ -1363,7 +1363,7 @@ class OpenMPEmitter:
             return self.timed("input_features", f"mg::op::linear_features({fv}, {self.feature_blocks()}, {self.ptr(w)}, "
                               f"{M}, {self.ptr(out)}{epilogue})", *self._feature_cost(fv, M))
         if self._head_on_logit_rows(op):
-            rows = f"(m.logit_rows && m.logit_rows->few ? m.logit_rows->count() : {self.rows(x)})"
+            rows = self.visited_rows("m.logit_rows", self.rows(x))
             return self.timed("gemm", f"mg::op::linear_masked_rows({self.logit_rows()}, {self.ptr(x)}, {self.rows(x)}, "
                               f"{K}, {self.ptr(w)}, {M}, {self.ptr(out)}{epilogue})",
                               f"4.0 * ({rows} * ({K} + {M}) + {K} * {M})", f"2.0 * {rows} * {K} * {M}")
@@ -1431,8 +1431,8 @@ class OpenMPEmitter:
             fv = self.feature_like[x.id]
             return self.timed("input_features_grad", f"mg::op::matmul_tn_features({fv}, "
                               f"{self.feature_blocks()}, {self.ptr(g)}, {M}, {self.ptr(out)})", *self._feature_cost(fv, M))
-        if g.id in self.train_rows:
-            rows = self.train_row_count(self.rows(x))
+        if self.reduces_over_train_rows(op):
+            rows = self.visited_rows(f"&{self.train_rows_plan()}", self.rows(x))
             return self.timed("gemm", f"mg::op::matmul_tn_train_rows{self.narrow_tn_width(g)}({self.train_rows_plan()}, "
                               f"{self.ptr(x)}, {self.rows(x)}, {K}, {self.ptr(g)}, {M}, {self.ptr(out)})",
                               f"4.0 * ({rows} * ({K} + {M}) + {K} * {M})", f"2.0 * {rows} * {K} * {M}")
@@ -1459,9 +1459,10 @@ class OpenMPEmitter:
             self.prepare.append(f"mg::op::build_masked_rows(m.{name}, m.graph.num_nodes, {masks})")
         return f"m.{name}"
 
-    def train_row_count(self, rows: str) -> str:
-        """The rows a train-rows kernel reads (all of them when the training rows are not few)."""
-        return f"(m.train_rows.few ? m.train_rows.count() : {rows})"
+    @staticmethod
+    def visited_rows(only: str, rows: str) -> str:
+        """The rows a kernel given the row set ``only`` visits, of ``rows`` (ops.h visited_rows)."""
+        return f"mg::op::visited_rows({only}, {rows})"
 
     def narrow_tn_width(self, g: Value) -> str:
         """The template argument that sends a dense weight gradient X^T G whose G is at most
@@ -1779,7 +1780,7 @@ class OpenMPEmitter:
         tile = self.spmm_tile(x)
         if op.attrs.get("direction", "in") == "in":
             if self._head_on_logit_rows(op):
-                share = f"(m.logit_rows && m.logit_rows->few ? double(m.logit_rows->count()) / {self.rows(out)} : 1.0)"
+                share = f"(double({self.visited_rows('m.logit_rows', self.rows(out))}) / {self.rows(out)})"
                 return self.timed("aggregate", f"mg::op::aggregate_masked_rows{tile}({self.logit_rows()}, "
                                   f"{self.aggregate_args(op, x)})", f"{share} * {bytes_}", f"{share} * {flops}",
                                   kernel="mg::op::aggregate_masked_rows")
@@ -1920,10 +1921,10 @@ class OpenMPEmitter:
             return self.timed("elementwise", f"mg::head_mul_row_sum({self.ptr(x)}, {self.ptr(s)}, {self.ptr(op.output)}, "
                               f"{self.rows(g)}, {heads}, {self.head_dim(x, heads)})",
                               f"4.0 * ({self.numel(g)} + {self.numel(s)})")
-        if g.id in self.train_rows:
+        if self.reduces_over_train_rows(op):
             return self.timed("elementwise", f"mg::op::row_sum_train_rows({self.train_rows_plan()}, {self.ptr(g)}, "
                               f"{self.rows(g)}, {self.width(g)}, {self.ptr(op.output)})",
-                              f"4.0 * {self.train_row_count(self.rows(g))} * {self.width(g)}")
+                              f"4.0 * {self.visited_rows('&m.train_rows', self.rows(g))} * {self.width(g)}")
         return self.timed("elementwise", f"mg::row_sum({self.ptr(g)}, {self.ptr(op.output)}, {self.rows(g)}, "
                           f"{self.width(g)})", f"4.0 * {self.numel(g)}")
 
@@ -2176,7 +2177,7 @@ class OpenMPEmitter:
         if self.train_rows:         # the training mask's rows: visit those alone
             return self.timed("loss", f"mg::op::cross_entropy_train_rows({self.train_rows_plan()}, {self.ptr(logits)}, "
                               f"m.labels, m.masks[0], m.graph.num_nodes, {self.width(logits)}, {self.ptr(op.output)})",
-                              f"4.0 * {self.train_row_count(self.rows(logits))} * {self.width(logits)}")
+                              f"4.0 * {self.visited_rows('&m.train_rows', self.rows(logits))} * {self.width(logits)}")
         return self.timed("loss", f"mg::op::cross_entropy({self.ptr(logits)}, m.labels, m.masks[0], m.graph.num_nodes, "
                           f"{self.width(logits)}, {self.ptr(op.output)})", f"4.0 * {self.numel(logits)}")
 
@@ -2184,15 +2185,16 @@ class OpenMPEmitter:
         if all(self.reduces_over_train_rows(r) for r, _ in self.readers.get(op.output.id, [])):
             return self.timed("loss", f"mg::op::cross_entropy_grad_train_rows({self.train_rows_plan()}, "
                               f"{self.ptr(logits)}, m.labels, m.masks[0], m.graph.num_nodes, {self.width(logits)}, "
-                              f"{self.ptr(op.output)})", f"8.0 * {self.train_row_count(self.rows(logits))} * "
+                              f"{self.ptr(op.output)})", f"8.0 * {self.visited_rows('&m.train_rows', self.rows(logits))} * "
                               f"{self.width(logits)}")
         return self.timed("loss", f"mg::op::cross_entropy_grad({self.ptr(logits)}, m.labels, m.masks[0], "
                           f"m.graph.num_nodes, {self.width(logits)}, {self.ptr(op.output)})",
                           f"8.0 * {self.numel(logits)}")
 
     def reduces_over_train_rows(self, op) -> bool:
-        """Whether ``op`` reads its gradient on the training rows alone when they are few (the
-        train-rows kernels of op_matmul_tn and op_row_sum)."""
+        """Whether ``op`` (a weight or bias gradient) runs the train-rows kernel, reading its
+        gradient on the training rows alone when they are few: the one rule op_matmul_tn,
+        op_row_sum and the cross entropy's gradient follow."""
         if op.opcode == "matmul_tn":
             x, g = op.inputs
             return g.id in self.train_rows and x.id not in self.feature_like and self._identity_rows(x) is None

@@ -250,6 +250,10 @@ struct MaskedRows {
     idx_t count() const { return groups.ptr.empty() ? 0 : groups.ptr[1]; }
     int64_t bytes() const { return groups.bytes(); }
 };
+// The rows a kernel given `only` visits of `all` (the timers' cost): its rows when few, else all.
+inline idx_t visited_rows(const MaskedRows *only, idx_t all) {
+    return only && only->few ? only->count() : all;
+}
 // The rows where any of the masks given (null: none) is set.
 void build_masked_rows(MaskedRows &out, idx_t rows, const uint8_t *a, const uint8_t *b = nullptr,
                        const uint8_t *c = nullptr);
